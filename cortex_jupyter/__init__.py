@@ -1,0 +1,41 @@
+"""cortex_jupyter: build and test LLM agents in Jupyter notebooks.
+
+``%load_ext cortex_jupyter`` registers the ``%%cortex`` cell magic. The package
+imports nothing heavy at import time: IPython is imported only when the extension
+is loaded, and the protocol API is re-exported lazily.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from cortex_jupyter.protocol import Parser
+
+__version__ = "0.1.0"
+
+__all__ = ["Parser", "__version__", "load_ipython_extension", "unload_ipython_extension"]
+
+
+def load_ipython_extension(ipython: InteractiveShell) -> None:
+    """Register the ``%%cortex`` magic (called by ``%load_ext cortex_jupyter``)."""
+    from cortex_jupyter.magic import register
+
+    register(ipython)
+
+
+def unload_ipython_extension(ipython: InteractiveShell) -> None:
+    """Remove the ``%%cortex`` magic (called by ``%unload_ext cortex_jupyter``)."""
+    from cortex_jupyter.magic import unregister
+
+    unregister(ipython)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Parser":
+        from cortex_jupyter.protocol import Parser
+
+        return Parser
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Set up .venv with the test tools and run every check: ruff (lint and format), mypy,
+# pytest over tests/ and the notebooks (nbval). Runs all checks, then exits non-zero
+# if any failed.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source scripts/_venv.sh
+
+# System packages the checks need go here (e.g. a browser for UI tests).
+install_system_packages() {
+    :
+}
+
+install_system_packages
+ensure_venv test
+export PATH="$PWD/$VENV_DIR/bin:$PATH"
+
+failed=()
+step() {
+    local name=$1
+    shift
+    say "$name"
+    local status=0
+    "$@" || status=$?
+    if [[ $status -eq 5 && $1 == pytest ]]; then
+        printf 'error: pytest collected no tests; that counts as a failure.\n' >&2
+    fi
+    if [[ $status -ne 0 ]]; then failed+=("$name (exit $status)"); fi
+}
+
+step "ruff check" ruff check .
+step "ruff format --check" ruff format --check .
+step "mypy" mypy cortex_jupyter
+step "notebooks saved without outputs" python scripts/check_notebooks.py notebooks
+# One pytest run: --nbval-lax only affects .ipynb files; --nbval-current-env runs the
+# notebooks in this .venv's kernel rather than whatever "python3" kernel is installed.
+step "pytest (tests and notebooks)" pytest tests notebooks --nbval-lax --nbval-current-env
+
+if [[ ${#failed[@]} -gt 0 ]]; then
+    printf 'FAILED: %s\n' "${failed[@]}" >&2
+    exit 1
+fi
+say "all checks passed"

@@ -1,0 +1,30 @@
+"""Fixtures shared across the test suite."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+from traitlets.config import Config
+
+
+@pytest.fixture(scope="session")
+def _shell(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InteractiveShell]:
+    """One real IPython shell for the session, kept away from the user's ~/.ipython."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("IPYTHONDIR", str(tmp_path_factory.mktemp("ipython")))
+        config = Config()
+        config.HistoryManager.hist_file = ":memory:"
+        shell = InteractiveShell.instance(config=config)
+        yield shell
+        InteractiveShell.clear_instance()
+
+
+@pytest.fixture
+def ip(_shell: InteractiveShell) -> Iterator[InteractiveShell]:
+    """The shell with ``cortex_jupyter`` loaded; unloaded and emptied again afterwards."""
+    _shell.run_line_magic("load_ext", "cortex_jupyter")
+    yield _shell
+    _shell.run_line_magic("unload_ext", "cortex_jupyter")
+    _shell.reset(new_session=False)
