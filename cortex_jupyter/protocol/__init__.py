@@ -1,0 +1,63 @@
+"""The protocol layer: model text in, events out. Pure, synchronous, stdlib only.
+
+``Parser(dialect="cortex")`` reads the Cortex streaming execution protocol (and the
+sigil and cogency dialects) incrementally; see ARCHITECTURE.md for the semantics.
+"""
+
+from __future__ import annotations
+
+from .auto import AutoParser
+from .base import MAX_ACTION_CHARS, MAX_TEXT_CHARS, Parser, ParserClosedError
+from .events import (
+    ACTION_MODES,
+    ACTION_TYPES,
+    ERROR_CODES,
+    Action,
+    ActionReady,
+    ActionStart,
+    ContextFeedEvent,
+    Event,
+    ProtocolError,
+    ResponseDelta,
+    ResponseEnd,
+    TextDelta,
+    ThoughtDelta,
+    ThoughtEnd,
+    action_to_dict,
+    event_to_dict,
+)
+from .sigil import SigilParser
+from .xml import XmlParser
+
+Parser._dialects.update(cortex=XmlParser, cogency=XmlParser, sigil=SigilParser, auto=AutoParser)
+
+
+def parse(text: str, dialect: str = "cortex") -> list[Event]:
+    """All events of a complete text (a convenience for tests and notebooks)."""
+    parser = Parser(dialect)
+    return parser.feed(text) + parser.close()
+
+
+__all__ = [
+    "ACTION_MODES",
+    "ACTION_TYPES",
+    "ERROR_CODES",
+    "MAX_ACTION_CHARS",
+    "MAX_TEXT_CHARS",
+    "Action",
+    "ActionReady",
+    "ActionStart",
+    "ContextFeedEvent",
+    "Event",
+    "Parser",
+    "ParserClosedError",
+    "ProtocolError",
+    "ResponseDelta",
+    "ResponseEnd",
+    "TextDelta",
+    "ThoughtDelta",
+    "ThoughtEnd",
+    "action_to_dict",
+    "event_to_dict",
+    "parse",
+]

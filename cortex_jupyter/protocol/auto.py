@@ -1,0 +1,91 @@
+"""``dialect="auto"``: the dialect is picked by the first marker in the stream.
+
+Until then the tag tables of cortex and cogency are merged (``<think>`` belongs to
+both and means the same) and a ``§`` marker at top level hands the rest of the
+stream to the sigil parser. Text before the first marker is loose text in every
+dialect, so nothing already emitted changes meaning.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .base import TOP
+from .events import Event
+from .sigil import SigilParser, marker_at
+from .tags import NEED, Tag, partial_pattern, scan_tag
+from .xml import _FORGED, XmlParser
+
+_LT_OR_SIGIL = re.compile("[<§]")
+
+
+class AutoParser(XmlParser):
+    """Starts undecided; becomes cortex, cogency or (by delegation) sigil."""
+
+    def __init__(self, dialect: str = "auto", **limits: Any) -> None:
+        super().__init__("auto", **limits)
+        self._limits = limits
+        self._sigil: SigilParser | None = None
+        self._watching = True  # still looking for a first § marker
+        self._handlers = (self._read_text_watching, *self._handlers[1:])
+
+    def feed(self, chunk: str) -> list[Event]:
+        if self._sigil is not None:
+            events = self._sigil.feed(chunk)
+            self.boundary = self._sigil.boundary
+            return events
+        return super().feed(chunk)
+
+    def close(self) -> list[Event]:
+        if self._sigil is None:
+            return super().close()
+        self._closed = True
+        events = self._sigil.close()
+        self.boundary = self._sigil.boundary
+        return events
+
+    def _stop_watching(self) -> None:
+        self._watching = False
+        self._handlers = (XmlParser._read_text.__get__(self), *self._handlers[1:])
+
+    def _on_tag(self, tag: Tag, out: list[Event]) -> int:
+        if tag.name not in _FORGED:
+            self._stop_watching()
+        return super()._on_tag(tag, out)
+
+    def _read_text_watching(self, data: str, pos: int, out: list[Event]) -> int:
+        if self._sink != TOP:
+            return XmlParser._read_text(self, data, pos, out)
+        start = search = pos
+        while True:
+            m = _LT_OR_SIGIL.search(data, search)
+            if m is None:
+                self._emit(data[start:] if start else data, out)
+                return len(data)
+            i = m.start()
+            found = marker_at(data, i) if data[i] == "§" else scan_tag(data, i, self._known)
+            if found is None:
+                search = i + 1
+                continue
+            if i > start:
+                self._emit(data[start:i], out)
+            if found is NEED:
+                self._buf = data[i:]
+                self._pending = partial_pattern(self._known)
+                return len(data)
+            if isinstance(found, Tag):
+                return self._on_tag(found, out)
+            return self._hand_over(data, i, out)
+
+    def _hand_over(self, data: str, i: int, out: list[Event]) -> int:
+        sigil = SigilParser("sigil", **self._limits)
+        sigil._taken = self._taken
+        sigil._auto_n = self._auto_n
+        sigil._text_total = self._text_total
+        sigil._text_over = self._text_over
+        self._sigil = sigil
+        self.dialect = "sigil"
+        out.extend(sigil.feed(data[i:]))
+        self.boundary = sigil.boundary
+        return len(data)

@@ -1,0 +1,199 @@
+"""A JSON list of calls, read as it streams (sigil's ``§CALLS:``, cogency's ``<execute>``).
+
+Each call in ``[{"name": ..., "args": {...}}, ...]`` becomes an action the moment
+its closing ``}`` arrives, not when the list ends, so the first call can run while
+the model is still writing the second. Brackets and terminators inside JSON strings
+are data. A lone object instead of a list is accepted as one call.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .actions import quote
+from .events import Event, ProtocolError, TextDelta
+from .tags import NEED, _Need
+
+if TYPE_CHECKING:
+    from .base import Parser
+
+_IN_STRING = re.compile(r'["\\]')
+_SEPARATORS = re.compile(r"\s*,(?:\s*,)*\s*")
+
+#: Answers whether the text at an index is the section's terminator (True), is not
+#: (False), or may be once more text arrives (NEED).
+Terminator = Callable[[str, int], "bool | _Need"]
+
+
+class CallScanner:
+    """Consumes the text of one calls section; emits actions as each call closes."""
+
+    def __init__(
+        self, owner: Parser, term_char: str, is_term: Terminator, in_thought: bool
+    ) -> None:
+        self._owner = owner
+        self._is_term = is_term
+        self._in_thought = in_thought
+        self._specials = re.compile('["\\[\\]{}' + re.escape(term_char) + "]")
+        self._depth = 0
+        self._in_str = False
+        self._esc = False
+        self._array = False  # a "[" opened the list
+        self._elem: list[str] | None = None  # text of the call being read
+        self._elem_len = 0
+        self._elem_base = 0
+        self._elem_id = ""
+        self._elem_skip: ProtocolError | None = None
+        self._elem_big = False
+        self._loose: list[str] = []  # text outside the list
+        self._stray: list[str] = []  # things in the list that are not objects
+
+    def scan(self, data: str, pos: int, out: list[Event]) -> int | None:
+        """Read ``data[pos:]``; the terminator's index, or None when all was consumed.
+
+        When the data ends with a possible half terminator, it is left in the owner's
+        hold-back buffer.
+        """
+        n = len(data)
+        i = seg = pos
+        if self._esc and i < n:
+            self._esc = False
+            i += 1
+        specials = self._specials
+        while i < n:
+            if self._in_str:
+                m = _IN_STRING.search(data, i)
+                if m is None:
+                    break
+                k = m.start()
+                if data[k] == "\\":
+                    if k + 1 >= n:
+                        self._esc = True
+                        break
+                    i = k + 2
+                    continue
+                self._in_str = False
+                i = k + 1
+                continue
+            m = specials.search(data, i)
+            if m is None:
+                break
+            k = m.start()
+            c = data[k]
+            i = k + 1
+            if c == '"':
+                self._in_str = True
+            elif c in "[{":
+                seg = self._open(c, data, seg, k, out)
+            elif c in "]}":
+                seg = self._close(c, data, seg, k, out)
+            else:
+                term = self._is_term(data, k)
+                if term is NEED:
+                    self._store(data[seg:k], out)
+                    self._owner._buf = data[k:]
+                    return None
+                if term:
+                    self._store(data[seg:k], out)
+                    return k
+        self._store(data[seg:n], out)
+        return None
+
+    def _open(self, c: str, data: str, seg: int, k: int, out: list[Event]) -> int:
+        depth = self._depth
+        if self._elem is not None:
+            self._depth = depth + 1
+            return seg
+        if c == "[" and depth == 0 and not self._array:
+            self._store(data[seg:k], out)
+            self._depth = 1
+            self._array = True
+            return k + 1
+        if c == "{" and depth == (1 if self._array else 0):
+            self._store(data[seg:k], out)
+            self._depth = depth + 1
+            self._elem = []
+            self._elem_len = 0
+            self._elem_big = False
+            self._elem_base = depth
+            self._elem_id, self._elem_skip = self._owner._start_call(out, self._in_thought)
+            return k
+        self._store(data[seg:k], out)
+        self._depth = depth + 1
+        return k
+
+    def _close(self, c: str, data: str, seg: int, k: int, out: list[Event]) -> int:
+        if self._depth == 0:
+            return seg  # a stray bracket in loose text
+        if self._elem is not None:
+            self._depth -= 1
+            if self._depth == self._elem_base:
+                self._store(data[seg : k + 1], out)
+                self._finish_elem(out)
+                return k + 1
+            return seg
+        if self._depth == 1 and self._array and c == "]":
+            self._store(data[seg:k], out)  # the end of the list
+            self._depth = 0
+            return k + 1
+        # The end of something in the list that is not a call. Every change of depth
+        # outside a call splits the text, so each character is judged at its own depth.
+        self._store(data[seg : k + 1], out)
+        self._depth -= 1
+        return k + 1
+
+    def _store(self, text: str, out: list[Event]) -> None:
+        if not text:
+            return
+        if self._elem is not None:
+            if self._elem_big:
+                return
+            self._elem_len += len(text)
+            if self._elem_len > self._owner._max_action:
+                self._elem_big = True
+                self._elem = []
+                if self._elem_skip is None:
+                    self._owner._too_large_action(self._elem_id, out)
+                return
+            self._elem.append(text)
+        elif self._depth == 0:
+            self._loose.append(text)
+        else:
+            self._stray.append(text)
+
+    def _finish_elem(self, out: list[Event]) -> None:
+        text = "".join(self._elem or ())
+        self._elem = None
+        if self._elem_skip is not None:
+            out.append(self._elem_skip)
+        elif not self._elem_big:
+            self._owner._finish_call(text, self._elem_id, self._in_thought, out)
+
+    def add_tail(self, text: str, out: list[Event]) -> None:
+        """Text held back as a possible terminator that turned out not to be one."""
+        self._store(text, out)
+
+    def finish(self, out: list[Event]) -> None:
+        """The section ended: report an unfinished call, stray items and loose text."""
+        if self._elem is not None:
+            text = "".join(self._elem)
+            self._elem = None
+            if self._elem_skip is not None:
+                out.append(self._elem_skip)
+            elif not self._elem_big:
+                out.append(self._owner._truncated(self._elem_id, text))
+        stray = _SEPARATORS.sub(", ", "".join(self._stray)).strip(", \t\r\n")
+        if stray:
+            out.append(
+                ProtocolError(
+                    "body_not_object",
+                    "each call in the list must be a JSON object such as "
+                    '{"name": "search", "args": {...}}; this was not, and was not run: '
+                    f"{quote(stray)}",
+                )
+            )
+        loose = "".join(self._loose).strip()
+        if loose:
+            out.append(TextDelta(loose))

@@ -1,0 +1,211 @@
+"""The values the protocol layer produces: parsed actions and parser events.
+
+Events are frozen dataclasses with a class-level ``kind`` string, so consumers can
+dispatch on ``event.kind`` without importing the classes. They are the parser's
+whole output contract (see ARCHITECTURE.md, "Contracts"): the runtime, the display
+and the tests rely on these names and fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, Union
+
+ActionType = Literal["tool", "agent", "relic", "workflow", "llm", "internal"]
+ActionMode = Literal["sync", "async", "fire_and_forget"]
+OnError = Literal["fail", "skip", "retry"]
+
+ACTION_TYPES: frozenset[str] = frozenset(("tool", "agent", "relic", "workflow", "llm", "internal"))
+ACTION_MODES: frozenset[str] = frozenset(("sync", "async", "fire_and_forget"))
+ON_ERROR_VALUES: frozenset[str] = frozenset(("fail", "skip", "retry"))
+
+ErrorCode = Literal[
+    "invalid_json",
+    "body_not_object",
+    "missing_name",
+    "duplicate_id",
+    "unknown_type",
+    "unknown_mode",
+    "invalid_field",
+    "truncated_action",
+    "action_after_final",
+    "forged_result",
+    "too_large",
+]
+ERROR_CODES: tuple[str, ...] = (
+    "invalid_json",
+    "body_not_object",
+    "missing_name",
+    "duplicate_id",
+    "unknown_type",
+    "unknown_mode",
+    "invalid_field",
+    "truncated_action",
+    "action_after_final",
+    "forged_result",
+    "too_large",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One action the model asked for, validated and ready to schedule."""
+
+    id: str
+    name: str
+    type: str = "tool"
+    mode: str = "async"
+    parameters: dict[str, Any] = field(default_factory=dict)
+    output_key: str | None = None
+    depends_on: tuple[str, ...] = ()
+    timeout: float | None = None
+    retry: int = 0
+    on_error: str = "fail"
+    in_thought: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ThoughtDelta:
+    """Text of a thought, as it arrives."""
+
+    text: str
+    kind: ClassVar[str] = "thought"
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseDelta:
+    """Text of a response for the user, as it arrives.
+
+    ``final`` is the response's declared finality where the dialect states it up
+    front (cortex's ``final`` attribute). Dialects that only learn finality at the
+    end of the block (sigil, cogency) send ``False`` here and decide on the
+    ``ResponseEnd`` event.
+    """
+
+    text: str
+    final: bool = True
+    kind: ClassVar[str] = "response"
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    """Text written outside any block; shown to the user, never dropped."""
+
+    text: str
+    kind: ClassVar[str] = "text"
+
+
+@dataclass(frozen=True, slots=True)
+class ThoughtEnd:
+    """A thought block closed (or the stream ended inside one)."""
+
+    kind: ClassVar[str] = "thought_end"
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseEnd:
+    """A response block closed. ``final`` says whether the run's answer is complete."""
+
+    final: bool = True
+    kind: ClassVar[str] = "response_end"
+
+
+@dataclass(frozen=True, slots=True)
+class ActionStart:
+    """An action's opening tag arrived; its body is still streaming (for the UI)."""
+
+    id: str
+    type: str = "tool"
+    mode: str = "async"
+    in_thought: bool = False
+    kind: ClassVar[str] = "action_start"
+
+
+@dataclass(frozen=True, slots=True)
+class ActionReady:
+    """An action is complete and valid: the runtime may dispatch it now."""
+
+    action: Action
+    kind: ClassVar[str] = "action"
+
+
+@dataclass(frozen=True, slots=True)
+class ContextFeedEvent:
+    """A ``<context_feed id="...">`` block the model wrote, whole."""
+
+    id: str
+    text: str
+    kind: ClassVar[str] = "context_feed"
+
+
+@dataclass(frozen=True, slots=True)
+class ProtocolError:
+    """Something in the stream could not be used as written.
+
+    ``code`` is one of ``ERROR_CODES``; ``message`` says what was wrong, quotes the
+    offending text (shortened) and what happens next; ``id`` names the action it
+    concerns, when there is one. An action reported here is never executed.
+    """
+
+    code: str
+    message: str
+    id: str | None = None
+    kind: ClassVar[str] = "error"
+
+
+Event = Union[  # noqa: UP007 - a runtime alias; `X | Y` of classes needs 3.10+ anyway
+    ThoughtDelta,
+    ResponseDelta,
+    TextDelta,
+    ThoughtEnd,
+    ResponseEnd,
+    ActionStart,
+    ActionReady,
+    ContextFeedEvent,
+    ProtocolError,
+]
+
+TEXT_KINDS: frozenset[str] = frozenset(("thought", "response", "text"))
+
+
+def event_to_dict(event: Event) -> dict[str, Any]:
+    """A JSON-ready dict of an event (used by golden files and transcripts).
+
+    Action fields that hold their defaults are left out so a record stays readable.
+    """
+    out: dict[str, Any] = {"kind": event.kind}
+    if isinstance(event, ActionReady):
+        out.update(action_to_dict(event.action))
+        return out
+    for name in event.__slots__:
+        value = getattr(event, name)
+        if name == "id" and value is None:
+            continue
+        out[name] = value
+    return out
+
+
+_ACTION_DEFAULTS: dict[str, Any] = {
+    "output_key": None,
+    "depends_on": (),
+    "timeout": None,
+    "retry": 0,
+    "on_error": "fail",
+    "in_thought": False,
+}
+
+
+def action_to_dict(action: Action) -> dict[str, Any]:
+    """A JSON-ready dict of an action, fields at their default left out."""
+    out: dict[str, Any] = {
+        "id": action.id,
+        "type": action.type,
+        "mode": action.mode,
+        "name": action.name,
+        "parameters": action.parameters,
+    }
+    for name, default in _ACTION_DEFAULTS.items():
+        value = getattr(action, name)
+        if value != default:
+            out[name] = list(value) if isinstance(value, tuple) else value
+    return out

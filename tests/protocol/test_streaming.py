@@ -1,0 +1,96 @@
+"""Eagerness: text shows as it arrives and actions start the moment they close."""
+
+from __future__ import annotations
+
+from cortex_jupyter.protocol import (
+    ActionReady,
+    ActionStart,
+    Parser,
+    ResponseDelta,
+    ThoughtDelta,
+    ThoughtEnd,
+)
+from cortex_jupyter.protocol.events import Event
+
+
+def kinds(events: list[Event]) -> list[str]:
+    return [e.kind for e in events]
+
+
+def texts(events: list[Event]) -> str:
+    return "".join(getattr(e, "text", "") for e in events)
+
+
+def test_thought_text_is_emitted_before_the_block_closes() -> None:
+    parser = Parser()
+    assert parser.feed("<thought>Hello") == [ThoughtDelta("Hello")]
+    assert parser.feed(" wor") == [ThoughtDelta(" wor")]
+
+
+def test_only_a_possible_closing_tag_is_held_back() -> None:
+    parser = Parser()
+    assert texts(parser.feed("<thought>abc</tho")) == "abc"
+    assert parser.feed("ught>") == [ThoughtEnd()]
+
+
+def test_a_lt_that_cannot_start_a_tag_is_emitted_at_once() -> None:
+    parser = Parser()
+    assert texts(parser.feed("<thought>if a <b")) == "if a <b"
+    assert texts(parser.feed(" or x < 3")) == " or x < 3"
+
+
+def test_held_text_turns_out_to_be_text_when_the_next_chunk_arrives() -> None:
+    parser = Parser()
+    assert texts(parser.feed("<thought>see <act")) == "see "
+    assert texts(parser.feed("ual results")) == "<actual results"
+
+
+def test_action_start_comes_with_the_opening_tag() -> None:
+    parser = Parser()
+    assert parser.feed('<action type="tool" mode="sync" id="a1">') == [
+        ActionStart("a1", "tool", "sync", False)
+    ]
+    assert parser.feed('{"name": "search", ') == []
+
+
+def test_action_is_ready_in_the_chunk_that_closes_it_while_text_goes_on() -> None:
+    parser = Parser()
+    parser.feed('<thought>Plan.<action id="a1">{"name": "search"}')
+    events = parser.feed("</action>More thinking")
+    assert kinds(events) == ["action", "thought"]
+    assert isinstance(events[0], ActionReady)
+    assert events[0].action.name == "search"
+    assert events[0].action.in_thought
+    assert texts(events[1:]) == "More thinking"
+
+
+def test_response_text_streams_with_its_finality() -> None:
+    parser = Parser()
+    assert parser.feed('<response final="false">Part') == [ResponseDelta("Part", False)]
+
+
+def test_sigil_call_starts_before_the_list_ends() -> None:
+    parser = Parser("sigil")
+    events = parser.feed('§CALLS: [{"name": "a", "args": {}}')
+    assert kinds(events) == ["action_start", "action"]
+    assert kinds(parser.feed(', {"name": "b"')) == ["action_start"]
+    assert kinds(parser.feed("}]")) == ["action"]
+
+
+def test_cogency_call_starts_before_the_list_ends() -> None:
+    parser = Parser("cogency")
+    events = parser.feed('<execute>[{"name": "a", "args": {"q": "x"}}, ')
+    assert kinds(events) == ["action_start", "action"]
+
+
+def test_turn_boundaries_are_visible_on_the_parser() -> None:
+    sigil = Parser("sigil")
+    sigil.feed('§CALLS: [{"name": "a"}]\n§EXECUTE:')
+    sigil.close()
+    assert sigil.boundary == "execute"
+    cogency = Parser("cogency")
+    cogency.feed("<respond>ok</respond><end>")
+    assert cogency.boundary == "end"
+    cortex = Parser()
+    cortex.feed("<response>ok</response>")
+    assert cortex.boundary is None
