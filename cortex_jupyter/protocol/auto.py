@@ -14,7 +14,7 @@ from typing import Any
 from .base import TOP
 from .events import Event
 from .sigil import SigilParser, marker_at
-from .tags import NEED, Tag, partial_pattern, scan_tag
+from .tags import NEED, Tag, scan_tag, tag_set
 from .xml import _FORGED, XmlParser
 
 _LT_OR_SIGIL = re.compile("[<§]")
@@ -72,7 +72,7 @@ class AutoParser(XmlParser):
                 self._emit(data[start:i], out)
             if found is NEED:
                 self._buf = data[i:]
-                self._pending = partial_pattern(self._known)
+                self._pending = tag_set(self._known)
                 return len(data)
             if isinstance(found, Tag):
                 return self._on_tag(found, out)

@@ -1,10 +1,11 @@
 """What every dialect's parser shares: text emission, ids, limits and finality.
 
-Text is emitted the moment it is known to be text. The one adjustment is
-whitespace: a block's leading and trailing whitespace is not part of its text, so a
-run of whitespace is held until something visible follows it in the same block
-(it would render as nothing anyway). Both rules depend only on the text, never on
-where the stream was split, which is what makes any chunking give the same events.
+Text is emitted the moment it is known to be text. Two whitespace rules keep blocks
+clean without delaying anything visible: a block's leading whitespace is not part of
+its text, and loose text between blocks is trimmed at both ends (a run of whitespace
+there is held until something visible follows it, so whitespace-only gaps between
+blocks make no events). Both depend only on the text, never on where the stream was
+split, which is what makes any chunking give the same events.
 """
 
 from __future__ import annotations

@@ -46,50 +46,56 @@ class _Need:
 #: The text at the ``<`` could still become a known tag: wait for more input.
 NEED: Final = _Need()
 
-_compiled: dict[frozenset[str], tuple[re.Pattern[str], re.Pattern[str]]] = {}
+
+class _TagSet:
+    """The compiled expressions for one set of tag names."""
+
+    __slots__ = ("attrs_partial", "full", "prefixes")
+
+    def __init__(self, known: frozenset[str]) -> None:
+        names = "|".join(re.escape(k) for k in sorted(known, key=len, reverse=True))
+        self.full = re.compile(rf"<({names})(?=[\s/>])((?:\s+{_ATTR_SRC})*)\s*(/?)>", re.IGNORECASE)
+        # A name still arriving is a prefix of a known name ("" and "/" included).
+        self.prefixes = frozenset(k[:n] for k in known for n in range(len(k) + 1)) | {"/"}
+        self.attrs_partial = re.compile(
+            rf"<(?:{names})(?:\s+{_ATTR_SRC})*(?:\s+{_ATTR_PARTIAL_SRC})?\s*/?\Z",
+            re.IGNORECASE,
+        )
+
+    def is_partial(self, s: str, i: int) -> bool:
+        """Whether ``s[i:]`` (no complete tag) may still grow into one."""
+        if len(s) - i >= MAX_TAG:
+            return False
+        return s[i + 1 :].lower() in self.prefixes or self.attrs_partial.match(s, i) is not None
 
 
-def _patterns(known: frozenset[str]) -> tuple[re.Pattern[str], re.Pattern[str]]:
-    """The (complete tag, tag still arriving) expressions for these tag names."""
+_compiled: dict[frozenset[str], _TagSet] = {}
+
+
+def tag_set(known: frozenset[str]) -> _TagSet:
     found = _compiled.get(known)
-    if found is not None:
-        return found
-    names = "|".join(re.escape(k) for k in sorted(known, key=len, reverse=True))
-    prefixes = {k[:n] for k in known for n in range(1, len(k) + 1)}
-    partial_names = "|".join(re.escape(p) for p in sorted(prefixes, key=len, reverse=True))
-    full = re.compile(rf"<({names})(?=[\s/>])((?:\s+{_ATTR_SRC})*)\s*(/?)>", re.IGNORECASE)
-    partial = re.compile(
-        rf"<(?:/?\Z|(?:{partial_names})\Z|(?:{names})(?:\s+{_ATTR_SRC})*"
-        rf"(?:\s+{_ATTR_PARTIAL_SRC})?\s*/?\Z)",
-        re.IGNORECASE,
-    )
-    _compiled[known] = (full, partial)
-    return full, partial
+    if found is None:
+        found = _compiled[known] = _TagSet(known)
+    return found
 
 
 def scan_tag(s: str, i: int, known: frozenset[str]) -> Tag | _Need | None:
     """Classify the text at ``s[i] == "<"`` against the tag names in ``known``."""
-    full, partial = _patterns(known)
-    m = full.match(s, i)
-    if m is not None:
-        end = m.end()
-        name = m.group(1).lower()
-        raw_attrs = m.group(2)
-        if end - i > MAX_TAG or (raw_attrs and name[0] == "/"):
-            return None
-        attrs: dict[str, str] = {}
-        if raw_attrs:
-            for am in _ATTR.finditer(raw_attrs):
-                value = am.group(2)
-                if value is None:
-                    value = am.group(3) if am.group(3) is not None else am.group(4)
-                attrs[am.group(1).lower()] = value
-        return Tag(name, attrs, end, bool(m.group(3)))
-    if len(s) - i < MAX_TAG and partial.match(s, i) is not None:
-        return NEED
-    return None
-
-
-def partial_pattern(known: frozenset[str]) -> re.Pattern[str]:
-    """The expression that matches a tag of ``known`` still arriving (see ``scan_tag``)."""
-    return _patterns(known)[1]
+    tags = tag_set(known)
+    if s.find(">", i) >= 0:
+        m = tags.full.match(s, i)
+        if m is not None:
+            end = m.end()
+            name = m.group(1).lower()
+            raw_attrs = m.group(2)
+            if end - i > MAX_TAG or (raw_attrs and name[0] == "/"):
+                return None
+            attrs: dict[str, str] = {}
+            if raw_attrs:
+                for am in _ATTR.finditer(raw_attrs):
+                    value = am.group(2)
+                    if value is None:
+                        value = am.group(3) if am.group(3) is not None else am.group(4)
+                    attrs[am.group(1).lower()] = value
+            return Tag(name, attrs, end, bool(m.group(3)))
+    return NEED if tags.is_partial(s, i) else None

@@ -33,7 +33,7 @@ from .events import (
     ThoughtDelta,
     ThoughtEnd,
 )
-from .tags import MAX_TAG, NEED, Tag, _Need, partial_pattern, scan_tag
+from .tags import NEED, Tag, _Need, scan_tag, tag_set
 
 # Parser states (where the next character goes).
 S_TEXT, S_ACTION, S_CALLS, S_FORGED = 0, 1, 2, 3
@@ -83,7 +83,7 @@ class XmlParser(Parser):
         self._known = self._tables[TOP]
         self._state = S_TEXT
         self._fast = 0  # see _update_fast
-        self._pending = partial_pattern(self._known)  # for a tag still arriving
+        self._pending = tag_set(self._known)  # for a tag still arriving
         self._in_thought = False  # an action or forged block interrupted a thought
         # the action being read
         self._act_id = ""
@@ -144,7 +144,7 @@ class XmlParser(Parser):
             elif ">" not in chunk and "<" not in chunk:
                 # A tag still arriving: it stays a possible tag while it fits.
                 data = self._buf + chunk
-                if len(data) < MAX_TAG and self._pending.match(data) is not None:
+                if self._pending.is_partial(data, 0):
                     self._buf = data
                     return []
         if self._closed or chunk.__class__ is not str:
@@ -231,7 +231,7 @@ class XmlParser(Parser):
                 self._emit(data[start:i], out)
             if tag is NEED:
                 self._buf = data[i:]
-                self._pending = partial_pattern(known)
+                self._pending = tag_set(known)
                 return len(data)
             assert isinstance(tag, Tag)
             return self._on_tag(tag, out)
