@@ -13,10 +13,31 @@ if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
     from cortex_jupyter.protocol import Parser
+    from cortex_jupyter.runtime import Registry, Run, Scheduler, default_registry, tool
 
 __version__ = "0.1.0"
 
-__all__ = ["Parser", "__version__", "load_ipython_extension", "unload_ipython_extension"]
+__all__ = [
+    "Parser",
+    "Registry",
+    "Run",
+    "Scheduler",
+    "__version__",
+    "default_registry",
+    "load_ipython_extension",
+    "tool",
+    "unload_ipython_extension",
+]
+
+# Public names, imported on first use so ``import cortex_jupyter`` stays light.
+_LAZY = {
+    "Parser": "cortex_jupyter.protocol",
+    "Registry": "cortex_jupyter.runtime",
+    "Run": "cortex_jupyter.runtime",
+    "Scheduler": "cortex_jupyter.runtime",
+    "default_registry": "cortex_jupyter.runtime",
+    "tool": "cortex_jupyter.runtime",
+}
 
 
 def load_ipython_extension(ipython: InteractiveShell) -> None:
@@ -34,8 +55,9 @@ def unload_ipython_extension(ipython: InteractiveShell) -> None:
 
 
 def __getattr__(name: str) -> Any:
-    if name == "Parser":
-        from cortex_jupyter.protocol import Parser
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
 
-        return Parser
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

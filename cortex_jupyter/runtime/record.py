@@ -1,0 +1,325 @@
+"""The run record: everything one run did, kept as it happened, and its JSONL transcript.
+
+A ``Run`` holds every event (the parser's and the runtime's, with the time each was
+seen), the action nodes, the thought/response/text, the variables bound and the
+notes the runtime left (refused variable names...). ``to_jsonl()`` writes a transcript
+— a header, one line per event, then the final state of every node and the variables;
+``Run.from_jsonl()`` reads it back into an equivalent record (outputs that were not
+JSON come back as their short repr). ``load_events()`` gives the timed events alone,
+to feed a display or a scheduler again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import reprlib
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+from cortex_jupyter.protocol.events import (
+    Action,
+    ActionReady,
+    ActionStart,
+    ContextFeedEvent,
+    ProtocolError,
+    ResponseDelta,
+    ResponseEnd,
+    TextDelta,
+    ThoughtDelta,
+    ThoughtEnd,
+    event_to_dict,
+)
+
+from .errors import TranscriptError
+from .events import RUN_EVENT_TYPES, AnyEvent, Nested
+from .graph import STATUSES, ActionNode
+
+TRANSCRIPT_FORMAT = "cortex_jupyter.run"
+TRANSCRIPT_VERSION = 1
+MAX_JSON_OUTPUT = 1 << 20
+
+_PARSER_EVENT_TYPES: dict[str, type[Any]] = {
+    cls.kind: cls
+    for cls in (
+        ThoughtDelta,
+        ResponseDelta,
+        TextDelta,
+        ThoughtEnd,
+        ResponseEnd,
+        ActionStart,
+        ActionReady,
+        ContextFeedEvent,
+        ProtocolError,
+    )
+}
+_repr = reprlib.Repr()
+_repr.maxstring = 160
+_repr.maxother = 160
+_repr.maxlist = _repr.maxdict = _repr.maxtuple = _repr.maxset = 8
+_NODE_FIELDS = (
+    "name", "type", "mode", "parent", "status", "error", "submitted", "started", "finished",
+    "attempts", "note",
+)  # fmt: skip
+
+
+def summarize(value: Any) -> str:
+    """A short one-line repr of any value (for events and non-JSON outputs)."""
+    try:
+        return _repr.repr(value).replace("\n", " ")
+    except Exception as exc:  # a broken __repr__ must not break the run record
+        return f"<{type(value).__name__} (repr failed: {type(exc).__name__})>"
+
+
+class OutputRepr(str):
+    """The short repr standing in for an output that was not JSON (in a replayed run)."""
+
+    __slots__ = ()
+
+
+def to_json_value(value: Any) -> tuple[Any, bool]:
+    """(value, False) when ``value`` is JSON (and not huge), else (short repr, True)."""
+    if isinstance(value, OutputRepr):
+        return str(value), True
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return summarize(value), True
+    if len(text) > MAX_JSON_OUTPUT:
+        return summarize(value), True
+    return json.loads(text), False
+
+
+@dataclass(eq=False, repr=False)
+class Run:
+    """One run: its events, action nodes, text and variables (the notebook's ``_cortex``)."""
+
+    id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    actions: dict[str, ActionNode] = field(default_factory=dict)
+    events: list[AnyEvent] = field(default_factory=list)
+    event_times: list[float] = field(default_factory=list, repr=False)
+    variables: dict[str, Any] = field(default_factory=dict, repr=False)
+    errors: list[ProtocolError] = field(default_factory=list, repr=False)
+    notes: list[str] = field(default_factory=list, repr=False)
+    started: float = field(default_factory=time.monotonic)
+    ended: float | None = None
+    status: str = "running"
+    final: bool | None = None
+    _thought: list[str] = field(default_factory=list, repr=False)
+    _response: list[str] = field(default_factory=list, repr=False)
+    _text: list[str] = field(default_factory=list, repr=False)
+
+    @property
+    def thought(self) -> str:
+        return _joined(self._thought)
+
+    @property
+    def response(self) -> str:
+        return _joined(self._response)
+
+    @property
+    def text(self) -> str:
+        """Text the model wrote outside any block."""
+        return _joined(self._text)
+
+    def record(self, event: AnyEvent, at: float | None = None) -> None:
+        """Append an event, and keep the text fields up to date."""
+        self.events.append(event)
+        self.event_times.append(time.monotonic() if at is None else at)
+        if isinstance(event, ThoughtDelta):
+            self._thought.append(event.text)
+        elif isinstance(event, ResponseDelta):
+            self._response.append(event.text)
+        elif isinstance(event, TextDelta):
+            self._text.append(event.text)
+        elif isinstance(event, ResponseEnd):
+            self.final = event.final
+        elif isinstance(event, ProtocolError):
+            self.errors.append(event)
+
+    def __repr__(self) -> str:
+        counts: dict[str, int] = {}
+        for node in self.actions.values():
+            counts[node.status] = counts.get(node.status, 0) + 1
+        shown = ", ".join(f"{n} {s}" for s, n in counts.items()) or "no actions"
+        return f"<Run {self.id} {self.status}: {shown}>"
+
+    # ---- transcript ---------------------------------------------------------------
+
+    def to_jsonl(self) -> str:
+        """The transcript: header, events, node states, variables; one JSON per line."""
+        return "".join(json.dumps(line, allow_nan=False) + "\n" for line in self._lines())
+
+    def _lines(self) -> Iterator[dict[str, Any]]:
+        yield {
+            "record": TRANSCRIPT_FORMAT,
+            "version": TRANSCRIPT_VERSION,
+            "id": self.id,
+            "status": self.status,
+            "started": self.started,
+            "ended": self.ended,
+            "final": self.final,
+            "notes": self.notes,
+        }
+        for event, at in zip(self.events, self.event_times, strict=True):
+            yield {"record": "event", "t": at, **encode_event(event)}
+        for node in self.actions.values():
+            yield _encode_node(node)
+        values = {}
+        reprs = []
+        for name, value in self.variables.items():
+            values[name], is_repr = to_json_value(value)
+            if is_repr:
+                reprs.append(name)
+        yield {"record": "variables", "values": values, "repr": reprs}
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        out = Path(path)
+        out.write_text(self.to_jsonl(), encoding="utf-8")
+        return out
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Run:
+        return cls.from_jsonl(Path(path).read_text(encoding="utf-8"))
+
+    @classmethod
+    def from_jsonl(cls, text: str) -> Run:
+        """Read a transcript written by ``to_jsonl`` back into a run record."""
+        run: Run | None = None
+        for number, line in _json_lines(text):
+            record = line.get("record")
+            if number == 1:
+                run = _decode_header(line, number)
+                continue
+            assert run is not None
+            if record == "event":
+                run.record(_decode_or_fail(line, number), float(line["t"]))
+            elif record == "node":
+                node = _decode_node(line, number)
+                run.actions[node.id] = node
+            elif record == "variables":
+                reprs = set(line.get("repr", ()))
+                for name, value in line.get("values", {}).items():
+                    run.variables[name] = OutputRepr(value) if name in reprs else value
+            else:
+                raise TranscriptError(number, f"unknown record type {record!r}")
+        if run is None:
+            raise TranscriptError(0, "the transcript is empty")
+        return run
+
+
+def _joined(parts: list[str]) -> str:
+    if len(parts) > 1:
+        parts[:] = ["".join(parts)]
+    return parts[0] if parts else ""
+
+
+def encode_event(event: AnyEvent) -> dict[str, Any]:
+    """A JSON-ready dict of any event, parser's or runtime's."""
+    if isinstance(event, Nested):
+        return {"kind": "nested", "parent": event.parent, "event": encode_event(event.event)}
+    if event.kind in RUN_EVENT_TYPES:
+        out: dict[str, Any] = {"kind": event.kind}
+        for name in event.__slots__:
+            value = getattr(event, name)
+            if value is not None:
+                out[name] = value
+        return out
+    encoded = event_to_dict(event)  # type: ignore[arg-type]
+    if isinstance(event, ActionReady):
+        encoded["parameters"], _ = to_json_value(event.action.parameters)
+    return encoded
+
+
+def decode_event(data: dict[str, Any]) -> AnyEvent:
+    """The event an ``encode_event`` dict stands for."""
+    fields = {k: v for k, v in data.items() if k not in ("kind", "record", "t")}
+    kind = data.get("kind")
+    if kind == "nested":
+        return Nested(parent=fields["parent"], event=decode_event(fields["event"]))
+    if kind == "action":
+        if "depends_on" in fields:
+            fields["depends_on"] = tuple(fields["depends_on"])
+        return ActionReady(Action(**fields))
+    cls = RUN_EVENT_TYPES.get(str(kind)) or _PARSER_EVENT_TYPES.get(str(kind))
+    if cls is None:
+        raise ValueError(f"unknown event kind {kind!r}")
+    return cast(AnyEvent, cls(**fields))
+
+
+def load_events(text: str) -> list[tuple[float, AnyEvent]]:
+    """The timed events of a transcript, in order (to replay into a display)."""
+    return [
+        (float(line["t"]), _decode_or_fail(line, number))
+        for number, line in _json_lines(text)
+        if line.get("record") == "event"
+    ]
+
+
+def _json_lines(text: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    for number, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            line = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise TranscriptError(number, f"not JSON ({exc.msg})") from None
+        if not isinstance(line, dict):
+            raise TranscriptError(number, "not a JSON object")
+        if number == 1 and line.get("record") != TRANSCRIPT_FORMAT:
+            raise TranscriptError(number, f"not a {TRANSCRIPT_FORMAT} transcript")
+        yield number, line
+
+
+def _decode_header(line: dict[str, Any], number: int) -> Run:
+    if line.get("version") != TRANSCRIPT_VERSION:
+        raise TranscriptError(number, f"unsupported version {line.get('version')!r}")
+    return Run(
+        id=str(line["id"]),
+        status=str(line["status"]),
+        started=float(line["started"]),
+        ended=line.get("ended"),
+        final=line.get("final"),
+        notes=list(line.get("notes", [])),
+    )
+
+
+def _decode_or_fail(line: dict[str, Any], number: int) -> AnyEvent:
+    try:
+        return decode_event(line)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise TranscriptError(number, f"bad event ({exc})") from None
+
+
+def _encode_node(node: ActionNode) -> dict[str, Any]:
+    out: dict[str, Any] = {"record": "node", "id": node.id}
+    out.update({name: getattr(node, name) for name in _NODE_FIELDS})
+    out["depends_on"] = list(node.depends_on)
+    out["waits_for"] = list(node.waits_for)
+    out["output"], out["output_repr"] = to_json_value(node.output)
+    if node.action is not None:
+        action = encode_event(ActionReady(node.action))
+        action.pop("kind")
+        out["action"] = action
+    return out
+
+
+def _decode_node(line: dict[str, Any], number: int) -> ActionNode:
+    if line.get("status") not in STATUSES:
+        raise TranscriptError(number, f"unknown status {line.get('status')!r}")
+    action = None
+    if "action" in line:
+        event = _decode_or_fail({"kind": "action", **line["action"]}, number)
+        action = cast(ActionReady, event).action
+    node = ActionNode(id=str(line["id"]), name=str(line["name"]), action=action)
+    for name in _NODE_FIELDS:
+        setattr(node, name, line.get(name))
+    node.depends_on = tuple(line.get("depends_on", ()))
+    node.waits_for = tuple(line.get("waits_for", ()))
+    output = line.get("output")
+    node.output = OutputRepr(output) if line.get("output_repr") else output
+    return node

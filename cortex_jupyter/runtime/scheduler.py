@@ -1,0 +1,636 @@
+"""The scheduler: runs the actions of a stream as a dependency graph, while it streams.
+
+``Scheduler.submit(event)`` takes the parser's events one by one (it never blocks):
+an ``action`` event becomes a node, and the node starts at once if its dependencies
+are done. When a node finishes, the nodes it released start from the same task, so
+dispatch never polls. ``await scheduler.drain()`` ends a turn: ids that never
+appeared are given up on and every action except ``fire_and_forget`` ones is waited
+for. Leaving ``async with`` ends the run.
+
+Every task belongs to the scheduler's task group (or to the ``background`` group the
+caller passes for ``fire_and_forget`` actions); cancelling the run cancels running
+actions, skips pending ones and keeps everything already finished.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import statistics
+import time
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    Callable,
+    Iterable,
+    Mapping,
+    MutableMapping,
+)
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import anyio.to_thread
+from anyio.abc import TaskGroup
+
+from cortex_jupyter.protocol.events import (
+    Action,
+    ActionReady,
+    ActionStart,
+    ContextFeedEvent,
+    Event,
+    ProtocolError,
+)
+
+from .errors import (
+    ActionTimeout,
+    AgentDepthExceeded,
+    CortexRuntimeError,
+    InternalActionRefused,
+    InvalidVariableName,
+    NoModelConfigured,
+    SchedulerNotRunning,
+    UnknownAction,
+    WorkflowStepFailed,
+)
+from .events import ActionStatus, AnyEvent, End, Interrupt, Metric, Nested
+from .graph import ActionNode, Graph, Update
+from .model import Message, ModelClient, complete
+from .record import Run, summarize
+from .registry import AgentSpec, Registry, Step, ToolSpec, WorkflowSpec, default_registry
+from .variables import check_variable_name, find_references, resolve
+
+Invoke = Callable[[], Any]
+EventCallback = Callable[[AnyEvent], None]
+BindCallback = Callable[[str, Any], None]
+
+
+@dataclass(frozen=True)
+class InternalPolicy:
+    """Which ``internal`` actions (changes to the agent's own context) may run."""
+
+    enabled: bool = False
+    allow: frozenset[str] = field(default_factory=frozenset)
+
+    def check(self, name: str) -> None:
+        if not self.enabled or name not in self.allow:
+            raise InternalActionRefused(name, self.enabled, self.allow)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Backoff between attempts: ``base * factor ** (n - 1)`` seconds, at most ``max_delay``.
+
+    ``default_retries`` is used by ``on_error: "retry"`` when the action sets no ``retry``.
+    """
+
+    base: float = 0.5
+    factor: float = 2.0
+    max_delay: float = 10.0
+    default_retries: int = 2
+
+    def delay(self, failed_attempt: int) -> float:
+        return float(min(self.max_delay, self.base * self.factor ** (failed_attempt - 1)))
+
+    def retries(self, action: Action) -> int:
+        if action.retry:
+            return action.retry
+        return self.default_retries if action.on_error == "retry" else 0
+
+
+def error_text(exc: BaseException) -> str:
+    """How a failure reads on a node: our own errors as they are, others with their type."""
+    if isinstance(exc, CortexRuntimeError):
+        return str(exc)
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class Scheduler:
+    """Runs one run's actions as they arrive; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        registry: Registry | None = None,
+        namespace: Mapping[str, Any] | None = None,
+        model: ModelClient | None = None,
+        on_event: EventCallback | None = None,
+        bind: BindCallback | None = None,
+        feeds: MutableMapping[str, str] | None = None,
+        internal: InternalPolicy | None = None,
+        retry: RetryPolicy | None = None,
+        max_threads: int = 32,
+        background: TaskGroup | None = None,
+        run: Run | None = None,
+        depth: int = 0,
+        max_depth: int = 3,
+        limiter: anyio.CapacityLimiter | None = None,
+    ) -> None:
+        self.registry = registry if registry is not None else default_registry
+        self.namespace: Mapping[str, Any] = namespace if namespace is not None else {}
+        self.model = model
+        self.feeds: MutableMapping[str, str] = feeds if feeds is not None else {}
+        self.internal = internal if internal is not None else InternalPolicy()
+        self.retry = retry if retry is not None else RetryPolicy()
+        self.run = run if run is not None else Run()
+        self.graph = Graph()
+        self.depth = depth
+        self.max_depth = max_depth
+        self._on_event = on_event
+        self._bind = bind
+        self._limiter = limiter if limiter is not None else anyio.CapacityLimiter(max_threads)
+        self._background = background
+        self._background_scopes: dict[str, anyio.CancelScope] = {}
+        self._tg: TaskGroup | None = None
+        self._starts: dict[str, ActionStart] = {}
+        self._outstanding = 0
+        self._idle: anyio.Event | None = None
+        self._stopping = False
+
+    # ---- lifecycle ------------------------------------------------------------------
+
+    async def __aenter__(self) -> Scheduler:
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        tg = self._require_tg("end the run")
+        if exc is not None:
+            return await self._abort(exc)
+        try:
+            await self.drain()
+        except BaseException as error:
+            if not await self._abort(error):
+                raise
+            return True
+        self._end("completed")
+        await tg.__aexit__(None, None, None)
+        return False
+
+    def cancel(self) -> None:
+        """Stop the run (the Stop button): running actions are cancelled, pending ones skipped.
+
+        The ``async with`` block is left through cancellation and does not raise.
+        """
+        self._require_tg("cancel").cancel_scope.cancel()
+        for scope in self._background_scopes.values():
+            scope.cancel()
+
+    async def _abort(self, exc: BaseException) -> bool:
+        tg = self._require_tg("stop the run")
+        cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
+        self._stopping = True
+        self._emit(
+            Interrupt(
+                reason="cancelled" if cancelled else "stream failed",
+                time=time.monotonic(),
+                error=None if cancelled else error_text(exc),
+            )
+        )
+        tg.cancel_scope.cancel()
+        for scope in self._background_scopes.values():
+            scope.cancel()
+        self._skip_unstarted()
+        try:
+            if cancelled:
+                return bool(await tg.__aexit__(type(exc), exc, exc.__traceback__))
+            await tg.__aexit__(None, None, None)
+            return False
+        finally:
+            self._skip_unstarted()
+            self._end("cancelled" if cancelled else "failed")
+
+    def _skip_unstarted(self) -> None:
+        now = time.monotonic()
+        for node in list(self.run.actions.values()):
+            if node.status == "pending":
+                self._settle(node, "skipped", now, "not started: the run was stopped")
+
+    def _end(self, status: str) -> None:
+        if self.run.ended is not None:
+            return
+        now = time.monotonic()
+        self.run.status = status
+        self.run.ended = now
+        for metric in self._metrics(now):
+            self._emit(metric)
+        self._emit(End(status=status, time=now))
+
+    def _metrics(self, now: float) -> Iterable[Metric]:
+        nodes = [n for n in self.run.actions.values() if n.parent is None]
+        yield Metric("actions", len(nodes), now, "count")
+        yield Metric("elapsed", now - self.run.started, now, "s")
+        latencies = dispatch_latencies(self.run)
+        if latencies:
+            yield Metric("dispatch_latency_median", statistics.median(latencies), now, "s")
+            yield Metric("dispatch_latency_max", max(latencies), now, "s")
+
+    def _require_tg(self, what: str) -> TaskGroup:
+        if self._tg is None:
+            raise SchedulerNotRunning(what)
+        return self._tg
+
+    # ---- feeding --------------------------------------------------------------------
+
+    def submit(self, event: Event) -> None:
+        """Take one parser event; an action starts now if its dependencies are done."""
+        self._require_tg("submit an event")
+        self._emit(event)
+        if isinstance(event, ActionReady):
+            self._add_action(event.action)
+        elif isinstance(event, ActionStart):
+            self._starts[event.id] = event
+        elif isinstance(event, ContextFeedEvent):
+            self.feeds[event.id] = event.text
+        elif isinstance(event, ProtocolError) and event.id is not None:
+            self._add_rejected(event)
+
+    async def drain(self) -> None:
+        """End of a turn: give up on ids that never came, wait for every action but
+        ``fire_and_forget`` ones."""
+        self._require_tg("drain")
+        self._apply(self.graph.resolve_missing())
+        while self._outstanding > 0:
+            self._idle = anyio.Event()
+            await self._idle.wait()
+
+    def _add_action(self, action: Action) -> None:
+        if action.id in self.run.actions:
+            self.submit(
+                ProtocolError(
+                    "duplicate_id",
+                    f"action id {action.id!r} is already used in this run; "
+                    "the second action was not run",
+                    action.id,
+                )
+            )
+            return
+        node = ActionNode(
+            action.id, action.name, action.type, action.mode, action, submitted=time.monotonic()
+        )
+        self._track(node)
+        update = self.graph.add(node, find_references(action.parameters), action.output_key)
+        self._apply(update)
+
+    def _add_rejected(self, error: ProtocolError) -> None:
+        assert error.id is not None
+        if error.id in self.run.actions:
+            return
+        start = self._starts.get(error.id)
+        now = time.monotonic()
+        node = ActionNode(
+            error.id,
+            name="?",
+            type=start.type if start else "tool",
+            mode=start.mode if start else "async",
+            submitted=now,
+        )
+        self._track(node)
+        self._settle(node, "failed", now, error.message)
+        self._apply(self.graph.add(node))
+
+    def _track(self, node: ActionNode) -> None:
+        self.run.actions[node.id] = node
+        if node.parent is None and node.mode != "fire_and_forget":
+            self._outstanding += 1
+        self._emit(
+            ActionStatus(
+                node.id,
+                "pending",
+                node.submitted or time.monotonic(),
+                name=node.name,
+                type=node.type,
+                parent=node.parent,
+            )
+        )
+
+    def _apply(self, update: Update) -> None:
+        now = time.monotonic()
+        for node, reason in update.skipped:
+            self._settle(node, "skipped", now, reason)
+        for node in update.ready:
+            if self._stopping:
+                self._settle(node, "skipped", now, "not started: the run was stopped")
+            else:
+                self._start(node)
+
+    def _start(self, node: ActionNode) -> None:
+        if node.mode == "fire_and_forget" and self._background is not None:
+            self._background.start_soon(self._execute_background, node, name=node.id)
+        else:
+            self._require_tg("start an action").start_soon(self._execute, node, name=node.id)
+
+    # ---- running one node -----------------------------------------------------------
+
+    async def _execute_background(self, node: ActionNode) -> None:
+        with anyio.CancelScope() as scope:
+            self._background_scopes[node.id] = scope
+            try:
+                await self._execute(node)
+            finally:
+                del self._background_scopes[node.id]
+        if scope.cancelled_caught and node.status == "pending":
+            self._settle(node, "skipped", time.monotonic(), "not started: the run was stopped")
+
+    async def _execute(self, node: ActionNode) -> None:
+        if node.final:  # skipped while waiting for its turn to start
+            return
+        await self._run_node(node, {})
+        ok = node.status == "done"
+        if node.status == "failed" and node.action is not None and node.action.on_error == "skip":
+            node.output = None
+            ok = True
+        if ok:
+            self._bind_output(node)
+        self._apply(self.graph.complete(node.id, ok=ok))
+
+    async def _run_node(self, node: ActionNode, scope: Mapping[str, Any]) -> None:
+        """Run a node's attempts and give it its final status (done, failed, cancelled)."""
+        assert node.action is not None
+        node.started = time.monotonic()
+        node.status = "running"
+        node.attempts = 1
+        self._emit(ActionStatus(node.id, "running", node.started, attempt=1, parent=node.parent))
+        try:
+            output = await self._attempts(node, node.action, scope)
+        except anyio.get_cancelled_exc_class():
+            self._settle(node, "cancelled", time.monotonic(), "cancelled: the run was stopped")
+            raise
+        except Exception as exc:
+            node.exception = exc
+            self._settle(node, "failed", time.monotonic(), error_text(exc))
+        else:
+            node.output = output
+            self._settle(node, "done", time.monotonic(), None)
+
+    async def _attempts(self, node: ActionNode, action: Action, scope: Mapping[str, Any]) -> Any:
+        """Resolve, check, then call with the action's timeout, retries and backoff."""
+        params = resolve(action.parameters, [scope, self.run.variables, self.feeds, self.namespace])
+        invoke = self._prepare(node, action, params)
+        retries = self.retry.retries(action)
+        while True:
+            if action.timeout is None:
+                try:
+                    return await invoke()
+                except Exception as exc:
+                    error: Exception = exc
+            else:
+                with anyio.move_on_after(action.timeout) as deadline:
+                    try:
+                        return await invoke()
+                    except Exception as exc:
+                        error = exc
+                if deadline.cancelled_caught:
+                    error = ActionTimeout(node.id, action.timeout, node.attempts)
+            if node.attempts > retries:
+                raise error
+            delay = self.retry.delay(node.attempts)
+            self._emit(
+                ActionStatus(
+                    node.id,
+                    "running",
+                    time.monotonic(),
+                    attempt=node.attempts,
+                    error=error_text(error),
+                    parent=node.parent,
+                    retry_in=delay,
+                )
+            )
+            await anyio.sleep(delay)
+            node.attempts += 1
+            self._emit(
+                ActionStatus(
+                    node.id, "running", time.monotonic(), attempt=node.attempts, parent=node.parent
+                )
+            )
+
+    def _settle(self, node: ActionNode, status: str, now: float, error: str | None) -> None:
+        """Give a node its final status and say so."""
+        node.status = status  # type: ignore[assignment]
+        node.error = error
+        node.finished = now
+        output = summarize(node.output) if status == "done" else None
+        self._emit(
+            ActionStatus(
+                node.id,
+                status,
+                now,
+                attempt=node.attempts,
+                error=error,
+                output=output,
+                parent=node.parent,
+                note=node.note,
+            )
+        )
+        if node.parent is None and node.mode != "fire_and_forget":
+            self._outstanding -= 1
+            if self._outstanding == 0 and self._idle is not None:
+                self._idle.set()
+
+    def _bind_output(self, node: ActionNode) -> None:
+        key = node.output_key
+        if key is None:
+            return
+        self.run.variables[key] = node.output
+        if self._bind is None or node.status != "done":
+            return
+        try:
+            check_variable_name(key)
+        except InvalidVariableName as refused:
+            self._note(node, str(refused))
+            return
+        try:
+            self._bind(key, node.output)
+        except Exception as exc:  # the value stays on the run; the user is told why
+            self._note(node, f"output_key {key!r} could not be bound: {error_text(exc)}")
+
+    def _note(self, node: ActionNode, text: str) -> None:
+        node.note = text
+        self.run.notes.append(f"{node.id}: {text}")
+        self._emit(ActionStatus(node.id, node.status, time.monotonic(), node.attempts, note=text))
+
+    # ---- what a call does, per action type --------------------------------------------
+
+    def _prepare(self, node: ActionNode, action: Action, params: dict[str, Any]) -> Invoke:
+        """A zero-argument coroutine function doing one attempt of ``action``."""
+        if action.type == "internal":
+            self.internal.check(action.name)
+        if action.type not in ("tool", "relic", "workflow", "llm", "agent", "internal"):
+            raise UnknownAction(action.type, action.name, ())
+        spec = self.registry.get(action.type, action.name)
+        args, kwargs = spec.check(params)
+        if isinstance(spec, AgentSpec):
+            return functools.partial(self._run_agent, node, spec, kwargs)
+        if isinstance(spec, WorkflowSpec):
+            return functools.partial(self._run_workflow, node, spec, kwargs)
+        if spec.type == "llm":
+            model = self._model_for(spec.type, spec.name, None)
+            return functools.partial(self._run_llm, spec, model, args, kwargs)
+        if spec.type == "internal":
+            kwargs["feeds"] = self.feeds
+        return functools.partial(self._call, spec, args, kwargs)
+
+    async def _call(self, spec: ToolSpec, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        if spec.is_async or spec.type == "internal":
+            result = spec.func(*args, **kwargs)
+        else:
+            call = functools.partial(spec.func, *args, **kwargs)
+            result = await anyio.to_thread.run_sync(
+                call, abandon_on_cancel=True, limiter=self._limiter
+            )
+        return await result if inspect.isawaitable(result) else result
+
+    def _model_for(self, type: str, name: str, own: ModelClient | None) -> ModelClient:
+        model = own if own is not None else self.model
+        if model is None:
+            raise NoModelConfigured(type, name)
+        return model
+
+    async def _run_llm(
+        self, spec: ToolSpec, model: ModelClient, args: list[Any], kwargs: dict[str, Any]
+    ) -> str:
+        prompt = await self._call(spec, args, kwargs)
+        messages: list[Message] = (
+            [{"role": "user", "content": str(prompt)}] if not isinstance(prompt, list) else prompt
+        )
+        return await complete(model, messages)
+
+    async def _run_workflow(
+        self, parent: ActionNode, spec: WorkflowSpec, params: dict[str, Any]
+    ) -> Any:
+        steps = [self._step_node(parent, index, step) for index, step in enumerate(spec.steps, 1)]
+        scope: dict[str, Any] = dict(params)
+        output: Any = None
+        try:
+            for node in steps:
+                await self._run_node(node, scope)
+                if node.status != "done":
+                    raise WorkflowStepFailed(spec.name, node.id, node.name, node.error or "")
+                output = node.output
+                if node.output_key is not None:
+                    scope[node.output_key] = output
+        finally:
+            now = time.monotonic()
+            for node in steps:
+                if node.status == "pending":
+                    self._settle(node, "skipped", now, f"workflow {spec.name!r} stopped before it")
+        return output
+
+    def _step_node(self, parent: ActionNode, index: int, step: Step) -> ActionNode:
+        step_id = f"{parent.id}.{index}"
+        action = Action(
+            id=step_id,
+            name=step.name,
+            type=step.type,
+            mode="sync",
+            parameters=dict(step.parameters),
+            output_key=step.output_key,
+            timeout=step.timeout,
+            retry=step.retry,
+        )
+        node = ActionNode(
+            step_id, step.name, step.type, "sync", action, parent=parent.id,
+            submitted=time.monotonic(),
+        )  # fmt: skip
+        self._track(node)
+        return node
+
+    async def _run_agent(self, parent: ActionNode, spec: AgentSpec, params: dict[str, Any]) -> str:
+        model = self._model_for("agent", spec.name, spec.model)
+        if self.depth + 1 > self.max_depth:
+            raise AgentDepthExceeded(spec.name, self.depth)
+        task = str(params["task"])
+        if params.get("context") is not None:
+            task += f"\n\nContext:\n{params['context']}"
+        messages: list[Message] = [
+            {"role": "system", "content": spec.instructions},
+            {"role": "user", "content": task},
+        ]
+        child = Scheduler(
+            registry=self.registry,
+            namespace=self.namespace,
+            model=model,
+            on_event=lambda event: self._emit(Nested(parent.id, event)),
+            feeds=dict(self.feeds),
+            internal=self.internal,
+            retry=self.retry,
+            depth=self.depth + 1,
+            max_depth=self.max_depth,
+            limiter=self._limiter,
+        )
+        parent.subrun = child.run
+        async with child, contextlib.aclosing(parse_chunks(model.stream(messages))) as events:
+            async for event in events:
+                child.submit(event)
+        return child.run.response
+
+    # ---- events ---------------------------------------------------------------------
+
+    def _emit(self, event: AnyEvent) -> None:
+        at = getattr(event, "time", None)
+        self.run.record(event, at if isinstance(at, float) else None)
+        if self._on_event is not None:
+            self._on_event(event)
+
+
+def dispatch_latencies(run: Run) -> list[float]:
+    """For each top-level node that ran: how long after it could start did it start."""
+    out = []
+    for node in run.actions.values():
+        if node.parent is not None or node.started is None or node.submitted is None:
+            continue
+        ready = node.submitted
+        for dep in (*node.depends_on, *node.waits_for):
+            finished = run.actions[dep].finished if dep in run.actions else None
+            if finished is not None:
+                ready = max(ready, finished)
+        out.append(node.started - ready)
+    return out
+
+
+async def parse_chunks(
+    chunks: AsyncIterable[str], dialect: str = "cortex"
+) -> AsyncGenerator[Event, None]:
+    """The parser's events for a stream of protocol text chunks, as they arrive."""
+    from cortex_jupyter.protocol import Parser
+
+    parser = Parser(dialect=dialect)
+    async for chunk in chunks:
+        for event in parser.feed(chunk):
+            yield event
+    for event in parser.close():
+        yield event
+
+
+async def run_stream(
+    events: AsyncIterable[Event] | Iterable[Event],
+    **options: Any,
+) -> Run:
+    """Run a whole stream of parser events and return the run record.
+
+    ``options`` are ``Scheduler``'s keyword arguments (``registry``, ``namespace``,
+    ``model``, ``on_event``, ``bind``, ``run``...). Returns when the run has ended and
+    its ``fire_and_forget`` actions too (unless ``background`` owns those). If the
+    stream raises, running actions are cancelled and the error propagates; pass
+    ``run=Run()`` to keep a handle on the record.
+    """
+    scheduler = Scheduler(**options)
+    async with scheduler:
+        if isinstance(events, AsyncIterable):
+            async for event in events:
+                scheduler.submit(event)
+        else:
+            for event in events:
+                scheduler.submit(event)
+                await anyio.lowlevel.checkpoint()
+    return scheduler.run

@@ -1,0 +1,135 @@
+"""``$name`` references in action parameters: finding them and resolving them.
+
+Pure functions, no I/O. Resolution happens at dispatch time over a list of scopes
+searched in order (outputs of this run, context feeds, the notebook namespace):
+
+- a string that is exactly ``"$name"`` (or ``"$name.key.attr"``) becomes the object
+  itself, identity preserved;
+- ``$name`` inside a longer string is replaced by ``str(value)``;
+- ``$name.key`` / ``$name.attr`` reach inside (mapping key first, then attribute, then
+  a sequence index when the part is a number);
+- ``$$`` is a literal ``$``; a ``$`` not followed by a name is left as it is.
+
+Lists, tuples and dict values are walked recursively; dict keys are left alone.
+"""
+
+from __future__ import annotations
+
+import difflib
+import keyword
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .errors import BadReference, InvalidVariableName, UnknownVariable
+
+_REF = re.compile(r"\$\$|\$([A-Za-z_][A-Za-z0-9_]*)((?:\.[A-Za-z0-9_]+)*)")
+_MISSING = object()
+
+# Names IPython itself keeps in the user namespace; binding over them breaks the shell.
+RESERVED_NAMES: frozenset[str] = frozenset(("In", "Out", "get_ipython", "exit", "quit"))
+
+
+def find_references(value: Any) -> set[str]:
+    """The top-level names referenced by ``$name`` anywhere inside ``value``."""
+    found: set[str] = set()
+    _collect(value, found)
+    return found
+
+
+def _collect(value: Any, found: set[str]) -> None:
+    if isinstance(value, str):
+        if "$" in value:
+            found.update(m.group(1) for m in _REF.finditer(value) if m.group(1))
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            _collect(item, found)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _collect(item, found)
+
+
+def resolve(value: Any, scopes: Sequence[Mapping[str, Any]]) -> Any:
+    """``value`` with every reference replaced, looked up in ``scopes`` in order.
+
+    Raises ``UnknownVariable`` (with the closest existing names) or ``BadReference``.
+    Values without references come back as the same objects.
+    """
+    if isinstance(value, str):
+        return _resolve_string(value, scopes) if "$" in value else value
+    if isinstance(value, Mapping):
+        return {key: resolve(item, scopes) for key, item in value.items()}
+    if isinstance(value, list):
+        return [resolve(item, scopes) for item in value]
+    if isinstance(value, tuple):
+        return tuple(resolve(item, scopes) for item in value)
+    return value
+
+
+def _resolve_string(text: str, scopes: Sequence[Mapping[str, Any]]) -> Any:
+    whole = _REF.fullmatch(text)
+    if whole is not None and whole.group(1):
+        return _lookup(whole.group(1), whole.group(2), scopes)
+
+    def replace(match: re.Match[str]) -> str:
+        if not match.group(1):
+            return "$"
+        return str(_lookup(match.group(1), match.group(2), scopes))
+
+    return _REF.sub(replace, text)
+
+
+def _lookup(name: str, path: str, scopes: Sequence[Mapping[str, Any]]) -> Any:
+    value = _MISSING
+    for scope in scopes:
+        if name in scope:
+            value = scope[name]
+            break
+    if value is _MISSING:
+        raise UnknownVariable(name, suggest(name, scopes))
+    reached = name
+    for part in path.split(".")[1:]:
+        value = _reach(value, part, reached)
+        reached = f"{reached}.{part}"
+    return value
+
+
+def _reach(value: Any, part: str, reached: str) -> Any:
+    if isinstance(value, Mapping):
+        if part in value:
+            return value[part]
+        if part.isdigit() and int(part) in value:
+            return value[int(part)]
+    if not part.startswith("_") and hasattr(value, part):
+        return getattr(value, part)
+    if (
+        part.isdigit()
+        and isinstance(value, Sequence)
+        and not isinstance(value, str)
+        and int(part) < len(value)
+    ):
+        return value[int(part)]
+    raise BadReference(f"{reached}.{part}", part, type(value).__name__)
+
+
+def suggest(name: str, scopes: Sequence[Mapping[str, Any]], n: int = 3) -> list[str]:
+    """The names closest to ``name`` that do exist (public names only)."""
+    known = {key for scope in scopes for key in scope if isinstance(key, str)}
+    public = [key for key in known if not key.startswith("_")]
+    return difflib.get_close_matches(name, public, n=n, cutoff=0.6)
+
+
+def check_variable_name(name: str) -> None:
+    """Raise ``InvalidVariableName`` unless ``name`` may be bound in a notebook namespace.
+
+    Refused: non-identifiers, keywords, IPython's own names (``In``, ``Out``,
+    ``get_ipython``, ``exit``, ``quit``) and names starting with ``_``.
+    """
+    if not name.isidentifier():
+        raise InvalidVariableName(name, "it is not a Python identifier")
+    if keyword.iskeyword(name):
+        raise InvalidVariableName(name, "it is a Python keyword")
+    if name.startswith("_"):
+        raise InvalidVariableName(name, "names starting with '_' belong to IPython")
+    if name in RESERVED_NAMES:
+        raise InvalidVariableName(name, "it would overwrite IPython's own name")

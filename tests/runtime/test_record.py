@@ -1,0 +1,163 @@
+"""The run record: text, nodes, JSONL transcript and replay."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cortex_jupyter.protocol.events import (
+    ActionReady,
+    ResponseDelta,
+    ResponseEnd,
+    TextDelta,
+    ThoughtDelta,
+    ThoughtEnd,
+)
+from cortex_jupyter.runtime import (
+    Nested,
+    Registry,
+    Run,
+    TranscriptError,
+    load_events,
+    run_stream,
+)
+from cortex_jupyter.runtime.model import Message
+from cortex_jupyter.runtime.record import OutputRepr, summarize, to_json_value
+
+pytestmark = pytest.mark.anyio
+
+Act = Callable[..., ActionReady]
+
+
+class Opaque:
+    def __repr__(self) -> str:
+        return "Opaque(rows=3)"
+
+
+class BadRepr:
+    def __repr__(self) -> str:
+        raise RuntimeError("no")
+
+
+@pytest.fixture
+async def finished_run(act: Act, registry: Registry, fake_model: Any) -> Run:
+    def reply(messages: Sequence[Message]) -> str:
+        return '<action id="in">{"name": "add", "parameters": {"a": 1}}</action><response>ok'
+
+    registry.add_agent("helper", "Help.", model=fake_model(reply))
+    return await run_stream(
+        [
+            ThoughtDelta("thinking "),
+            ThoughtDelta("hard"),
+            act("json", "echo", parameters={"value": {"a": [1, 2]}}, output_key="data"),
+            act("opaque", "echo", parameters={"value": "$obj"}, output_key="thing"),
+            act("bad", "boom", retry=1),
+            act("skip", "echo", parameters={"value": 1}, depends_on=["bad"]),
+            act("agent", "helper", type="agent", parameters={"task": "x"}),
+            ThoughtEnd(),
+            TextDelta("between"),
+            ResponseDelta("the "),
+            ResponseDelta("answer"),
+            ResponseEnd(final=True),
+        ],
+        registry=registry,
+        namespace={"obj": Opaque()},
+    )
+
+
+async def test_text_fields(finished_run: Run) -> None:
+    assert finished_run.thought == "thinking hard"
+    assert finished_run.response == "the answer"
+    assert finished_run.text == "between"
+    assert finished_run.final is True
+    assert repr(finished_run).endswith("completed: 3 done, 1 failed, 1 skipped>")
+
+
+async def test_transcript_round_trip(finished_run: Run) -> None:
+    text = finished_run.to_jsonl()
+    lines = [json.loads(line) for line in text.splitlines()]
+    assert lines[0]["record"] == "cortex_jupyter.run"
+    assert {line["record"] for line in lines} == {
+        "cortex_jupyter.run",
+        "event",
+        "node",
+        "variables",
+    }
+    again = Run.from_jsonl(text)
+    assert again.to_jsonl() == text
+    assert (again.id, again.status, again.started, again.ended) == (
+        finished_run.id,
+        finished_run.status,
+        finished_run.started,
+        finished_run.ended,
+    )
+    assert (again.thought, again.response, again.text) == ("thinking hard", "the answer", "between")
+    assert again.events == finished_run.events
+    assert again.event_times == finished_run.event_times
+    for id, node in finished_run.actions.items():
+        copy = again.actions[id]
+        for name in ("name", "type", "mode", "status", "error", "started", "finished", "attempts"):
+            assert getattr(copy, name) == getattr(node, name), (id, name)
+        assert copy.depends_on == node.depends_on
+        assert copy.action == node.action
+    assert again.actions["json"].output == {"a": [1, 2]}
+    assert again.actions["opaque"].output == "Opaque(rows=3)"
+    assert isinstance(again.actions["opaque"].output, OutputRepr)
+    assert again.variables == {"data": {"a": [1, 2]}, "thing": "Opaque(rows=3)"}
+    assert any(isinstance(e, Nested) and e.parent == "agent" for e in again.events)
+
+
+async def test_save_load_and_timed_events(finished_run: Run, tmp_path: Path) -> None:
+    path = finished_run.save(tmp_path / "run.jsonl")
+    assert Run.load(path).to_jsonl() == finished_run.to_jsonl()
+    timed = load_events(path.read_text())
+    assert [e for _, e in timed] == finished_run.events
+    assert [t for t, _ in timed] == finished_run.event_times
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "transcript line 0: the transcript is empty"),
+        ("not json\n", "transcript line 1: not JSON"),
+        ("[1]\n", "transcript line 1: not a JSON object"),
+        ('{"record": "other"}\n', "transcript line 1: not a cortex_jupyter.run transcript"),
+        ('{"record": "cortex_jupyter.run", "version": 9}\n', "unsupported version 9"),
+    ],
+)
+def test_bad_transcripts(text: str, message: str) -> None:
+    with pytest.raises(TranscriptError, match=message):
+        Run.from_jsonl(text)
+
+
+def test_bad_lines_after_the_header() -> None:
+    header = Run().to_jsonl().splitlines()[0]
+    with pytest.raises(TranscriptError, match="line 2: bad event"):
+        Run.from_jsonl(header + '\n{"record": "event", "t": 1, "kind": "nope"}\n')
+    with pytest.raises(TranscriptError, match="line 2: unknown status 'weird'"):
+        Run.from_jsonl(header + '\n{"record": "node", "id": "a", "name": "x", "status": "weird"}\n')
+    with pytest.raises(TranscriptError, match="line 2: unknown record type 'x'"):
+        Run.from_jsonl(header + '\n{"record": "x"}\n')
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ({"a": (1, 2)}, ({"a": [1, 2]}, False)),
+        (float("nan"), ("nan", True)),
+        (Opaque(), ("Opaque(rows=3)", True)),
+        ("x" * 2_000_000, (summarize("x" * 2_000_000), True)),
+    ],
+)
+def test_to_json_value(value: Any, expected: tuple[Any, bool]) -> None:
+    assert to_json_value(value) == expected
+
+
+def test_summary_is_short_and_survives_a_broken_repr() -> None:
+    assert len(summarize(list(range(1000)))) < 200
+    assert summarize(BadRepr()).startswith("<BadRepr")
+    assert "\n" not in summarize("a\nb")
