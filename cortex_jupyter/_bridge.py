@@ -1,0 +1,116 @@
+"""Running an async run from a synchronous notebook cell, with live updates.
+
+A cell already runs inside the kernel's asyncio loop, so ``anyio.run`` cannot be
+called there (NOTES.md, "Running async work from a cell magic"). Instead the run
+goes to a worker thread with its own event loop (an anyio blocking portal) while the
+cell's own thread -- the only one allowed to touch widgets -- takes the run's events
+from a queue, coalesces them and hands them to the view at most ``hz`` times a
+second. The Stop button arrives in the cell's thread as ``KeyboardInterrupt``: the
+run is cancelled through the portal, the events it still produces are delivered,
+and the interrupt is raised again so "Run all" stops.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, TypeVar
+
+import anyio
+import anyio.from_thread
+
+T = TypeVar("T")
+Emit = Callable[[Any], None]
+#: Longest wait, after a cancel, for the run to wind down before giving up on it.
+CANCEL_GRACE = 5.0
+
+
+class Interrupted(Exception):
+    """Raised when the run was stopped by the user; carries what the run returned."""
+
+    def __init__(self, result: Any) -> None:
+        super().__init__("the run was interrupted")
+        self.result = result
+
+
+class Bridge(Generic[T]):
+    """Runs ``job(emit)`` in a worker thread; delivers emitted events in batches here."""
+
+    def __init__(
+        self,
+        job: Callable[[Emit], Awaitable[T]],
+        deliver: Callable[[list[Any]], None],
+        *,
+        hz: float = 25.0,
+    ) -> None:
+        self._job = job
+        self._deliver = deliver
+        self._interval = 1.0 / hz
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._scope: anyio.CancelScope | None = None
+        self._scope_ready = threading.Event()
+
+    def run(self) -> T:
+        """Run the job to its end; ``KeyboardInterrupt`` cancels it and is re-raised."""
+        with anyio.from_thread.start_blocking_portal() as portal:
+            future = portal.start_task_soon(self._guarded)
+            try:
+                self._pump(future.done)
+            except KeyboardInterrupt:
+                self._cancel(portal)
+                self._wind_down(future.done)
+                raise
+            finally:
+                self._flush()
+            return future.result()
+
+    async def _guarded(self) -> T:
+        with anyio.CancelScope() as scope:
+            self._scope = scope
+            self._scope_ready.set()
+            return await self._job(self._queue.put)
+        raise Interrupted(None)  # the scope was cancelled before the job returned
+
+    def _cancel(self, portal: anyio.from_thread.BlockingPortal) -> None:
+        if self._scope_ready.wait(timeout=1.0) and self._scope is not None:
+            portal.call(self._scope.cancel)
+
+    def _pump(self, done: Callable[[], bool]) -> None:
+        """Deliver events in batches, at most once per interval, until the job is done."""
+        batch: list[Any] = []
+        last = float("-inf")
+        while True:
+            finished = done()
+            wait = 0.0 if finished else self._interval
+            if batch:
+                wait = min(wait, max(0.0, last + self._interval - time.monotonic()))
+            try:
+                batch.append(self._queue.get(timeout=wait) if wait else self._queue.get_nowait())
+                while True:
+                    batch.append(self._queue.get_nowait())
+            except queue.Empty:
+                pass
+            now = time.monotonic()
+            if batch and (finished or now - last >= self._interval):
+                events, batch = batch, []
+                self._deliver(events)
+                last = now
+            if finished and not batch and self._queue.empty():
+                return
+
+    def _wind_down(self, done: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + CANCEL_GRACE
+        while not done() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    def _flush(self) -> None:
+        events: list[Any] = []
+        try:
+            while True:
+                events.append(self._queue.get_nowait())
+        except queue.Empty:
+            pass
+        if events:
+            self._deliver(events)

@@ -1,0 +1,85 @@
+"""The bridge between a synchronous cell and an async run in a worker thread."""
+
+from __future__ import annotations
+
+import _thread
+import threading
+import time
+from typing import Any
+
+import anyio
+import pytest
+
+from cortex_jupyter._bridge import Bridge, Emit
+
+
+def test_events_arrive_in_order_in_the_calling_thread_and_coalesced() -> None:
+    seen: list[Any] = []
+    batches: list[int] = []
+    caller = threading.get_ident()
+
+    def deliver(events: list[Any]) -> None:
+        assert threading.get_ident() == caller
+        batches.append(len(events))
+        seen.extend(events)
+
+    async def job(emit: Emit) -> str:
+        assert threading.get_ident() != caller
+        for i in range(2000):
+            emit(i)
+            if i % 100 == 0:
+                await anyio.sleep(0.01)
+        return "done"
+
+    started = time.monotonic()
+    assert Bridge(job, deliver, hz=25).run() == "done"
+    elapsed = time.monotonic() - started
+    assert seen == list(range(2000))
+    # At most one delivery per 1/25 s, plus the last one.
+    assert len(batches) <= elapsed * 25 + 2
+
+
+def test_a_slow_trickle_is_delivered_without_waiting_for_the_end() -> None:
+    times: list[float] = []
+
+    async def job(emit: Emit) -> None:
+        for i in range(3):
+            emit(i)
+            await anyio.sleep(0.2)
+
+    Bridge(job, lambda events: times.append(time.monotonic()), hz=25).run()
+    assert len(times) >= 3  # each event was shown while the job was still running
+
+
+def test_the_jobs_exception_reaches_the_cell_after_its_events() -> None:
+    seen: list[Any] = []
+
+    async def job(emit: Emit) -> None:
+        emit("before")
+        raise ValueError("tool exploded")
+
+    with pytest.raises(ValueError, match="tool exploded"):
+        Bridge(job, seen.extend).run()
+    assert seen == ["before"]
+
+
+def test_keyboard_interrupt_cancels_the_job_quickly_and_is_reraised() -> None:
+    seen: list[Any] = []
+    cancelled = threading.Event()
+
+    async def job(emit: Emit) -> None:
+        emit("started")
+        try:
+            await anyio.sleep(30)
+        finally:
+            cancelled.set()
+            emit("cleaned up")
+
+    # The Stop button: SIGINT arrives in the main thread as KeyboardInterrupt.
+    threading.Timer(0.3, _thread.interrupt_main).start()
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        Bridge(job, seen.extend).run()
+    assert time.monotonic() - started < 1.5
+    assert cancelled.is_set()
+    assert seen == ["started", "cleaned up"]
