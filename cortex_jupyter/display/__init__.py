@@ -1,0 +1,52 @@
+"""The display layer: run state in, what a person sees out. Renders; never drives a run.
+
+Events (the parser's and the runtime's) are reduced into a ``ViewState``; pure renderers
+turn it into HTML, SVG or text. The ipywidgets view (the one module here that imports
+ipywidgets) redraws the parts whose ``ViewState.versions`` moved, at most ~25 times a
+second; everything exported below is pure and imports no widget or IPython code.
+"""
+
+from __future__ import annotations
+
+from .markdown import IncrementalMarkdown, fill_references, render_markdown, short_str
+from .state import PARTS, NodeView, Segment, ViewState, from_run, reduce
+from .static import (
+    endpoint_host,
+    header_html,
+    response_html,
+    run_metadata,
+    static_html,
+    static_text,
+    thought_html,
+)
+from .svg import details_html, graph_svg, node_tooltip
+from .text import TextRenderer, header_parts, render_text, status_line
+from .timeline import timeline_svg
+
+__all__ = [
+    "PARTS",
+    "IncrementalMarkdown",
+    "NodeView",
+    "Segment",
+    "TextRenderer",
+    "ViewState",
+    "details_html",
+    "endpoint_host",
+    "fill_references",
+    "from_run",
+    "graph_svg",
+    "header_html",
+    "header_parts",
+    "node_tooltip",
+    "reduce",
+    "render_markdown",
+    "render_text",
+    "response_html",
+    "run_metadata",
+    "short_str",
+    "static_html",
+    "static_text",
+    "status_line",
+    "thought_html",
+    "timeline_svg",
+]

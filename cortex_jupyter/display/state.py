@@ -1,0 +1,685 @@
+"""View state: everything a person sees of a run, reduced from its events.
+
+State flows one way (ARCHITECTURE.md, "Layers"): parser events and runtime events go
+into ``ViewState.apply`` (or ``reduce``), renderers read the state, nothing here calls
+back into the runtime. The reducer is pure apart from mutating the state it is given, so
+it can be fed live from a session, replayed from a transcript (``from_run``) or driven
+by hand in a test.
+
+Three things shape it:
+
+- **Never raise on odd input.** Events for ids nobody announced, statuses arriving out of
+  order, a ``Turn`` event whose fields we have not seen yet: the state absorbs them. A
+  display that crashes mid-run hides the very failure the user needs to see.
+- **Per-part versions.** ``versions[part]`` goes up whenever that part changes, for the
+  parts in ``PARTS``; a widget view remembers the versions it last drew and redraws only
+  the parts that moved (``changed_since``). Time-dependent text (elapsed, a running
+  node's duration) is not a change: ``ticking`` says when a view should redraw on a clock.
+- **Stable layout.** Each top-level node gets a (layer, slot) grid position when it
+  appears and keeps it: later nodes only take free slots, so the graph never jumps while
+  the model is still writing. A node placed on its opening tag (before its dependencies
+  are known) may move once, when its body arrives.
+
+Nested events (an agent's sub-run, forwarded in ``Nested``) become child nodes of the
+agent's node with ids ``"<parent>/<inner id>"``, so ids of different sub-runs never
+collide; workflow steps are child nodes through ``ActionStatus.parent``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from cortex_jupyter.runtime.graph import FINAL_STATUSES
+from cortex_jupyter.runtime.variables import find_references
+
+if TYPE_CHECKING:
+    from cortex_jupyter.runtime.record import Run
+
+PARTS: tuple[str, ...] = ("header", "thought", "graph", "details", "response")
+
+# Error codes that concern an action id but not the node already shown under that id.
+_NOT_THE_NODE = frozenset(("duplicate_id",))
+_MAX_NESTED_TEXT = 4000
+
+
+@dataclass
+class NodeView:
+    """One action as the display knows it.
+
+    ``status`` is one of the runtime's node statuses; ``streaming`` is true from the
+    opening tag until the body arrives (shown as "starting"). Times are
+    ``time.monotonic()`` readings: ``seen`` when the node first appeared, ``started`` /
+    ``finished`` from the runtime. ``depends_on`` holds every dependency (explicit and
+    ``$name`` ones), ``references`` just the implicit ``$name`` ones.
+    """
+
+    id: str
+    name: str = ""
+    type: str = "tool"
+    mode: str = "async"
+    status: str = "pending"
+    streaming: bool = False
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+    output_key: str | None = None
+    depends_on: tuple[str, ...] = ()
+    references: tuple[str, ...] = ()
+    parent: str | None = None
+    children: list[str] = field(default_factory=list)
+    in_thought: bool = False
+    error: str | None = None
+    output: str | None = None
+    note: str | None = None
+    attempt: int = 0
+    retry_in: float | None = None
+    retry_error: str | None = None
+    seen: float | None = None
+    started: float | None = None
+    finished: float | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    thought: str = ""
+    response: str = ""
+    layer: int | None = None
+    slot: int | None = None
+
+    @property
+    def shown_status(self) -> str:
+        """The status word drawn on the node ("starting" while its body streams)."""
+        return "starting" if self.streaming and self.status == "pending" else self.status
+
+    @property
+    def label(self) -> str:
+        return self.name or self.id
+
+    @property
+    def final(self) -> bool:
+        return self.status in FINAL_STATUSES
+
+    def duration(self, now: float | None) -> float | None:
+        """Run time so far: started to finished, or to ``now`` while running."""
+        if self.started is None:
+            return None
+        end = self.finished if self.finished is not None else now
+        return None if end is None else max(end - self.started, 0.0)
+
+
+@dataclass
+class Segment:
+    """A stretch of the model's stream spent writing one kind of block (for the timeline).
+
+    ``kind`` is ``thought``, ``response``, ``text`` or ``action`` (an action tag, with its
+    ``id``).
+    """
+
+    kind: str
+    start: float
+    end: float
+    id: str | None = None
+
+
+class Layout:
+    """Append-only grid placement: longest-path layers, barycentre slots.
+
+    A node's layer is one more than the deepest placed dependency; its slot is the free
+    slot nearest the mean slot of those dependencies (the barycentre heuristic, applied
+    once per node as it arrives instead of over the whole graph, which would move nodes).
+    """
+
+    def __init__(self) -> None:
+        self._taken: dict[int, set[int]] = {}
+
+    def place(self, node: NodeView, deps: Iterable[NodeView]) -> None:
+        placed = [d for d in deps if d.layer is not None and d.slot is not None]
+        layer = 1 + max((d.layer for d in placed if d.layer is not None), default=-1)
+        slots = [d.slot for d in placed if d.slot is not None]
+        target = round(sum(slots) / len(slots)) if slots else 0
+        taken = self._taken.setdefault(layer, set())
+        slot = _nearest_free(taken, target)
+        taken.add(slot)
+        node.layer, node.slot = layer, slot
+
+    def release(self, node: NodeView) -> None:
+        if node.layer is not None and node.slot is not None:
+            self._taken.get(node.layer, set()).discard(node.slot)
+        node.layer = node.slot = None
+
+
+def _nearest_free(taken: set[int], target: int) -> int:
+    for distance in range(len(taken) + 1):
+        for slot in (target - distance, target + distance):
+            if slot >= 0 and slot not in taken:
+                return slot
+    return max(taken, default=-1) + 1  # unreachable: len(taken)+1 candidates above
+
+
+@dataclass
+class _Scope:
+    """Where events land: the top-level run, or an agent's sub-run under node ``parent``."""
+
+    prefix: str = ""
+    parent: str | None = None
+    owners: dict[str, str] = field(default_factory=dict)  # output_key -> node id
+
+
+@dataclass(eq=False)
+class ViewState:
+    """The display's model of one run (see the module docstring).
+
+    Construct with the model's name (and a start time, else the first event's time is
+    used), then ``apply`` every event in order. Renderers read the fields and properties
+    and pass their own ``now`` for anything that grows with time.
+    """
+
+    model: str = ""
+    started: float | None = None
+    turn: int = 1
+    nodes: dict[str, NodeView] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    final: bool | None = None
+    end_status: str | None = None
+    interrupted: str | None = None
+    ended: float | None = None
+    stream_open: bool = True
+    clock: float | None = None
+    first_text: float | None = None
+    last_text: float | None = None
+    text_chars: int = 0
+    version: int = 0
+    versions: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PARTS, 0))
+    layout: Layout = field(default_factory=Layout, repr=False)
+    _thought: list[str] = field(default_factory=list, repr=False)
+    _response: list[str] = field(default_factory=list, repr=False)
+    _text: list[str] = field(default_factory=list, repr=False)
+    _body: list[str] = field(default_factory=list, repr=False)
+    _body_kind: str | None = field(default=None, repr=False)
+    _block_open: dict[str, bool] = field(default_factory=dict, repr=False)
+    _open_tag: Segment | None = field(default=None, repr=False)
+    _scopes: dict[str, _Scope] = field(default_factory=lambda: {"": _Scope()}, repr=False)
+
+    # ---- text ---------------------------------------------------------------------
+
+    @property
+    def thought(self) -> str:
+        return _joined(self._thought)
+
+    @property
+    def response(self) -> str:
+        """The text of the model's response blocks, one after the other."""
+        return _joined(self._response)
+
+    @property
+    def text(self) -> str:
+        """What the model wrote outside any block."""
+        return _joined(self._text)
+
+    @property
+    def body(self) -> str:
+        """The markdown shown as the answer: response blocks and outside text, in order.
+
+        Only ever appended to, so an incremental markdown renderer can cache its head.
+        """
+        return _joined(self._body)
+
+    # ---- derived header fields ----------------------------------------------------
+
+    @property
+    def phase(self) -> str:
+        """The header's state word."""
+        if self.interrupted is not None or self.end_status in ("cancelled", "interrupted"):
+            return "interrupted"
+        if self.end_status == "failed":
+            return "failed"
+        if self.end_status is not None:
+            return "done"
+        if self.stream_open:
+            return "streaming"
+        return "running actions"
+
+    @property
+    def ticking(self) -> bool:
+        """Whether something on screen changes with the clock (elapsed, running nodes)."""
+        if self.end_status is None:
+            return True
+        return any(n.status == "running" for n in self.nodes.values())
+
+    @property
+    def estimated(self) -> bool:
+        """True when the completion token count is a guess from characters (no usage yet)."""
+        return self.completion_tokens is None
+
+    @property
+    def tokens(self) -> int:
+        """Completion tokens: the server's count when it sent one, else ~4 chars a token."""
+        if self.completion_tokens is not None:
+            return self.completion_tokens
+        return math.ceil(self.text_chars / 4)
+
+    def elapsed(self, now: float | None = None) -> float:
+        if "elapsed" in self.metrics and self.end_status is not None:
+            return self.metrics["elapsed"]
+        if self.started is None:
+            return 0.0
+        end = self.ended if self.ended is not None else (now if now is not None else self.clock)
+        return max((end or self.started) - self.started, 0.0)
+
+    def tokens_per_second(self, now: float | None = None) -> float | None:
+        if self.first_text is None:
+            return None
+        end = self.last_text if (not self.stream_open or now is None) else now
+        span = (end or self.first_text) - self.first_text
+        return self.tokens / span if span > 0.05 else None
+
+    def counts(self) -> dict[str, int]:
+        """Top-level nodes per shown status, in a stable order."""
+        out: dict[str, int] = {}
+        for node_id in self.order:
+            node = self.nodes[node_id]
+            if node.parent is None:
+                out[node.shown_status] = out.get(node.shown_status, 0) + 1
+        return out
+
+    def top_level(self) -> list[NodeView]:
+        return [self.nodes[i] for i in self.order if self.nodes[i].parent is None]
+
+    def edges(self) -> list[tuple[str, str, str]]:
+        """``(from, to, kind)`` for every dependency between shown nodes; kind is
+        ``depends_on`` or ``reference`` (a ``$name`` use of an earlier output)."""
+        out = []
+        for node_id in self.order:
+            node = self.nodes[node_id]
+            for dep in node.depends_on:
+                if dep in self.nodes:
+                    kind = "reference" if dep in node.references else "depends_on"
+                    out.append((dep, node_id, kind))
+        return out
+
+    def changed_since(self, seen: Mapping[str, int]) -> set[str]:
+        """The parts whose version moved past ``seen`` (a view's last drawn versions)."""
+        return {part for part, v in self.versions.items() if seen.get(part, -1) != v}
+
+    # ---- the reducer --------------------------------------------------------------
+
+    def apply(self, event: Any, at: float | None = None) -> None:
+        """Fold one event (parser or runtime) into the state; never raises on odd input.
+
+        ``at`` is when the event was seen (``time.monotonic()``); runtime events carry
+        their own ``time``, parser events need ``at`` for the timeline and tokens/s.
+        """
+        when = at if at is not None else _event_time(event)
+        if when is None:
+            when = self.clock if self.clock is not None else 0.0
+        if self.clock is None or when > self.clock:
+            self.clock = when
+        if self.started is None:
+            self.started = when
+        try:
+            self._apply(event, when, self._scopes[""])
+        except Exception as exc:  # odd input must not break the display of the run
+            self.errors.append(f"display could not show a {_kind(event)} event: {exc!r}")
+            self._touch("details")
+
+    def _apply(self, event: Any, at: float, scope: _Scope) -> None:
+        kind = _kind(event)
+        handler = _HANDLERS.get(kind)
+        if handler is not None:
+            handler(self, event, at, scope)
+
+    def _touch(self, *parts: str) -> None:
+        self.version += 1
+        for part in parts:
+            self.versions[part] += 1
+
+    # text -------------------------------------------------------------------------
+
+    def _on_text(self, event: Any, at: float, scope: _Scope) -> None:
+        kind, text = _kind(event), str(getattr(event, "text", ""))
+        if scope.parent is not None:
+            self._nested_text(scope.parent, kind, text)
+            return
+        if not text:
+            return
+        self._stream_time(kind, at)
+        self.text_chars += len(text)
+        if kind == "thought":
+            if not self._block_open.get("thought") and self._thought:
+                self._thought.append("\n\n")
+            self._block_open["thought"] = True
+            self._thought.append(text)
+            self._touch("thought", "header")
+            return
+        if kind == "response":
+            self._block_open["response"] = True
+            self._response.append(text)
+        else:
+            self._text.append(text)
+        self._append_body(kind, text)
+        self._touch("response", "header")
+
+    def _append_body(self, kind: str, text: str) -> None:
+        """Add to the answer, starting a new markdown block when the source changes."""
+        new_block = kind != self._body_kind or (
+            kind == "response" and not self._block_open.get("body_response")
+        )
+        if new_block:
+            if kind == "text":
+                text = text.lstrip()  # whitespace between tags is not part of an answer
+                if not text:
+                    return
+            if self._body:
+                self._body.append(_separator(self._body[-1]))
+            self._body_kind = kind
+            self._block_open["body_response"] = kind == "response"
+        self._body.append(text)
+
+    def _nested_text(self, parent: str, kind: str, text: str) -> None:
+        node = self.nodes.get(parent)
+        if node is None or kind == "text":
+            return
+        if kind == "thought" and len(node.thought) < _MAX_NESTED_TEXT:
+            node.thought += text
+        elif kind == "response" and len(node.response) < _MAX_NESTED_TEXT:
+            node.response += text
+        else:
+            return
+        self._touch("graph")
+
+    def _stream_time(self, kind: str, at: float) -> None:
+        if self.first_text is None:
+            self.first_text = at
+        start = self.last_text if self.last_text is not None else at
+        self.last_text = at
+        last = self.segments[-1] if self.segments else None
+        if last is not None and last.kind == kind and last.id is None:
+            last.end = at
+        else:
+            self.segments.append(Segment(kind, start, at))
+
+    def _on_block_end(self, event: Any, at: float, scope: _Scope) -> None:
+        if scope.parent is not None:
+            return
+        kind = _kind(event)
+        if kind == "thought_end":
+            self._block_open["thought"] = False
+            return
+        self._block_open["response"] = False
+        self._block_open["body_response"] = False
+        final = bool(getattr(event, "final", True))
+        self.final = final
+        if final and self.stream_open:
+            self.stream_open = False
+            self._touch("header")
+
+    # actions ----------------------------------------------------------------------
+
+    def _node(self, scope: _Scope, raw_id: str, at: float, parent: str | None = None) -> NodeView:
+        """The node for ``raw_id`` in ``scope``, created (and placed) when new."""
+        node_id = scope.prefix + raw_id
+        node = self.nodes.get(node_id)
+        if node is not None:
+            return node
+        parent_id = scope.prefix + str(parent) if parent else scope.parent
+        owner = self.nodes.get(parent_id) if parent_id is not None else None
+        # A child of a node we never saw is drawn as a top-level node rather than lost.
+        node = NodeView(id=node_id, parent=parent_id if owner is not None else None, seen=at)
+        self.nodes[node_id] = node
+        self.order.append(node_id)
+        if owner is not None:
+            owner.children.append(node_id)
+        else:
+            self.layout.place(node, ())
+        return node
+
+    def _on_action_start(self, event: Any, at: float, scope: _Scope) -> None:
+        raw_id = str(getattr(event, "id", ""))
+        if scope.prefix + raw_id in self.nodes:
+            return  # a second tag reusing an id: the parser reports duplicate_id
+        node = self._node(scope, raw_id, at)
+        node.type = str(getattr(event, "type", node.type))
+        node.mode = str(getattr(event, "mode", node.mode))
+        node.in_thought = bool(getattr(event, "in_thought", False))
+        node.streaming = True
+        if scope.parent is None:
+            self._open_tag = Segment("action", self.last_text or at, at, raw_id)
+            self.segments.append(self._open_tag)
+        self._touch("graph", "header")
+
+    def _close_tag(self, raw_id: str | None, at: float, scope: _Scope) -> None:
+        tag = self._open_tag
+        if scope.parent is None and tag is not None and tag.id == raw_id:
+            tag.end = at
+            self.last_text = max(self.last_text or at, at)
+            self._open_tag = None
+
+    def _on_action(self, event: Any, at: float, scope: _Scope) -> None:
+        action = event.action
+        raw_id = str(action.id)
+        self._close_tag(raw_id, at, scope)
+        node = self._node(scope, raw_id, at)
+        if node.name and not node.streaming:
+            return  # a duplicate; the first action under this id stands
+        node.name, node.type, node.mode = str(action.name), str(action.type), str(action.mode)
+        node.parameters = action.parameters if isinstance(action.parameters, Mapping) else {}
+        node.output_key = action.output_key
+        node.in_thought = bool(action.in_thought)
+        node.streaming = False
+        if scope.parent is None:  # the body counts towards the estimated tokens written
+            self.text_chars += len(node.name) + len(repr(node.parameters)) + 40
+        explicit = [scope.prefix + str(d) for d in action.depends_on]
+        implicit = [
+            scope.owners[r] for r in sorted(find_references(node.parameters)) if r in scope.owners
+        ]
+        node.depends_on = tuple(dict.fromkeys([*explicit, *implicit]))
+        node.references = tuple(d for d in dict.fromkeys(implicit) if d not in explicit)
+        if node.output_key:
+            scope.owners[str(node.output_key)] = node.id
+        if node.parent is None and node.depends_on:
+            self.layout.release(node)
+            self.layout.place(node, [self.nodes[d] for d in node.depends_on if d in self.nodes])
+        self._touch("graph", "header")
+
+    def _on_error(self, event: Any, at: float, scope: _Scope) -> None:
+        raw_id = getattr(event, "id", None)
+        message = str(getattr(event, "message", "")) or str(getattr(event, "code", "error"))
+        code = str(getattr(event, "code", ""))
+        self._close_tag(raw_id, at, scope)
+        if raw_id is None or code in _NOT_THE_NODE:
+            where = f"{scope.parent}: " if scope.parent else ""
+            self.errors.append(f"{where}{message}")
+            self._touch("details")
+            return
+        node = self._node(scope, str(raw_id), at)
+        node.streaming = False
+        node.status, node.error = "failed", message
+        node.finished = node.finished if node.finished is not None else at
+        self._touch("graph", "details", "header")
+
+    def _on_status(self, event: Any, at: float, scope: _Scope) -> None:
+        status = str(getattr(event, "status", "pending"))
+        node = self._node(scope, str(event.id), at, getattr(event, "parent", None))
+        if status == "pending" and node.final:
+            return  # the runtime's bookkeeping for a node the parser already failed
+        name, type_ = getattr(event, "name", None), getattr(event, "type", None)
+        if name and (not node.name or node.name == "?"):
+            node.name = str(name)
+        if type_:
+            node.type = str(type_)
+        before = _details_key(node)
+        node.status = status
+        node.attempt = int(getattr(event, "attempt", 0) or node.attempt)
+        note = getattr(event, "note", None)
+        if note:
+            node.note = str(note)
+        self._status_fields(node, event, status, at)
+        if _details_key(node) != before:
+            self._touch("graph", "header", "details")
+        else:
+            self._touch("graph", "header")
+
+    def _status_fields(self, node: NodeView, event: Any, status: str, at: float) -> None:
+        when = _event_time(event)
+        when = at if when is None else when
+        error = getattr(event, "error", None)
+        if status == "running":
+            node.streaming = False
+            if node.started is None:
+                node.started = when
+            node.retry_in = getattr(event, "retry_in", None)
+            node.retry_error = str(error) if error else None
+        elif status in FINAL_STATUSES:
+            node.streaming = False
+            node.finished = when
+            node.retry_in = node.retry_error = None
+            if status == "done":
+                node.error = None
+            elif error:
+                node.error = str(error)
+            output = getattr(event, "output", None)
+            if output is not None:
+                node.output = str(output)
+
+    # run-level --------------------------------------------------------------------
+
+    def _on_metric(self, event: Any, at: float, scope: _Scope) -> None:
+        name, value = str(event.name), float(event.value)
+        target = getattr(event, "id", None)
+        if scope.parent is not None or target is not None:
+            node = self.nodes.get(scope.prefix + str(target)) if target else None
+            node = node or self.nodes.get(scope.parent or "")
+            if node is not None:
+                node.metrics[name] = node.metrics.get(name, 0.0) + value
+                self._touch("graph")
+            return
+        # Token metrics arrive once per model reply: a run's total is their sum.
+        if name == "prompt_tokens":
+            self.prompt_tokens = (self.prompt_tokens or 0) + int(value)
+        elif name == "completion_tokens":
+            self.completion_tokens = (self.completion_tokens or 0) + int(value)
+        self.metrics[name] = value
+        self._touch("header")
+
+    def _on_interrupt(self, event: Any, at: float, scope: _Scope) -> None:
+        if scope.parent is not None:
+            return
+        reason = str(getattr(event, "reason", "interrupted"))
+        error = getattr(event, "error", None)
+        self.interrupted = f"{reason}: {error}" if error else reason
+        self.stream_open = False
+        self.errors.append(f"run {self.interrupted}")
+        self._touch("header", "details")
+
+    def _on_end(self, event: Any, at: float, scope: _Scope) -> None:
+        if scope.parent is not None:
+            return
+        self.end_status = str(getattr(event, "status", "completed"))
+        self.ended = float(getattr(event, "time", at))
+        self.stream_open = False
+        self._touch("header")
+
+    def _on_turn(self, event: Any, at: float, scope: _Scope) -> None:
+        if scope.parent is not None:
+            return
+        for name in ("turn", "number", "index"):
+            value = getattr(event, name, None)
+            if isinstance(value, int) and not isinstance(value, bool):
+                self.turn = value
+                break
+        model = getattr(event, "model", None)
+        if isinstance(model, str) and model:
+            self.model = model
+        self.stream_open = True
+        self._block_open.clear()
+        self._touch("header")
+
+    def _on_turn_end(self, event: Any, at: float, scope: _Scope) -> None:
+        """The model finished a turn's reply; with ``results`` another turn follows."""
+        if scope.parent is None and self.stream_open:
+            self.stream_open = False
+            self._touch("header")
+
+    def _on_nested(self, event: Any, at: float, scope: _Scope) -> None:
+        parent = scope.prefix + str(event.parent)
+        inner = self._scopes.get(parent + "/")
+        if inner is None:
+            inner = self._scopes[parent + "/"] = _Scope(prefix=parent + "/", parent=parent)
+        self._apply(event.event, at, inner)
+
+    def _on_context_feed(self, event: Any, at: float, scope: _Scope) -> None:
+        self.metrics["context_feeds"] = self.metrics.get("context_feeds", 0) + 1
+
+    def close_stream(self, at: float | None = None) -> None:
+        """The model's stream ended (the session knows; no event says it): the state
+        word moves from "streaming" to "running actions" until the run ends."""
+        if at is not None and (self.clock is None or at > self.clock):
+            self.clock = at
+        if self.stream_open:
+            self.stream_open = False
+            self._touch("header")
+
+
+_HANDLERS: dict[str, Any] = {
+    "thought": ViewState._on_text,
+    "response": ViewState._on_text,
+    "text": ViewState._on_text,
+    "thought_end": ViewState._on_block_end,
+    "response_end": ViewState._on_block_end,
+    "action_start": ViewState._on_action_start,
+    "action": ViewState._on_action,
+    "error": ViewState._on_error,
+    "context_feed": ViewState._on_context_feed,
+    "action_status": ViewState._on_status,
+    "metric": ViewState._on_metric,
+    "interrupt": ViewState._on_interrupt,
+    "end": ViewState._on_end,
+    "turn": ViewState._on_turn,
+    "turn_end": ViewState._on_turn_end,
+    "nested": ViewState._on_nested,
+}
+
+
+def reduce(state: ViewState, event: Any, at: float | None = None) -> None:
+    """Fold ``event`` into ``state`` (``ViewState.apply`` as a function)."""
+    state.apply(event, at)
+
+
+def from_run(run: Run, model: str = "") -> ViewState:
+    """The view state of a recorded (or replayed) run, from its timed events."""
+    state = ViewState(model=model, started=run.started)
+    for event, at in zip(run.events, run.event_times, strict=False):
+        state.apply(event, at)
+    if run.ended is not None and state.ended is None:
+        state.ended = run.ended
+    return state
+
+
+def _separator(before: str) -> str:
+    """What makes the next text start a new markdown block after ``before``."""
+    if before.endswith("\n\n"):
+        return ""
+    return "\n" if before.endswith("\n") else "\n\n"
+
+
+def _details_key(node: NodeView) -> tuple[Any, ...]:
+    """What of a node the details list shows: a change here redraws the list."""
+    return (node.final and node.status, node.error, node.note, node.retry_error)
+
+
+def _kind(event: Any) -> str:
+    return str(getattr(event, "kind", type(event).__name__))
+
+
+def _event_time(event: Any) -> float | None:
+    value = getattr(event, "time", None)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _joined(parts: list[str]) -> str:
+    if len(parts) > 1:
+        parts[:] = ["".join(parts)]
+    return parts[0] if parts else ""

@@ -1,0 +1,154 @@
+"""The HTML pieces of a run's view, and the static copy left in a saved notebook.
+
+Widget state does not survive on GitHub, in nbviewer or in VS Code (NOTES.md, "Saved
+notebooks"), so when a run ends the cell also keeps a self-contained snapshot: inline
+styles only, no scripts, no external resources. The live view draws the same pieces
+(``header_html``, ``thought_html``, ``response_html`` plus ``svg.graph_svg`` and
+``svg.details_html``), so the saved copy looks like the last frame the user saw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+from .markdown import render_markdown
+from .state import ViewState
+from .svg import details_html, graph_svg
+from .text import header_parts, render_text
+from .theme import FONT, MUTED, TEXT, clean, esc, style_for
+
+_PHASE_STATUS = {
+    "streaming": "running",
+    "running actions": "running",
+    "done": "done",
+    "failed": "failed",
+    "interrupted": "cancelled",
+}
+
+
+def header_html(state: ViewState, now: float | None = None) -> str:
+    """One line: model, turn, state word (coloured, with an icon), elapsed, tokens."""
+    style = style_for(_PHASE_STATUS.get(state.phase, "pending"))
+    model, *rest = header_parts(state, now)
+    phase_index = 1 if state.turn > 1 else 0
+    fields = []
+    for i, part in enumerate(rest):
+        if i == phase_index:
+            fields.append(
+                f'<span style="color:{style.ink};font-weight:600">{style.icon} {esc(part)}</span>'
+            )
+        else:
+            fields.append(esc(part))
+    sep = f'<span style="color:{MUTED}"> · </span>'
+    return (
+        f'<div style="font-family:{esc(FONT)};font-size:12.5px;color:{TEXT};margin:2px 0 6px">'
+        f"<b>{esc(model)}</b>{sep}{sep.join(fields)}</div>"
+    )
+
+
+def thought_html(state: ViewState) -> str:
+    """The thought as escaped, wrapped text (it is notes, not a document to format)."""
+    return (
+        f'<div style="white-space:pre-wrap;word-break:break-word;font-family:{esc(FONT)};'
+        f'font-size:12.5px;color:{MUTED};font-style:italic">{esc(state.thought)}</div>'
+    )
+
+
+def response_html(state: ViewState, values: Mapping[str, Any] | None = None) -> str:
+    """The answer rendered once, in full (the live view uses ``IncrementalMarkdown``)."""
+    return _response_box(render_markdown(state.body, values))
+
+
+def _response_box(inner: str) -> str:
+    return f'<div style="font-family:{esc(FONT)};color:{TEXT};line-height:1.5">{inner}</div>'
+
+
+def static_html(
+    state: ViewState, values: Mapping[str, Any] | None = None, now: float | None = None
+) -> str:
+    """A self-contained snapshot of the final view (header, thought folded away, graph,
+    details, response). Inline styles, no scripts: it reads without a kernel."""
+    parts = [header_html(state, now)]
+    thought = state.thought.strip()
+    if thought:
+        parts.append(
+            f'<details style="margin:4px 0"><summary style="cursor:pointer;color:{MUTED};'
+            f'font-family:{esc(FONT)};font-size:12.5px">Thought ({len(thought):,} characters)'
+            f"</summary>{thought_html(state)}</details>"
+        )
+    graph = graph_svg(state, now)
+    if graph:
+        parts.append(f'<div style="overflow-x:auto;margin:6px 0">{graph}</div>')
+    parts.append(details_html(state))
+    if state.body.strip():
+        parts.append(response_html(state, values))
+    return (
+        '<div class="cortex-run" style="border-left:3px solid #d0d7de;padding:4px 0 4px 10px">'
+        + "".join(parts)
+        + "</div>"
+    )
+
+
+def static_text(state: ViewState, now: float | None = None) -> str:
+    """The same snapshot as text/plain."""
+    return render_text(state, now)
+
+
+def endpoint_host(endpoint: str | None) -> str | None:
+    """``host[:port]`` of an endpoint URL: no scheme, credentials, path or query."""
+    if not endpoint:
+        return None
+    parts = urlsplit(endpoint if "//" in endpoint else f"//{endpoint}")
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    host = parts.hostname or ""
+    return f"{host}:{port}" if host and port else host or None
+
+
+def run_metadata(state: ViewState, endpoint: str | None = None) -> dict[str, Any]:
+    """What the cell output's metadata records about the run (JSON-ready).
+
+    Times are seconds from the start of the run; ``endpoint`` is reduced to its host.
+    """
+    t0 = state.started or 0.0
+
+    def rel(t: float | None) -> float | None:
+        return None if t is None else round(t - t0, 3)
+
+    actions = []
+    for node_id in state.order:
+        node = state.nodes[node_id]
+        duration = node.duration(None)
+        actions.append(
+            {
+                "id": clean(node.id),
+                "name": clean(node.name),
+                "type": clean(node.type),
+                "mode": clean(node.mode),
+                "status": node.status,
+                "parent": None if node.parent is None else clean(node.parent),
+                "started": rel(node.started),
+                "finished": rel(node.finished),
+                "duration": None if duration is None else round(duration, 3),
+                "attempts": node.attempt,
+                "error": None if node.error is None else clean(node.error),
+            }
+        )
+    return {
+        "model": clean(state.model) or None,
+        "endpoint": endpoint_host(endpoint),
+        "turn": state.turn,
+        "status": state.phase,
+        "elapsed": round(state.elapsed(), 3),
+        "tokens": {
+            "prompt": state.prompt_tokens,
+            "completion": state.completion_tokens,
+            "estimated_completion": state.tokens if state.estimated else None,
+        },
+        "actions": actions,
+        "errors": [clean(e) for e in state.errors],
+    }

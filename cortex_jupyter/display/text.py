@@ -1,0 +1,189 @@
+"""Plain text: the run streamed to a terminal, and a final text/plain summary.
+
+For front ends without widgets (a terminal IPython, a script, a log) the stream reads
+as it happens: thought and response text as they arrive, and one line per action status
+change (``[running] search (a1)``, ``[done 0.42 s] search (a1) -> {...}``). Control
+characters the model wrote are replaced, so its text cannot drive the terminal
+(ANSI escapes) or break a log line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .state import NodeView, ViewState
+from .theme import clean, fmt_count, fmt_duration, shorten, style_for
+
+_OUTPUT_CHARS = 120
+_BLOCK_LABELS = {"thought": "[thought] ", "response": "[response] "}
+
+
+def header_parts(state: ViewState, now: float | None = None) -> list[str]:
+    """The header's fields: model, turn, state word, elapsed, tokens, tokens/s, counts."""
+    parts = [state.model or "model"]
+    if state.turn > 1:
+        parts.append(f"turn {state.turn}")
+    parts.append(state.phase)
+    parts.append(fmt_duration(state.elapsed(now)))
+    tokens = f"{'~' if state.estimated else ''}{fmt_count(state.tokens)} tokens"
+    if state.prompt_tokens is not None:
+        tokens += f" ({fmt_count(state.prompt_tokens)} in)"
+    parts.append(tokens)
+    rate = state.tokens_per_second(now)
+    if rate is not None:
+        parts.append(f"{rate:.0f} tok/s")
+    counts = state.counts()
+    if counts:
+        parts.append(", ".join(f"{n} {status}" for status, n in counts.items()))
+    return parts
+
+
+def status_line(node: NodeView, depth: int = 0) -> str:
+    """One line for a node's current status, as the stream prints it."""
+    who = f"{clean(node.label)} ({clean(node.id)})"
+    duration = fmt_duration(node.duration(None))
+    pad = "  " * depth
+    if node.status == "running" and node.retry_error:
+        wait = f" in {node.retry_in:.2f} s" if node.retry_in is not None else ""
+        return f"{pad}[retry{wait}] {who}: {_one_line(node.retry_error)}"
+    if node.status == "done":
+        out = f" -> {_one_line(node.output, _OUTPUT_CHARS)}" if node.output is not None else ""
+        return f"{pad}[done {duration}] {who}{out}"
+    if node.status in ("failed", "skipped", "cancelled"):
+        timing = f" {duration}" if duration and node.status != "skipped" else ""
+        reason = f": {_one_line(node.error)}" if node.error else ""
+        return f"{pad}[{node.status}{timing}] {who}{reason}"
+    return f"{pad}[{node.status}] {who}"
+
+
+def _one_line(text: str | None, limit: int = 500) -> str:
+    return shorten(clean(text or ""), limit)
+
+
+class TextRenderer:
+    """Writes a run to ``write`` as its events arrive (see the module docstring).
+
+    ``feed(event, at)`` takes parser and runtime events; it keeps its own ``ViewState``
+    (``.state``) to know node names and timings.
+    """
+
+    def __init__(
+        self, write: Callable[[str], None], state: ViewState | None = None, model: str = ""
+    ) -> None:
+        self.state = state if state is not None else ViewState(model=model)
+        self._write = write
+        self._block: str | None = None
+        self._at_line_start = True
+        self._last_line: dict[str, str] = {}  # node id -> its last status line
+
+    def feed(self, event: Any, at: float | None = None) -> None:
+        self.state.apply(event, at)
+        inner, prefix, depth = _unwrap(event)
+        kind = getattr(inner, "kind", "")
+        if depth == 0 and kind in ("thought", "response", "text"):
+            self._text(kind, str(getattr(inner, "text", "")))
+        elif depth == 0 and kind in ("thought_end", "response_end"):
+            self._block = None
+        elif kind == "action_status":
+            node = self.state.nodes.get(prefix + str(getattr(inner, "id", "")))
+            if node is not None and self._worth_a_line(node, inner):
+                self._node_line(node)
+        elif kind == "error":
+            self._error(inner, prefix, depth)
+        elif depth == 0 and kind == "interrupt":
+            self._line(f"[interrupted] {clean(self.state.interrupted or '')}")
+        elif depth == 0 and kind == "end":
+            self._line("[end] " + " · ".join(header_parts(self.state)))
+
+    def _worth_a_line(self, node: NodeView, event: Any) -> bool:
+        if getattr(event, "note", None):
+            self._line(f"[note] {clean(node.label)} ({clean(node.id)}): {_one_line(node.note)}")
+            return False
+        # "pending" is bookkeeping (every node starts there); a first "running" after a
+        # retry wait repeats what the retry line said.
+        status = getattr(event, "status", "")
+        return status != "pending" and not (
+            status == "running" and node.attempt > 1 and not getattr(event, "error", None)
+        )
+
+    def _error(self, event: Any, prefix: str, depth: int) -> None:
+        raw_id = getattr(event, "id", None)
+        node = self.state.nodes.get(prefix + str(raw_id)) if raw_id is not None else None
+        message = _one_line(str(getattr(event, "message", "")))
+        if node is not None and node.status == "failed" and node.error == str(event.message):
+            self._node_line(node)
+        else:
+            self._line("  " * depth + f"[error] {message}")
+
+    def _node_line(self, node: NodeView) -> None:
+        """A node's status line, unless it says exactly what its last one said (the
+        parser and the runtime both report an action the parser rejected)."""
+        line = status_line(node, _depth(self.state, node))
+        if self._last_line.get(node.id) != line:
+            self._last_line[node.id] = line
+            self._line(line)
+
+    def _text(self, kind: str, text: str) -> None:
+        if not text:
+            return
+        if self._block != kind:
+            self._block = kind
+            label = _BLOCK_LABELS.get(kind)
+            if label is not None:
+                if not self._at_line_start:
+                    self._emit("\n")
+                self._emit(label)
+        self._emit(clean(text))
+
+    def _line(self, line: str) -> None:
+        if not self._at_line_start:
+            self._emit("\n")
+        self._emit(line + "\n")
+        self._block = None if self._block == "text" else self._block
+
+    def _emit(self, text: str) -> None:
+        self._write(text)
+        self._at_line_start = text.endswith("\n")
+
+
+def _unwrap(event: Any) -> tuple[Any, str, int]:
+    """A nested event's innermost event, the id prefix of its sub-run, its depth."""
+    prefix, depth = "", 0
+    while getattr(event, "kind", "") == "nested":
+        prefix += f"{event.parent}/"
+        depth += 1
+        event = event.event
+    return event, prefix, depth
+
+
+def _depth(state: ViewState, node: NodeView) -> int:
+    """How many workflow parents a node has (its indentation in the stream)."""
+    depth, parent = 0, node.parent
+    while parent is not None and parent in state.nodes and depth < 8:
+        depth, parent = depth + 1, state.nodes[parent].parent
+    return depth
+
+
+def render_text(state: ViewState, now: float | None = None) -> str:
+    """The whole run as text/plain: header, thought, actions, errors, response."""
+    out = [" · ".join(["cortex", *header_parts(state, now)])]
+    if state.thought.strip():
+        out += ["", "Thought:", _indent(clean(state.thought.strip()))]
+    nodes = [state.nodes[i] for i in state.order]
+    if nodes:
+        out += ["", "Actions:"]
+        for node in nodes:
+            style = style_for(node.shown_status)
+            line = status_line(node, 1 + _depth(state, node))
+            out.append(line.replace("[", f"{style.icon} [", 1))
+    if state.errors:
+        out += ["", "Errors:"]
+        out += [f"  - {_one_line(error, 2000)}" for error in state.errors]
+    if state.body.strip():
+        out += ["", "Response:", clean(state.body.strip())]
+    return "\n".join(out) + "\n"
+
+
+def _indent(text: str, pad: str = "  ") -> str:
+    return "\n".join(pad + line if line else line for line in text.split("\n"))

@@ -1,0 +1,107 @@
+"""Colours, labels and the text-safety helpers every renderer shares.
+
+Statuses are told apart by an icon and a word as well as by colour, so the picture reads
+for colour-blind people and in a black-and-white print. The palette is Okabe-Ito (safe
+for the common colour-vision deficiencies); ``ink`` is a darker shade of each colour with
+at least 4.5:1 contrast on its ``fill``, for text.
+
+Everything here is pure. ``esc`` is the one door model text goes through into HTML or
+SVG: it drops the characters XML 1.0 forbids (control characters, lone surrogates) —
+an SVG holding one of them does not render at all — and escapes ``& < > " '``.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class StatusStyle:
+    """How one node status looks: border colour, box fill, text colour, icon, word."""
+
+    stroke: str
+    fill: str
+    ink: str
+    icon: str
+    label: str
+
+
+STATUS_STYLES: dict[str, StatusStyle] = {
+    # "starting": the opening tag arrived, the body is still being written.
+    "starting": StatusStyle("#8c8c8c", "#f4f4f4", "#4d4d4d", "…", "starting"),
+    "pending": StatusStyle("#8c8c8c", "#f4f4f4", "#4d4d4d", "○", "pending"),
+    "running": StatusStyle("#0072b2", "#e6f1f8", "#005282", "▶", "running"),
+    "done": StatusStyle("#009e73", "#e5f5f0", "#00684c", "✓", "done"),
+    "failed": StatusStyle("#d55e00", "#fbeee5", "#a84a00", "✗", "failed"),
+    "skipped": StatusStyle("#e69f00", "#fdf5e5", "#855c00", "↷", "skipped"),
+    "cancelled": StatusStyle("#cc79a7", "#f9eef4", "#94456f", "■", "cancelled"),
+}
+UNKNOWN_STATUS = StatusStyle("#8c8c8c", "#f4f4f4", "#4d4d4d", "?", "unknown")
+
+# The segments of the model's stream in the timeline.
+STREAM_COLOURS: dict[str, str] = {
+    "thought": "#cc79a7",
+    "action": "#e69f00",
+    "response": "#009e73",
+    "text": "#999999",
+}
+
+FONT = "-apple-system, BlinkMacSystemFont, 'Segoe UI', Helvetica, Arial, sans-serif"
+MONO = "SFMono-Regular, Menlo, Consolas, 'Liberation Mono', monospace"
+TEXT = "#1f2328"
+MUTED = "#59636e"
+EDGE = "#8c959f"
+CODE_BG = "#f6f8fa"
+# A Pygments style whose inline colours stay readable on CODE_BG.
+PYGMENTS_STYLE = "default"
+
+
+def style_for(status: str) -> StatusStyle:
+    return STATUS_STYLES.get(status, UNKNOWN_STATUS)
+
+
+# XML 1.0 allows tab, LF, CR and everything from U+0020 except surrogates, U+FFFE/U+FFFF.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff\ufffe\uffff]")
+
+
+def clean(text: str) -> str:
+    """``text`` without the characters an XML (SVG) document may not hold."""
+    return _NOT_XML.sub("\ufffd", text) if _NOT_XML.search(text) else text
+
+
+def esc(text: object) -> str:
+    """Any value as text that is safe inside HTML/SVG content and quoted attributes."""
+    return html.escape(clean(str(text)), quote=True)
+
+
+def shorten(text: str, limit: int) -> str:
+    """``text`` on one line, cut to ``limit`` characters with an ellipsis."""
+    flat = " ".join(text.split()) if ("\n" in text or "\t" in text or "\r" in text) else text
+    if len(flat) <= limit:
+        return flat
+    return flat[: max(limit - 1, 0)] + "…"
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """``0.42 s``, ``12.3 s``, ``2 m 05 s``; empty for no value."""
+    if seconds is None or math.isnan(seconds):
+        return ""
+    seconds = max(seconds, 0.0)
+    if seconds < 10:
+        return f"{seconds:.2f} s"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} m {rest:02d} s"
+
+
+def fmt_count(value: float) -> str:
+    """``950``, ``1.2k``, ``3.4M``: counts that fit in a header."""
+    if value < 1000:
+        return f"{value:.0f}"
+    if value < 1_000_000:
+        return f"{value / 1000:.1f}k"
+    return f"{value / 1_000_000:.1f}M"

@@ -1,0 +1,248 @@
+"""The reducer: realistic event sequences in, view state out; odd input never raises."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from cortex_jupyter.display import PARTS, ViewState, from_run, reduce
+from cortex_jupyter.protocol import ActionStart, ProtocolError, ResponseDelta, ThoughtDelta
+from cortex_jupyter.runtime import End, Interrupt, Metric, Nested, Run
+
+from .helpers import PROTOCOL, feed, finished_run, parse, status
+
+
+def test_text_accumulates_and_body_is_the_response() -> None:
+    state = ViewState()
+    feed(state, parse())
+    assert state.thought.startswith("I will look up cats and dogs")
+    assert "Waiting for results." in state.thought
+    assert state.response.lstrip().startswith("# Cats and dogs")
+    assert state.body.strip() == state.response.strip()
+    assert state.final is True
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 9, 64, len(PROTOCOL)])
+def test_any_chunking_gives_the_same_state(chunk: int) -> None:
+    reference, state = ViewState(), ViewState()
+    feed(reference, parse(chunk=len(PROTOCOL)))
+    feed(state, parse(chunk=chunk))
+    assert state.thought == reference.thought
+    assert state.body == reference.body
+    assert [(n.id, n.name, n.depends_on, n.layer, n.slot) for n in state.nodes.values()] == [
+        (n.id, n.name, n.depends_on, n.layer, n.slot) for n in reference.nodes.values()
+    ]
+
+
+def test_nodes_from_parser_events() -> None:
+    state = ViewState()
+    feed(state, parse())
+    assert state.order == ["a1", "a2", "a3"]
+    a3 = state.nodes["a3"]
+    assert (a3.name, a3.type, a3.mode, a3.status) == ("compare", "llm", "sync", "pending")
+    # depends_on first, then the $dogs reference (a $cats one is already explicit)
+    assert a3.depends_on == ("a1", "a2")
+    assert a3.references == ("a2",)
+    assert state.edges() == [("a1", "a3", "depends_on"), ("a2", "a3", "reference")]
+    assert state.phase == "running actions"  # the final response closed the stream
+
+
+def test_action_start_shows_a_starting_node_before_its_body() -> None:
+    state = ViewState()
+    state.apply(ActionStart(id="x", type="agent", mode="sync"), 1.0)
+    node = state.nodes["x"]
+    assert node.shown_status == "starting"
+    assert (node.type, node.mode, node.name) == ("agent", "sync", "")
+    assert node.layer == 0
+
+
+def test_runtime_statuses_times_and_errors() -> None:
+    state = finished_run()
+    a1, a3 = state.nodes["a1"], state.nodes["a3"]
+    assert a1.status == "done" and a1.output == "{'hits': 3}"
+    assert a1.duration(None) == pytest.approx(0.3)
+    assert a3.status == "failed" and a3.error == "ValueError: no model"
+    assert state.phase == "done"
+    assert not state.ticking
+    assert state.counts() == {"done": 2, "failed": 1}
+
+
+def test_running_duration_grows_with_now() -> None:
+    state = ViewState()
+    state.apply(status("a", "running", 10.0, name="t"))
+    assert state.nodes["a"].duration(12.5) == pytest.approx(2.5)
+    assert state.ticking
+
+
+def test_protocol_error_with_id_fails_the_node() -> None:
+    state = ViewState()
+    feed(state, parse('<action id="bad">{"name": "x", oops}</action>'))
+    node = state.nodes["bad"]
+    assert node.status == "failed"
+    assert "not valid JSON" in (node.error or "")
+    # the runtime's later "pending" for the rejected node does not revive it
+    state.apply(status("bad", "pending", 200.0, name="?"))
+    assert state.nodes["bad"].status == "failed"
+
+
+def test_duplicate_id_is_a_run_error_not_a_failed_node() -> None:
+    state = ViewState()
+    text = '<action id="a">{"name": "one"}</action><action id="a">{"name": "two"}</action>'
+    feed(state, parse(text))
+    assert state.nodes["a"].name == "one"
+    assert state.nodes["a"].status == "pending"
+    assert state.errors == [e for e in state.errors if "second action used the id" in e] != []
+
+
+def test_error_without_id_goes_to_the_run() -> None:
+    state = ViewState()
+    state.apply(ProtocolError("forged_result", "a <result> written by the model"), 1.0)
+    assert state.errors == ["a <result> written by the model"]
+    assert state.versions["details"] == 1
+
+
+def test_retry_then_done() -> None:
+    state = ViewState()
+    state.apply(status("a", "running", 1.0, attempt=1, name="flaky"))
+    state.apply(status("a", "running", 1.2, attempt=1, error="ConnectionError", retry_in=0.5))
+    node = state.nodes["a"]
+    assert node.retry_error == "ConnectionError" and node.retry_in == 0.5
+    state.apply(status("a", "running", 1.7, attempt=2))
+    state.apply(status("a", "done", 2.0, attempt=2, output="ok"))
+    assert (node.status, node.attempt, node.retry_error, node.started) == ("done", 2, None, 1.0)
+
+
+def test_workflow_steps_are_children() -> None:
+    state = ViewState()
+    feed(state, parse('<action type="workflow" id="w">{"name": "etl"}</action>'))
+    state.apply(status("w", "running", 5.0))
+    state.apply(status("w.1", "pending", 5.1, name="extract", type="tool", parent="w"))
+    state.apply(status("w.1", "done", 5.2, parent="w"))
+    state.apply(status("w.2", "failed", 5.3, parent="w", error="boom"))
+    assert state.nodes["w"].children == ["w.1", "w.2"]
+    assert state.nodes["w.1"].layer is None  # drawn inside its parent, not in the grid
+    assert [n.id for n in state.top_level()] == ["w"]
+
+
+def test_nested_agent_events_are_namespaced_under_the_parent() -> None:
+    state = ViewState()
+    feed(state, parse('<action type="agent" id="a1">{"name": "helper"}</action>'))
+    inner = parse(
+        '<thought>sub</thought><action id="a1">{"name": "search"}</action>'
+        "<response>sub answer</response>"
+    )
+    for event in inner:
+        state.apply(Nested("a1", event), 3.0)
+    state.apply(Nested("a1", status("a1", "done", 3.5, name="search")), 3.5)
+    state.apply(Nested("a1", Nested("a1", status("z", "running", 3.6, name="deep"))), 3.6)
+    assert state.nodes["a1"].name == "helper"
+    assert state.nodes["a1/a1"].status == "done" and state.nodes["a1/a1"].parent == "a1"
+    assert state.nodes["a1/a1/z"].parent == "a1/a1"
+    assert state.nodes["a1"].response == "sub answer"
+    assert state.thought == ""  # a sub-run's text stays on its node
+
+
+def test_metrics_turn_interrupt() -> None:
+    state = ViewState(model="m")
+    state.apply(Metric("prompt_tokens", 100, 1.0))
+    state.apply(Metric("completion_tokens", 40, 1.0))
+
+    class Turn:  # the runtime's Turn event is not written yet: any shape with .turn works
+        kind = "turn"
+        turn = 2
+        time = 2.0
+        model = "m2"
+
+    state.apply(Turn())
+    state.apply(Metric("completion_tokens", 10, 3.0))
+    assert (state.turn, state.model, state.prompt_tokens, state.tokens) == (2, "m2", 100, 50)
+    assert not state.estimated
+    state.apply(Interrupt("cancelled", 4.0))
+    assert state.phase == "interrupted"
+
+
+def test_the_runtime_turn_events() -> None:
+    from cortex_jupyter.runtime import events
+
+    turn, turn_end = getattr(events, "Turn", None), getattr(events, "TurnEnd", None)
+    if turn is None or turn_end is None:
+        pytest.skip("the runtime has no Turn event yet")
+    state = ViewState()
+    state.apply(turn(1, 1.0, "gpt-x"))
+    state.apply(ResponseDelta("first", final=False), 1.5)
+    state.apply(turn_end(1, 2.0, "results"))
+    assert state.phase == "running actions"
+    state.apply(turn(2, 3.0, "gpt-x"))
+    assert (state.turn, state.model, state.phase) == (2, "gpt-x", "streaming")
+
+
+def test_estimated_tokens_and_rate_before_usage() -> None:
+    state = ViewState()
+    state.apply(ThoughtDelta("x" * 400), 1.0)
+    state.apply(ResponseDelta("y" * 400), 3.0)
+    assert state.estimated and state.tokens == 200
+    assert state.tokens_per_second(3.0) == pytest.approx(100)
+
+
+def test_versions_move_only_for_changed_parts() -> None:
+    state = ViewState()
+    seen = dict(state.versions)
+    state.apply(ThoughtDelta("hm"), 1.0)
+    assert state.changed_since(seen) == {"thought", "header"}
+    seen = dict(state.versions)
+    state.apply(status("a", "running", 2.0, name="t"))
+    assert state.changed_since(seen) == {"graph", "header"}
+    seen = dict(state.versions)
+    state.apply(status("a", "failed", 2.5, error="no"))
+    assert state.changed_since(seen) == {"graph", "header", "details"}
+    assert set(PARTS) == set(state.versions)
+
+
+def test_body_separates_blocks_and_outside_text() -> None:
+    state = ViewState()
+    text = 'Sure.\n<response final="false">part one</response>\n<response>part two</response>'
+    feed(state, parse(text, chunk=4))
+    assert state.body == "Sure.\n\npart one\n\npart two"
+
+
+def test_stream_segments_for_the_timeline() -> None:
+    state = ViewState()
+    feed(state, parse(), start=0.0, step=0.1)
+    kinds = [s.kind for s in state.segments]
+    assert kinds[0] == "thought"
+    assert "action" in kinds and "response" in kinds
+    assert all(s.end >= s.start for s in state.segments)
+    tags = [s for s in state.segments if s.kind == "action"]
+    assert [s.id for s in tags] == ["a1", "a2", "a3"]
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        object(),
+        None,
+        ProtocolError("invalid_json", "x", id="never-started"),
+        End("completed", float("nan")),
+        Nested("ghost", None),  # type: ignore[arg-type]
+        Metric("weird", float("inf"), 1.0, id="nobody"),
+        type("Odd", (), {"kind": "action_status", "id": "q", "status": "running", "time": "t"})(),
+        type("Odd", (), {"kind": "action"})(),
+    ],
+)
+def test_odd_events_never_raise(event: Any) -> None:
+    state = ViewState()
+    reduce(state, event, 1.0)
+    reduce(state, ThoughtDelta("still fine"), 2.0)
+    assert state.thought == "still fine"
+
+
+def test_from_run_replays_a_record() -> None:
+    run = Run(started=50.0)
+    for i, event in enumerate(parse()):
+        run.record(event, 50.0 + i * 0.01)
+    run.record(status("a1", "running", 51.0), 51.0)
+    state = from_run(run, model="m")
+    assert state.started == 50.0
+    assert state.nodes["a1"].status == "running"
+    assert state.response.strip().startswith("# Cats and dogs")
