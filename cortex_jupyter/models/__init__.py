@@ -1,0 +1,45 @@
+"""Model clients behind one small async interface (``runtime.chunks.StreamingModel``).
+
+``OpenAIModel`` talks to OpenAI and any OpenAI-compatible server (the only package that
+imports ``openai``); ``ScriptModel`` replays protocol text written by hand. Failures are
+``ModelError`` subclasses whose messages say what to do and never show an API key.
+"""
+
+from .errors import (
+    AuthenticationFailed,
+    BadRequest,
+    CannotConnect,
+    MissingAPIKey,
+    ModelError,
+    ModelTimeout,
+    PermissionDenied,
+    RateLimited,
+    ScriptExhausted,
+    ServerError,
+    StreamDropped,
+    UnexpectedReply,
+    UnknownModel,
+)
+from .openai_client import DEFAULT_BASE_URL, OpenAIModel
+from .script import TURN_SEPARATOR, ScriptModel, split_turns
+
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "TURN_SEPARATOR",
+    "AuthenticationFailed",
+    "BadRequest",
+    "CannotConnect",
+    "MissingAPIKey",
+    "ModelError",
+    "ModelTimeout",
+    "OpenAIModel",
+    "PermissionDenied",
+    "RateLimited",
+    "ScriptExhausted",
+    "ScriptModel",
+    "ServerError",
+    "StreamDropped",
+    "UnexpectedReply",
+    "UnknownModel",
+    "split_turns",
+]

@@ -1,0 +1,109 @@
+"""A model that streams a saved run again: each turn's chunks, with their original timing.
+
+A run's transcript records the model's reply as it arrived (``chunk`` events, with the
+time each was seen). ``ReplayModel`` answers each ``stream()`` call with the next turn
+of one or more saved runs, pausing between chunks as long as the model did (divided by
+``speed``), so a real run can be watched again and its actions re-tested without the
+model. A turn whose stream broke off ends the same way, with ``StreamDropped``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Sequence
+from typing import cast
+
+import anyio
+import anyio.lowlevel
+
+from ..runtime.chunks import Message, ModelChunk, TextChunk, ToolDefinition
+from ..runtime.transcript import RunSource, TurnRecord, load_runs, turns_of
+from .errors import ModelError, StreamDropped
+
+__all__ = ["ReplayExhausted", "ReplayModel"]
+
+
+class ReplayExhausted(ModelError):
+    """Raised when a replay is asked for more turns than its transcripts hold."""
+
+    def __init__(self, turn: int, turns: int) -> None:
+        self.turn = turn
+        self.turns = turns
+        has = "1 turn" if turns == 1 else f"{turns} turns"
+        super().__init__(
+            f"The replay has no turn {turn}; its transcripts hold only {has}. A replayed run "
+            "asks for the turns in the order they were recorded: replay the same prompt with "
+            "the same tools, or give the transcripts of the later runs too."
+        )
+
+
+class ReplayModel:
+    """Streams the model turns of saved runs again, one turn per ``stream()`` call.
+
+    ``source`` is a ``Run``, a transcript's path or JSONL text, or a list of them (their
+    turns follow each other, e.g. every run of one conversation). ``speed`` divides the
+    recorded pauses (``2`` is twice as fast, ``math.inf`` sends everything at once).
+    ``name`` defaults to the recorded model's. ``reset()`` starts from the first turn.
+    """
+
+    def __init__(
+        self,
+        source: RunSource | Sequence[RunSource],
+        *,
+        speed: float = 1.0,
+        name: str | None = None,
+    ) -> None:
+        if isinstance(speed, bool) or not isinstance(speed, int | float) or not speed > 0:
+            raise ValueError(f"speed must be a number above 0 (math.inf: no pauses); got {speed!r}")
+        items = list(source) if isinstance(source, list | tuple) else [cast(RunSource, source)]
+        runs = load_runs(items)
+        self.turns: tuple[TurnRecord, ...] = tuple(t for run in runs for t in turns_of(run))
+        if not self.turns:
+            raise ValueError(
+                "the transcripts hold no model turns to replay (only agent runs, made with "
+                "run_agent, record the model's reply)"
+            )
+        self.speed = float(speed)
+        self.name = name or self.turns[0].model or "replay"
+        self.turns_used = 0
+
+    def __repr__(self) -> str:
+        return f"ReplayModel(turns={len(self.turns)}, speed={self.speed:g})"
+
+    def reset(self) -> None:
+        """Start again from the first turn."""
+        self.turns_used = 0
+
+    def stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[ToolDefinition] | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+    ) -> AsyncIterator[ModelChunk]:
+        """The next recorded turn, paced as it was recorded (``messages`` are not read)."""
+        self.turns_used += 1
+        return self._replay(self.turns_used)
+
+    async def _replay(self, number: int) -> AsyncIterator[ModelChunk]:
+        if number > len(self.turns):
+            raise ReplayExhausted(number, len(self.turns))
+        turn = self.turns[number - 1]
+        last = turn.started
+        characters = 0
+        for at, chunk in turn.chunks:
+            await self._pause(at - last)
+            last = at
+            if isinstance(chunk, TextChunk):
+                characters += len(chunk.text)
+            yield chunk
+        if turn.error is not None:
+            raise StreamDropped(self.name, "a replayed transcript", len(turn.chunks), characters)
+
+    async def _pause(self, seconds: float) -> None:
+        wait = 0.0 if math.isinf(self.speed) else max(0.0, seconds) / self.speed
+        if wait > 0:
+            await anyio.sleep(wait)
+        else:
+            await anyio.lowlevel.checkpoint()

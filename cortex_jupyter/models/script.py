@@ -1,0 +1,134 @@
+"""A model that replays a script: protocol text written by hand, streamed like a model's.
+
+``%%cortex --script`` uses it to explore and test the protocol in a notebook with no
+model at all, and tests use it to drive the runtime. The text is streamed as
+``TextChunk`` values of ``chunk_size`` characters, ``delay`` seconds apart, so actions
+start while the "model" is still writing, exactly as they would with a real one.
+
+An agent asks its model once per turn (again after action results). A script answers
+each ``stream()`` call with its next turn. Turns are separated by a line that reads
+exactly::
+
+    --- next turn ---
+
+(spaces around it are ignored; the line break before and after it belongs to neither
+turn), or given as a list of texts, one per turn. Asking for more turns than the script
+has raises ``ScriptExhausted``, naming the turn that was asked for.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Sequence
+
+import anyio
+import anyio.lowlevel
+
+from ..runtime.chunks import Finish, Message, ModelChunk, TextChunk, ToolDefinition
+from .errors import ScriptExhausted
+
+__all__ = ["TURN_SEPARATOR", "ScriptModel", "split_turns"]
+
+TURN_SEPARATOR = "--- next turn ---"
+
+
+def split_turns(text: str) -> list[str]:
+    """The turns of a script: its text split at lines that read ``--- next turn ---``."""
+    turns: list[str] = []
+    current: list[str] = []
+    for line in text.splitlines(keepends=True):
+        if line.strip() == TURN_SEPARATOR:
+            turns.append(_drop_line_break("".join(current)))
+            current = []
+        else:
+            current.append(line)
+    turns.append("".join(current))
+    return turns
+
+
+def _drop_line_break(text: str) -> str:
+    for ending in ("\r\n", "\n", "\r"):
+        if text.endswith(ending):
+            return text[: -len(ending)]
+    return text
+
+
+class ScriptModel:
+    """Streams a script's turns as the model's replies, one turn per ``stream()`` call.
+
+    ``text`` is the whole script (turns separated by ``--- next turn ---`` lines) or a
+    list with one text per turn. ``reset()`` starts again from the first turn.
+    """
+
+    def __init__(
+        self,
+        text: str | Sequence[str],
+        *,
+        chunk_size: int = 16,
+        delay: float = 0.0,
+        name: str = "script",
+    ) -> None:
+        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int):
+            raise TypeError(f"chunk_size must be a whole number of characters; got {chunk_size!r}")
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be at least 1 character; got {chunk_size}")
+        if isinstance(delay, bool) or not isinstance(delay, int | float):
+            raise TypeError(f"delay must be a number of seconds; got {delay!r}")
+        if not math.isfinite(delay) or delay < 0:
+            raise ValueError(f"delay must be 0 or more seconds; got {delay}")
+        if isinstance(text, str):
+            turns = split_turns(text)
+        else:
+            turns = list(text)
+            if not turns:
+                raise ValueError("a script needs at least one turn; got an empty list")
+            if not all(isinstance(turn, str) for turn in turns):
+                raise TypeError("a script's turns must be strings")
+        self.turns: tuple[str, ...] = tuple(turns)
+        self.chunk_size = chunk_size
+        self.delay = float(delay)
+        self.name = name
+        self.turns_used = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"ScriptModel(turns={len(self.turns)}, chunk_size={self.chunk_size}, "
+            f"delay={self.delay:g})"
+        )
+
+    def reset(self) -> None:
+        """Start again from the first turn."""
+        self.turns_used = 0
+
+    def stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[ToolDefinition] | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+    ) -> AsyncIterator[ModelChunk]:
+        """The next turn, ``chunk_size`` characters at a time (``messages`` are not read).
+
+        The turn is taken when ``stream()`` is called, so replies come in call order; a
+        missing turn is raised when the reply is first read.
+        """
+        self.turns_used += 1
+        return self._replay(self.turns_used)
+
+    async def _replay(self, turn: int) -> AsyncIterator[ModelChunk]:
+        if turn > len(self.turns):
+            raise ScriptExhausted(turn, len(self.turns))
+        text = self.turns[turn - 1]
+        for start in range(0, len(text), self.chunk_size):
+            if start:
+                await self._pause()
+            yield TextChunk(text[start : start + self.chunk_size])
+        yield Finish("stop")
+
+    async def _pause(self) -> None:
+        if self.delay:
+            await anyio.sleep(self.delay)
+        else:
+            # Still a point where a cancelled consumer stops, and other tasks run.
+            await anyio.lowlevel.checkpoint()

@@ -1,0 +1,249 @@
+"""The one interface every model implements: stream typed chunks of a reply.
+
+The agent loop (in this layer) consumes ``StreamingModel.stream(...)``; the clients in
+``cortex_jupyter.models`` implement it. It lives here, not in ``models``, because the
+runtime must not import ``models`` (ARCHITECTURE.md, "Layers").
+
+Chunks are frozen dataclasses with a class-level ``kind`` string, like the parser's
+events, so consumers dispatch on ``chunk.kind``. A reply that ends cleanly ends with
+exactly one ``Finish``; a failure is raised as an exception after every chunk that did
+arrive has been yielded, so the caller keeps the partial reply.
+
+Native tool calls arrive in two steps: ``ToolCallStart`` as soon as the server names
+the call (for the UI), ``ToolCallReady`` the moment its arguments are complete - when
+the next call begins or the choice finishes, not at the end of the reply - so the
+runtime can start it while the model is still writing.
+
+Cancellation is the consumer's: stop iterating (and close the iterator, e.g. with
+``contextlib.aclosing``) or cancel the surrounding cancel scope. Implementations close
+their HTTP stream promptly then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, Protocol, TypedDict, Union
+
+from .model import Message, ModelClient
+
+__all__ = [
+    "ChatMessage",
+    "Finish",
+    "FunctionCallPayload",
+    "FunctionDefinition",
+    "Message",
+    "ModelChunk",
+    "ReasoningChunk",
+    "StreamingModel",
+    "TextChunk",
+    "ToolCallPayload",
+    "ToolCallReady",
+    "ToolCallStart",
+    "ToolDefinition",
+    "Usage",
+    "close_stream",
+    "text_client",
+    "tool_definition",
+]
+
+
+# --------------------------------------------------------------------------- wire shapes
+
+
+class FunctionCallPayload(TypedDict):
+    """The function part of a tool call in an assistant message (OpenAI wire shape)."""
+
+    name: str
+    arguments: str
+
+
+class ToolCallPayload(TypedDict):
+    """One tool call in an assistant message (OpenAI wire shape)."""
+
+    id: str
+    type: Literal["function"]
+    function: FunctionCallPayload
+
+
+class ChatMessage(Message, total=False):
+    """A chat message that may carry tool calls or a tool's result (OpenAI wire shape).
+
+    A ``Message`` plus the optional keys native tool calling needs: an assistant message
+    with ``tool_calls`` (its ``content`` may be ``""``), and a ``role="tool"`` message
+    answering one call by ``tool_call_id``. Any ``ChatMessage`` is a ``Message``, so both
+    can be passed to ``StreamingModel.stream``; keys are sent to the server as they are.
+    """
+
+    tool_calls: list[ToolCallPayload]
+    tool_call_id: str
+    name: str
+
+
+class _FunctionDefinitionRequired(TypedDict):
+    name: str
+
+
+class FunctionDefinition(_FunctionDefinitionRequired, total=False):
+    """A function the model may call: its name, what it does, its JSON-schema parameters."""
+
+    description: str
+    parameters: dict[str, Any]
+    strict: bool
+
+
+class ToolDefinition(TypedDict):
+    """One entry of a request's ``tools`` list (OpenAI wire shape).
+
+    Not the runtime's ``registry.ToolSpec`` (a registered Python function); see
+    ``tool_definition`` to build one from a name, description and schema.
+    """
+
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+def tool_definition(
+    name: str, description: str = "", parameters: dict[str, Any] | None = None
+) -> ToolDefinition:
+    """The wire shape of a function tool (``parameters`` defaults to "no arguments")."""
+    function: FunctionDefinition = {"name": name}
+    if description:
+        function["description"] = description
+    function["parameters"] = (
+        parameters if parameters is not None else {"type": "object", "properties": {}}
+    )
+    return {"type": "function", "function": function}
+
+
+# --------------------------------------------------------------------------- chunks
+
+
+@dataclass(frozen=True, slots=True)
+class TextChunk:
+    """Text of the reply, as it arrives (the protocol text the parser reads)."""
+
+    text: str
+    kind: ClassVar[str] = "text"
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningChunk:
+    """Reasoning the server streams apart from the reply; shown as thought text."""
+
+    text: str
+    kind: ClassVar[str] = "reasoning"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallStart:
+    """A native tool call began; its arguments are still streaming (for the UI).
+
+    ``index`` is the call's position in this reply; ``name`` is as far as it arrived
+    with the first fragment (complete on every server seen so far).
+    """
+
+    index: int
+    id: str
+    name: str
+    kind: ClassVar[str] = "tool_call_start"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallReady:
+    """A native tool call is complete: ``arguments`` is the whole JSON text the model wrote.
+
+    Emitted as soon as the next call begins or the choice finishes. ``arguments`` is not
+    parsed here: invalid JSON is the runtime's to report, like a malformed action body.
+    """
+
+    index: int
+    id: str
+    name: str
+    arguments: str
+    kind: ClassVar[str] = "tool_call_ready"
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts of the reply, when the server reports them (near the end)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    kind: ClassVar[str] = "usage"
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """The reply ended cleanly; always the last chunk.
+
+    ``reason`` is the server's ``finish_reason`` (``stop``, ``length``, ``tool_calls``,
+    ``content_filter``...), or ``unknown`` when a server ended without saying.
+    """
+
+    reason: str
+    kind: ClassVar[str] = "finish"
+
+
+ModelChunk = Union[  # noqa: UP007 - a runtime alias, like protocol.events.Event
+    TextChunk, ReasoningChunk, ToolCallStart, ToolCallReady, Usage, Finish
+]
+
+
+# --------------------------------------------------------------------------- the seam
+
+
+class StreamingModel(Protocol):
+    """A model that streams its reply to chat ``messages`` as ``ModelChunk`` values.
+
+    ``name`` is what the user sees (the model's name, or ``script``). ``tools`` are
+    offered only when given; ``temperature`` and ``max_tokens`` are sent only when set.
+    Failures are raised (``cortex_jupyter.models.ModelError`` subclasses) after every
+    chunk that arrived has been yielded.
+    """
+
+    name: str
+
+    def stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[ToolDefinition] | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+    ) -> AsyncIterator[ModelChunk]: ...
+
+
+async def close_stream(chunks: AsyncIterator[Any]) -> None:
+    """Close a model's stream now (its HTTP response), not when it is garbage-collected.
+
+    ``StreamingModel.stream`` returns an ``AsyncIterator``, which need not have
+    ``aclose``; every implementation here is an async generator, which does.
+    """
+    aclose = getattr(chunks, "aclose", None)
+    if aclose is not None:
+        await aclose()
+
+
+class _TextClient:
+    """A ``StreamingModel`` seen through the text-only ``ModelClient`` seam."""
+
+    def __init__(self, model: StreamingModel) -> None:
+        self.model = model
+
+    async def stream(self, messages: Sequence[Message], /) -> AsyncIterator[str]:
+        chunks = self.model.stream(messages)
+        try:
+            async for chunk in chunks:
+                if isinstance(chunk, TextChunk):
+                    yield chunk.text
+        finally:
+            await close_stream(chunks)
+
+    def __repr__(self) -> str:
+        return f"text_client({self.model!r})"
+
+
+def text_client(model: StreamingModel) -> ModelClient:
+    """``model`` as a ``ModelClient`` (``llm`` actions): its text chunks only."""
+    return _TextClient(model)

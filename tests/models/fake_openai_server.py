@@ -1,0 +1,299 @@
+"""A small OpenAI-compatible server for tests: scripted replies over real HTTP on 127.0.0.1.
+
+Tests talk to it through the real ``openai`` SDK, so what is pinned is what users get:
+the SDK's request, its retries and its server-sent-event decoding. Each test scripts what
+the server does next, one reply per request, in order:
+
+- ``Stream(chunks)``: ``200`` with ``data: {...}`` events and ``data: [DONE]``, in a
+  chunked body. ``cut=True`` closes the connection after the chunks instead (no
+  ``[DONE]``, chunked body unfinished); ``stall=True`` keeps it open until the client
+  closes it (and records when); ``gates=[(n, event)]`` sends the first ``n`` chunks,
+  then waits for the test to set ``event``.
+- ``Error(status, body, headers)``: an error status with a JSON body.
+
+Every request is recorded (path, headers, JSON body, arrival time) in ``requests``. A
+request with nothing scripted gets a 500 saying so, which the test then reports.
+
+The chunk helpers build the SSE payloads servers send: text, reasoning (under either
+field name), tool-call fragments, usage, finish.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+# A handler never waits longer than this for anything (a gate, a client closing).
+MAX_WAIT = 5.0
+
+
+# --------------------------------------------------------------------------- chunks
+
+
+def chunk(delta: dict[str, Any] | None = None, finish: str | None = None) -> dict[str, Any]:
+    """One ``chat.completion.chunk`` with one choice."""
+    return {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion.chunk",
+        "created": 1700000000,
+        "model": "fake-model",
+        "choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish}],
+    }
+
+
+def role() -> dict[str, Any]:
+    """The first chunk OpenAI sends: the role, no content."""
+    return chunk({"role": "assistant", "content": ""})
+
+
+def text(content: str) -> dict[str, Any]:
+    return chunk({"content": content})
+
+
+def texts(content: str, size: int) -> list[dict[str, Any]]:
+    """``content`` as text chunks of ``size`` characters."""
+    return [text(content[i : i + size]) for i in range(0, len(content), size)]
+
+
+def reasoning(content: str, field: str = "reasoning_content") -> dict[str, Any]:
+    """A reasoning delta: ``reasoning_content`` (DeepSeek, older vLLM) or ``reasoning``."""
+    return chunk({"content": None, field: content})
+
+
+def tool_call(
+    index: int, call_id: str | None, name: str | None, arguments: str, pieces: int = 1
+) -> list[dict[str, Any]]:
+    """A tool call as OpenAI streams it: id and name first, then argument fragments."""
+    first: dict[str, Any] = {"index": index, "type": "function", "function": {"arguments": ""}}
+    if call_id is not None:
+        first["id"] = call_id
+    if name is not None:
+        first["function"]["name"] = name
+    out = [chunk({"tool_calls": [first]})]
+    size = max(1, -(-len(arguments) // pieces))
+    for i in range(0, len(arguments), size):
+        fragment = {"index": index, "function": {"arguments": arguments[i : i + size]}}
+        out.append(chunk({"tool_calls": [fragment]}))
+    return out
+
+
+def finish(reason: str = "stop") -> dict[str, Any]:
+    return chunk({}, finish=reason)
+
+
+def usage(prompt: int, completion: int) -> dict[str, Any]:
+    """The extra chunk ``stream_options.include_usage`` asks for: no choices, usage."""
+    return {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion.chunk",
+        "created": 1700000000,
+        "model": "fake-model",
+        "choices": [],
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        },
+    }
+
+
+# --------------------------------------------------------------------------- replies
+
+
+@dataclass
+class Stream:
+    """A streamed 200 reply (see the module docstring)."""
+
+    chunks: Sequence[dict[str, Any] | str]  # a str is sent as the raw data of an event
+    done: bool = True
+    cut: bool = False
+    stall: bool = False
+    gates: Sequence[tuple[int, threading.Event]] = ()  # (n, event): wait before chunk n
+    gap: float = 0.0  # seconds between chunks
+
+
+@dataclass
+class Error:
+    """An error status with a JSON body (``body`` is sent as it is when it is a str)."""
+
+    status: int
+    body: dict[str, Any] | str
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Request:
+    """A request the server received."""
+
+    path: str
+    headers: dict[str, str]  # names in lower case
+    json: Any
+    at: float  # time.monotonic()
+
+
+class FakeOpenAIServer:
+    """The server; use as a context manager (it stops and joins at exit)."""
+
+    def __init__(self) -> None:
+        self.replies: deque[Stream | Error] = deque()
+        self.requests: list[Request] = []
+        self.gate_timed_out = False
+        self.client_closed = threading.Event()
+        self.client_closed_at: float | None = None
+        self.stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        # Join handler threads at exit, so nothing of a test outlives it.
+        self._httpd.daemon_threads = False
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+        )
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    @property
+    def url(self) -> str:
+        """The base URL, as OPENAI_BASE_URL would give it."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def script(self, *replies: Stream | Error) -> None:
+        """What the next requests get, in order."""
+        with self._lock:
+            self.replies.extend(replies)
+
+    def next_reply(self) -> Stream | Error:
+        with self._lock:
+            if self.replies:
+                return self.replies.popleft()
+        return Error(500, {"error": {"message": "fake server: no reply scripted"}})
+
+    def record(self, request: Request) -> None:
+        with self._lock:
+            self.requests.append(request)
+
+    def __enter__(self) -> FakeOpenAIServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()  # joins the handler threads
+        self._thread.join(MAX_WAIT)
+
+
+def _handler_for(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(_Handler):
+        fake = server
+
+    return Handler
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    timeout = MAX_WAIT  # socket timeout: a handler never blocks forever
+    fake: FakeOpenAIServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # keep test output clean
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length", "0"))
+        raw = self.rfile.read(length)
+        headers = {name.lower(): value for name, value in self.headers.items()}
+        self.fake.record(Request(self.path, headers, json.loads(raw or b"null"), time.monotonic()))
+        # Every connection serves one request, so no handler thread lingers on keep-alive.
+        self.close_connection = True
+        reply = self.fake.next_reply()
+        if isinstance(reply, Error):
+            self._error(reply)
+        else:
+            self._stream(reply)
+
+    def _error(self, reply: Error) -> None:
+        body = reply.body if isinstance(reply.body, str) else json.dumps(reply.body)
+        data = body.encode()
+        self.send_response(reply.status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.send_header("connection", "close")
+        for name, value in reply.headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _stream(self, reply: Stream) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("transfer-encoding", "chunked")
+        self.send_header("connection", "close")
+        self.end_headers()
+        for i, payload in enumerate(reply.chunks):
+            for at, gate in reply.gates:
+                if at == i:
+                    self._wait_for_gate(gate)
+            if i and reply.gap:
+                time.sleep(reply.gap)
+            data = payload if isinstance(payload, str) else json.dumps(payload)
+            self._send(f"data: {data}\n\n")
+        for at, gate in reply.gates:
+            if at >= len(reply.chunks):
+                self._wait_for_gate(gate)
+        if reply.cut:
+            # Abruptly: no [DONE], no last chunk of the chunked body. FIN, not RST, so the
+            # client still reads every byte sent before it.
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        if reply.stall:
+            self._wait_for_client_to_close()
+            return
+        if reply.done:
+            self._send("data: [DONE]\n\n")
+        self.wfile.write(b"0\r\n\r\n")
+
+    def _send(self, text: str) -> None:
+        data = text.encode()
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+
+    def _wait_for_gate(self, gate: threading.Event) -> None:
+        if not gate.wait(MAX_WAIT):
+            self.fake.gate_timed_out = True
+
+    def _wait_for_client_to_close(self) -> None:
+        deadline = time.monotonic() + MAX_WAIT
+        sock = self.connection
+        while time.monotonic() < deadline and not self.fake.stopping.is_set():
+            readable, _, _ = select.select([sock], [], [], 0.01)
+            if not readable:
+                continue
+            try:
+                closed = sock.recv(1, socket.MSG_PEEK) == b""
+            except OSError:
+                closed = True
+            if closed:
+                self.fake.client_closed_at = time.monotonic()
+                self.fake.client_closed.set()
+                return
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 with nothing listening (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def serve() -> Iterator[FakeOpenAIServer]:
+    """For a fixture: a started server, stopped at teardown."""
+    with FakeOpenAIServer() as server:
+        yield server

@@ -1,0 +1,42 @@
+"""Every model error reads like a sentence, names what went wrong and what to do."""
+
+from __future__ import annotations
+
+import pytest
+
+from cortex_jupyter.models import errors
+
+E = "http://127.0.0.1:8000"
+
+CASES: list[tuple[errors.ModelError, str]] = [
+    (errors.MissingAPIKey("m"), "set the OPENAI_API_KEY environment variable"),
+    (errors.AuthenticationFailed("m", E, "bad key"), "Check OPENAI_API_KEY"),
+    (errors.PermissionDenied("m", E), "Use a model the key's project"),
+    (errors.UnknownModel("m", E), "Check the model name"),
+    (errors.BadRequest("m", E, 422, "field x"), "Change what its message names"),
+    (errors.RateLimited("m", E, 3, None), "It gave no retry delay. Wait and run it again"),
+    (errors.RateLimited("m", E, 1, 2.5), "after 1 try. It asked to wait 2.5 s"),
+    (errors.ServerError("m", E, 502, 3), "failed (HTTP 502) after 3 tries"),
+    (errors.CannotConnect("m", "127.0.0.1:8000", "refused"), "Check the server is running"),
+    (errors.ModelTimeout("m", E, 30.0), "did not answer within 30 s"),
+    (errors.StreamDropped("m", E, 4, 120), "after 4 chunks (120 characters)"),
+    (errors.UnexpectedReply("m", E, "no events"), "is the API root"),
+    (errors.ScriptExhausted(2, 1), "it has only 1 turn"),
+]
+
+
+@pytest.mark.parametrize(("error", "says"), CASES, ids=lambda v: type(v).__name__)
+def test_messages_read_like_sentences_and_say_what_to_do(
+    error: errors.ModelError, says: str
+) -> None:
+    message = str(error)
+    assert says in message
+    assert message[0].isupper()
+    assert message.rstrip().endswith((".", "bad key", "field x"))
+
+
+def test_every_error_class_is_covered_and_exported() -> None:
+    classes = {type(error) for error, _ in CASES}
+    exported = {getattr(errors, name) for name in errors.__all__} - {errors.ModelError}
+    assert classes == exported
+    assert all(issubclass(cls, errors.ModelError) for cls in exported)
