@@ -1,7 +1,8 @@
 """Model clients behind one small async interface (``runtime.chunks.StreamingModel``).
 
 ``OpenAIModel`` talks to OpenAI and any OpenAI-compatible server (the only package that
-imports ``openai``); ``ScriptModel`` replays protocol text written by hand. Failures are
+imports ``openai``); ``ScriptModel`` streams protocol text written by hand; ``ReplayModel``
+streams a saved run again with its timing. Failures are
 ``ModelError`` subclasses whose messages say what to do and never show an API key.
 """
 
@@ -21,6 +22,7 @@ from .errors import (
     UnknownModel,
 )
 from .openai_client import DEFAULT_BASE_URL, OpenAIModel
+from .replay import ReplayExhausted, ReplayModel
 from .script import TURN_SEPARATOR, ScriptModel, split_turns
 
 __all__ = [
@@ -35,6 +37,8 @@ __all__ = [
     "OpenAIModel",
     "PermissionDenied",
     "RateLimited",
+    "ReplayExhausted",
+    "ReplayModel",
     "ScriptExhausted",
     "ScriptModel",
     "ServerError",

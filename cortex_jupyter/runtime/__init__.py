@@ -23,9 +23,24 @@ from .errors import (
     UnknownVariable,
     WorkflowStepFailed,
 )
-from .events import ActionStatus, AnyEvent, End, Interrupt, Metric, Nested, RunEvent
+from .events import (
+    ActionStatus,
+    AnyEvent,
+    ChatEntry,
+    Chunk,
+    End,
+    Interrupt,
+    Metric,
+    Nested,
+    RunEvent,
+    Turn,
+    TurnEnd,
+)
+from .feeds import FeedError, FeedSet, FeedSourceFailed, FeedSpec, FeedUnavailable
 from .graph import FINAL_STATUSES, STATUSES, ActionNode, Graph, Status
+from .loop import Conversation, continue_run, run_agent
 from .model import Message, ModelClient
+from .prompt import describe_variables, format_results, system_prompt
 from .record import OutputRepr, Run, decode_event, encode_event, load_events
 from .registry import (
     AgentSpec,
@@ -45,6 +60,7 @@ from .scheduler import (
     parse_chunks,
     run_stream,
 )
+from .transcript import TurnRecord, continue_note, turns_of
 from .variables import RESERVED_NAMES, check_variable_name, find_references, resolve
 
 __all__ = [
@@ -60,8 +76,16 @@ __all__ = [
     "BadReference",
     "CacheRelic",
     "CacheValueError",
+    "ChatEntry",
+    "Chunk",
+    "Conversation",
     "CortexRuntimeError",
     "End",
+    "FeedError",
+    "FeedSet",
+    "FeedSourceFailed",
+    "FeedSpec",
+    "FeedUnavailable",
     "Graph",
     "InternalActionRefused",
     "InternalPolicy",
@@ -85,22 +109,32 @@ __all__ = [
     "Step",
     "ToolSpec",
     "TranscriptError",
+    "Turn",
+    "TurnEnd",
+    "TurnRecord",
     "UnknownAction",
     "UnknownFeed",
     "UnknownVariable",
     "WorkflowSpec",
     "WorkflowStepFailed",
     "check_variable_name",
+    "continue_note",
+    "continue_run",
     "data_dir",
     "decode_event",
     "default_cache_path",
     "default_registry",
+    "describe_variables",
     "dispatch_latencies",
     "encode_event",
     "find_references",
+    "format_results",
     "load_events",
     "parse_chunks",
     "resolve",
+    "run_agent",
     "run_stream",
+    "system_prompt",
     "tool",
+    "turns_of",
 ]

@@ -12,6 +12,17 @@ from typing import Any, ClassVar
 
 from cortex_jupyter.protocol.events import Event
 
+from .chunks import (
+    Finish,
+    ModelChunk,
+    ReasoningChunk,
+    TextChunk,
+    ToolCallPayload,
+    ToolCallReady,
+    ToolCallStart,
+    Usage,
+)
+
 
 @dataclass(frozen=True, slots=True)
 class ActionStatus:
@@ -53,7 +64,8 @@ class Metric:
 
 @dataclass(frozen=True, slots=True)
 class Interrupt:
-    """The run was stopped before its end: cancelled (Stop) or its stream failed."""
+    """The run was stopped before its end: cancelled (Stop), its stream failed, or the
+    agent loop reached its turn limit (``reason`` says which, ``error`` says why)."""
 
     reason: str
     time: float
@@ -63,7 +75,8 @@ class Interrupt:
 
 @dataclass(frozen=True, slots=True)
 class End:
-    """The run ended: ``status`` is ``completed``, ``cancelled`` or ``failed``.
+    """The run ended: ``status`` is ``completed``, ``cancelled`` or ``failed``, and for
+    agent runs also ``interrupted`` (the model's stream failed) or ``turn_limit``.
 
     ``fire_and_forget`` actions may still be running; their nodes report later.
     """
@@ -82,9 +95,112 @@ class Nested:
     kind: ClassVar[str] = "nested"
 
 
-RunEvent = ActionStatus | Metric | Interrupt | End | Nested
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """The agent loop asks the model for turn ``number`` (from 1) of the run."""
+
+    number: int
+    time: float
+    model: str | None = None
+    kind: ClassVar[str] = "turn"
+
+
+@dataclass(frozen=True, slots=True)
+class TurnEnd:
+    """A turn's reply ended and its actions were waited for.
+
+    ``outcome`` is what the loop does next: ``final`` (the run ends), ``results`` (the
+    results go back to the model for another turn), ``limit`` (another turn was needed
+    but the turn limit stops the run) or ``interrupted`` (the stream failed).
+    ``reason`` says why, in words; ``finish`` is the model's finish reason.
+    """
+
+    number: int
+    time: float
+    outcome: str
+    reason: str = ""
+    finish: str | None = None
+    kind: ClassVar[str] = "turn_end"
+
+
+@dataclass(frozen=True, slots=True)
+class ChatEntry:
+    """A message added to the conversation (the user's prompt, a reply, results...).
+
+    The conversation is rebuilt from these (``Conversation.from_run``). ``role`` is
+    ``system``, ``user``, ``assistant`` or ``tool``; ``tool_calls`` and ``tool_call_id``
+    carry native tool calls in the OpenAI wire shape.
+    """
+
+    role: str
+    content: str
+    time: float
+    tool_calls: list[ToolCallPayload] | None = None
+    tool_call_id: str | None = None
+    kind: ClassVar[str] = "message"
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """A piece of the model's reply as it arrived (consecutive text may be coalesced).
+
+    ``type`` is the ``ModelChunk`` kind (``text``, ``reasoning``, ``tool_call_start``,
+    ``tool_call_ready``, ``usage``, ``finish``); the other fields are that chunk's.
+    Kept so a transcript can be streamed again with its timing (``ReplayModel``).
+    """
+
+    type: str
+    time: float
+    text: str | None = None
+    index: int | None = None
+    id: str | None = None
+    name: str | None = None
+    arguments: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    reason: str | None = None
+    kind: ClassVar[str] = "chunk"
+
+    @classmethod
+    def of(cls, chunk: ModelChunk, time: float) -> Chunk:
+        """The event recording ``chunk``, seen at ``time``."""
+        if isinstance(chunk, TextChunk | ReasoningChunk):
+            return cls(chunk.kind, time, text=chunk.text)
+        if isinstance(chunk, ToolCallStart):
+            return cls(chunk.kind, time, index=chunk.index, id=chunk.id, name=chunk.name)
+        if isinstance(chunk, ToolCallReady):
+            return cls(
+                chunk.kind, time, index=chunk.index, id=chunk.id, name=chunk.name,
+                arguments=chunk.arguments,
+            )  # fmt: skip
+        if isinstance(chunk, Usage):
+            return cls(
+                chunk.kind, time, prompt_tokens=chunk.prompt_tokens,
+                completion_tokens=chunk.completion_tokens,
+            )  # fmt: skip
+        return cls(chunk.kind, time, reason=chunk.reason)
+
+    def to_chunk(self) -> ModelChunk:
+        """The ``ModelChunk`` this event recorded."""
+        if self.type == "text":
+            return TextChunk(self.text or "")
+        if self.type == "reasoning":
+            return ReasoningChunk(self.text or "")
+        if self.type == "tool_call_start":
+            return ToolCallStart(self.index or 0, self.id or "", self.name or "")
+        if self.type == "tool_call_ready":
+            return ToolCallReady(
+                self.index or 0, self.id or "", self.name or "", self.arguments or ""
+            )
+        if self.type == "usage":
+            return Usage(self.prompt_tokens or 0, self.completion_tokens or 0)
+        return Finish(self.reason or "unknown")
+
+
+RunEvent = ActionStatus | Metric | Interrupt | End | Nested | Turn | TurnEnd | ChatEntry | Chunk
 AnyEvent = Event | RunEvent
 
 RUN_EVENT_TYPES: dict[str, type[Any]] = {
-    cls.kind: cls for cls in (ActionStatus, Metric, Interrupt, End, Nested)
+    cls.kind: cls
+    for cls in (ActionStatus, Metric, Interrupt, End, Nested, Turn, TurnEnd, ChatEntry, Chunk)
 }

@@ -36,12 +36,13 @@ from cortex_jupyter.protocol.events import (
 )
 
 from .errors import TranscriptError
-from .events import RUN_EVENT_TYPES, AnyEvent, Nested
+from .events import RUN_EVENT_TYPES, AnyEvent, Metric, Nested, Turn
 from .graph import STATUSES, ActionNode
 
 TRANSCRIPT_FORMAT = "cortex_jupyter.run"
 TRANSCRIPT_VERSION = 1
 MAX_JSON_OUTPUT = 1 << 20
+_TURN_BREAK = "\n\n"  # between the text of one agent turn and the next
 
 _PARSER_EVENT_TYPES: dict[str, type[Any]] = {
     cls.kind: cls
@@ -109,9 +110,13 @@ class Run:
     ended: float | None = None
     status: str = "running"
     final: bool | None = None
+    model: str | None = None
+    turns: int = 0
+    reason: str | None = None
     _thought: list[str] = field(default_factory=list, repr=False)
     _response: list[str] = field(default_factory=list, repr=False)
     _text: list[str] = field(default_factory=list, repr=False)
+    _breaks: list[list[str]] = field(default_factory=list, repr=False)
 
     @property
     def thought(self) -> str:
@@ -126,20 +131,48 @@ class Run:
         """Text the model wrote outside any block."""
         return _joined(self._text)
 
+    @property
+    def usage(self) -> dict[str, int]:
+        """Tokens the model reported over all turns: ``prompt_tokens``, ``completion_tokens``."""
+        totals = {"prompt_tokens": 0, "completion_tokens": 0}
+        for event in self.events:
+            if isinstance(event, Metric) and event.name in totals:
+                totals[event.name] += int(event.value)
+        return totals
+
     def record(self, event: AnyEvent, at: float | None = None) -> None:
-        """Append an event, and keep the text fields up to date."""
+        """Append an event, and keep the text fields up to date.
+
+        Thought, response and loose text accumulate over the turns of an agent run; a
+        blank line separates what one turn wrote from the next.
+        """
         self.events.append(event)
         self.event_times.append(time.monotonic() if at is None else at)
         if isinstance(event, ThoughtDelta):
-            self._thought.append(event.text)
+            self._append(self._thought, event.text)
         elif isinstance(event, ResponseDelta):
-            self._response.append(event.text)
+            self._append(self._response, event.text)
         elif isinstance(event, TextDelta):
-            self._text.append(event.text)
+            self._append(self._text, event.text)
         elif isinstance(event, ResponseEnd):
             self.final = event.final
         elif isinstance(event, ProtocolError):
             self.errors.append(event)
+        elif isinstance(event, Turn):
+            self.turns = max(self.turns, event.number)
+            if event.model is not None:
+                self.model = event.model
+            self._breaks = [self._thought, self._response, self._text]
+
+    def _append(self, parts: list[str], text: str) -> None:
+        # The first text of a new turn in this field: a blank line after earlier turns'.
+        for index, waiting in enumerate(self._breaks):
+            if waiting is parts:
+                del self._breaks[index]
+                if any(parts):
+                    parts.append(_TURN_BREAK)
+                break
+        parts.append(text)
 
     def __repr__(self) -> str:
         counts: dict[str, int] = {}
@@ -164,6 +197,9 @@ class Run:
             "ended": self.ended,
             "final": self.final,
             "notes": self.notes,
+            "model": self.model,
+            "turns": self.turns,
+            "reason": self.reason,
         }
         for event, at in zip(self.events, self.event_times, strict=True):
             yield {"record": "event", "t": at, **encode_event(event)}
@@ -285,6 +321,9 @@ def _decode_header(line: dict[str, Any], number: int) -> Run:
         ended=line.get("ended"),
         final=line.get("final"),
         notes=list(line.get("notes", [])),
+        model=line.get("model"),
+        turns=int(line.get("turns") or 0),
+        reason=line.get("reason"),
     )
 
 

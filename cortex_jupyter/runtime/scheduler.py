@@ -150,6 +150,9 @@ class Scheduler:
         self._outstanding = 0
         self._idle: anyio.Event | None = None
         self._stopping = False
+        #: The status a run that is left normally ends with (the agent loop sets
+        #: ``interrupted`` or ``turn_limit``).
+        self.outcome = "completed"
 
     # ---- lifecycle ------------------------------------------------------------------
 
@@ -173,7 +176,7 @@ class Scheduler:
             if not await self._abort(error):
                 raise
             return True
-        self._end("completed")
+        self._end(self.outcome)
         await tg.__aexit__(None, None, None)
         return False
 
@@ -190,11 +193,14 @@ class Scheduler:
         tg = self._require_tg("stop the run")
         cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
         self._stopping = True
+        error = None if cancelled else error_text(exc)
+        if self.run.reason is None:
+            self.run.reason = "cancelled: the run was stopped" if cancelled else error
         self._emit(
             Interrupt(
                 reason="cancelled" if cancelled else "stream failed",
                 time=time.monotonic(),
-                error=None if cancelled else error_text(exc),
+                error=error,
             )
         )
         tg.cancel_scope.cancel()
@@ -575,6 +581,10 @@ class Scheduler:
         return child.run.response
 
     # ---- events ---------------------------------------------------------------------
+
+    def emit(self, event: AnyEvent) -> None:
+        """Record a runtime event on the run and pass it on (the agent loop's turns)."""
+        self._emit(event)
 
     def _emit(self, event: AnyEvent) -> None:
         at = getattr(event, "time", None)

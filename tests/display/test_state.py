@@ -163,17 +163,14 @@ def test_metrics_turn_interrupt() -> None:
 
 
 def test_the_runtime_turn_events() -> None:
-    from cortex_jupyter.runtime import events
+    from cortex_jupyter.runtime.events import Turn, TurnEnd
 
-    turn, turn_end = getattr(events, "Turn", None), getattr(events, "TurnEnd", None)
-    if turn is None or turn_end is None:
-        pytest.skip("the runtime has no Turn event yet")
     state = ViewState()
-    state.apply(turn(1, 1.0, "gpt-x"))
+    state.apply(Turn(1, 1.0, "gpt-x"))
     state.apply(ResponseDelta("first", final=False), 1.5)
-    state.apply(turn_end(1, 2.0, "results"))
+    state.apply(TurnEnd(1, 2.0, "results"))
     assert state.phase == "running actions"
-    state.apply(turn(2, 3.0, "gpt-x"))
+    state.apply(Turn(2, 3.0, "gpt-x"))
     assert (state.turn, state.model, state.phase) == (2, "gpt-x", "streaming")
 
 

@@ -1,0 +1,600 @@
+"""The agent loop: ask the model, run its actions while it writes, send the results back.
+
+``run_agent(prompt, model=...)`` is one run: one ``Run`` record and one ``Scheduler``
+across all its turns, so action ids stay unique and ``$name`` reaches the outputs of
+earlier turns. Each turn streams the model's reply through the parser into the
+scheduler (every action starts the moment it is complete), then waits for the turn's
+actions. A final response ends the run; anything else that asks for more (a response
+with ``final="false"``, a turn of only actions, native tool calls, sigil's
+``§EXECUTE:`` or cogency's ``</execute>``, where reading stops so the model cannot
+invent results) sends the results back and asks again, up to ``max_turns``.
+
+A run ends ``completed``, ``turn_limit`` (the limit stopped it), ``interrupted`` (the
+model's stream failed: everything received and run is kept, and ``continue_run`` goes
+on from there), ``cancelled`` or ``failed``. ``run.reason`` says why when it did not
+complete.
+
+A ``Conversation`` is the memory: runs given the same one continue it.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import ChainMap
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from anyio.abc import TaskGroup
+
+from cortex_jupyter.protocol import Parser
+from cortex_jupyter.protocol.actions import build_action, parse_body
+from cortex_jupyter.protocol.events import (
+    ActionReady,
+    ActionStart,
+    Event,
+    ProtocolError,
+    ResponseEnd,
+    ThoughtDelta,
+    ThoughtEnd,
+)
+
+from .chunks import (
+    ChatMessage,
+    Finish,
+    Message,
+    ModelChunk,
+    ReasoningChunk,
+    StreamingModel,
+    TextChunk,
+    ToolCallPayload,
+    ToolCallReady,
+    ToolCallStart,
+    ToolDefinition,
+    Usage,
+    text_client,
+    tool_definition,
+)
+from .events import AnyEvent, ChatEntry, Chunk, Interrupt, Metric, Turn, TurnEnd
+from .feeds import FeedSet
+from .graph import ActionNode
+from .prompt import describe_variables, format_results, result_text, system_prompt
+from .record import Run
+from .registry import Registry, default_registry
+from .scheduler import InternalPolicy, RetryPolicy, Scheduler, error_text
+from .transcript import RunSource, continue_note, load_runs, run_messages
+from .variables import find_references
+
+__all__ = ["MAX_TURNS", "RESULT_LIMIT", "Conversation", "continue_run", "run_agent"]
+
+MAX_TURNS = 10
+RESULT_LIMIT = 4000
+#: Consecutive text chunks closer together than this are kept as one ``chunk`` event.
+COALESCE_SECONDS = 0.05
+# Where the list dialects' turn markers can end: reading stops right after one.
+_PIECES = re.compile(r"[^>:\n]+[>:\n]?|[>:\n]")
+_NATIVE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+class Conversation:
+    """One conversation with the model, across runs: the messages it is sent.
+
+    The system prompt is not part of it (each turn builds a fresh one, with current
+    feeds). Runs given the same ``Conversation`` continue it; ``reset()`` forgets
+    everything, ``fork()`` branches off a copy. ``from_run`` / ``from_transcript``
+    rebuild one from run records or saved transcripts.
+    """
+
+    def __init__(self, messages: Iterable[Message] = ()) -> None:
+        self._messages: list[ChatMessage] = [_copy(m) for m in messages]
+
+    @property
+    def history(self) -> list[ChatMessage]:
+        """The messages so far (copies: changing them does not change the conversation)."""
+        return [_copy(m) for m in self._messages]
+
+    def append(self, message: Message) -> None:
+        self._messages.append(_copy(message))
+
+    def reset(self) -> None:
+        """Forget every message: the next run starts a fresh conversation."""
+        self._messages.clear()
+
+    def fork(self) -> Conversation:
+        """An independent copy to continue differently."""
+        return Conversation(self._messages)
+
+    @classmethod
+    def from_run(cls, *runs: Run) -> Conversation:
+        """The conversation the given runs had, in order."""
+        return cls(message for run in runs for message in run_messages(run))
+
+    @classmethod
+    def from_transcript(cls, *sources: RunSource) -> Conversation:
+        """The conversation of saved transcripts (paths or JSONL text), in order."""
+        return cls.from_run(*load_runs(sources))
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    def __iter__(self) -> Iterator[ChatMessage]:
+        return iter(self.history)
+
+    def __repr__(self) -> str:
+        return f"<Conversation: {len(self._messages)} messages>"
+
+    def __str__(self) -> str:
+        """The conversation as text: one paragraph per message, long ones shortened."""
+        lines = []
+        for message in self._messages:
+            content = message.get("content") or ""
+            if len(content) > 600:
+                content = content[:600] + f" … [{len(content) - 600:,} more characters]"
+            calls = message.get("tool_calls")
+            if calls:
+                content += "".join(
+                    f"\n→ {c['function']['name']}({c['function']['arguments']})" for c in calls
+                )
+            who = message["role"]
+            if message.get("tool_call_id"):
+                who += f" ({message['tool_call_id']})"
+            lines.append(f"[{who}]\n{content}")
+        return "\n\n".join(lines)
+
+
+def _copy(message: Message) -> ChatMessage:
+    out = cast(ChatMessage, dict(message))
+    if "tool_calls" in out:
+        out["tool_calls"] = [cast(ToolCallPayload, dict(call)) for call in out["tool_calls"]]
+    return out
+
+
+# ---- one turn ---------------------------------------------------------------------------
+
+
+@dataclass
+class _TurnState:
+    number: int
+    before: set[str]
+    errors_before: int
+    text: list[str] = field(default_factory=list)
+    tool_calls: list[ToolCallPayload] = field(default_factory=list)
+    boundary: str | None = None
+    response_final: bool | None = None
+    has_actions: bool = False
+    reasoning: bool = False
+    finish: str | None = None
+    error: Exception | None = None
+
+
+class _ChunkRecorder:
+    """Records the model's chunks as ``chunk`` events, coalescing consecutive text."""
+
+    def __init__(self, emit: Callable[[AnyEvent], None]) -> None:
+        self._emit = emit
+        self._kind = ""
+        self._parts: list[str] = []
+        self._first = 0.0
+        self._last = 0.0
+
+    def add(self, chunk: ModelChunk) -> None:
+        now = time.monotonic()
+        if isinstance(chunk, TextChunk | ReasoningChunk):
+            if self._parts and (chunk.kind != self._kind or now - self._first >= COALESCE_SECONDS):
+                self.flush()
+            if not self._parts:
+                self._kind, self._first = chunk.kind, now
+            self._parts.append(chunk.text)
+            self._last = now
+            return
+        self.flush()
+        self._emit(Chunk.of(chunk, now))
+
+    def flush(self) -> None:
+        if self._parts:
+            self._emit(Chunk(self._kind, self._last, text="".join(self._parts)))
+            self._parts = []
+
+
+def _native_action(call: ToolCallReady) -> ActionReady | ProtocolError:
+    """A native tool call as a tool action (id = the call's id), or why it cannot run."""
+    params = parse_body(call.arguments if call.arguments.strip() else "{}", call.id)
+    if isinstance(params, ProtocolError):
+        return params
+    action = build_action(
+        {"name": call.name, "parameters": params},
+        action_id=call.id,
+        type="tool",
+        mode="async",
+        in_thought=False,
+    )
+    return action if isinstance(action, ProtocolError) else ActionReady(action)
+
+
+def _decide(turn: _TurnState) -> tuple[str, str]:
+    """(outcome, reason) of a turn: ``final``, ``results`` or ``interrupted``."""
+    if turn.error is not None:
+        return "interrupted", f"the model's stream failed: {error_text(turn.error)}"
+    if turn.boundary == "end":
+        return "final", "the model marked the task complete"
+    if turn.boundary == "execute":
+        return "results", "the model ended its turn to run its calls"
+    if turn.tool_calls:
+        return "results", "native tool calls"
+    if turn.response_final is not None:
+        if turn.response_final:
+            return "final", "a final response"
+        return "results", 'a response with final="false"'
+    if turn.has_actions:
+        return "results", "a turn of actions with no response"
+    if turn.finish == "length":
+        return "results", "the reply was cut off at the token limit"
+    return "final", "no actions and no response: the text is the answer"
+
+
+# ---- the loop ---------------------------------------------------------------------------
+
+
+class _Loop:
+    def __init__(
+        self,
+        *,
+        model: StreamingModel,
+        conversation: Conversation,
+        scheduler: Scheduler,
+        feeds: FeedSet,
+        dialect: str,
+        max_turns: int,
+        native_tools: bool,
+        temperature: float | None,
+        max_tokens: int | None,
+        result_limit: int,
+        instructions: str | None,
+        variables: str,
+        taken_ids: Iterable[str],
+    ) -> None:
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be at least 1; got {max_turns}")
+        if result_limit < 1:
+            raise ValueError(f"result_limit must be at least 1 character; got {result_limit}")
+        self.model = model
+        self.conversation = conversation
+        self.scheduler = scheduler
+        self.run = scheduler.run
+        self.feeds = feeds
+        self.dialect = dialect
+        self.max_turns = max_turns
+        self.native_tools = native_tools
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.result_limit = result_limit
+        self.instructions = instructions
+        self.variables = variables
+        self.taken = set(taken_ids)
+        self._system = ""
+        self._recorder = _ChunkRecorder(scheduler.emit)
+
+    async def go(self, user_text: str) -> None:
+        self._say({"role": "user", "content": user_text})
+        number = 0
+        for number in range(1, self.max_turns + 1):
+            await self.feeds.refresh_due()
+            messages = self._messages()
+            self.scheduler.emit(Turn(number, time.monotonic(), self.model.name))
+            turn = _TurnState(number, set(self.run.actions), len(self.run.errors))
+            try:
+                await self._stream(turn, messages)
+                await self.scheduler.drain()
+            finally:
+                self._close(turn)
+            outcome, reason = _decide(turn)
+            if outcome == "results" and number == self.max_turns:
+                outcome = "limit"
+            self.scheduler.emit(TurnEnd(number, time.monotonic(), outcome, reason, turn.finish))
+            if outcome == "final":
+                break
+            if outcome == "interrupted":
+                self._stop("interrupted", "stream failed", reason)
+                break
+            self._send_results(turn, reason)
+        else:
+            self._stop(
+                "turn_limit",
+                "turn limit",
+                f"stopped after {self.max_turns} turns without a final response; continue it "
+                "with continue_run(...), or allow more turns (max_turns=...)",
+            )
+        self.scheduler.emit(Metric("turns", number, time.monotonic(), "count"))
+
+    def _stop(self, status: str, reason: str, why: str) -> None:
+        self.scheduler.outcome = status
+        self.run.reason = why
+        self.scheduler.emit(Interrupt(reason, time.monotonic(), why))
+
+    # ---- messages ---------------------------------------------------------------
+
+    def _messages(self) -> list[Message]:
+        text = system_prompt(
+            dialect=self.dialect,
+            registry=self.scheduler.registry,
+            feeds=self.feeds,
+            variables=self.variables,
+            internal=self.scheduler.internal,
+            native_tools=self.native_tools,
+            instructions=self.instructions,
+        )
+        if text != self._system:
+            self._system = text
+            self.scheduler.emit(ChatEntry("system", text, time.monotonic()))
+        return [{"role": "system", "content": text}, *self.conversation.history]
+
+    def _say(self, message: ChatMessage) -> None:
+        self.conversation.append(message)
+        self.scheduler.emit(
+            ChatEntry(
+                message["role"],
+                message["content"],
+                time.monotonic(),
+                tool_calls=message.get("tool_calls"),
+                tool_call_id=message.get("tool_call_id"),
+            )
+        )
+
+    def _tools(self) -> list[ToolDefinition] | None:
+        if not self.native_tools:
+            return None
+        return [
+            tool_definition(s["name"], s["description"], s["parameters"])
+            for s in self.scheduler.registry.schemas(("tool",))
+            if _NATIVE_NAME.match(s["name"])
+        ] or None
+
+    # ---- streaming one reply ----------------------------------------------------
+
+    async def _stream(self, turn: _TurnState, messages: list[Message]) -> None:
+        parser = Parser(self.dialect, taken_ids=self.taken | set(self.run.actions))
+        stream = self.model.stream(
+            messages,
+            tools=self._tools(),
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+        )
+        try:
+            while True:
+                try:
+                    chunk = await anext(stream)
+                except StopAsyncIteration:
+                    break
+                except Exception as exc:  # the model failed: keep what arrived
+                    turn.error = exc
+                    break
+                if self._take(turn, parser, chunk):
+                    break
+        finally:
+            self._recorder.flush()
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        self._end_reasoning(turn)
+        for event in parser.close():
+            self._submit(turn, event)
+
+    def _take(self, turn: _TurnState, parser: Parser, chunk: ModelChunk) -> bool:
+        """Handle one chunk; True when the turn's reply must not be read further."""
+        self._recorder.add(chunk)
+        if isinstance(chunk, TextChunk):
+            self._end_reasoning(turn)
+            return self._feed(turn, parser, chunk.text)
+        if isinstance(chunk, ReasoningChunk):
+            turn.reasoning = True
+            self._submit(turn, ThoughtDelta(chunk.text))
+        elif isinstance(chunk, ToolCallStart):
+            self._submit(turn, ActionStart(chunk.id, "tool", "async"))
+        elif isinstance(chunk, ToolCallReady):
+            turn.tool_calls.append(
+                {
+                    "id": chunk.id,
+                    "type": "function",
+                    "function": {"name": chunk.name, "arguments": chunk.arguments},
+                }
+            )
+            self._submit(turn, _native_action(chunk))
+        elif isinstance(chunk, Usage):
+            now = time.monotonic()
+            self.scheduler.emit(Metric("prompt_tokens", chunk.prompt_tokens, now, "tokens"))
+            self.scheduler.emit(Metric("completion_tokens", chunk.completion_tokens, now, "tokens"))
+        elif isinstance(chunk, Finish):
+            turn.finish = chunk.reason
+        return False
+
+    def _feed(self, turn: _TurnState, parser: Parser, text: str) -> bool:
+        pieces = [text] if self.dialect == "cortex" else _PIECES.findall(text)
+        for piece in pieces:
+            turn.text.append(piece)
+            for event in parser.feed(piece):
+                self._submit(turn, event)
+            if parser.boundary is not None:
+                turn.boundary = parser.boundary
+                return True
+        return False
+
+    def _end_reasoning(self, turn: _TurnState) -> None:
+        if turn.reasoning:
+            turn.reasoning = False
+            self._submit(turn, ThoughtEnd())
+
+    def _submit(self, turn: _TurnState, event: Event) -> None:
+        if isinstance(event, ResponseEnd):
+            turn.response_final = event.final
+        elif isinstance(event, ActionReady) or (
+            isinstance(event, ProtocolError) and event.id is not None
+        ):
+            turn.has_actions = True
+        self.scheduler.submit(event)
+
+    # ---- after the reply --------------------------------------------------------
+
+    def _close(self, turn: _TurnState) -> None:
+        """Put the reply, and an answer to each native call, in the conversation.
+
+        Runs however the turn ended (cancelled too), so the conversation stays valid:
+        every assistant tool call is followed by its tool message.
+        """
+        content = "".join(turn.text)
+        if not content and not turn.tool_calls:
+            return
+        reply: ChatMessage = {"role": "assistant", "content": content}
+        if turn.tool_calls:
+            reply["tool_calls"] = turn.tool_calls
+        self._say(reply)
+        for call in turn.tool_calls:
+            node = self.run.actions.get(call["id"])
+            if node is None:
+                answer = "not run: the run was stopped"
+            elif node.status in ("pending", "running"):  # being cancelled with the run
+                answer = "cancelled: the run was stopped"
+            else:
+                answer = result_text(node, self.result_limit)
+                if node.status != "done" and not answer.startswith(node.status):
+                    answer = f"{node.status}: {answer}"
+            self._say({"role": "tool", "tool_call_id": call["id"], "content": answer})
+
+    def _turn_nodes(self, turn: _TurnState) -> list[ActionNode]:
+        native = {call["id"] for call in turn.tool_calls}
+        return [
+            node
+            for id, node in self.run.actions.items()
+            if id not in turn.before and id not in native and node.parent is None
+        ]
+
+    def _send_results(self, turn: _TurnState, reason: str) -> None:
+        nodes = self._turn_nodes(turn)
+        errors = [e for e in self.run.errors[turn.errors_before :] if e.id is None]
+        if nodes or errors:
+            content = format_results(nodes, errors, dialect=self.dialect, limit=self.result_limit)
+        elif turn.tool_calls:
+            return  # the tool messages are the answer
+        elif turn.finish == "length":
+            content = "Your reply was cut off at the token limit. Continue where it stopped."
+        else:
+            content = f"No actions ran in your last turn ({reason}). Continue the task."
+        self._say({"role": "user", "content": content})
+
+
+# ---- entry points -----------------------------------------------------------------------
+
+
+async def run_agent(
+    prompt: str,
+    *,
+    model: StreamingModel,
+    conversation: Conversation | None = None,
+    registry: Registry | None = None,
+    namespace: Mapping[str, Any] | None = None,
+    dialect: str = "cortex",
+    max_turns: int = MAX_TURNS,
+    feeds: FeedSet | None = None,
+    on_event: Callable[[AnyEvent], None] | None = None,
+    bind: Callable[[str, Any], None] | None = None,
+    native_tools: bool = False,
+    temperature: float | None = None,
+    max_tokens: int | None = None,
+    result_limit: int = RESULT_LIMIT,
+    run: Run | None = None,
+    internal: InternalPolicy | None = None,
+    retry: RetryPolicy | None = None,
+    background: TaskGroup | None = None,
+    instructions: str | None = None,
+    variables: Iterable[str] | None = None,
+    taken_ids: Iterable[str] = (),
+) -> Run:
+    """Run ``prompt`` as an agent: turns of model replies and actions until a final answer.
+
+    ``conversation`` is the memory to continue (a fresh one when ``None``); the user's
+    prompt, the model's replies and the results are appended to it. ``variables`` are
+    the notebook names described in the system prompt (by default those the prompt
+    refers to as ``$name`` that exist in ``namespace``). ``feeds`` are refreshed and
+    shown in every turn's prompt. ``native_tools`` also offers the ``tool`` entries as
+    native function calls. ``result_limit`` cuts each result sent back (characters).
+    ``taken_ids`` are action ids the model may not reuse (an earlier run's). The other
+    options are the ``Scheduler``'s.
+
+    Returns the run record; it does not raise when the model fails (the run is then
+    ``interrupted``, see ``run.reason``), only when the runtime itself fails or the
+    run is cancelled. Pass ``run=Run()`` to keep a handle while it runs.
+    """
+    space: Mapping[str, Any] = namespace if namespace is not None else {}
+    feed_set = feeds if feeds is not None else FeedSet()
+    names = variables
+    if names is None:
+        names = [n for n in find_references(prompt) if n in space and n not in feed_set]
+    described = describe_variables(space, names)
+    scheduler = Scheduler(
+        registry=registry if registry is not None else default_registry,
+        namespace=space,
+        model=text_client(model),
+        on_event=on_event,
+        bind=bind,
+        feeds=feed_set,
+        internal=internal,
+        retry=retry,
+        background=background,
+        run=run,
+    )
+    loop = _Loop(
+        model=model,
+        conversation=conversation if conversation is not None else Conversation(),
+        scheduler=scheduler,
+        feeds=feed_set,
+        dialect=dialect,
+        max_turns=max_turns,
+        native_tools=native_tools,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        result_limit=result_limit,
+        instructions=instructions,
+        variables=described,
+        taken_ids=taken_ids,
+    )
+    active = feed_set.active(registry=scheduler.registry, namespace=space, model=scheduler.model)
+    async with scheduler, active:
+        await loop.go(prompt)
+    return scheduler.run
+
+
+async def continue_run(
+    previous: RunSource,
+    *,
+    model: StreamingModel,
+    conversation: Conversation | None = None,
+    namespace: Mapping[str, Any] | None = None,
+    dialect: str = "cortex",
+    result_limit: int = RESULT_LIMIT,
+    **options: Any,
+) -> Run:
+    """Go on with a run that stopped (interrupted, cancelled, turn limit) as a new run.
+
+    The model is told where its reply stopped and is given the results of the actions
+    that already ran, so it neither repeats text nor actions. ``conversation`` is the
+    memory the earlier run used (rebuilt from ``previous`` when ``None``). The earlier
+    run's outputs stay reachable as ``$name`` and its action ids stay taken. Other
+    options are ``run_agent``'s.
+    """
+    (before,) = load_runs([previous])
+    if conversation is None:
+        conversation = Conversation.from_run(before)
+    note = continue_note(before, dialect=dialect, limit=result_limit)
+    # The notebook first: a value the user changed since wins over the earlier output.
+    notebook = cast(dict[str, Any], namespace) if namespace is not None else {}
+    space = ChainMap(notebook, dict(before.variables))
+    return await run_agent(
+        note,
+        model=model,
+        conversation=conversation,
+        namespace=space,
+        dialect=dialect,
+        result_limit=result_limit,
+        taken_ids=set(before.actions) | set(options.pop("taken_ids", ())),
+        **options,
+    )
