@@ -7,8 +7,24 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/_venv.sh
 
 # System packages the checks need go here (e.g. a browser for UI tests).
+# The browser tests (tests/browser) drive Debian's Chromium with Playwright, which never
+# downloads a browser of its own here. Without it they skip, except on CI (CI=true): there
+# they fail, so a missing browser cannot pass unnoticed.
 install_system_packages() {
-    :
+    local chromium=${CORTEX_CHROMIUM:-/usr/bin/chromium}
+    if [[ -x $chromium ]]; then return 0; fi
+    if [[ $chromium == /usr/bin/chromium && $EUID -eq 0 ]] && command -v apt-get >/dev/null; then
+        say "installing chromium with apt-get (for the browser tests)"
+        if apt-get update -qq >/dev/null \
+            && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; then
+            return 0
+        fi
+        printf 'warning: apt-get could not install chromium.\n' >&2
+    fi
+    printf 'warning: %s not found, so the browser tests will be skipped (failed on CI).\n' \
+        "$chromium" >&2
+    printf '  Install it with: sudo apt-get install chromium (Debian/Ubuntu), or set\n' >&2
+    printf '  CORTEX_CHROMIUM to a Chromium or Chrome binary.\n' >&2
 }
 
 install_system_packages
