@@ -1,230 +1,272 @@
-"""The ``%%cortex`` cell magic.
+"""The ``%%cortex`` cell magic and the ``%cortex`` line commands.
 
-The magic stays thin: it parses its arguments, hands the cell to one function and
-prints the result. In this version the only thing a cell can do is ``--script``:
-the cell body is parsed as if a model had written it, and the parser's events are
-listed as plain text, which is how the protocol is explored before the runtime,
-the models and the live display exist.
+The magic stays thin: it parses its arguments into ``CellOptions`` (a bad option is a
+``UsageError`` that reads like a sentence, with no traceback) and calls the session.
+The cell body is the prompt, passed as it is: ``{`` and ``}`` in pasted code are never
+interpreted, and ``$name`` refers to notebook objects (described to the model, and
+passed as the object itself to action parameters).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from collections.abc import Iterable, Sequence
+import shlex
 from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
-from IPython.core.magic import Magics, cell_magic, magics_class
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode
 
-from cortex_jupyter.protocol import Parser
-from cortex_jupyter.protocol.events import (
-    Action,
-    ActionReady,
-    ContextFeedEvent,
-    Event,
-    ProtocolError,
-    ResponseDelta,
-    ResponseEnd,
-    TextDelta,
-    ThoughtDelta,
-    action_to_dict,
-)
+from cortex_jupyter.session import CellOptions, Session, forget, session_for
 
 DIALECTS = ("cortex", "sigil", "cogency", "auto")
-DEFAULT_CHUNK_SIZE = 16
-EVENTS_VARIABLE = "_cortex_events"
-
-_NO_MODEL_YET = (
-    "Sending a cell to a model is not available yet in this version of cortex_jupyter. "
-    "Use `%%cortex --script` to parse the cell body as if a model had written it."
-)
+COMMANDS = ("tools", "vars", "history", "reset", "prompt", "continue", "save", "config")
 
 
 @magics_class
 class CortexMagics(Magics):
-    """The ``%%cortex`` magic.
+    """``%%cortex`` runs a cell as an agent; ``%cortex COMMAND`` inspects and steers.
 
-    A ``Configurable`` (through ``Magics``), so defaults such as the model can later
-    be set with ``%config CortexMagics.<name> = ...``.
+    Defaults are configurable: ``%config CortexMagics.model = "gpt-4o-mini"``.
     """
 
+    model = Unicode("gpt-4o-mini", help="Model name sent to the OpenAI-compatible endpoint.").tag(
+        config=True
+    )
+    dialect = CaselessStrEnum(DIALECTS, "cortex", help="Protocol dialect the model writes.").tag(
+        config=True
+    )
+    max_turns = Int(10, help="Most model turns one cell may take.").tag(config=True)
+    temperature = Float(None, allow_none=True, help="Sampling temperature (server default).").tag(
+        config=True
+    )
+    chunk_size = Int(16, help="Characters per chunk in --script mode.").tag(config=True)
+    delay = Float(0.02, help="Seconds between chunks in --script mode.").tag(config=True)
+    native_tools = Bool(False, help="Also offer tools as the endpoint's native tools=.").tag(
+        config=True
+    )
+    display = CaselessStrEnum(
+        ("auto", "widgets", "text"), "auto", help="How runs are shown: widgets, text or auto."
+    ).tag(config=True)
+
+    @property
+    def session(self) -> Session:
+        assert self.shell is not None
+        return session_for(self.shell)
+
     @magic_arguments()
+    @argument("--model", metavar="NAME", help="Model to ask (default: CortexMagics.model).")
+    @argument("--dialect", metavar="NAME", help="cortex (default), sigil, cogency or auto.")
     @argument(
         "--script",
         action="store_true",
-        help="Parse the cell body as if a model had written it and list the events.",
+        help="Stream the cell body itself as the model's output: no model needed. "
+        "Separate turns with a line '--- next turn ---'.",
     )
-    @argument(
-        "--dialect",
-        default="cortex",
-        metavar="NAME",
-        help="Protocol dialect: cortex (default), sigil, cogency or auto.",
-    )
-    @argument(
-        "--chunk-size",
-        default=str(DEFAULT_CHUNK_SIZE),
-        metavar="N",
-        help=f"Feed the text to the parser N characters at a time (default {DEFAULT_CHUNK_SIZE}).",
-    )
+    @argument("--chunk-size", metavar="N", help="Characters per chunk with --script.")
+    @argument("--delay", metavar="SECONDS", help="Pause between chunks with --script.")
+    @argument("--replay", metavar="PATH", help="Stream a saved transcript again.")
+    @argument("--speed", metavar="X", default="1", help="Replay speed-up (default 1).")
+    @argument("--fresh", action="store_true", help="Start a new conversation first.")
+    @argument("--max-turns", metavar="N", help="Most model turns (default 10).")
+    @argument("--temperature", metavar="T", help="Sampling temperature.")
+    @argument("--max-tokens", metavar="N", help="Most tokens per reply.")
+    @argument("--native-tools", action="store_true", help="Offer tools as native tools=.")
+    @argument("--text", action="store_true", help="Show the run as plain text, not widgets.")
+    @no_var_expand
     @cell_magic
     def cortex(self, line: str, cell: str) -> None:
-        """Run a cell through the Cortex streaming execution protocol.
+        """Send the cell to a model and stream its thought, actions and answer live.
 
-        With ``--script`` the cell body is treated as a model's output: it is fed to
-        the protocol parser in chunks, the events are listed as text, and the list of
-        events is stored in the notebook variable ``_cortex_events``.
+        Actions start the moment their closing tag arrives; each ``output_key`` becomes
+        a notebook variable; ``_cortex`` is the run record. ``$name`` in the cell refers
+        to notebook objects. ``--script`` streams the cell itself as the model's output.
         """
-        dialect, chunk_size = _parse_options(line)
-        events = _parse_script(cell, dialect=dialect, chunk_size=chunk_size)
-        if self.shell is not None:
-            self.shell.user_ns[EVENTS_VARIABLE] = events
-        print(_format_events(events), end="")
+        self.session.run_cell(cell, self._options(line))
+
+    @no_var_expand
+    @line_magic("cortex")  # type: ignore[arg-type]  # IPython types the named form as Never
+    def cortex_line(self, line: str) -> Any:
+        """``%cortex tools|vars|history|reset|prompt|continue|save PATH|config [k=v ...]``."""
+        words = shlex.split(line)
+        if not words or words[0] not in COMMANDS:
+            given = f" {words[0]!r}" if words else ""
+            raise UsageError(
+                f"%cortex: unknown command{given}. Use one of: {', '.join(COMMANDS)} "
+                "(or the cell magic %%cortex to run a prompt)."
+            )
+        command, args = words[0], words[1:]
+        return getattr(self, f"_cmd_{command}")(args)
+
+    # ---- cell options -------------------------------------------------------------
+
+    def _options(self, line: str) -> CellOptions:
+        try:
+            args = parse_argstring(CortexMagics.cortex, line)
+        except UsageError as error:
+            raise UsageError(f"%%cortex: {error}. See %%cortex? for the options.") from None
+        dialect = (args.dialect or self.dialect).lower()
+        if dialect not in DIALECTS:
+            raise UsageError(
+                f"%%cortex: unknown dialect {dialect!r}; use one of: {', '.join(DIALECTS)}."
+            )
+        if args.script and args.replay:
+            raise UsageError("%%cortex: use --script or --replay, not both.")
+        return CellOptions(
+            model=args.model or self.model,
+            dialect=dialect,
+            script=bool(args.script),
+            chunk_size=_number(args.chunk_size, "--chunk-size", int, self.chunk_size, low=1),
+            delay=_number(args.delay, "--delay", float, self.delay, low=0),
+            replay=args.replay,
+            speed=_number(args.speed, "--speed", float, 1.0, low=0, strict=True),
+            fresh=bool(args.fresh),
+            max_turns=_number(args.max_turns, "--max-turns", int, self.max_turns, low=1),
+            temperature=_number(args.temperature, "--temperature", float, self.temperature, low=0),
+            max_tokens=_number(args.max_tokens, "--max-tokens", int, None, low=1),
+            native_tools=bool(args.native_tools) or self.native_tools,
+            display="text" if args.text else self.display,
+        )
+
+    # ---- line commands ------------------------------------------------------------
+
+    def _cmd_tools(self, args: list[str]) -> None:
+        """Every registered tool, agent, relic and workflow with its JSON schema."""
+        registry = self.session.registry
+        for kind in ("tool", "relic", "workflow", "agent", "llm", "internal"):
+            names = registry.names(kind)
+            if not names:
+                continue
+            print(f"{kind}s:")
+            for name in names:
+                spec = registry.get(kind, name)
+                description = getattr(spec, "description", "") or ""
+                print(f"  {name}: {description}".rstrip())
+                parameters = getattr(spec, "parameters", None)
+                if parameters:
+                    print("    " + json.dumps(parameters, ensure_ascii=False))
+
+    def _cmd_vars(self, args: list[str]) -> None:
+        """The notebook variables runs have bound, with the run that bound them."""
+        bound = self.session.bound
+        if not bound:
+            print("No variables bound yet: an action's output_key becomes a notebook variable.")
+            return
+        namespace = self.session.shell.user_ns
+        for name, run_id in bound.items():
+            value = namespace.get(name, "<deleted>")
+            text = repr(value)
+            text = text if len(text) <= 80 else text[:77] + "..."
+            print(f"{name} = {text}  (run {run_id})")
+
+    def _cmd_history(self, args: list[str]) -> None:
+        """The conversation so far (what the model will see next time)."""
+        conversation = self.session.conversation
+        print(str(conversation) if len(conversation) else "The conversation is empty.")
+
+    def _cmd_reset(self, args: list[str]) -> None:
+        """Forget the conversation; the next %%cortex starts fresh."""
+        self.session.conversation.reset()
+        print("Conversation reset: the next %%cortex cell starts a new conversation.")
+
+    def _cmd_prompt(self, args: list[str]) -> None:
+        """The system prompt the model is given (dialect, tools, feeds)."""
+        from cortex_jupyter.runtime.prompt import system_prompt
+
+        dialect = args[0] if args else self.dialect
+        if dialect not in DIALECTS:
+            raise UsageError(f"%cortex prompt: unknown dialect {dialect!r}.")
+        print(
+            system_prompt(
+                dialect=dialect,
+                registry=self.session.registry,
+                feeds=self.session.feeds,
+                native_tools=self.native_tools,
+            )
+        )
+
+    def _cmd_continue(self, args: list[str]) -> None:
+        """Continue the last interrupted run where it stopped."""
+        self.session.continue_last()
+
+    def _cmd_save(self, args: list[str]) -> None:
+        """Save the last run's transcript (JSON lines) to PATH."""
+        if len(args) != 1:
+            raise UsageError("%cortex save: give one path, e.g. %cortex save run.jsonl")
+        run = self.session.last
+        if run is None:
+            raise UsageError("%cortex save: there is no run to save yet.")
+        path = run.save(args[0])
+        print(f"Saved the run's transcript to {path} ({len(run.events)} events).")
+
+    def _cmd_config(self, args: list[str]) -> None:
+        """Show the defaults, or set some: %cortex config model=gpt-4o max_turns=5."""
+        for item in args:
+            key, sep, value = item.partition("=")
+            if not sep or not self.has_trait(key) or key in ("config", "parent", "shell"):
+                known = ", ".join(self._config_names())
+                raise UsageError(f"%cortex config: {item!r} is not name=value; names: {known}.")
+            try:
+                setattr(self, key, _coerce(self.traits()[key], value))
+            except Exception as exc:  # traitlets' own message says what was wrong
+                raise UsageError(f"%cortex config: {key}={value!r} was refused: {exc}") from None
+        for name in self._config_names():
+            print(f"{name} = {getattr(self, name)!r}")
+
+    def _config_names(self) -> list[str]:
+        return sorted(self.class_own_traits(config=True))
+
+
+def _number(
+    raw: str | None,
+    flag: str,
+    kind: type[int] | type[float],
+    default: Any,
+    *,
+    low: float,
+    strict: bool = False,
+) -> Any:
+    """A numeric option, checked: a clear sentence for anything else."""
+    if raw is None:
+        return default
+    try:
+        value = kind(raw)
+    except ValueError:
+        noun = "whole number" if kind is int else "number"
+        raise UsageError(f"%%cortex: {flag} must be a {noun}, not {raw!r}.") from None
+    if value < low or (strict and value == low):
+        bound = f"more than {low:g}" if strict else f"{low:g} or more"
+        raise UsageError(f"%%cortex: {flag} must be {bound}, not {raw!r}.")
+    return value
+
+
+def _coerce(trait: Any, value: str) -> Any:
+    if isinstance(trait, Bool):
+        return value.lower() in ("1", "true", "yes", "on")
+    if isinstance(trait, Int):
+        return int(value)
+    if isinstance(trait, Float):
+        return None if value.lower() == "none" else float(value)
+    return value
 
 
 def register(shell: InteractiveShell) -> None:
-    """Add the ``%%cortex`` magic to a shell."""
+    """Add the ``%%cortex`` magics to a shell."""
     shell.register_magics(CortexMagics)
 
 
 def unregister(shell: InteractiveShell) -> None:
-    """Take the ``%%cortex`` magic out of a shell again (for ``%unload_ext``)."""
+    """Take the magics out of a shell again (for ``%unload_ext``)."""
+    forget(shell)
     manager = shell.magics_manager
     magics = manager.registry.pop(CortexMagics.__name__, None)
     if magics is None:
         return
-    cell_magics = manager.magics["cell"]
-    if getattr(cell_magics.get("cortex"), "__self__", None) is magics:
-        del cell_magics["cortex"]
+    for kind in ("cell", "line"):
+        table = manager.magics[kind]
+        if getattr(table.get("cortex"), "__self__", None) is magics:
+            del table["cortex"]
     if magics in shell.configurables:
         shell.configurables.remove(magics)
-
-
-def _parse_options(line: str) -> tuple[str, int]:
-    """The dialect and chunk size asked for on the magic's line, checked."""
-    try:
-        args = parse_argstring(CortexMagics.cortex, line)
-    except UsageError as error:
-        raise UsageError(f"%%cortex: {error}. See `%%cortex?` for the options.") from None
-    if not args.script:
-        raise UsageError(_NO_MODEL_YET)
-    dialect = str(args.dialect)
-    if dialect not in DIALECTS:
-        raise UsageError(
-            f"%%cortex: unknown dialect {dialect!r}. Use one of: {', '.join(DIALECTS)}."
-        )
-    chunk_size = str(args.chunk_size)
-    if not chunk_size.isdigit() or int(chunk_size) < 1:
-        raise UsageError(
-            f"%%cortex: --chunk-size must be a whole number of 1 or more, not {chunk_size!r}."
-        )
-    return dialect, int(chunk_size)
-
-
-def _parse_script(text: str, *, dialect: str, chunk_size: int) -> list[Event]:
-    """Every event the parser produces for ``text`` arriving ``chunk_size`` characters at a time."""
-    parser = Parser(dialect=dialect)
-    events: list[Event] = []
-    for start in range(0, len(text), chunk_size):
-        events.extend(parser.feed(text[start : start + chunk_size]))
-    events.extend(parser.close())
-    return events
-
-
-_TextEvent = ThoughtDelta | ResponseDelta | TextDelta
-_TEXT_EVENT_TYPES = (ThoughtDelta, ResponseDelta, TextDelta)
-
-
-def _join_text_deltas(events: Iterable[Event]) -> list[Event]:
-    """The events with each run of consecutive text deltas of one kind joined into one.
-
-    Where the parser splits a block's text depends on how the text was chunked; joined,
-    the events are the same for every chunking (ARCHITECTURE.md, "Contracts").
-    """
-    joined: list[Event] = []
-    run: list[_TextEvent] = []
-    for event in events:
-        if run and not _same_block(run[-1], event):
-            joined.append(_join(run))
-            run = []
-        if isinstance(event, _TEXT_EVENT_TYPES):
-            run.append(event)
-        else:
-            joined.append(event)
-    if run:
-        joined.append(_join(run))
-    return joined
-
-
-def _same_block(delta: _TextEvent, event: Event) -> bool:
-    # Response deltas of different finality belong to different responses.
-    return type(event) is type(delta) and getattr(event, "final", None) == getattr(
-        delta, "final", None
-    )
-
-
-def _join(run: Sequence[_TextEvent]) -> _TextEvent:
-    return dataclasses.replace(run[0], text="".join(delta.text for delta in run))
-
-
-def _format_events(events: Iterable[Event]) -> str:
-    """A plain-text listing of what the parser understood, for people to read."""
-    joined = _join_text_deltas(events)
-    lines: list[str] = []
-    for index, event in enumerate(joined):
-        if isinstance(event, ResponseDelta):
-            final = _response_is_final(joined, after=index, default=event.final)
-            lines.extend(_block("response" if final else "response (not final)", event.text))
-        else:
-            lines.extend(_describe(event))
-    if not lines:
-        return "(no thought, action, response or error in this text)\n"
-    return "\n".join(lines) + "\n"
-
-
-def _response_is_final(events: Sequence[Event], *, after: int, default: bool) -> bool:
-    # Sigil and cogency learn a response's finality only where it ends (ResponseEnd).
-    ends = (events[i] for i in range(after + 1, len(events)))
-    return next((e.final for e in ends if isinstance(e, ResponseEnd)), default)
-
-
-def _describe(event: Event) -> list[str]:
-    if isinstance(event, ThoughtDelta):
-        return _block("thought", event.text)
-    if isinstance(event, TextDelta):
-        # Whitespace between blocks is kept by the parser but says nothing to a reader.
-        return _block("text outside any block", event.text) if event.text.strip() else []
-    if isinstance(event, ActionReady):
-        return _describe_action(event.action)
-    if isinstance(event, ContextFeedEvent):
-        return _block(f"context_feed {event.id}", event.text)
-    if isinstance(event, ProtocolError):
-        about = f" (action {event.id})" if event.id is not None else ""
-        return _block(f"error {event.code}{about}", event.message)
-    # Block ends and action starts: the listing's order already shows them.
-    return []
-
-
-def _describe_action(action: Action) -> list[str]:
-    fields = action_to_dict(action)
-    lines = [
-        f"action {action.id}: {action.name} (type={action.type}, mode={action.mode})",
-        f"  parameters: {_json(action.parameters)}",
-    ]
-    for key in ("id", "type", "mode", "name", "parameters"):
-        fields.pop(key)
-    lines.extend(f"  {key}: {_json(value)}" for key, value in fields.items())
-    return lines
-
-
-def _block(title: str, text: str) -> list[str]:
-    body = text.strip()
-    if not body:
-        return [title, "  (empty)"]
-    return [title, *(f"  {line}" if line else "" for line in body.splitlines())]
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, default=repr)

@@ -1,217 +1,269 @@
-"""The %%cortex magic, driven through a real IPython shell."""
+"""``%%cortex`` and ``%cortex`` through a real IPython shell (no widget front end: text view)."""
 
 from __future__ import annotations
 
-import re
+import _thread
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
-import cortex_jupyter
-from cortex_jupyter.magic import CortexMagics
+from cortex_jupyter import default_registry
+from cortex_jupyter.session import CortexRunError, session_for
+from tests.models.fake_openai_server import FakeOpenAIServer, Stream, finish, serve, texts
 
-SCRIPT = """\
-<thought>
-I need the weather first, then a summary of it.
-</thought>
-<action type="tool" mode="async" id="w1">
-{"name": "get_weather", "parameters": {"city": "Paris"}, "output_key": "weather"}
-</action>
-<action id='s1' mode='sync'>
-{"name": "summarize", "parameters": {"text": "$weather"}, "depends_on": ["w1"]}
-</action>
-<response>
-## Paris
-It is **sunny**.
-</response>
-"""
-
-LISTING = """\
-thought
-  I need the weather first, then a summary of it.
-action w1: get_weather (type=tool, mode=async)
-  parameters: {"city": "Paris"}
-  output_key: "weather"
-action s1: summarize (type=tool, mode=sync)
-  parameters: {"text": "$weather"}
-  depends_on: ["w1"]
-response
-  ## Paris
-  It is **sunny**.
-"""
+SECRET = "sk-test-SECRET0123456789abcdef"
 
 
-def test_load_ext_registers_the_cell_magic(ip: InteractiveShell) -> None:
-    assert "cortex" in ip.magics_manager.magics["cell"]
-    # A Configurable the shell knows about, so `%config CortexMagics.<x>` can reach it.
-    assert any(isinstance(c, CortexMagics) for c in ip.configurables)
+@pytest.fixture
+def tools() -> Iterator[None]:
+    """Two tools in the default registry for the duration of a test."""
+
+    @default_registry.tool(name="magic_add")
+    def add(a: int, b: int) -> int:
+        """Add two whole numbers."""
+        return a + b
+
+    @default_registry.tool(name="magic_slow")
+    def slow(seconds: float) -> str:
+        """Sleep, then say so."""
+        time.sleep(seconds)
+        return f"slept {seconds}"
+
+    @default_registry.tool(name="magic_same")
+    def same(value: Any) -> bool:
+        """Whether ``value`` is the notebook object ``frame``."""
+        return value is same.frame  # type: ignore[attr-defined, no-any-return]
+
+    yield
+    for name in ("magic_add", "magic_slow", "magic_same"):
+        default_registry.remove("tool", name)
 
 
-def test_unload_ext_removes_the_cell_magic(ip: InteractiveShell) -> None:
-    ip.run_line_magic("unload_ext", "cortex_jupyter")
-    assert "cortex" not in ip.magics_manager.magics["cell"]
-    assert not any(isinstance(c, CortexMagics) for c in ip.configurables)
-    ip.run_line_magic("load_ext", "cortex_jupyter")
-    assert "cortex" in ip.magics_manager.magics["cell"]
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAIServer]:
+    for server in serve():
+        monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+        monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+        yield server
 
 
-def test_load_ext_in_a_cell(_shell: InteractiveShell) -> None:
-    result = _shell.run_cell("%load_ext cortex_jupyter")
-    try:
-        assert result.success
-        assert "cortex" in _shell.magics_manager.magics["cell"]
-    finally:
-        _shell.run_line_magic("unload_ext", "cortex_jupyter")
+def run(ip: InteractiveShell, line: str, body: str) -> Any:
+    return ip.run_cell_magic("cortex", line, body)
 
 
-def test_script_lists_thought_actions_and_response(
-    ip: InteractiveShell, capsys: pytest.CaptureFixture[str]
+def test_script_cell_runs_actions_binds_variables_and_leaves_the_run(
+    ip: InteractiveShell, tools: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    ip.run_cell_magic("cortex", "--script", SCRIPT)
-    assert capsys.readouterr().out == LISTING
-
-
-def test_script_stores_the_events(ip: InteractiveShell) -> None:
-    ip.run_cell_magic("cortex", "--script", SCRIPT)
-    events = ip.user_ns["_cortex_events"]
-    actions = [e.action for e in events if e.kind == "action"]
-    assert [(a.id, a.name) for a in actions] == [("w1", "get_weather"), ("s1", "summarize")]
-    assert actions[1].depends_on == ("w1",)
-    assert not [e for e in events if e.kind == "error"]
-
-
-@pytest.mark.parametrize("chunk_size", [1, 2, 7, 10_000])
-def test_listing_does_not_depend_on_chunk_size(
-    ip: InteractiveShell, capsys: pytest.CaptureFixture[str], chunk_size: int
-) -> None:
-    ip.run_cell_magic("cortex", f"--script --chunk-size {chunk_size}", SCRIPT)
-    assert capsys.readouterr().out == LISTING
-
-
-def test_auto_dialect_reads_cortex(
-    ip: InteractiveShell, capsys: pytest.CaptureFixture[str]
-) -> None:
-    ip.run_cell_magic("cortex", "--script --dialect auto", SCRIPT)
-    assert capsys.readouterr().out == LISTING
-
-
-@pytest.mark.parametrize(
-    ("dialect", "body"),
-    [
-        ("sigil", "§THINK: Say hello.\n§RESPOND: Hello!\n§END:\n"),
-        ("cogency", "<think>Say hello.</think>\n<respond>Hello!</respond>"),
-        ("cortex", "<thought>Say hello.</thought>\n<response>Hello!</response>"),
-    ],
-)
-def test_dialects_list_the_same_way(
-    ip: InteractiveShell, capsys: pytest.CaptureFixture[str], dialect: str, body: str
-) -> None:
-    ip.run_cell_magic("cortex", f"--script --dialect {dialect}", body)
-    assert capsys.readouterr().out == "thought\n  Say hello.\nresponse\n  Hello!\n"
-
-
-def test_a_response_that_is_not_final_says_so(
-    ip: InteractiveShell, capsys: pytest.CaptureFixture[str]
-) -> None:
-    body = '<response final="false">Working on it.</response>\n<response>Done.</response>'
-    ip.run_cell_magic("cortex", "--script --chunk-size 3", body)
-    assert capsys.readouterr().out == (
-        "response (not final)\n  Working on it.\nresponse\n  Done.\n"
+    run(
+        ip,
+        "--script --delay 0",
+        '<thought>Adding.</thought>\n<action id="s">{"name": "magic_add", '
+        '"parameters": {"a": 2, "b": 3}, "output_key": "total"}</action>\n'
+        "<response>The total is **$total**.</response>",
     )
-
-
-def test_script_lists_errors_with_their_code(
-    ip: InteractiveShell, capsys: pytest.CaptureFixture[str]
-) -> None:
-    body = (
-        '<action id="x1">{"name": "broken", </action>\n'
-        '<action id="x2" type="spell">{"name": "z"}</action>'
-    )
-    ip.run_cell_magic("cortex", "--script", body)
+    assert ip.user_ns["total"] == 5
+    record = ip.user_ns["_cortex"]
+    assert record.status == "completed"
+    assert record.actions["s"].status == "done"
+    assert record.thought == "Adding."
     out = capsys.readouterr().out
-    assert "error invalid_json (action x1)\n  " in out
-    assert "error unknown_type (action x2)\n  " in out
-    assert [e.code for e in ip.user_ns["_cortex_events"] if e.kind == "error"] == [
-        "invalid_json",
-        "unknown_type",
-    ]
+    assert "[thought] Adding." in out
+    assert "magic_add (s) -> 5" in out
 
 
-def test_text_outside_blocks_is_listed(
+def test_braces_are_never_interpreted_and_dollar_names_pass_objects(
+    ip: InteractiveShell, tools: None
+) -> None:
+    frame = object()
+    ip.user_ns["frame"] = frame
+    default_registry.get("tool", "magic_same").func.frame = frame  # type: ignore[union-attr]
+    run(
+        ip,
+        "--script --delay 0",
+        '<thought>def f(x): return {x: {"y": 1}}</thought>\n'
+        '<action id="same">{"name": "magic_same", "parameters": {"value": "$frame"}, '
+        '"output_key": "is_same"}</action>',
+    )
+    assert ip.user_ns["_cortex"].thought == 'def f(x): return {x: {"y": 1}}'
+    assert ip.user_ns["is_same"] is True
+
+
+def test_multi_turn_script_feeds_results_back(ip: InteractiveShell, tools: None) -> None:
+    run(
+        ip,
+        "--script --delay 0",
+        '<action id="a">{"name": "magic_add", "parameters": {"a": 1, "b": 1}}</action>\n'
+        "--- next turn ---\n<response>Two.</response>",
+    )
+    record = ip.user_ns["_cortex"]
+    assert (record.status, record.turns, record.response) == ("completed", 2, "Two.")
+
+
+def test_a_failed_action_ends_the_cell_with_one_line_not_an_exception(
     ip: InteractiveShell, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    ip.run_cell_magic("cortex", "--script", "Hello there.\n<response>Hi.</response>")
-    assert capsys.readouterr().out == "text outside any block\n  Hello there.\nresponse\n  Hi.\n"
+    run(ip, "--script --delay 0", '<action id="x">{"name": "no_such_tool"}</action>')
+    err = capsys.readouterr().err
+    assert "cortex: 1 action(s) failed: x (no_such_tool)" in err
+    assert ip.user_ns["_cortex"].actions["x"].status == "failed"
 
 
-def test_blank_script_says_there_is_nothing(
-    ip: InteractiveShell, capsys: pytest.CaptureFixture[str]
+def test_a_refused_variable_name_is_explained_and_kept_on_the_run(
+    ip: InteractiveShell, tools: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # IPython itself refuses an empty cell body; a blank one reaches the magic.
-    ip.run_cell_magic("cortex", "--script", "\n  \n")
-    assert capsys.readouterr().out == "(no thought, action, response or error in this text)\n"
-    assert all(e.kind == "text" for e in ip.user_ns["_cortex_events"])
+    run(
+        ip,
+        "--script --delay 0",
+        '<action id="a">{"name": "magic_add", "parameters": {"a": 1, "b": 2}, '
+        '"output_key": "get_ipython"}</action>',
+    )
+    assert callable(ip.user_ns["get_ipython"])
+    assert ip.user_ns["_cortex"].variables["get_ipython"] == 3
+    assert "get_ipython" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ("--script --chunk-size 0", "--chunk-size must be a whole number of 1 or more, not '0'."),
-        ("--script --chunk-size -3", "--chunk-size must be a whole number of 1 or more, not '-3'."),
-        (
-            "--script --chunk-size lots",
-            "--chunk-size must be a whole number of 1 or more, not 'lots'.",
-        ),
-        (
-            "--script --dialect klingon",
-            "unknown dialect 'klingon'. Use one of: cortex, sigil, cogency, auto.",
-        ),
-        ("--script --bogus", "unrecognized arguments: --bogus. See `%%cortex?` for the options."),
+        ("--script --chunk-size 0", "--chunk-size must be 1 or more, not '0'"),
+        ("--script --chunk-size two", "--chunk-size must be a whole number, not 'two'"),
+        ("--script --delay -1", "--delay must be 0 or more"),
+        ("--dialect xml", "unknown dialect 'xml'; use one of: cortex, sigil, cogency, auto"),
+        ("--script --replay run.jsonl", "use --script or --replay, not both"),
+        ("--replay run.jsonl --speed 0", "--speed must be more than 0"),
+        ("--bogus", "unrecognized arguments: --bogus"),
     ],
 )
-def test_bad_options_are_usage_errors(ip: InteractiveShell, line: str, message: str) -> None:
-    with pytest.raises(UsageError) as raised:
-        ip.run_cell_magic("cortex", line, SCRIPT)
-    assert str(raised.value) == f"%%cortex: {message}"
-    assert "_cortex_events" not in ip.user_ns
+def test_bad_options_are_usage_errors_that_read_like_sentences(
+    ip: InteractiveShell, line: str, message: str
+) -> None:
+    with pytest.raises(UsageError, match=message.replace("(", r"\(")):
+        run(ip, line, "<response>x</response>")
 
 
-def test_without_script_says_models_are_not_available_yet(ip: InteractiveShell) -> None:
-    with pytest.raises(UsageError) as raised:
-        ip.run_cell_magic("cortex", "", "What is the weather in Paris?")
-    assert str(raised.value) == (
-        "Sending a cell to a model is not available yet in this version of cortex_jupyter. "
-        "Use `%%cortex --script` to parse the cell body as if a model had written it."
+def test_no_api_key_is_one_clear_line(
+    ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(CortexRunError, match="OPENAI_API_KEY") as caught:
+        run(ip, "--model gpt-test", "hello")
+    lines = caught.value._render_traceback_()
+    assert len(lines) == 1 and lines[0].startswith("cortex: ")
+
+
+def test_a_real_endpoint_streams_through_the_openai_sdk(
+    ip: InteractiveShell, server: FakeOpenAIServer, tools: None
+) -> None:
+    reply = '<action id="a">{"name": "magic_add", "parameters": {"a": 4, "b": 5}}</action>'
+    server.script(
+        Stream([*texts(reply, 7), finish()]),
+        Stream([*texts("<response>Nine.</response>", 5), finish()]),
     )
+    run(ip, "--model gpt-test", "What is 4 + 5? Pasted code: {x: 1}")
+    record = ip.user_ns["_cortex"]
+    assert (record.status, record.response, record.actions["a"].output) == ("completed", "Nine.", 9)
+    assert server.requests[0].json["model"] == "gpt-test"
+    user = [m for m in server.requests[0].json["messages"] if m["role"] == "user"]
+    assert user[-1]["content"] == "What is 4 + 5? Pasted code: {x: 1}"
 
 
-def test_usage_error_in_a_cell_shows_no_traceback(
-    ip: InteractiveShell, capsys: pytest.CaptureFixture[str]
+def test_a_dropped_stream_fails_the_cell_briefly_keeps_everything_and_can_continue(
+    ip: InteractiveShell, server: FakeOpenAIServer, tools: None, tmp_path: Path
 ) -> None:
-    result = ip.run_cell("%%cortex --script --chunk-size 0\n<response>Hi.</response>\n")
-    assert isinstance(result.error_in_exec, UsageError)
-    err = capsys.readouterr().err
-    assert "UsageError: %%cortex: --chunk-size must be a whole number" in err
-    assert "Traceback" not in err
+    partial = (
+        '<action id="a">{"name": "magic_add", "parameters": {"a": 1, "b": 2}, '
+        '"output_key": "three"}</action><response>So far'
+    )
+    server.script(Stream(texts(partial, 9), done=False, cut=True))
+    with pytest.raises(CortexRunError, match="continue"):
+        run(ip, "--model gpt-test", "Go")
+    record = ip.user_ns["_cortex"]
+    assert record.status == "interrupted"
+    assert record.actions["a"].status == "done"
+    assert ip.user_ns["three"] == 3
+    assert SECRET not in record.to_jsonl()
+    assert SECRET not in (record.reason or "")
+
+    server.script(Stream([*texts("<response>Three, done.</response>", 6), finish()]))
+    ip.run_line_magic("cortex", "continue")
+    again = ip.user_ns["_cortex"]
+    assert (again.status, again.response) == ("completed", "Three, done.")
+    note = server.requests[-1].json["messages"][-1]["content"]
+    assert "So far" in note
+
+    ip.run_line_magic("cortex", f"save {tmp_path / 'run.jsonl'}")
+    assert SECRET not in (tmp_path / "run.jsonl").read_text()
 
 
-def test_package_reexports_the_parser() -> None:
-    from cortex_jupyter.protocol import Parser
+def test_stop_cancels_quickly_keeps_the_kernel_usable(ip: InteractiveShell, tools: None) -> None:
+    body = (
+        '<action id="slow">{"name": "magic_slow", "parameters": {"seconds": 20}}</action>\n'
+        "<response>never</response>"
+    )
+    threading.Timer(0.5, _thread.interrupt_main).start()
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        run(ip, "--script --delay 0", body)
+    assert time.monotonic() - started < 2.5
+    record = ip.user_ns["_cortex"]
+    assert record.actions["slow"].status == "cancelled"
+    assert record.status == "cancelled"
+    # The next cell works.
+    run(ip, "--script --delay 0", "<response>still here</response>")
+    assert ip.user_ns["_cortex"].response == "still here"
 
-    assert cortex_jupyter.Parser is Parser
-    with pytest.raises(AttributeError, match="has no attribute 'nothing_here'"):
-        _ = cortex_jupyter.nothing_here  # type: ignore[attr-defined]
 
-
-def test_readme_example_prints_what_the_readme_says(
-    ip: InteractiveShell, capsys: pytest.CaptureFixture[str]
+def test_line_commands(
+    ip: InteractiveShell, tools: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
-    example = readme.split("## Example", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```[a-z]*\n(.*?)```", example, flags=re.DOTALL)
-    cell = next(block for block in blocks if block.startswith("%%cortex --script\n"))
-    listing = blocks[blocks.index(cell) + 1]
-    ip.run_cell_magic("cortex", "--script", cell.split("\n", 1)[1])
-    assert capsys.readouterr().out == listing
+    ip.run_line_magic("cortex", "tools")
+    out = capsys.readouterr().out
+    assert "magic_add: Add two whole numbers." in out
+    assert '"required": ["a", "b"]' in out
+
+    ip.run_line_magic("cortex", "prompt")
+    assert "magic_add" in capsys.readouterr().out
+
+    ip.run_line_magic("cortex", "vars")
+    assert "No variables bound yet" in capsys.readouterr().out
+
+    ip.run_line_magic("cortex", "config max_turns=3 model=tiny native_tools=yes")
+    out = capsys.readouterr().out
+    assert "max_turns = 3" in out and "model = 'tiny'" in out and "native_tools = True" in out
+    with pytest.raises(UsageError, match="'colour=red' is not name=value"):
+        ip.run_line_magic("cortex", "config colour=red")
+    with pytest.raises(UsageError, match="max_turns='many' was refused"):
+        ip.run_line_magic("cortex", "config max_turns=many")
+
+    ip.run_line_magic("cortex", "history")
+    assert "The conversation is empty." in capsys.readouterr().out
+    ip.run_line_magic("cortex", "reset")
+    assert "Conversation reset" in capsys.readouterr().out
+
+    with pytest.raises(UsageError, match="there is no run to save yet"):
+        ip.run_line_magic("cortex", f"save {tmp_path / 'x.jsonl'}")
+    with pytest.raises(CortexRunError, match="no run to continue"):
+        ip.run_line_magic("cortex", "continue")
+    with pytest.raises(UsageError, match="unknown command 'dance'"):
+        ip.run_line_magic("cortex", "dance")
+
+
+def test_the_timeline_is_a_picture(ip: InteractiveShell, tools: None) -> None:
+    run(
+        ip,
+        "--script --delay 0",
+        '<action id="a">{"name": "magic_add", "parameters": {"a": 1, "b": 1}}</action>',
+    )
+    picture = ip.user_ns["_cortex"].timeline()
+    assert picture.data.lstrip().startswith("<svg")
+    assert "magic_add" in picture.data
+
+
+def test_the_session_is_one_per_shell(ip: InteractiveShell) -> None:
+    assert session_for(ip) is session_for(ip)

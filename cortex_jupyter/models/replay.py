@@ -70,6 +70,11 @@ class ReplayModel:
     def __repr__(self) -> str:
         return f"ReplayModel(turns={len(self.turns)}, speed={self.speed:g})"
 
+    @property
+    def remaining_turns(self) -> int:
+        """Turns not streamed yet; at 0 the agent loop ends the run instead of asking again."""
+        return max(0, len(self.turns) - self.turns_used)
+
     def reset(self) -> None:
         """Start again from the first turn."""
         self.turns_used = 0

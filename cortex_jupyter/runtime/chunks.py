@@ -200,6 +200,10 @@ class StreamingModel(Protocol):
     offered only when given; ``temperature`` and ``max_tokens`` are sent only when set.
     Failures are raised (``cortex_jupyter.models.ModelError`` subclasses) after every
     chunk that arrived has been yielded.
+
+    Models with a fixed number of turns (script, replay) may also have a
+    ``remaining_turns`` attribute: when it is 0 after a turn that is not final, the
+    agent loop ends the run there instead of asking for a turn that does not exist.
     """
 
     name: str

@@ -289,6 +289,10 @@ class _Loop:
             finally:
                 self._close(turn)
             outcome, reason = _decide(turn)
+            if outcome == "results" and getattr(self.model, "remaining_turns", None) == 0:
+                # A script or a replay that has no more turns: its end is the run's end,
+                # not a question for a turn that does not exist.
+                outcome, reason = "final", "the script has no more turns"
             if outcome == "results" and number == self.max_turns:
                 outcome = "limit"
             self.scheduler.emit(TurnEnd(number, time.monotonic(), outcome, reason, turn.finish))
