@@ -36,7 +36,11 @@ class Interrupted(Exception):
 
 
 class Bridge(Generic[T]):
-    """Runs ``job(emit)`` in a worker thread; delivers emitted events in batches here."""
+    """Runs ``job(emit)`` in a worker thread; delivers emitted events in batches here.
+
+    ``deliver`` gets at most ``hz`` batches a second, and an empty batch every ``idle``
+    seconds while nothing happens, so a view can keep its clocks moving.
+    """
 
     def __init__(
         self,
@@ -44,10 +48,12 @@ class Bridge(Generic[T]):
         deliver: Callable[[list[Any]], None],
         *,
         hz: float = 25.0,
+        idle: float = 0.25,
     ) -> None:
         self._job = job
         self._deliver = deliver
         self._interval = 1.0 / hz
+        self._idle = idle
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._scope: anyio.CancelScope | None = None
         self._scope_ready = threading.Event()
@@ -96,6 +102,10 @@ class Bridge(Generic[T]):
             if batch and (finished or now - last >= self._interval):
                 events, batch = batch, []
                 self._deliver(events)
+                last = now
+            elif not batch and not finished and now - last >= self._idle:
+                # Nothing new, but clocks on screen (elapsed, running durations) move on.
+                self._deliver([])
                 last = now
             if finished and not batch and self._queue.empty():
                 return

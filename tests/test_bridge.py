@@ -20,7 +20,8 @@ def test_events_arrive_in_order_in_the_calling_thread_and_coalesced() -> None:
 
     def deliver(events: list[Any]) -> None:
         assert threading.get_ident() == caller
-        batches.append(len(events))
+        if events:
+            batches.append(len(events))
         seen.extend(events)
 
     async def job(emit: Emit) -> str:
@@ -47,8 +48,24 @@ def test_a_slow_trickle_is_delivered_without_waiting_for_the_end() -> None:
             emit(i)
             await anyio.sleep(0.2)
 
-    Bridge(job, lambda events: times.append(time.monotonic()), hz=25).run()
+    def deliver(events: list[Any]) -> None:
+        if events:
+            times.append(time.monotonic())
+
+    Bridge(job, deliver, hz=25).run()
     assert len(times) >= 3  # each event was shown while the job was still running
+
+
+def test_an_idle_run_still_gets_empty_batches_so_clocks_move() -> None:
+    batches: list[list[Any]] = []
+
+    async def job(emit: Emit) -> None:
+        emit("start")
+        await anyio.sleep(1.0)
+
+    Bridge(job, batches.append, hz=25, idle=0.2).run()
+    assert batches[0] == ["start"]
+    assert 3 <= sum(1 for b in batches if not b) <= 6
 
 
 def test_the_jobs_exception_reaches_the_cell_after_its_events() -> None:

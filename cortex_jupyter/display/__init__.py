@@ -8,6 +8,8 @@ second; everything exported below is pure and imports no widget or IPython code.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .markdown import IncrementalMarkdown, fill_references, render_markdown, short_str
 from .state import PARTS, NodeView, Segment, ViewState, from_run, reduce
 from .static import (
@@ -23,6 +25,9 @@ from .svg import details_html, graph_svg, node_tooltip
 from .text import TextRenderer, header_parts, render_text, status_line
 from .timeline import timeline_svg
 
+if TYPE_CHECKING:
+    from .widget import WidgetView
+
 __all__ = [
     "PARTS",
     "IncrementalMarkdown",
@@ -30,6 +35,7 @@ __all__ = [
     "Segment",
     "TextRenderer",
     "ViewState",
+    "WidgetView",
     "details_html",
     "endpoint_host",
     "fill_references",
@@ -50,3 +56,12 @@ __all__ = [
     "thought_html",
     "timeline_svg",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # WidgetView imports ipywidgets (and with it IPython, ~0.2 s): only when asked for.
+    if name == "WidgetView":
+        from .widget import WidgetView
+
+        return WidgetView
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

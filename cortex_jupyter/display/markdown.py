@@ -49,6 +49,7 @@ _MAYBE_DEFINITION = re.compile(r"^ {0,3}\[", re.MULTILINE)
 _MAX_HIGHLIGHT = 200_000  # characters; beyond this a code block is shown plain
 _VALUE_LIMIT = 200
 
+_PRE_CODE_STYLE = "background:none;color:inherit;padding:0"
 _PRE_STYLE = (
     f"background:{theme.CODE_BG};color:{theme.TEXT};padding:8px 10px;border-radius:6px;"
     f"overflow-x:auto;font-family:{theme.MONO};font-size:12.5px;line-height:1.45;margin:0 0 1em"
@@ -128,7 +129,9 @@ class _Highlighter:
         lexer = self._lexer(lang) if lang and len(code) <= _MAX_HIGHLIGHT else None
         inner = esc(code) if lexer is None else pygments_highlight(code, lexer, self._formatter)
         label = f' data-lang="{esc(lang)}"' if lang else ""
-        return f'<pre style="{_PRE_STYLE}"{label}><code>{inner}</code></pre>\n'
+        # The inner <code> is styled too: JupyterLab's dark theme paints a bare one black.
+        code = f'<code style="{_PRE_CODE_STYLE}">{inner}</code>'
+        return f'<pre style="{_PRE_STYLE}"{label}>{code}</pre>\n'
 
     def _lexer(self, lang: str) -> Lexer | None:
         key = lang.lower()
@@ -253,7 +256,7 @@ class IncrementalMarkdown:
     def reset(self) -> None:
         """Forget every cached block."""
         self._done_src = ""
-        self._done_html = ""
+        self._done_html = ""  # the HTML of the cached (finished) blocks
         self._committed_refs: dict[str, Any] = {}  # link labels defined in cached blocks
         self._render_refs: dict[str, Any] = {}  # all labels the cached HTML was made with
         self._used: dict[str, str | None] = {}
@@ -262,6 +265,15 @@ class IncrementalMarkdown:
     def cached_chars(self) -> int:
         """Characters of source whose HTML is cached (not parsed again)."""
         return len(self._done_src)
+
+    @property
+    def cached_html(self) -> str:
+        """The HTML of the blocks already finished: settled until the next restart.
+
+        Every ``render`` returns it as a prefix, so a view may send it once and then
+        only what follows it.
+        """
+        return self._done_html
 
     def render(self, text: str, values: Mapping[str, Any] | None = None) -> str:
         self.renders += 1

@@ -100,7 +100,7 @@ def _box(state: ViewState, node: NodeView, now: float | None) -> str:
     elif duration:
         status += f" · {duration}"
     parts = [
-        f'<g class="cxj-node" data-id="{esc(node.id)}">',
+        f'<g class="cxj-node" data-id="{esc(node.id)}" data-status="{esc(node.shown_status)}">',
         f"<title>{esc(node_tooltip(node, now))}</title>",
         f'<rect x="{x}" y="{y}" width="{BOX_W}" height="{BOX_H}" rx="6" fill="{style.fill}" '
         f'stroke="{style.stroke}" stroke-width="{width}"{dash}/>',

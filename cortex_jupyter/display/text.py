@@ -21,7 +21,7 @@ _BLOCK_LABELS = {"thought": "[thought] ", "response": "[response] "}
 
 def header_parts(state: ViewState, now: float | None = None) -> list[str]:
     """The header's fields: model, turn, state word, elapsed, tokens, tokens/s, counts."""
-    parts = [state.model or "model"]
+    parts = [clean(state.model) or "model"]
     if state.turn > 1:
         parts.append(f"turn {state.turn}")
     parts.append(state.phase)

@@ -1,0 +1,542 @@
+"""The live widget view: what it shows, what it re-sends, and what a whole run costs.
+
+No kernel: ipywidgets widgets work without a front end. A recording comm stands in for
+the kernel's, so every message a view would put on iopub is counted and measured.
+"""
+
+from __future__ import annotations
+
+import html
+import importlib.util
+import json
+import random
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import comm
+import ipywidgets
+import pytest
+from comm.base_comm import BaseComm
+
+from cortex_jupyter.display import IncrementalMarkdown, render_markdown
+from cortex_jupyter.display.widget import (
+    BURST,
+    MAX_MESSAGES,
+    WIDGET_MIME,
+    WidgetView,
+)
+from cortex_jupyter.protocol import ActionStart, Parser
+from cortex_jupyter.runtime import ActionStatus, End, Interrupt
+
+from .helpers import parse, status
+from .test_xss import HTML_ELEMENTS, PAYLOADS, check_tree, hostile_state
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Clock:
+    """A fake ``time.monotonic``: moves only when told."""
+
+    def __init__(self, now: float = 100.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def step(self, seconds: float) -> float:
+        self.now += seconds
+        return self.now
+
+
+@dataclass
+class Message:
+    at: float
+    type: str
+    comm_id: str
+    size: int  # bytes of the message's JSON data, as the kernel would encode it
+
+
+@dataclass
+class Recorder:
+    """Every comm message the widgets would send, stamped with the fake clock."""
+
+    clock: Clock
+    messages: list[Message] = field(default_factory=list)
+
+    def since(self, start: float) -> list[Message]:
+        return [m for m in self.messages if m.at >= start]
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def recorder(monkeypatch: pytest.MonkeyPatch, clock: Clock) -> Recorder:
+    record = Recorder(clock)
+
+    class RecordingComm(BaseComm):  # type: ignore[misc]
+        def publish_msg(self, msg_type: str, data: Any = None, *args: Any, **kw: Any) -> None:
+            size = len(json.dumps(data, ensure_ascii=False).encode())
+            record.messages.append(Message(clock(), msg_type, self.comm_id, size))
+
+    monkeypatch.setattr(comm, "create_comm", RecordingComm)
+    return record
+
+
+def make_view(clock: Clock, **kw: Any) -> WidgetView:
+    return WidgetView(model="test-model", clock=clock, **kw)
+
+
+def html_values(widget: Any) -> Iterator[str]:
+    """Every HTML value in a widget tree (parts, pieces and tails)."""
+    if isinstance(widget, ipywidgets.HTML):
+        yield widget.value
+    for child in getattr(widget, "children", ()):
+        yield from html_values(child)
+
+
+def part(view: WidgetView, css_class: str) -> Any:
+    """The widget carrying ``css_class`` in the view."""
+    found = [w for w in walk(view.widget) if css_class in w._dom_classes]
+    assert len(found) == 1, css_class
+    return found[0]
+
+
+def walk(widget: Any) -> Iterator[Any]:
+    yield widget
+    for child in getattr(widget, "children", ()):
+        yield from walk(child)
+
+
+def shown(widget: Any) -> bool:
+    return widget.layout.display != "none"
+
+
+def text_of(widget: Any) -> str:
+    return "".join(html_values(widget))
+
+
+def count_changes(widget: Any) -> list[str]:
+    """A list that grows by the trait name on every synced change of ``widget``'s value."""
+    changes: list[str] = []
+    widget.observe(lambda change: changes.append(change["name"]), names="value")
+    return changes
+
+
+# ----------------------------------------------------------------------------- parts
+
+
+def test_a_run_fills_every_part(clock: Clock) -> None:
+    view = make_view(clock)
+    header = part(view, "cortex-header")
+    assert 'data-phase="streaming"' in header.value and "test-model" in header.value
+    view.apply(parse())
+    clock.step(0.3)
+    view.redraw()
+    assert "I will look up cats and dogs, then compare." in text_of(part(view, "cortex-thought"))
+    response = text_of(part(view, "cortex-response"))
+    assert "<h1>Cats and dogs</h1>" in response
+    assert 'data-lang="python"' in response
+    graph = part(view, "cortex-graph").value
+    assert all(f'data-id="{i}"' in graph for i in ("a1", "a2", "a3"))
+    assert 'data-phase="running actions"' in header.value  # the final response closed it
+
+
+def test_model_text_is_escaped_in_the_thought(clock: Clock) -> None:
+    view = make_view(clock)
+    view.apply(parse('<thought>if a < b & c > d: say "hi"</thought>'))
+    view.redraw()
+    thought = text_of(part(view, "cortex-thought"))
+    assert "if a &lt; b &amp; c &gt; d: say &quot;hi&quot;" in thought
+
+
+def test_graph_hidden_until_the_first_action(clock: Clock) -> None:
+    view = make_view(clock)
+    graph = part(view, "cortex-graph")
+    view.apply(parse("<thought>thinking about it</thought>"))
+    view.redraw()
+    assert not shown(graph) and graph.value == ""
+    view.apply([ActionStart(id="x", type="tool", mode="async")])
+    clock.step(0.04)
+    view.redraw()
+    assert shown(graph)
+    assert 'data-id="x"' in graph.value and "starting" in graph.value
+
+
+def test_thought_and_response_hidden_until_they_have_text(clock: Clock) -> None:
+    view = make_view(clock)
+    view.redraw()
+    assert not shown(part(view, "cortex-thought"))
+    assert not shown(part(view, "cortex-response"))
+    view.apply(parse("<response>Hello</response>"))
+    view.redraw()
+    assert not shown(part(view, "cortex-thought"))
+    assert shown(part(view, "cortex-response"))
+
+
+def test_details_shown_only_when_something_went_wrong(clock: Clock) -> None:
+    view = make_view(clock)
+    details = part(view, "cortex-details")
+    view.apply(parse('<action id="a1">{"name": "search"}</action>'))
+    view.apply([status("a1", "running", clock.now)])
+    view.redraw()
+    assert not shown(details)
+    clock.step(0.5)
+    view.apply([status("a1", "failed", clock.now, error="ValueError: bad query")])
+    view.redraw()
+    assert shown(details)
+    assert "ValueError: bad query" in details.value and "(a1)" in details.value
+
+
+def test_stream_closed_then_end_move_the_state_word(clock: Clock) -> None:
+    view = make_view(clock)
+    header = part(view, "cortex-header")
+    view.apply(parse("<thought>x</thought>"))
+    view.redraw()
+    view.stream_closed()
+    clock.step(0.01)  # well inside the slow interval: a new state word goes out at once
+    view.redraw()
+    assert 'data-phase="running actions"' in header.value
+    view.apply([End("completed", clock.now)])
+    clock.step(0.01)
+    view.redraw()
+    assert 'data-phase="done"' in header.value and "✓ done" in header.value
+
+
+@pytest.mark.parametrize(
+    ("event", "phase"),
+    [(End("failed", 101.0), "failed"), (Interrupt("cancelled", 101.0), "interrupted")],
+)
+def test_failed_and_interrupted_runs_say_so(clock: Clock, event: Any, phase: str) -> None:
+    view = make_view(clock)
+    view.apply([event])
+    view.redraw()
+    assert f'data-phase="{phase}"' in part(view, "cortex-header").value
+
+
+# ----------------------------------------------------------------------------- re-sending
+
+
+def test_unchanged_parts_are_not_re_sent(clock: Clock) -> None:
+    view = make_view(clock)
+    view.apply(parse())
+    view.apply([End("completed", clock.now)])
+    view.redraw()
+    counts = {name: count_changes(part(view, name)) for name in ("cortex-header", "cortex-graph")}
+    pieces = [count_changes(w) for w in walk(view.widget) if isinstance(w, ipywidgets.HTML)]
+    for _ in range(50):
+        clock.step(0.04)
+        view.apply([])
+        view.redraw()
+    assert counts == {"cortex-header": [], "cortex-graph": []}
+    assert all(not changes for changes in pieces)
+
+
+def test_only_the_thought_moves_while_a_thought_streams(clock: Clock) -> None:
+    view = make_view(clock)
+    view.apply(parse('<action id="a1">{"name": "search"}</action><thought>start'))
+    view.redraw()
+    graph = count_changes(part(view, "cortex-graph"))
+    response = [count_changes(w) for w in walk(part(view, "cortex-response"))]
+    thought_tail = [w for w in walk(part(view, "cortex-thought")) if isinstance(w, ipywidgets.HTML)]
+    thought = count_changes(thought_tail[-1])
+    parser = Parser("cortex")
+    parser.feed('<action id="a1">{"name": "search"}</action><thought>start')
+    for word in range(10):
+        clock.step(0.04)
+        view.apply(parser.feed(f" word{word}"))
+        view.redraw()
+    assert len(thought) == 10
+    assert graph == [] and all(not changes for changes in response)
+
+
+def test_clocks_tick_at_most_slow_hz(clock: Clock) -> None:
+    view = make_view(clock, slow_hz=4.0)
+    view.apply(parse('<action id="a1">{"name": "search"}</action>'))
+    view.apply([status("a1", "running", clock.now)])
+    view.redraw()
+    header = count_changes(part(view, "cortex-header"))
+    graph = count_changes(part(view, "cortex-graph"))
+    for _ in range(50):  # two seconds of redraws at 25 Hz with nothing new but time
+        clock.step(1 / 25)
+        view.apply([])
+        view.redraw()
+    assert 6 <= len(header) <= 9  # 4 a second, give or take the ends
+    assert 6 <= len(graph) <= 9
+    shown = re.search(r"running · ([\d.]+) s", part(view, "cortex-graph").value)
+    assert shown is not None and 1.75 <= float(shown.group(1)) <= 2.0  # it did move
+
+
+def test_values_are_read_only_when_the_response_is_redrawn(clock: Clock) -> None:
+    calls: list[int] = []
+
+    def values() -> Mapping[str, Any]:
+        calls.append(1)
+        return {"cats": "3 cats"}
+
+    view = make_view(clock, values=values)
+    view.apply(parse("<thought>hmm</thought>"))
+    view.redraw()
+    assert calls == []
+    view.apply(parse("<response>We found $cats.</response>"))
+    view.redraw()
+    assert len(calls) == 1
+    assert "We found 3 cats." in text_of(part(view, "cortex-response"))
+
+
+def test_a_broken_namespace_does_not_stop_the_answer(clock: Clock) -> None:
+    def values() -> Mapping[str, Any]:
+        raise RuntimeError("namespace gone")
+
+    view = make_view(clock, values=values)
+    view.apply(parse("<response>We found $cats.</response>"))
+    view.redraw()
+    assert "We found $cats." in text_of(part(view, "cortex-response"))
+
+
+# ----------------------------------------------------------------------------- pieces
+
+
+def stream(view: WidgetView, clock: Clock, text: str, chunk: int = 40) -> None:
+    parser = Parser("cortex")
+    for start in range(0, len(text), chunk):
+        clock.step(0.04)
+        view.apply(parser.feed(text[start : start + chunk]))
+        view.redraw()
+    view.apply(parser.close())
+    view.finish()  # the last redraws may wait for the budget; the final frame does not
+
+
+def inner(value: str) -> str:
+    """A piece's content without its wrapping ``<div style=...>``."""
+    return value[value.index(">") + 1 : -len("</div>")] if value else ""
+
+
+def test_a_long_thought_is_sent_in_pieces_that_add_up_to_it(clock: Clock) -> None:
+    thought = "\n".join(f"line {i} <of> the thought & more" for i in range(400))
+    view = make_view(clock)
+    stream(view, clock, f"<thought>{thought}</thought>")
+    box = part(view, "cortex-thought")
+    values = [v for v in html_values(box)]
+    assert len(values) > 5  # several settled pieces and the tail
+    shown_text = "".join(html.unescape(inner(v)) for v in values)
+    assert shown_text == thought
+
+
+def test_an_endless_thought_line_is_still_sent_in_pieces(clock: Clock) -> None:
+    thought = " ".join(f"word{i}" for i in range(8000))  # ~70 KB, no line break
+    view = make_view(clock)
+    stream(view, clock, f"<thought>{thought}</thought>", chunk=400)
+    values = list(html_values(part(view, "cortex-thought")))
+    assert len(values) > 3
+    assert max(len(value) for value in values[-1:]) < 10 * 1024  # the tail stays small
+    assert "".join(html.unescape(inner(v)) for v in values) == thought
+
+
+def test_the_response_pieces_equal_a_full_render(clock: Clock) -> None:
+    body = "\n\n".join(
+        f"## Part {i}\n\nSome *text* for part {i}, see $r.\n\n```python\nx = {i}\n```"
+        for i in range(60)
+    )
+    values = {"r": "first"}
+    view = make_view(clock, values=lambda: values)
+    parser = Parser("cortex")
+    text = f"<response>{body}</response>"
+    for start in range(0, len(text), 64):
+        if start >= len(text) // 2:
+            values["r"] = "second"  # re-renders everything: the pieces are replaced
+        clock.step(0.04)
+        view.apply(parser.feed(text[start : start + 64]))
+        view.redraw()
+        if start == len(text) // 2 // 64 * 64 - 64:
+            pieces_before = list(html_values(part(view, "cortex-response")))
+    view.apply(parser.close())
+    view.finish()
+    values_shown = list(html_values(part(view, "cortex-response")))
+    assert len(pieces_before) > 3 and len(values_shown) >= 2
+    assert not set(pieces_before[:-1]) & set(values_shown)  # the old pieces are gone
+    shown_html = "".join(inner(value) for value in values_shown)
+    assert shown_html == render_markdown(view.state.body, values)
+    assert "see second." in shown_html and "first" not in shown_html
+
+
+def test_code_blocks_keep_their_colours_in_a_dark_theme() -> None:
+    # JupyterLab's dark theme paints a bare <code> inside <pre> black: ours carries a style.
+    rendered = IncrementalMarkdown().render("`a<code>b`\n\n```\n<code>\n```\n")
+    assert rendered.count('<code style="background:none;color:inherit') == 1
+    assert "&lt;code&gt;" in rendered
+
+
+# ----------------------------------------------------------------------------- safety
+
+
+@pytest.mark.parametrize("payload", PAYLOADS)
+def test_no_widget_value_lets_model_text_through(clock: Clock, payload: str) -> None:
+    view = make_view(clock)
+    view.state = hostile_state(payload)  # every field the model can write, hostile
+    view.redraw()
+    data, metadata = view.finish()
+    values = [v for v in html_values(view.widget) if v]
+    assert len(values) >= 5
+    for value in [*values, data["text/html"]]:
+        lowered = value.lower()
+        for raw in ("<script", "<img", "<iframe", "<svg onload", "\x00", "\x1b"):
+            assert raw not in lowered, raw
+        check_tree(ET.fromstring(f"<root>{value}</root>"), HTML_ELEMENTS)
+    json.dumps(metadata)
+
+
+def test_text_plain_has_no_control_characters(clock: Clock) -> None:
+    view = make_view(clock)
+    view.state = hostile_state("\x00\x1b[31m red")
+    data, _ = view.finish()
+    assert "\x00" not in data["text/plain"] and "\x1b" not in data["text/plain"]
+
+
+def test_finish_returns_the_widget_and_a_static_copy(
+    clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret-key")
+    view = make_view(clock)
+    view.apply(parse())
+    view.apply([status("a1", "running", clock.now), status("a1", "done", clock.now + 0.2)])
+    view.apply([End("completed", clock.now + 0.3)])
+    clock.step(0.5)
+    data, metadata = view.finish()
+    assert set(data) == {WIDGET_MIME, "text/html", "text/plain"}
+    assert data[WIDGET_MIME]["model_id"] == view.widget.model_id
+    assert "<script" not in data["text/html"].lower()
+    assert "Cats and dogs" in data["text/html"] and "Cats and dogs" in data["text/plain"]
+    assert 'class="cortex-run"' in data["text/html"]
+    record = metadata["cortex"]
+    assert record["model"] == "test-model" and record["status"] == "done"
+    assert [a["id"] for a in record["actions"]] == ["a1", "a2", "a3"]
+    everything = json.dumps([data, metadata])
+    assert "sk-test-secret-key" not in everything and "api_key" not in everything.lower()
+    assert 'data-phase="done"' in part(view, "cortex-header").value
+
+
+def test_widget_view_is_exported_without_importing_ipywidgets() -> None:
+    code = (
+        "import sys, cortex_jupyter.display as d\n"
+        "assert 'ipywidgets' not in sys.modules\n"
+        "assert d.WidgetView.__module__ == 'cortex_jupyter.display.widget'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ----------------------------------------------------------------------------- traffic
+
+
+def load_bench() -> ModuleType:
+    """bench/display_bench.py (a script, not a package), for its workload."""
+    if "display_bench" in sys.modules:
+        return sys.modules["display_bench"]
+    spec = importlib.util.spec_from_file_location("display_bench", ROOT / "bench/display_bench.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["display_bench"] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def stream_bench_run(
+    view: WidgetView, clock: Clock, rate: float, chunk: int = 8, seed: int = 1
+) -> int:
+    """The bench's run (a thought with 10 actions, a ~16 KB answer) at ``rate`` chunks/s;
+    the view applies and redraws every 1/25 s, as the session's bridge does. Returns the
+    number of chunks."""
+    rng = random.Random(seed)
+    text, _ = load_bench().protocol_text(rng)
+    chunks = [text[i : i + chunk] for i in range(0, len(text), chunk)]
+    parser = Parser("cortex")
+    start, pending, batch = clock.now, [], []
+    next_redraw = start
+
+    def redraw() -> None:
+        due = sorted((e for e in pending if e.time <= clock.now), key=lambda e: e.time)
+        pending[:] = [e for e in pending if e.time > clock.now]
+        view.apply(batch + due)
+        batch.clear()
+        view.redraw()
+
+    for index, piece in enumerate(chunks):
+        clock.now = start + index / rate
+        events = parser.feed(piece)
+        for event in events:
+            if event.kind == "action":  # each action runs 0.3-1.5 s, from its closing tag
+                began = clock.now + 0.02
+                ended = began + rng.uniform(0.3, 1.5)
+                pending.append(ActionStatus(event.action.id, "running", began, attempt=1))
+                pending.append(ActionStatus(event.action.id, "done", ended, 1, output="'ok'"))
+        batch.extend(events)
+        if clock.now >= next_redraw:
+            next_redraw += 1 / 25
+            redraw()
+    batch.extend(parser.close())
+    view.stream_closed()
+    while pending:
+        clock.step(1 / 25)
+        redraw()
+    view.apply([End("completed", clock.now)])
+    view.redraw()
+    return len(chunks)
+
+
+def busiest_second(messages: list[Message]) -> int:
+    times = sorted(m.at for m in messages)
+    most, first = 0, 0
+    for last, at in enumerate(times):
+        while at - times[first] >= 1.0:
+            first += 1
+        most = max(most, last - first + 1)
+    return most
+
+
+@pytest.mark.parametrize(("rate", "limit"), [(2000.0, 1_000_000), (250.0, 1_000_000)])
+def test_a_whole_streamed_run_stays_within_the_iopub_budget(
+    recorder: Recorder, clock: Clock, rate: float, limit: int
+) -> None:
+    values = {f"r{i}": f"result {i}" for i in range(10)}
+    view = make_view(clock, values=lambda: values)
+    opened = clock.now
+    chunks = stream_bench_run(view, clock, rate)
+    data, _ = view.finish()
+    streamed = [m for m in recorder.messages if m.at > opened]  # after the first display
+    total = sum(m.size for m in recorder.messages)
+    print(
+        f"\n{chunks} chunks at {rate:.0f}/s over {clock.now - opened:.2f} s: "
+        f"{len(recorder.messages)} messages ({len(recorder.since(opened)) - len(streamed)} "
+        f"when first shown), {total:,} bytes; busiest second {busiest_second(streamed)} messages; "
+        f"final response {len(text_of(part(view, 'cortex-response'))):,} chars of HTML"
+    )
+    assert chunks >= 2000
+    assert total < limit
+    assert busiest_second(streamed) <= MAX_MESSAGES + BURST
+    assert "Section" in text_of(part(view, "cortex-response"))
+    assert data[WIDGET_MIME]["model_id"] == view.widget.model_id
+
+
+def test_re_sending_the_whole_answer_would_cost_far_more(
+    recorder: Recorder, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pieces are what keeps a slow stream cheap: without them (one growing value)
+    the same run at a realistic 250 chunks/s sends several times the bytes."""
+    values = {f"r{i}": f"result {i}" for i in range(10)}
+    stream_bench_run(make_view(clock, values=lambda: values), clock, 250.0)
+    with_pieces = sum(m.size for m in recorder.messages)
+    recorder.messages.clear()
+    monkeypatch.setattr("cortex_jupyter.display.widget.FREEZE_CHARS", 10**9)
+    stream_bench_run(make_view(clock, values=lambda: values), clock, 250.0)
+    without = sum(m.size for m in recorder.messages)
+    print(f"\n250 chunks/s: {with_pieces:,} bytes with pieces, {without:,} without")
+    assert with_pieces * 4 < without
