@@ -9,20 +9,31 @@ passed as the object itself to action parameters).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
-from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_var_expand
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode
 
 from cortex_jupyter.session import CellOptions, Session, forget, session_for
 
 DIALECTS = ("cortex", "sigil", "cogency", "auto")
-COMMANDS = ("tools", "vars", "history", "reset", "prompt", "continue", "save", "config")
+COMMANDS = (
+    "tools",
+    "vars",
+    "history",
+    "reset",
+    "prompt",
+    "continue",
+    "replay",
+    "save",
+    "config",
+)
 
 
 @magics_class
@@ -75,7 +86,6 @@ class CortexMagics(Magics):
     @argument("--max-tokens", metavar="N", help="Most tokens per reply.")
     @argument("--native-tools", action="store_true", help="Offer tools as native tools=.")
     @argument("--text", action="store_true", help="Show the run as plain text, not widgets.")
-    @no_var_expand
     @cell_magic
     def cortex(self, line: str, cell: str) -> None:
         """Send the cell to a model and stream its thought, actions and answer live.
@@ -86,10 +96,9 @@ class CortexMagics(Magics):
         """
         self.session.run_cell(cell, self._options(line))
 
-    @no_var_expand
     @line_magic("cortex")  # type: ignore[arg-type]  # IPython types the named form as Never
     def cortex_line(self, line: str) -> Any:
-        """``%cortex tools|vars|history|reset|prompt|continue|save PATH|config [k=v ...]``."""
+        """``%cortex tools|vars|history|reset|prompt|continue|replay PATH|save PATH|config``."""
         words = shlex.split(line)
         if not words or words[0] not in COMMANDS:
             given = f" {words[0]!r}" if words else ""
@@ -102,7 +111,7 @@ class CortexMagics(Magics):
 
     # ---- cell options -------------------------------------------------------------
 
-    def _options(self, line: str) -> CellOptions:
+    def _options(self, line: str, **overrides: Any) -> CellOptions:
         try:
             args = parse_argstring(CortexMagics.cortex, line)
         except UsageError as error:
@@ -114,7 +123,7 @@ class CortexMagics(Magics):
             )
         if args.script and args.replay:
             raise UsageError("%%cortex: use --script or --replay, not both.")
-        return CellOptions(
+        options = CellOptions(
             model=args.model or self.model,
             dialect=dialect,
             script=bool(args.script),
@@ -129,6 +138,7 @@ class CortexMagics(Magics):
             native_tools=bool(args.native_tools) or self.native_tools,
             display="text" if args.text else self.display,
         )
+        return dataclasses.replace(options, **overrides) if overrides else options
 
     # ---- line commands ------------------------------------------------------------
 
@@ -190,6 +200,17 @@ class CortexMagics(Magics):
     def _cmd_continue(self, args: list[str]) -> None:
         """Continue the last interrupted run where it stopped."""
         self.session.continue_last()
+
+    def _cmd_replay(self, args: list[str]) -> None:
+        """Stream a saved transcript again: %cortex replay PATH [SPEED]."""
+        if not 1 <= len(args) <= 2:
+            raise UsageError(
+                "%cortex replay: give a transcript path, e.g. %cortex replay run.jsonl 5"
+            )
+        speed = _number(
+            args[1] if len(args) == 2 else None, "speed", float, 1.0, low=0, strict=True
+        )
+        self.session.run_cell("", self._options(f"--replay {shlex.quote(args[0])}", speed=speed))
 
     def _cmd_save(self, args: list[str]) -> None:
         """Save the last run's transcript (JSON lines) to PATH."""

@@ -177,6 +177,11 @@ class Session:
         previous, options = self.last, self.last_options
         if previous is None or options is None:
             raise CortexRunError("there is no run to continue yet in this notebook.")
+        if options.script:
+            raise CortexRunError(
+                "a --script run cannot be continued: its text is all there is. Run the "
+                "cell again, or add the next turn after a line '--- next turn ---'."
+            )
         if previous.status not in CONTINUABLE:
             raise CortexRunError(
                 f"the last run ended {previous.status!r}, so there is nothing to continue; "
@@ -278,6 +283,9 @@ class Session:
         if run.status in UNFINISHED:
             reason = run.reason or f"the run ended {run.status!r}"
             hint = " Continue it with %cortex continue." if run.status in CONTINUABLE else ""
+            if run.status == "turn_limit":
+                reason = f"the run stopped after {run.turns} turns without a final answer."
+                hint = " Continue it with %cortex continue, or allow more turns with --max-turns N."
             raise CortexRunError(f"{reason}{hint}")
 
 

@@ -267,3 +267,38 @@ def test_the_timeline_is_a_picture(ip: InteractiveShell, tools: None) -> None:
 
 def test_the_session_is_one_per_shell(ip: InteractiveShell) -> None:
     assert session_for(ip) is session_for(ip)
+
+
+def test_save_expands_variables_and_replay_streams_the_transcript_again(
+    ip: InteractiveShell, tools: None, tmp_path: Path
+) -> None:
+    body = (
+        '<action id="a">{"name": "magic_add", "parameters": {"a": 2, "b": 2}}</action>\n'
+        "--- next turn ---\n<response>Four.</response>"
+    )
+    run(ip, "--script --delay 0", body)
+    ip.user_ns["path"] = str(tmp_path / "run.jsonl")
+    ip.run_line_magic("cortex", "save $path")
+    assert (tmp_path / "run.jsonl").exists()
+
+    ip.run_line_magic("cortex", "replay $path 50")
+    replayed = ip.user_ns["_cortex"]
+    assert (replayed.status, replayed.turns, replayed.response) == ("completed", 2, "Four.")
+    assert replayed.actions["a"].output == 4
+    with pytest.raises(UsageError, match="give a transcript path"):
+        ip.run_line_magic("cortex", "replay")
+
+
+def test_a_script_run_cannot_be_continued_and_says_why(ip: InteractiveShell) -> None:
+    run(ip, "--script --delay 0 --max-turns 1", '<action id="a">{"name": "nope"}</action>')
+    with pytest.raises(CortexRunError, match="a --script run cannot be continued"):
+        ip.run_line_magic("cortex", "continue")
+
+
+def test_the_turn_limit_is_one_line_naming_the_option(
+    ip: InteractiveShell, server: FakeOpenAIServer
+) -> None:
+    server.script(Stream([*texts('<response final="false">thinking</response>', 8), finish()]))
+    with pytest.raises(CortexRunError, match="after 1 turns without a final answer.*--max-turns"):
+        run(ip, "--model gpt-test --max-turns 1", "Go")
+    assert ip.user_ns["_cortex"].status == "turn_limit"
