@@ -100,6 +100,7 @@ class WidgetView:
         self._seen: dict[str, int] = dict.fromkeys(PARTS, -1)
         self._drawn_at: dict[str, float] = {}
         self._phase = ""
+        self._counts: dict[str, int] = {}
 
         self._header = _html("cortex-header")
         self._thought = _Pieces(_THOUGHT_STYLE)
@@ -179,7 +180,10 @@ class WidgetView:
         state = self.state
         changed = state.changed_since(self._seen)
         due: list[tuple[str, bool]] = []
-        if state.phase != self._phase:
+        # A new state word or new node counts go out at once (the graph shows them too,
+        # and a header that disagrees with it reads as a bug); clocks wait for slow_hz.
+        fresh = state.phase != self._phase or state.counts() != self._counts
+        if fresh:
             due.append(("header", True))
         due += [(part, False) for part in ("thought", "response") if part in changed]
         running = any(node.status == "running" for node in state.nodes.values())
@@ -188,7 +192,7 @@ class WidgetView:
         if "details" in changed:
             due.append(("details", False))
         ticks = "header" in changed or state.ticking
-        if state.phase == self._phase and ticks and self._slow_due("header", now):
+        if not fresh and ticks and self._slow_due("header", now):
             due.append(("header", False))
         return due
 
@@ -201,6 +205,7 @@ class WidgetView:
         self._drawn_at[part] = now
         if part == "header":
             self._phase = self.state.phase
+            self._counts = self.state.counts()
             return _set(self._header, value=_header_html(self.state, now))
         if part == "thought":
             return self._draw_thought(now)

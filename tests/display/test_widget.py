@@ -540,3 +540,16 @@ def test_re_sending_the_whole_answer_would_cost_far_more(
     without = sum(m.size for m in recorder.messages)
     print(f"\n250 chunks/s: {with_pieces:,} bytes with pieces, {without:,} without")
     assert with_pieces * 4 < without
+
+
+def test_header_counts_follow_node_statuses_at_once(clock: Clock) -> None:
+    view = make_view(clock, slow_hz=1.0)
+    view.apply(parse('<action id="a1">{"name": "one"}</action>'))
+    view.apply([status("a1", "running", clock.now)])
+    view.redraw()
+    assert "1 running" in text_of(part(view, "cortex-header"))
+    clock.step(0.05)  # far less than 1/slow_hz: the clock would not tick yet
+    view.apply([status("a1", "done", clock.now)])
+    view.redraw()
+    header = text_of(part(view, "cortex-header"))
+    assert "1 done" in header and "running" not in header.split("</span>", 1)[1]
