@@ -44,6 +44,17 @@ class CortexRunError(Exception):
         return [f"cortex: {self}"]
 
 
+class CortexInterrupt(KeyboardInterrupt):
+    """Raised when the Stop button ended a run: a ``KeyboardInterrupt``, so "Run all" stops.
+
+    The traceback through the magic, the session and the bridge says nothing a user can
+    act on, so IPython shows this one line instead (the line above it says what was kept).
+    """
+
+    def _render_traceback_(self) -> list[str]:
+        return ["KeyboardInterrupt: the cortex run was stopped"]
+
+
 class NotebookRun(Run):
     """The run record as the notebook sees it (``_cortex``): a ``Run`` plus pictures."""
 
@@ -236,12 +247,17 @@ class Session:
             Bridge(job, view.deliver).run()
         except KeyboardInterrupt:
             view.close()
+            how = (
+                "run the cell again"
+                if self.last_options is not None and self.last_options.script
+                else "continue with %cortex continue"
+            )
             print(
                 "cortex: interrupted: the stream was closed and running actions were "
-                "cancelled; what arrived is on _cortex (continue with %cortex continue).",
+                f"cancelled; what arrived is on _cortex ({how}).",
                 file=sys.stderr,
             )
-            raise
+            raise CortexInterrupt() from None
         view.close()
         self._report(run)
         return run

@@ -299,6 +299,6 @@ def test_the_turn_limit_is_one_line_naming_the_option(
     ip: InteractiveShell, server: FakeOpenAIServer
 ) -> None:
     server.script(Stream([*texts('<response final="false">thinking</response>', 8), finish()]))
-    with pytest.raises(CortexRunError, match="after 1 turns without a final answer.*--max-turns"):
+    with pytest.raises(CortexRunError, match=r"after 1 turns without a final answer.*--max-turns"):
         run(ip, "--model gpt-test --max-turns 1", "Go")
     assert ip.user_ns["_cortex"].status == "turn_limit"

@@ -581,6 +581,16 @@ class ViewState:
         self.ended = float(getattr(event, "time", at))
         self.stream_open = False
         self._touch("header")
+        # A node whose body never arrived (Stop cut the stream inside its tag) has no
+        # runtime status and would be left looking live. (Other unfinished nodes are the
+        # runtime's: fire_and_forget actions may still be running after the end.)
+        for node in self.nodes.values():
+            if node.streaming and not node.final and node.parent is None:
+                node.streaming = False
+                node.status = "cancelled"
+                node.error = node.error or "the run ended before this action could run"
+                node.finished = node.finished if node.finished is not None else self.ended
+                self._touch("graph", "details")
 
     def _on_turn(self, event: Any, at: float, scope: _Scope) -> None:
         if scope.parent is not None:

@@ -91,9 +91,11 @@ def static_html(
     )
 
 
-def static_text(state: ViewState, now: float | None = None) -> str:
-    """The same snapshot as text/plain."""
-    return render_text(state, now)
+def static_text(
+    state: ViewState, now: float | None = None, values: Mapping[str, Any] | None = None
+) -> str:
+    """The same snapshot as text/plain (``values`` fill ``$name`` in the response)."""
+    return render_text(state, now, values)
 
 
 def endpoint_host(endpoint: str | None) -> str | None:

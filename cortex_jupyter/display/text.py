@@ -9,9 +9,10 @@ characters the model wrote are replaced, so its text cannot drive the terminal
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from .markdown import fill_references
 from .state import NodeView, ViewState
 from .theme import clean, fmt_count, fmt_duration, shorten, style_for
 
@@ -165,8 +166,13 @@ def _depth(state: ViewState, node: NodeView) -> int:
     return depth
 
 
-def render_text(state: ViewState, now: float | None = None) -> str:
-    """The whole run as text/plain: header, thought, actions, errors, response."""
+def render_text(
+    state: ViewState, now: float | None = None, values: Mapping[str, Any] | None = None
+) -> str:
+    """The whole run as text/plain: header, thought, actions, errors, response.
+
+    ``values`` fill ``$name`` references in the response, as the rendered view does.
+    """
     out = [" · ".join(["cortex", *header_parts(state, now)])]
     if state.thought.strip():
         out += ["", "Thought:", _indent(clean(state.thought.strip()))]
@@ -181,7 +187,10 @@ def render_text(state: ViewState, now: float | None = None) -> str:
         out += ["", "Errors:"]
         out += [f"  - {_one_line(error, 2000)}" for error in state.errors]
     if state.body.strip():
-        out += ["", "Response:", clean(state.body.strip())]
+        body = state.body.strip()
+        if values is not None:
+            body = fill_references(body, values)[0]
+        out += ["", "Response:", clean(body)]
     return "\n".join(out) + "\n"
 
 

@@ -169,8 +169,9 @@ class WidgetView:
         bundle = self.widget._repr_mimebundle_()
         if bundle and WIDGET_MIME in bundle:
             data[WIDGET_MIME] = bundle[WIDGET_MIME]
-        data["text/html"] = static_html(self.state, self._read_values(), now)
-        data["text/plain"] = static_text(self.state, now)
+        values = self._read_values()
+        data["text/html"] = static_html(self.state, values, now)
+        data["text/plain"] = static_text(self.state, now, values)
         return data, {"cortex": run_metadata(self.state)}
 
     # ---- scheduling ---------------------------------------------------------------

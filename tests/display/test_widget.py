@@ -553,3 +553,11 @@ def test_header_counts_follow_node_statuses_at_once(clock: Clock) -> None:
     view.redraw()
     header = text_of(part(view, "cortex-header"))
     assert "1 done" in header and "running" not in header.split("</span>", 1)[1]
+
+
+def test_the_text_copy_fills_dollar_names_like_the_view(clock: Clock) -> None:
+    view = WidgetView(model="m", clock=clock, values=lambda: {"answer": 42})
+    view.apply(parse("<response>The answer is $answer.</response>"))
+    view.apply([End("completed", clock.now)])
+    data, _ = view.finish()
+    assert "The answer is 42." in data["text/plain"]
