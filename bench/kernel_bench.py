@@ -1,6 +1,6 @@
 """Benchmark of the live view through a real kernel: iopub messages, bytes, display work.
 
-    python bench/kernel_bench.py [--chunk-size 8] [--rate 2000] [--seed 1] [--pace deadline]
+    python bench/kernel_bench.py [--chunk-size 8] [--rate 2000] [--seed 1]
                                  [--no-text-run] [--warmup | --no-warmup]
 
 The workload of ``display_bench.py`` (a ~2 KB thought with 10 actions in it, then a ~16 KB
@@ -15,10 +15,8 @@ the kernel's display work, compared with the model stream's duration (``Turn`` t
 chunk, from ``_cortex.events``). A second run of the same cell with
 ``%config CortexMagics.display = "text"`` gives the kernel's CPU time without widgets.
 
-``--pace deadline`` (the default) makes the script model keep a fixed rate: ``--delay``
-sleeps below ~1.2 ms are rounded up by asyncio's epoll selector, so the stock ``--script``
-pacing cannot go faster than about 850 chunks/s; the bench then paces each chunk against a
-deadline (``start + i * delay``) inside the kernel. ``--pace stock`` uses the model as it is.
+The script model paces its chunks against deadlines (``start + i * delay``), so
+``--delay`` 0.5 ms really gives 2,000 chunks/s even though asyncio rounds each sleep up.
 Prints markdown tables, with targets (issue 6, section 8) and PASS/FAIL.
 """
 
@@ -102,30 +100,6 @@ def _bench_report():
         "status": run.status,
         "actions": {n.id: n.status for n in run.actions.values()},
     }
-"""
-
-# The script model paced against deadlines (see the module docstring, --pace).
-DEADLINE_PACING = """
-import time as _time
-import anyio as _anyio
-from cortex_jupyter.models.script import ScriptModel as _ScriptModel
-
-async def _paced_pause(self):
-    if not self.delay:
-        await _anyio.lowlevel.checkpoint()
-        return
-    now = _time.monotonic()
-    due = getattr(self, "_bench_due", None)
-    if due is None or now - due > 0.25:  # a new turn, or far behind: start again from now
-        due = now
-    due += self.delay
-    self._bench_due = due
-    if due > now:
-        await _anyio.sleep(due - now)
-    else:
-        await _anyio.lowlevel.checkpoint()
-
-_ScriptModel._pause = _paced_pause
 """
 
 WARMUP = """%%cortex --script --chunk-size 64
@@ -219,10 +193,10 @@ def report(
     done = sum(status == "done" for status in w["actions"].values())
     setup = table(
         "Workload",
-        ["chunks", "characters", "response chars", "chunk size", "asked rate", "pacing", "actions"],
+        ["chunks", "characters", "response chars", "chunk size", "asked rate", "actions"],
         [[
             f"{w['chunks']:,}", f"{w['text_chars']:,}", f"{response_chars:,}",
-            args.chunk_size, f"{args.rate:,.0f} chunks/s", args.pace,
+            args.chunk_size, f"{args.rate:,.0f} chunks/s",
             f"{len(w['actions'])} ({done} done), run {w['status']}",
         ]],
     )  # fmt: skip
@@ -293,7 +267,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--chunk-size", type=int, default=8, help="characters per chunk")
     parser.add_argument("--rate", type=float, default=2000.0, help="chunks per second")
     parser.add_argument("--seed", type=int, default=1, help="workload seed (display_bench)")
-    parser.add_argument("--pace", choices=("deadline", "stock"), default="deadline")
     parser.add_argument("--no-text-run", action="store_true", help="skip the text-mode run")
     parser.add_argument(
         "--no-warmup", action="store_true", help="count first-use imports in the run"
@@ -313,8 +286,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         kernel.execute("%load_ext cortex_jupyter")
         kernel.execute(TOOLS)
         kernel.execute(INSTRUMENT)
-        if args.pace == "deadline":
-            kernel.execute(DEADLINE_PACING)
         if not args.no_warmup:  # first use imports ipywidgets, markdown-it, pygments
             kernel.execute('%config CortexMagics.display = "widgets"')
             kernel.execute(WARMUP)

@@ -46,7 +46,8 @@ from .theme import FONT, esc, style_for
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 #: Messages a second one view sends on average (the server's cap is 1,000 for everyone).
-MAX_MESSAGES = 30.0
+#: With the burst and the odd overdraw (a freeze costs three) no second exceeds 30.
+MAX_MESSAGES = 22.0
 #: Messages a view may send at once after a quiet spell (a redraw touching every part).
 BURST = 6.0
 #: Characters of settled HTML the live tail may hold before they move into a piece.
@@ -121,9 +122,9 @@ class WidgetView:
         self._response = _Pieces(
             "line-height:var(--jp-content-line-height,1.6)",
             classes=("jp-RenderedHTMLCommon",),  # Lab's markdown look, in either theme
+            box_class="cortex-response",
+            hidden=True,
         )
-        self._response.box.add_class("cortex-response")
-        self._response.box.layout.display = "none"
         self.widget = _box(
             [self._header, self._thought_box, self._graph, self._details, self._response.box],
             "cortex-view",
@@ -186,9 +187,14 @@ class WidgetView:
         fresh = state.phase != self._phase or state.counts() != self._counts
         if fresh:
             due.append(("header", True))
+        # A node changing status is rare and easy to miss (a fast tool is running for a
+        # fraction of a second): it goes before the text. A running duration ticking on
+        # goes after it.
+        if "graph" in changed:
+            due.append(("graph", False))
         due += [(part, False) for part in ("thought", "response") if part in changed]
         running = any(node.status == "running" for node in state.nodes.values())
-        if "graph" in changed or (running and self._slow_due("graph", now)):
+        if "graph" not in changed and running and self._slow_due("graph", now):
             due.append(("graph", False))
         if "details" in changed:
             due.append(("details", False))
@@ -298,18 +304,27 @@ class _Pieces:
     messages, re-sending the tail one.
     """
 
-    def __init__(self, style: str, classes: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        style: str,
+        classes: Sequence[str] = (),
+        box_class: str | None = None,
+        hidden: bool = False,
+    ) -> None:
         self._style = style
         self._classes = tuple(classes)
         # Shared by every piece, so a new piece is one comm message, not three.
         self._layout = ipywidgets.Layout(margin="0")
-        self._tail = ipywidgets.HTML(layout=self._layout)
+        self._tail = ipywidgets.HTML(layout=self._layout, _dom_classes=self._classes)
         self._html_style = self._tail.style
-        self._add_classes(self._tail)
         self._pieces: list[ipywidgets.HTML] = []
         self._frozen = ""
         self._frozen_at = -math.inf
-        self.box = ipywidgets.VBox([self._tail], layout=ipywidgets.Layout(flex="0 0 auto"))
+        self.box = ipywidgets.VBox(
+            [self._tail],
+            layout=ipywidgets.Layout(flex="0 0 auto", display="none" if hidden else None),
+            _dom_classes=(box_class,) if box_class else (),
+        )
 
     @property
     def pieces(self) -> int:
@@ -344,13 +359,9 @@ class _Pieces:
         return f'<div style="{self._style}">{inner}</div>' if inner else ""
 
     def _piece(self, value: str) -> ipywidgets.HTML:
-        piece = ipywidgets.HTML(value=value, layout=self._layout, style=self._html_style)
-        self._add_classes(piece)
-        return piece
-
-    def _add_classes(self, piece: ipywidgets.HTML) -> None:
-        for name in self._classes:
-            piece.add_class(name)
+        return ipywidgets.HTML(
+            value=value, layout=self._layout, style=self._html_style, _dom_classes=self._classes
+        )
 
 
 class _Budget:
@@ -390,16 +401,13 @@ def _show(widget: ipywidgets.HTML, value: str) -> int:
     return _set(widget.layout, display="none") + _set(widget, value="")
 
 
+# CSS classes are given to constructors: add_class() after creation is one more message.
 def _html(css_class: str, **layout: str) -> ipywidgets.HTML:
-    widget = ipywidgets.HTML(layout=ipywidgets.Layout(**layout))
-    widget.add_class(css_class)
-    return widget
+    return ipywidgets.HTML(layout=ipywidgets.Layout(**layout), _dom_classes=(css_class,))
 
 
 def _box(
     children: Sequence[ipywidgets.Widget], css_class: str, vertical: bool = False, **layout: str
 ) -> ipywidgets.Box:
     cls = ipywidgets.VBox if vertical else ipywidgets.Box
-    box = cls(list(children), layout=ipywidgets.Layout(**layout))
-    box.add_class(css_class)
-    return box
+    return cls(list(children), layout=ipywidgets.Layout(**layout), _dom_classes=(css_class,))

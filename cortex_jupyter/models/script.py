@@ -19,6 +19,7 @@ has raises ``ScriptExhausted``, naming the turn that was asked for.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import AsyncIterator, Sequence
 
 import anyio
@@ -125,15 +126,21 @@ class ScriptModel:
         if turn > len(self.turns):
             raise ScriptExhausted(turn, len(self.turns))
         text = self.turns[turn - 1]
+        due = time.monotonic()
         for start in range(0, len(text), self.chunk_size):
             if start:
-                await self._pause()
+                due += self.delay
+                await self._pause(due)
             yield TextChunk(text[start : start + self.chunk_size])
         yield Finish("stop")
 
-    async def _pause(self) -> None:
-        if self.delay:
-            await anyio.sleep(self.delay)
+    @staticmethod
+    async def _pause(due: float) -> None:
+        """Wait until ``due``: pacing against deadlines keeps the rate ``1/delay`` even
+        for delays shorter than the event loop's sleep granularity (about 1 ms)."""
+        wait = due - time.monotonic()
+        if wait > 0:
+            await anyio.sleep(wait)
         else:
             # Still a point where a cancelled consumer stops, and other tasks run.
             await anyio.lowlevel.checkpoint()

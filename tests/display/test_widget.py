@@ -27,8 +27,6 @@ from comm.base_comm import BaseComm
 
 from cortex_jupyter.display import IncrementalMarkdown, render_markdown
 from cortex_jupyter.display.widget import (
-    BURST,
-    MAX_MESSAGES,
     WIDGET_MIME,
     WidgetView,
 )
@@ -255,7 +253,7 @@ def test_only_the_thought_moves_while_a_thought_streams(clock: Clock) -> None:
         clock.step(0.04)
         view.apply(parser.feed(f" word{word}"))
         view.redraw()
-    assert len(thought) == 10
+    assert 8 <= len(thought) <= 10  # one a redraw, within the view's message budget
     assert graph == [] and all(not changes for changes in response)
 
 
@@ -521,7 +519,7 @@ def test_a_whole_streamed_run_stays_within_the_iopub_budget(
     )
     assert chunks >= 2000
     assert total < limit
-    assert busiest_second(streamed) <= MAX_MESSAGES + BURST
+    assert busiest_second(streamed) <= 30  # issue 6: at most ~30 messages a second per view
     assert "Section" in text_of(part(view, "cortex-response"))
     assert data[WIDGET_MIME]["model_id"] == view.widget.model_id
 
