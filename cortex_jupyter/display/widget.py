@@ -36,6 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import ipywidgets
+from ipywidgets.widgets.widget_string import HTMLStyle  # not re-exported at the top
 
 from .markdown import IncrementalMarkdown
 from .state import PARTS, ViewState
@@ -103,8 +104,12 @@ class WidgetView:
         self._phase = ""
         self._counts: dict[str, int] = {}
 
-        self._header = _html("cortex-header")
-        self._thought = _Pieces(_THOUGHT_STYLE)
+        # One style and one plain layout shared by the parts that need nothing of their
+        # own: every widget, layout and style is a comm_open when the view is created.
+        style = HTMLStyle()
+        plain = ipywidgets.Layout(margin="0")
+        self._header = _html("cortex-header", style=style, layout=plain)
+        self._thought = _Pieces(_THOUGHT_STYLE, style=style, layout=plain)
         # column-reverse: a scroll container that starts, and stays, at its bottom.
         self._thought_box = _box(
             [self._thought.box],
@@ -117,10 +122,12 @@ class WidgetView:
             padding="4px 10px",
             margin="2px 0 6px",
         )
-        self._graph = _html("cortex-graph", display="none", margin="4px 0")
-        self._details = _html("cortex-details", display="none", margin="0 0 4px")
+        self._graph = _html("cortex-graph", style=style, display="none", margin="4px 0")
+        self._details = _html("cortex-details", style=style, display="none", margin="0 0 4px")
         self._response = _Pieces(
             "line-height:var(--jp-content-line-height,1.6)",
+            style=style,
+            layout=plain,
             classes=("jp-RenderedHTMLCommon",),  # Lab's markdown look, in either theme
             box_class="cortex-response",
             hidden=True,
@@ -306,17 +313,22 @@ class _Pieces:
 
     def __init__(
         self,
-        style: str,
+        style_css: str,
         classes: Sequence[str] = (),
         box_class: str | None = None,
         hidden: bool = False,
+        *,
+        style: HTMLStyle,
+        layout: ipywidgets.Layout,
     ) -> None:
-        self._style = style
+        self._style = style_css
         self._classes = tuple(classes)
         # Shared by every piece, so a new piece is one comm message, not three.
-        self._layout = ipywidgets.Layout(margin="0")
-        self._tail = ipywidgets.HTML(layout=self._layout, _dom_classes=self._classes)
-        self._html_style = self._tail.style
+        self._layout = layout
+        self._html_style = style
+        self._tail = ipywidgets.HTML(
+            layout=self._layout, style=self._html_style, _dom_classes=self._classes
+        )
         self._pieces: list[ipywidgets.HTML] = []
         self._frozen = ""
         self._frozen_at = -math.inf
@@ -402,8 +414,18 @@ def _show(widget: ipywidgets.HTML, value: str) -> int:
 
 
 # CSS classes are given to constructors: add_class() after creation is one more message.
-def _html(css_class: str, **layout: str) -> ipywidgets.HTML:
-    return ipywidgets.HTML(layout=ipywidgets.Layout(**layout), _dom_classes=(css_class,))
+def _html(
+    css_class: str,
+    *,
+    style: HTMLStyle | None = None,
+    layout: ipywidgets.Layout | None = None,
+    **layout_traits: str,
+) -> ipywidgets.HTML:
+    return ipywidgets.HTML(
+        layout=layout if layout is not None else ipywidgets.Layout(**layout_traits),
+        style=style if style is not None else HTMLStyle(),
+        _dom_classes=(css_class,),
+    )
 
 
 def _box(
