@@ -39,13 +39,15 @@ class Bridge(Generic[T]):
     """Runs ``job(emit)`` in a worker thread; delivers emitted events in batches here.
 
     ``deliver`` gets at most ``hz`` batches a second, and an empty batch every ``idle``
-    seconds while nothing happens, so a view can keep its clocks moving.
+    seconds while nothing happens, so a view can keep its clocks moving. When
+    ``deliver`` returns true (it has changes it could not show yet: its message budget
+    held them back) the next empty batch comes after ``1/hz`` seconds instead.
     """
 
     def __init__(
         self,
         job: Callable[[Emit], Awaitable[T]],
-        deliver: Callable[[list[Any]], None],
+        deliver: Callable[[list[Any]], bool | None],
         *,
         hz: float = 25.0,
         idle: float = 0.25,
@@ -57,6 +59,7 @@ class Bridge(Generic[T]):
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._scope: anyio.CancelScope | None = None
         self._scope_ready = threading.Event()
+        self._behind = False  # the last delivery left changes waiting
 
     def run(self) -> T:
         """Run the job to its end; ``KeyboardInterrupt`` cancels it and is re-raised."""
@@ -101,14 +104,18 @@ class Bridge(Generic[T]):
             now = time.monotonic()
             if batch and (finished or now - last >= self._interval):
                 events, batch = batch, []
-                self._deliver(events)
+                self._behind = bool(self._deliver(events))
                 last = now
-            elif not batch and not finished and now - last >= self._idle:
-                # Nothing new, but clocks on screen (elapsed, running durations) move on.
-                self._deliver([])
+            elif not batch and not finished and now - last >= self._quiet_wait():
+                # Nothing new, but clocks on screen (elapsed, running durations) move on,
+                # and what the view held back goes out.
+                self._behind = bool(self._deliver([]))
                 last = now
             if finished and not batch and self._queue.empty():
                 return
+
+    def _quiet_wait(self) -> float:
+        return self._interval if self._behind else self._idle
 
     def _wind_down(self, done: Callable[[], bool]) -> None:
         deadline = time.monotonic() + CANCEL_GRACE

@@ -87,7 +87,7 @@ class CellOptions:
 
 
 class _View(Protocol):
-    def deliver(self, events: list[Any]) -> None: ...
+    def deliver(self, events: list[Any]) -> bool | None: ...
     def close(self) -> None: ...
 
 
@@ -125,9 +125,9 @@ class _WidgetView:
         self.view = WidgetView(model=model, values=values)
         self._handle = display(self.view.widget, display_id=True)
 
-    def deliver(self, events: list[Any]) -> None:
+    def deliver(self, events: list[Any]) -> bool:
         self.view.apply(events)
-        self.view.redraw()
+        return self.view.redraw()  # true: call again soon, parts wait for the budget
 
     def close(self) -> None:
         self.view.stream_closed()

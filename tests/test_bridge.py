@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import _thread
+import itertools
 import threading
 import time
 from typing import Any
@@ -66,6 +67,25 @@ def test_an_idle_run_still_gets_empty_batches_so_clocks_move() -> None:
     Bridge(job, batches.append, hz=25, idle=0.2).run()
     assert batches[0] == ["start"]
     assert 3 <= sum(1 for b in batches if not b) <= 6
+
+
+def test_a_view_left_behind_is_called_again_soon_not_at_the_idle_pace() -> None:
+    """A view whose message budget held changes back says so; it gets its next (empty)
+    batch after 1/hz, so what waited shows within a frame or two, not a quarter second."""
+    calls: list[float] = []
+
+    def deliver(events: list[Any]) -> bool:
+        calls.append(time.monotonic())
+        return len(calls) <= 5  # behind for the first five calls
+
+    async def job(emit: Emit) -> None:
+        emit("start")
+        await anyio.sleep(1.0)
+
+    Bridge(job, deliver, hz=25, idle=0.25).run()
+    gaps = [b - a for a, b in itertools.pairwise(calls)]
+    assert all(gap < 0.1 for gap in gaps[:5]), gaps  # ~1/25 s while behind
+    assert all(gap > 0.2 for gap in gaps[5:-1]), gaps  # the idle pace after
 
 
 def test_the_jobs_exception_reaches_the_cell_after_its_events() -> None:

@@ -521,6 +521,8 @@ class ViewState:
             self._touch("graph", "header", "details")
         else:
             self._touch("graph", "header")
+        if status == "done" and node.output_key and scope.parent is None:
+            self._touch("response")  # a $name in the response may now show its value
 
     def _status_fields(self, node: NodeView, event: Any, status: str, at: float) -> None:
         when = _event_time(event)
