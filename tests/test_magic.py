@@ -15,7 +15,14 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from cortex_jupyter import default_registry
 from cortex_jupyter.session import CortexRunError, session_for
-from tests.models.fake_openai_server import FakeOpenAIServer, Stream, finish, serve, texts
+from tests.models.fake_openai_server import (
+    Error,
+    FakeOpenAIServer,
+    Stream,
+    finish,
+    serve,
+    texts,
+)
 
 SECRET = "sk-test-SECRET0123456789abcdef"
 
@@ -287,6 +294,23 @@ def test_save_expands_variables_and_replay_streams_the_transcript_again(
     assert replayed.actions["a"].output == 4
     with pytest.raises(UsageError, match="give a transcript path"):
         ip.run_line_magic("cortex", "replay")
+
+
+def test_a_refused_key_fails_the_run_without_offering_to_continue_it(
+    ip: InteractiveShell, server: FakeOpenAIServer
+) -> None:
+    """Asking again unchanged cannot fix a refused key: the run is "failed" (red in the
+    header), and the one line names the fix rather than %cortex continue."""
+    server.script(Error(401, {"error": {"message": "Incorrect API key provided"}}))
+    with pytest.raises(CortexRunError) as caught:
+        run(ip, "--model gpt-test", "Go")
+    message = str(caught.value)
+    assert message.startswith("the model failed: AuthenticationFailed: The server at")
+    assert "refused the API key (HTTP 401)" in message and "continue" not in message
+    assert SECRET not in message
+    assert ip.user_ns["_cortex"].status == "failed"
+    with pytest.raises(CortexRunError, match="the last run ended 'failed'"):
+        ip.run_line_magic("cortex", "continue")
 
 
 def test_a_script_run_cannot_be_continued_and_says_why(ip: InteractiveShell) -> None:

@@ -232,10 +232,10 @@ class ViewState:
     @property
     def phase(self) -> str:
         """The header's state word."""
+        if self.end_status == "failed":  # a failed model interrupts the run first
+            return "failed"
         if self.interrupted is not None or self.end_status in ("cancelled", "interrupted"):
             return "interrupted"
-        if self.end_status == "failed":
-            return "failed"
         if self.end_status is not None:
             return "done"
         if self.stream_open:

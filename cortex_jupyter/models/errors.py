@@ -39,11 +39,21 @@ def _tries(tries: int) -> str:
 
 
 class ModelError(Exception):
-    """Raised when a model cannot produce its reply (base class)."""
+    """Raised when a model cannot produce its reply (base class).
+
+    ``continuable`` says whether the same request may succeed later (a dropped stream,
+    a busy or failing server): the agent loop then ends the run ``interrupted``, to be
+    continued. When it is false (a refused key, an unknown model, a rejected request, a
+    used-up quota) asking again unchanged cannot help, and the run ends ``failed``.
+    """
+
+    continuable = True
 
 
 class MissingAPIKey(ModelError):
     """Raised when an OpenAI-compatible model is created without an API key."""
+
+    continuable = False
 
     def __init__(self, model: str) -> None:
         self.model = model
@@ -59,6 +69,8 @@ class MissingAPIKey(ModelError):
 class AuthenticationFailed(ModelError):
     """Raised when the server refuses the API key (HTTP 401)."""
 
+    continuable = False
+
     def __init__(self, model: str, endpoint: str, server_message: str = "") -> None:
         self.model = model
         self.endpoint = endpoint
@@ -72,6 +84,8 @@ class AuthenticationFailed(ModelError):
 
 class PermissionDenied(ModelError):
     """Raised when the key is valid but may not use this model or endpoint (HTTP 403)."""
+
+    continuable = False
 
     def __init__(self, model: str, endpoint: str, server_message: str = "") -> None:
         self.model = model
@@ -87,6 +101,8 @@ class PermissionDenied(ModelError):
 class UnknownModel(ModelError):
     """Raised when the server has no such model, or no such API path (HTTP 404)."""
 
+    continuable = False
+
     def __init__(self, model: str, endpoint: str, server_message: str = "") -> None:
         self.model = model
         self.endpoint = endpoint
@@ -100,6 +116,8 @@ class UnknownModel(ModelError):
 
 class BadRequest(ModelError):
     """Raised when the server rejects the request as written (HTTP 400, 413, 422...)."""
+
+    continuable = False
 
     def __init__(self, model: str, endpoint: str, status: int, server_message: str = "") -> None:
         self.model = model
@@ -133,6 +151,7 @@ class RateLimited(ModelError):
         self.retry_after = retry_after
         self.server_message = server_message
         self.quota = quota
+        self.continuable = not quota  # waiting will not refill a quota
         if quota:
             advice = (
                 "The account's quota is used up: check its plan and billing; waiting will not help."

@@ -64,8 +64,9 @@ class Metric:
 
 @dataclass(frozen=True, slots=True)
 class Interrupt:
-    """The run was stopped before its end: cancelled (Stop), its stream failed, or the
-    agent loop reached its turn limit (``reason`` says which, ``error`` says why)."""
+    """The run was stopped before its end: cancelled (Stop), its stream or its model
+    failed, or the agent loop reached its turn limit (``reason`` says which, ``error``
+    says why)."""
 
     reason: str
     time: float
@@ -111,7 +112,8 @@ class TurnEnd:
 
     ``outcome`` is what the loop does next: ``final`` (the run ends), ``results`` (the
     results go back to the model for another turn), ``limit`` (another turn was needed
-    but the turn limit stops the run) or ``interrupted`` (the stream failed).
+    but the turn limit stops the run), ``interrupted`` (the stream failed; the run can be
+    continued) or ``failed`` (the model failed in a way asking again cannot fix).
     ``reason`` says why, in words; ``finish`` is the model's finish reason.
     """
 

@@ -11,8 +11,9 @@ invent results) sends the results back and asks again, up to ``max_turns``.
 
 A run ends ``completed``, ``turn_limit`` (the limit stopped it), ``interrupted`` (the
 model's stream failed: everything received and run is kept, and ``continue_run`` goes
-on from there), ``cancelled`` or ``failed``. ``run.reason`` says why when it did not
-complete.
+on from there), ``cancelled`` or ``failed`` (the runtime failed, or the model failed in
+a way asking again cannot fix: a refused key, an unknown model; what arrived is kept
+too). ``run.reason`` says why when it did not complete.
 
 A ``Conversation`` is the memory: runs given the same one continue it.
 """
@@ -213,9 +214,13 @@ def _native_action(call: ToolCallReady) -> ActionReady | ProtocolError:
 
 
 def _decide(turn: _TurnState) -> tuple[str, str]:
-    """(outcome, reason) of a turn: ``final``, ``results`` or ``interrupted``."""
+    """(outcome, reason) of a turn: ``final``, ``results``, ``interrupted`` or ``failed``."""
     if turn.error is not None:
-        return "interrupted", f"the model's stream failed: {error_text(turn.error)}"
+        # A model error that asking again cannot fix (a refused key, an unknown model)
+        # fails the run; anything else (a dropped stream) leaves it to be continued.
+        if getattr(turn.error, "continuable", True):
+            return "interrupted", f"the model's stream failed: {error_text(turn.error)}"
+        return "failed", f"the model failed: {error_text(turn.error)}"
     if turn.boundary == "end":
         return "final", "the model marked the task complete"
     if turn.boundary == "execute":
@@ -300,6 +305,9 @@ class _Loop:
                 break
             if outcome == "interrupted":
                 self._stop("interrupted", "stream failed", reason)
+                break
+            if outcome == "failed":
+                self._stop("failed", "model failed", reason)
                 break
             self._send_results(turn, reason)
         else:

@@ -10,7 +10,14 @@ from typing import Any
 import anyio
 import pytest
 
-from cortex_jupyter.models import ScriptModel, StreamDropped
+from cortex_jupyter.models import (
+    AuthenticationFailed,
+    RateLimited,
+    ScriptModel,
+    ServerError,
+    StreamDropped,
+    UnknownModel,
+)
 from cortex_jupyter.runtime import End, InternalPolicy, Interrupt, Metric, Registry, Run
 from cortex_jupyter.runtime.chunks import (
     Finish,
@@ -544,6 +551,33 @@ async def test_a_dropped_stream_keeps_text_and_actions_and_can_be_continued(
         '<results>\n<result id="a1" name="slow" status="done">kept</result>\n</results>'
     )
     assert after.status == "completed" and after.response == "two."
+
+
+async def test_a_model_error_asking_again_cannot_fix_fails_the_run(registry: Registry) -> None:
+    refused = AuthenticationFailed("m", "http://127.0.0.1:1")
+    partial = [TextChunk("<thought>Let me see.</thought>"), refused]
+    run = await run_agent("hi", model=Scripted(partial), registry=registry)
+    assert run.status == "failed" and run.thought == "Let me see."  # what arrived is kept
+    assert run.reason == f"the model failed: AuthenticationFailed: {refused}"
+    assert kinds(run, Interrupt)[-1].reason == "model failed"
+    assert kinds(run, End)[-1].status == "failed"
+    assert [e.outcome for e in kinds(run, TurnEnd)] == ["failed"]
+
+
+@pytest.mark.parametrize(
+    ("error", "status"),
+    [
+        (RateLimited("m", "http://h", 3, quota=True), "failed"),
+        (RateLimited("m", "http://h", 3, retry_after=20.0), "interrupted"),
+        (ServerError("m", "http://h", 503, tries=3), "interrupted"),
+        (UnknownModel("m", "http://h"), "failed"),
+    ],
+)
+async def test_only_errors_that_may_pass_leave_a_run_to_continue(
+    registry: Registry, error: Exception, status: str
+) -> None:
+    run = await run_agent("hi", model=Scripted([error]), registry=registry)
+    assert run.status == status
 
 
 async def test_a_stream_that_fails_at_once_is_interrupted_with_nothing_to_keep(
