@@ -20,6 +20,8 @@ from typing import Any, Generic, TypeVar
 
 import anyio
 import anyio.from_thread
+from anyio.abc import TaskGroup
+from anyio.from_thread import BlockingPortal
 
 T = TypeVar("T")
 Emit = Callable[[Any], None]
@@ -51,35 +53,59 @@ class Bridge(Generic[T]):
         *,
         hz: float = 25.0,
         idle: float = 0.25,
+        loop: Loop | None = None,
+        late: Callable[[list[Any]], None] | None = None,
     ) -> None:
         self._job = job
         self._deliver = deliver
         self._interval = 1.0 / hz
         self._idle = idle
+        self._loop = loop
+        self._late = late
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._ended = False
         self._scope: anyio.CancelScope | None = None
         self._scope_ready = threading.Event()
         self._behind = False  # the last delivery left changes waiting
 
     def run(self) -> T:
-        """Run the job to its end; ``KeyboardInterrupt`` cancels it and is re-raised."""
+        """Run the job to its end; ``KeyboardInterrupt`` cancels it and is re-raised.
+
+        On ``loop`` (a session's own, kept between cells) when given, else on a loop
+        made for this run. Events emitted after ``run`` returned (by work the loop's
+        background task group still runs) go to ``late``, in the emitting thread.
+        """
+        if self._loop is not None:
+            return self._run_on(self._loop.portal)
         with anyio.from_thread.start_blocking_portal() as portal:
-            future = portal.start_task_soon(self._guarded)
-            try:
-                self._pump(future.done)
-            except KeyboardInterrupt:
-                self._cancel(portal)
-                self._wind_down(future.done)
-                raise
-            finally:
-                self._flush()
-            return future.result()
+            return self._run_on(portal)
+
+    def _run_on(self, portal: BlockingPortal) -> T:
+        future = portal.start_task_soon(self._guarded)
+        try:
+            self._pump(future.done)
+        except KeyboardInterrupt:
+            self._cancel(portal)
+            self._wind_down(future.done)
+            raise
+        finally:
+            self._end()
+        return future.result()
+
+    def _emit(self, event: Any) -> None:
+        with self._lock:
+            if not self._ended:
+                self._queue.put(event)
+                return
+        if self._late is not None:
+            self._late([event])
 
     async def _guarded(self) -> T:
         with anyio.CancelScope() as scope:
             self._scope = scope
             self._scope_ready.set()
-            return await self._job(self._queue.put)
+            return await self._job(self._emit)
         raise Interrupted(None)  # the scope was cancelled before the job returned
 
     def _cancel(self, portal: anyio.from_thread.BlockingPortal) -> None:
@@ -122,12 +148,78 @@ class Bridge(Generic[T]):
         while not done() and time.monotonic() < deadline:
             time.sleep(0.01)
 
-    def _flush(self) -> None:
+    def _end(self) -> None:
+        """Deliver what is still queued; from now on events go to ``late``."""
         events: list[Any] = []
-        try:
-            while True:
-                events.append(self._queue.get_nowait())
-        except queue.Empty:
-            pass
+        with self._lock:
+            self._ended = True
+            try:
+                while True:
+                    events.append(self._queue.get_nowait())
+            except queue.Empty:
+                pass
         if events:
             self._deliver(events)
+
+
+class Loop:
+    """An event loop in a daemon thread, kept for a session's whole life.
+
+    A session's runs are started on it, and its task group ``background`` owns the
+    ``fire_and_forget`` actions: a run (and its cell) may end before them
+    (ARCHITECTURE.md), and they go on here and report their final status later.
+    ``stop_background`` cancels them; ``close`` stops the loop. A daemon thread, so a
+    kernel that shuts down never waits for it.
+    """
+
+    def __init__(self) -> None:
+        self._ready = threading.Event()
+        self._portal: BlockingPortal | None = None
+        self._background: TaskGroup | None = None
+        self._closing = False
+        self._thread = threading.Thread(target=self._main, name="cortex-loop", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout=10.0):
+            raise RuntimeError("the cortex event loop did not start within 10 s")
+
+    @property
+    def portal(self) -> BlockingPortal:
+        assert self._portal is not None
+        return self._portal
+
+    @property
+    def background(self) -> TaskGroup:
+        assert self._background is not None
+        return self._background
+
+    def stop_background(self) -> None:
+        """Cancel everything the background task group runs; it is replaced by a new one."""
+        if self._closing or not self._thread.is_alive():
+            return
+        self._ready.clear()
+        self.portal.call(self._cancel_background)
+        self._ready.wait(timeout=10.0)
+
+    def close(self) -> None:
+        """Cancel the background work and stop the loop."""
+        if self._closing or not self._thread.is_alive():
+            return
+        self._closing = True
+        self.portal.call(self._cancel_background)
+        self._thread.join(timeout=10.0)
+
+    def _cancel_background(self) -> None:
+        self.background.cancel_scope.cancel()
+
+    def _main(self) -> None:
+        anyio.run(self._serve)
+
+    async def _serve(self) -> None:
+        async with BlockingPortal() as portal:
+            self._portal = portal
+            while not self._closing:
+                async with anyio.create_task_group() as group:
+                    self._background = group
+                    self._ready.set()
+                    await anyio.sleep_forever()  # until its cancel scope is cancelled
+            await portal.stop(cancel_remaining=True)

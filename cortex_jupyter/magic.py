@@ -30,6 +30,7 @@ COMMANDS = (
     "reset",
     "prompt",
     "continue",
+    "stop",
     "replay",
     "save",
     "config",
@@ -98,7 +99,7 @@ class CortexMagics(Magics):
 
     @line_magic("cortex")  # type: ignore[arg-type]  # IPython types the named form as Never
     def cortex_line(self, line: str) -> Any:
-        """``%cortex tools|vars|history|reset|prompt|continue|replay PATH|save PATH|config``."""
+        """``%cortex tools|vars|history|reset|prompt|continue|stop|replay|save|config``."""
         words = shlex.split(line)
         if not words or words[0] not in COMMANDS:
             given = f" {words[0]!r}" if words else ""
@@ -180,6 +181,14 @@ class CortexMagics(Magics):
         """Forget the conversation; the next %%cortex starts fresh."""
         self.session.conversation.reset()
         print("Conversation reset: the next %%cortex cell starts a new conversation.")
+
+    def _cmd_stop(self, args: list[str]) -> None:
+        """Cancel the fire_and_forget actions that outlived their cells."""
+        stopped = self.session.stop_background()
+        if stopped:
+            print(f"Cancelled {len(stopped)} running action(s): {', '.join(stopped)}.")
+        else:
+            print("No fire_and_forget action is running.")
 
     def _cmd_prompt(self, args: list[str]) -> None:
         """The system prompt the model is given (dialect, tools, feeds)."""

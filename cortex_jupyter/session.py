@@ -9,14 +9,18 @@ and keeps the kernel's Stop button working. After every cell the notebook variab
 
 from __future__ import annotations
 
+import asyncio
 import sys
+import threading
 import time
 from collections import ChainMap
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from cortex_jupyter._bridge import Bridge, Emit
+from anyio.abc import TaskGroup
+
+from cortex_jupyter._bridge import Bridge, Emit, Loop
 from cortex_jupyter.runtime import Registry, Run, default_registry
 from cortex_jupyter.runtime.feeds import FeedSet
 from cortex_jupyter.runtime.loop import Conversation, continue_run, run_agent
@@ -56,7 +60,28 @@ class CortexInterrupt(KeyboardInterrupt):
 
 
 class NotebookRun(Run):
-    """The run record as the notebook sees it (``_cortex``): a ``Run`` plus pictures."""
+    """The run record as the notebook sees it (``_cortex``): a ``Run`` plus pictures, and
+    a way to wait for the actions that outlive their cell."""
+
+    #: Runs a no-op on the loop that runs the actions: once it returns, a step of that
+    #: loop which settled an action has also bound its variable.
+    _barrier: Callable[[], object] | None = None
+
+    def wait(self, timeout: float | None = 30.0) -> NotebookRun:
+        """Block until every action has ended, ``fire_and_forget`` ones too (their
+        variables bound); returns the run. Raises ``TimeoutError`` naming the actions
+        still running after ``timeout`` seconds (``None``: no limit)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while running := [node.id for node in _unfinished(self)]:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"after {timeout:g} s these actions are still running: "
+                    f"{', '.join(running)} (%cortex stop cancels them)"
+                )
+            time.sleep(0.01)
+        if self._barrier is not None:
+            self._barrier()
+        return self
 
     def timeline(self) -> Any:
         """A picture of the run over time: the stream's spans and one bar per action."""
@@ -86,7 +111,16 @@ class CellOptions:
     display: str = "auto"
 
 
+#: A cell's run: given the emit callback and the task group that owns its
+#: fire_and_forget actions (``None``: the run waits for them itself).
+Job = Callable[[Emit, TaskGroup | None], Awaitable[Run]]
+
+
 class _View(Protocol):
+    #: Takes events that arrive after the cell ended (from any thread), or ``None``
+    #: when the view cannot show them: the cell then waits for the run's last action.
+    late: Callable[[list[Any]], None] | None
+
     def deliver(self, events: list[Any]) -> bool | None: ...
     def close(self) -> None: ...
 
@@ -99,6 +133,8 @@ class _TextView:
 
         self._out = sys.stdout
         self._renderer = TextRenderer(self._write, model=model)
+        # Text printed after its cell ended would land in whatever cell runs then.
+        self.late: Callable[[list[Any]], None] | None = None
 
     def _write(self, text: str) -> None:
         self._out.write(text)
@@ -115,7 +151,13 @@ class _TextView:
 
 
 class _WidgetView:
-    """The live widgets, and at the end a static copy for saved notebooks."""
+    """The live widgets, and at the end a static copy for saved notebooks.
+
+    Actions that outlive their cell (``fire_and_forget``) report through ``late``: the
+    events are handed to the kernel's own event loop, which runs callbacks in the
+    cell's thread (the only one that may touch widgets) once the cell has ended. The
+    view redraws, and when the last action has ended the static copy is made again.
+    """
 
     def __init__(self, model: str, values: Callable[[], Mapping[str, Any]]) -> None:
         from IPython.display import display
@@ -124,6 +166,13 @@ class _WidgetView:
 
         self.view = WidgetView(model=model, values=values)
         self._handle = display(self.view.widget, display_id=True)
+        self._kernel_loop = _running_loop()
+        self.late: Callable[[list[Any]], None] | None = None
+        if self._kernel_loop is not None:
+            self.late = self._late
+        self._lock = threading.Lock()
+        self._pending: list[Any] = []
+        self._scheduled = False
 
     def deliver(self, events: list[Any]) -> bool:
         self.view.apply(events)
@@ -134,6 +183,36 @@ class _WidgetView:
         data, metadata = self.view.finish()
         if self._handle is not None:
             self._handle.update(data, metadata=metadata, raw=True)
+
+    def _late(self, events: list[Any]) -> None:  # any thread
+        assert self._kernel_loop is not None
+        with self._lock:
+            self._pending += events
+            if self._scheduled:
+                return
+            self._scheduled = True
+        self._kernel_loop.call_soon_threadsafe(self._show_late)
+
+    def _show_late(self) -> None:  # the cell's thread, on the kernel's loop
+        with self._lock:
+            events, self._pending, self._scheduled = self._pending, [], False
+        try:
+            self.view.apply(events)
+            if self.view.settled:
+                self.close()  # the final frame, and the static copy with it
+            elif self.view.redraw():
+                assert self._kernel_loop is not None
+                self._kernel_loop.call_later(1 / 25, self._late, [])
+        except Exception as exc:  # a callback's error would only reach the kernel's log
+            print(f"cortex: the view could not show a late update: {exc!r}", file=sys.stderr)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running in this thread: the kernel's, when a kernel runs the cell."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 class Session:
@@ -148,6 +227,10 @@ class Session:
         self.last_options: CellOptions | None = None
         #: notebook names bound by runs -> the id of the run that bound them
         self.bound: dict[str, str] = {}
+        #: Made for the first run whose fire_and_forget actions may outlive their cell.
+        self._loop: Loop | None = None
+        #: Runs whose fire_and_forget actions went to that loop (pruned when they end).
+        self._background_runs: list[Run] = []
 
     # ---- running a cell -----------------------------------------------------------
 
@@ -162,7 +245,7 @@ class Session:
         conversation = Conversation() if offline else self.conversation
         run = NotebookRun()
 
-        async def job(emit: Emit) -> Run:
+        async def job(emit: Emit, background: TaskGroup | None) -> Run:
             return await run_agent(
                 "" if options.script else prompt,
                 model=model,
@@ -178,6 +261,7 @@ class Session:
                 temperature=options.temperature,
                 max_tokens=options.max_tokens,
                 run=run,
+                background=background,
             )
 
         self.last_options = options
@@ -201,7 +285,7 @@ class Session:
         model = self._model("", options)
         run = NotebookRun()
 
-        async def job(emit: Emit) -> Run:
+        async def job(emit: Emit, background: TaskGroup | None) -> Run:
             return await continue_run(
                 previous,
                 model=model,
@@ -215,6 +299,7 @@ class Session:
                 bind=lambda name, value: self._bind(run, name, value),
                 native_tools=options.native_tools,
                 run=run,
+                background=background,
             )
 
         return self._execute(job, run, model.name, options.display)
@@ -233,18 +318,23 @@ class Session:
         except (ModelError, OSError, ValueError) as exc:
             raise CortexRunError(str(exc)) from None
 
-    def _execute(
-        self,
-        job: Callable[[Emit], Any],
-        run: NotebookRun,
-        model: str,
-        display: str,
-    ) -> NotebookRun:
+    def _execute(self, job: Job, run: NotebookRun, model: str, display: str) -> NotebookRun:
         self.shell.user_ns[RUN_VARIABLE] = run
         self.last = run
         view = self._view(model, run, display)
+        # When the view can show late events, fire_and_forget actions belong to the
+        # session's loop and the cell ends with the run, not with them.
+        loop = self._background_loop() if view.late is not None else None
+        background = loop.background if loop is not None else None
+        if loop is not None:
+            self._background_runs = [*self._still_running(), run]
+            portal = loop.portal
+            run._barrier = lambda: portal.call(_nothing)
         try:
-            Bridge(job, view.deliver).run()
+            bridge = Bridge(
+                lambda emit: job(emit, background), view.deliver, loop=loop, late=view.late
+            )
+            bridge.run()
         except KeyboardInterrupt:
             view.close()
             how = (
@@ -261,6 +351,28 @@ class Session:
         view.close()
         self._report(run)
         return run
+
+    def _background_loop(self) -> Loop:
+        if self._loop is None:
+            self._loop = Loop()
+        return self._loop
+
+    def stop_background(self) -> list[str]:
+        """``%cortex stop``: cancel the fire_and_forget actions still running (of any
+        run); returns their ids."""
+        running = [node.id for run in self._still_running() for node in _unfinished(run)]
+        if self._loop is not None and running:
+            self._loop.stop_background()
+        return running
+
+    def _still_running(self) -> list[Run]:
+        return [run for run in self._background_runs if _unfinished(run)]
+
+    def close(self) -> None:
+        """``%unload_ext``: cancel background actions and stop the session's loop."""
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None
 
     def _view(self, model: str, run: Run, display: str) -> _View:
         if display == "text" or (display == "auto" and not self._has_widgets()):
@@ -296,6 +408,13 @@ class Session:
             )
         for note in run.notes:
             print(f"cortex: {note}", file=sys.stderr)
+        still = [node.id for node in _unfinished(run)]
+        if still:
+            print(
+                f"cortex: {len(still)} fire_and_forget action(s) still running "
+                f"({', '.join(still[:5])}); the graph, _cortex and their variables update "
+                "when they end. %cortex stop cancels them."
+            )
         if run.status in UNFINISHED:
             reason = run.reason or f"the run ended {run.status!r}"
             hint = " Continue it with %cortex continue." if run.status in CONTINUABLE else ""
@@ -303,6 +422,16 @@ class Session:
                 reason = f"the run stopped after {run.turns} turns without a final answer."
                 hint = " Continue it with %cortex continue, or allow more turns with --max-turns N."
             raise CortexRunError(f"{reason}{hint}")
+
+
+def _nothing() -> None:
+    """What ``NotebookRun.wait`` runs on the actions' loop, as a barrier."""
+
+
+def _unfinished(run: Run) -> list[Any]:
+    """The run's actions that have not reached a final status (fire_and_forget ones,
+    once the run has ended)."""
+    return [node for node in list(run.actions.values()) if not node.final]
 
 
 _SESSIONS: dict[int, Session] = {}
@@ -319,4 +448,6 @@ def session_for(shell: InteractiveShell) -> Session:
 
 def forget(shell: InteractiveShell) -> None:
     """Drop this shell's session (``%unload_ext``): a new load starts afresh."""
-    _SESSIONS.pop(id(shell), None)
+    session = _SESSIONS.pop(id(shell), None)
+    if session is not None:
+        session.close()

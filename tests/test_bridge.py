@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
-from cortex_jupyter._bridge import Bridge, Emit
+from cortex_jupyter._bridge import Bridge, Emit, Loop
 
 
 def test_events_arrive_in_order_in_the_calling_thread_and_coalesced() -> None:
@@ -120,3 +120,48 @@ def test_keyboard_interrupt_cancels_the_job_quickly_and_is_reraised() -> None:
     assert time.monotonic() - started < 1.5
     assert cancelled.is_set()
     assert seen == ["started", "cleaned up"]
+
+
+# ---- the session's own loop ---------------------------------------------------------
+
+
+def test_work_left_in_the_background_reports_late_and_can_be_stopped() -> None:
+    loop = Loop()
+    late: list[Any] = []
+    arrived = threading.Event()
+
+    def collect(events: list[Any]) -> None:
+        late.extend(events)
+        arrived.set()
+
+    async def job(emit: Emit) -> str:
+        async def later(seconds: float, name: str) -> None:
+            try:
+                await anyio.sleep(seconds)
+                emit(f"{name} done")
+            except anyio.get_cancelled_exc_class():
+                emit(f"{name} cancelled")
+                raise
+
+        loop.background.start_soon(later, 0.2, "quick")
+        loop.background.start_soon(later, 30, "slow")
+        emit("run over")
+        return "result"
+
+    shown: list[Any] = []
+    try:
+        started = time.monotonic()
+        assert Bridge(job, shown.extend, loop=loop, late=collect).run() == "result"
+        assert time.monotonic() - started < 0.2  # the run did not wait for either
+        assert shown == ["run over"]
+        assert arrived.wait(2.0) and late == ["quick done"]
+        loop.stop_background()
+        deadline = time.monotonic() + 2.0
+        while late != ["quick done", "slow cancelled"] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert late == ["quick done", "slow cancelled"]
+        # The loop and a fresh background group still work.
+        assert Bridge(job, shown.extend, loop=loop, late=collect).run() == "result"
+    finally:
+        loop.close()
+    assert not loop._thread.is_alive()

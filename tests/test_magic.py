@@ -261,6 +261,25 @@ def test_line_commands(
         ip.run_line_magic("cortex", "dance")
 
 
+def test_without_a_kernel_the_cell_waits_for_fire_and_forget_actions(
+    ip: InteractiveShell, tools: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Text printed after its cell ended would land in a later cell: in a terminal the
+    cell waits (in a kernel it does not: tests/kernel/test_background.py)."""
+    run(
+        ip,
+        "--script --delay 0",
+        '<action id="bg" mode="fire_and_forget">{"name": "magic_slow", "parameters": '
+        '{"seconds": 0.3}, "output_key": "slept"}</action><response>ok</response>',
+    )
+    assert ip.user_ns["_cortex"].actions["bg"].status == "done"
+    assert ip.user_ns["slept"] == "slept 0.3"
+    assert ip.user_ns["_cortex"].wait() is ip.user_ns["_cortex"]
+    capsys.readouterr()
+    ip.run_line_magic("cortex", "stop")
+    assert capsys.readouterr().out == "No fire_and_forget action is running.\n"
+
+
 def test_the_timeline_is_a_picture(ip: InteractiveShell, tools: None) -> None:
     run(
         ip,

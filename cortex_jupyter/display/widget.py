@@ -200,6 +200,11 @@ class WidgetView:
         self._budget.spend(messages)
         self.sent += messages
 
+    @property
+    def settled(self) -> bool:
+        """Whether every action has reached its final status."""
+        return all(node.final for node in self.state.nodes.values())
+
     def stream_closed(self) -> None:
         """The model's stream ended: the state word moves on to "running actions"."""
         self.state.close_stream(self._clock())

@@ -291,6 +291,33 @@ class Kernel:
             )
         return execution
 
+    def listen(
+        self, timeout: float, until: Callable[[Message], bool] | None = None
+    ) -> list[Message]:
+        """iopub messages of any parent for ``timeout`` seconds, or until one for which
+        ``until`` holds (included): what a kernel sends while no cell runs."""
+        kc = self.kc
+        assert kc is not None, "the kernel is not started"
+        deadline = time.monotonic() + timeout
+        messages: list[Message] = []
+        while (remaining := deadline - time.monotonic()) > 0:
+            try:
+                raw = kc.get_iopub_msg(timeout=remaining)
+            except queue.Empty:
+                break
+            message = Message(
+                type=raw["msg_type"],
+                content=raw["content"],
+                metadata=raw.get("metadata") or {},
+                time=time.monotonic(),
+                size=message_size(raw),
+                raw=raw,
+            )
+            messages.append(message)
+            if until is not None and until(message):
+                break
+        return messages
+
     def evaluate(self, expression: str) -> str:
         """The ``text/plain`` repr of ``expression`` in the kernel (via ``user_expressions``)."""
         result = self.execute("", user_expressions={"value": expression}).reply
