@@ -17,7 +17,7 @@ from .markdown import render_markdown
 from .state import ViewState
 from .svg import details_html, graph_svg
 from .text import header_parts, render_text
-from .theme import FONT, MUTED, TEXT, clean, esc, style_for
+from .theme import BORDER_VAR, FG_VAR, FONT, MUTED_VAR, clean, esc, style_for
 
 _PHASE_STATUS = {
     "streaming": "running",
@@ -29,22 +29,33 @@ _PHASE_STATUS = {
 
 
 def header_html(state: ViewState, now: float | None = None) -> str:
-    """One line: model, turn, state word (coloured, with an icon), elapsed, tokens."""
+    """The header: the state word as a badge (``data-phase``), then model, turn, elapsed,
+    tokens, tokens/s and action counts, in the theme's own text colours."""
     style = style_for(_PHASE_STATUS.get(state.phase, "pending"))
     model, *rest = header_parts(state, now)
-    phase_index = 1 if state.turn > 1 else 0
-    fields = []
-    for i, part in enumerate(rest):
-        if i == phase_index:
-            fields.append(
-                f'<span style="color:{style.ink};font-weight:600">{style.icon} {esc(part)}</span>'
-            )
-        else:
-            fields.append(esc(part))
-    sep = f'<span style="color:{MUTED}"> · </span>'
+    del rest[1 if state.turn > 1 else 0]  # the state word, drawn as the badge
+    badge = (
+        f'<span data-phase="{esc(state.phase)}" style="background:{style.fill};'
+        f"color:{style.ink};border:1px solid {style.stroke};border-radius:9px;"
+        f'padding:0 7px;font-weight:600;white-space:nowrap">{style.icon} {esc(state.phase)}</span>'
+    )
+    fields = " · ".join(esc(part) for part in rest)
     return (
-        f'<div style="font-family:{esc(FONT)};font-size:12.5px;color:{TEXT};margin:2px 0 6px">'
-        f"<b>{esc(model)}</b>{sep}{sep.join(fields)}</div>"
+        f'<div style="font-family:{esc(FONT)};font-size:12.5px;line-height:1.7;color:{FG_VAR};'
+        f'display:flex;flex-wrap:wrap;align-items:center;gap:0 8px">{badge}'
+        f'<b>{esc(model)}</b><span style="color:{MUTED_VAR}">{fields}</span></div>'
+    )
+
+
+def callout(details: str) -> str:
+    """The details list (``svg.details_html``) on a light fill of the "failed" colour:
+    its dark text then reads in a dark theme too."""
+    if not details:
+        return ""
+    style = style_for("failed")
+    return (
+        f'<div style="background:{style.fill};border-left:3px solid {style.stroke};'
+        f'border-radius:4px;padding:2px 10px;line-height:1.45;margin:0 0 4px">{details}</div>'
     )
 
 
@@ -52,7 +63,7 @@ def thought_html(state: ViewState) -> str:
     """The thought as escaped, wrapped text (it is notes, not a document to format)."""
     return (
         f'<div style="white-space:pre-wrap;word-break:break-word;font-family:{esc(FONT)};'
-        f'font-size:12.5px;color:{MUTED};font-style:italic">{esc(state.thought)}</div>'
+        f'font-size:12.5px;color:{MUTED_VAR};font-style:italic">{esc(state.thought)}</div>'
     )
 
 
@@ -62,7 +73,7 @@ def response_html(state: ViewState, values: Mapping[str, Any] | None = None) -> 
 
 
 def _response_box(inner: str) -> str:
-    return f'<div style="font-family:{esc(FONT)};color:{TEXT};line-height:1.5">{inner}</div>'
+    return f'<div style="font-family:{esc(FONT)};color:{FG_VAR};line-height:1.5">{inner}</div>'
 
 
 def static_html(
@@ -74,20 +85,19 @@ def static_html(
     thought = state.thought.strip()
     if thought:
         parts.append(
-            f'<details style="margin:4px 0"><summary style="cursor:pointer;color:{MUTED};'
+            f'<details style="margin:4px 0"><summary style="cursor:pointer;color:{MUTED_VAR};'
             f'font-family:{esc(FONT)};font-size:12.5px">Thought ({len(thought):,} characters)'
             f"</summary>{thought_html(state)}</details>"
         )
     graph = graph_svg(state, now)
     if graph:
         parts.append(f'<div style="overflow-x:auto;margin:6px 0">{graph}</div>')
-    parts.append(details_html(state))
+    parts.append(callout(details_html(state)))
     if state.body.strip():
         parts.append(response_html(state, values))
     return (
-        '<div class="cortex-run" style="border-left:3px solid #d0d7de;padding:4px 0 4px 10px">'
-        + "".join(parts)
-        + "</div>"
+        f'<div class="cortex-run" style="border-left:3px solid {BORDER_VAR};'
+        'padding:4px 0 4px 10px">' + "".join(parts) + "</div>"
     )
 
 

@@ -53,6 +53,11 @@ FONT = "-apple-system, BlinkMacSystemFont, 'Segoe UI', Helvetica, Arial, sans-se
 MONO = "SFMono-Regular, Menlo, Consolas, 'Liberation Mono', monospace"
 TEXT = "#1f2328"
 MUTED = "#59636e"
+# Text with no fill of its own: JupyterLab's theme colour, then VS Code's, then the light
+# theme's (GitHub, nbviewer), so it reads on a dark background too.
+FG_VAR = f"var(--jp-ui-font-color1,var(--vscode-foreground,{TEXT}))"
+MUTED_VAR = f"var(--jp-ui-font-color2,var(--vscode-descriptionForeground,{MUTED}))"
+BORDER_VAR = "var(--jp-border-color2,var(--vscode-panel-border,#d0d7de))"
 EDGE = "#8c959f"
 CODE_BG = "#f6f8fa"
 # A Pygments style whose inline colours stay readable on CODE_BG.

@@ -48,10 +48,9 @@ from ipywidgets.widgets.widget_string import HTMLStyle  # not re-exported at the
 
 from .markdown import IncrementalMarkdown
 from .state import PARTS, ViewState
-from .static import run_metadata, static_html, static_text
+from .static import callout, header_html, run_metadata, static_html, static_text
 from .svg import details_html, graph_svg
-from .text import header_parts
-from .theme import FONT, esc, style_for
+from .theme import BORDER_VAR, MUTED_VAR, esc
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 #: Messages a second one view sends (the server's cap is 1,000 for everyone). With the
@@ -69,23 +68,12 @@ FREEZE_CHARS = 1024
 #: Shortest time between two freezes of one text: each costs three messages.
 FREEZE_INTERVAL = 0.5
 
-_PHASE_STATUS = {
-    "streaming": "running",
-    "running actions": "running",
-    "done": "done",
-    "failed": "failed",
-    "interrupted": "cancelled",
-}
-# JupyterLab's theme variables, then VS Code's, then the light theme's colours.
-_FG = "var(--jp-ui-font-color1,var(--vscode-foreground,#1f2328))"
-_MUTED = "var(--jp-ui-font-color2,var(--vscode-descriptionForeground,#59636e))"
-_BORDER = "var(--jp-border-color2,#d0d7de)"
 #: A thought line longer than this is cut at a space (a visible line break), so that one
 #: endless paragraph is not re-sent whole on every redraw.
 _LONG_LINE = 8 * FREEZE_CHARS
 _THOUGHT_STYLE = (
     "white-space:pre-wrap;word-break:break-word;font-style:italic;font-size:12.5px;"
-    f"line-height:1.45;color:{_MUTED}"
+    f"line-height:1.45;color:{MUTED_VAR}"
 )
 
 
@@ -125,7 +113,7 @@ class WidgetView:
         self._style = HTMLStyle()
         self._plain = ipywidgets.Layout(margin="0", flex="0 0 auto")
         self._header = ipywidgets.HTML(
-            value=_header_html(self.state, now),
+            value=header_html(self.state, now),
             layout=self._plain,
             style=self._style,
             _dom_classes=("cortex-header",),
@@ -134,7 +122,7 @@ class WidgetView:
         self.widget = ipywidgets.VBox(
             [self._header],
             layout=ipywidgets.Layout(
-                border_left=f"3px solid {_BORDER}", padding="2px 0 2px 10px", margin="2px 0"
+                border_left=f"3px solid {BORDER_VAR}", padding="2px 0 2px 10px", margin="2px 0"
             ),
             _dom_classes=("cortex-view",),
         )
@@ -273,7 +261,7 @@ class WidgetView:
         if part == "header":
             self._phase = self.state.phase
             self._counts = self.state.counts()
-            return _set(self._header, value=_header_html(self.state, now))
+            return _set(self._header, value=header_html(self.state, now))
         if part == "thought":
             return self._draw_thought(now, allowance)
         if part == "graph":
@@ -281,7 +269,7 @@ class WidgetView:
             value = f'<div style="overflow-x:auto;line-height:0;margin:4px 0">{svg}</div>'
             return self._show_html("graph", value if svg else "")
         if part == "details":
-            return self._show_html("details", _callout(details_html(self.state)))
+            return self._show_html("details", callout(details_html(self.state)))
         return self._draw_response(now, allowance)
 
     def _show_html(self, part: str, value: str) -> int:
@@ -321,7 +309,7 @@ class WidgetView:
                     max_height="12em",
                     overflow="hidden auto",
                     flex_flow="column-reverse",
-                    border=f"1px solid {_BORDER}",
+                    border=f"1px solid {BORDER_VAR}",
                     padding="4px 10px",
                     margin="2px 0 6px",
                 ),
@@ -359,37 +347,6 @@ class WidgetView:
             return self._values()
         except Exception:  # a broken namespace must not stop the answer from showing
             return {}
-
-
-def _header_html(state: ViewState, now: float | None = None) -> str:
-    """The live header: the state word as a badge (``data-phase``), then model, turn,
-    elapsed, tokens, tokens/s and action counts, in the theme's own text colours."""
-    style = style_for(_PHASE_STATUS.get(state.phase, "pending"))
-    model, *rest = header_parts(state, now)
-    del rest[1 if state.turn > 1 else 0]  # the state word, drawn as the badge
-    badge = (
-        f'<span data-phase="{esc(state.phase)}" style="background:{style.fill};'
-        f"color:{style.ink};border:1px solid {style.stroke};border-radius:9px;"
-        f'padding:0 7px;font-weight:600;white-space:nowrap">{style.icon} {esc(state.phase)}</span>'
-    )
-    fields = " · ".join(esc(part) for part in rest)
-    return (
-        f'<div style="font-family:{esc(FONT)};font-size:12.5px;line-height:1.7;color:{_FG};'
-        f'display:flex;flex-wrap:wrap;align-items:center;gap:0 8px">{badge}'
-        f'<b>{esc(model)}</b><span style="color:{_MUTED}">{fields}</span></div>'
-    )
-
-
-def _callout(details: str) -> str:
-    """The details list on a light fill of the "failed" colour: its dark text then reads
-    in a dark theme too."""
-    if not details:
-        return ""
-    style = style_for("failed")
-    return (
-        f'<div style="background:{style.fill};border-left:3px solid {style.stroke};'
-        f'border-radius:4px;padding:2px 10px;line-height:1.45;margin:0 0 4px">{details}</div>'
-    )
 
 
 def _cached_html(markdown: IncrementalMarkdown) -> str:
