@@ -17,6 +17,9 @@ from .state import NodeView, ViewState
 from .theme import clean, fmt_count, fmt_duration, shorten, style_for
 
 _OUTPUT_CHARS = 120
+#: A status line waits for the streaming text's line to end; past this many characters
+#: on one line it goes out at the next space (the line is broken there).
+_HOLD_COLUMNS = 160
 _BLOCK_LABELS = {"thought": "[thought] ", "response": "[response] "}
 
 
@@ -76,6 +79,8 @@ class TextRenderer:
         self._write = write
         self._block: str | None = None
         self._at_line_start = True
+        self._column = 0  # characters written since the last line break
+        self._held: list[str] = []  # status lines waiting for the text's line to end
         self._last_line: dict[str, str] = {}  # node id -> its last status line
 
     def feed(self, event: Any, at: float | None = None) -> None:
@@ -85,6 +90,7 @@ class TextRenderer:
         if depth == 0 and kind in ("thought", "response", "text"):
             self._text(kind, str(getattr(inner, "text", "")))
         elif depth == 0 and kind in ("thought_end", "response_end"):
+            self._release()
             self._block = None
         elif kind == "action_status":
             node = self.state.nodes.get(prefix + str(getattr(inner, "id", "")))
@@ -93,8 +99,10 @@ class TextRenderer:
         elif kind == "error":
             self._error(inner, prefix, depth)
         elif depth == 0 and kind == "interrupt":
+            self._release()
             self._line(f"[interrupted] {clean(self.state.interrupted or '')}")
         elif depth == 0 and kind == "end":
+            self._release()
             self._line("[end] " + " · ".join(header_parts(self.state)))
 
     def _worth_a_line(self, node: NodeView, event: Any) -> bool:
@@ -129,23 +137,49 @@ class TextRenderer:
         if not text:
             return
         if self._block != kind:
+            self._release()
             self._block = kind
             label = _BLOCK_LABELS.get(kind)
             if label is not None:
                 if not self._at_line_start:
                     self._emit("\n")
                 self._emit(label)
-        self._emit(clean(text))
+        text = clean(text)
+        if self._held:
+            # Status lines go out where the text's line ends (or, on a very long line,
+            # at a space), never in the middle of a word.
+            cut = text.rfind("\n") + 1
+            if not cut and self._column + len(text) > _HOLD_COLUMNS:
+                cut = text.rfind(" ") + 1
+            if cut:
+                self._emit(text[:cut])
+                self._release()
+                text = text[cut:]
+        if text:
+            self._emit(text)
 
     def _line(self, line: str) -> None:
+        if not self._at_line_start and self._block is not None:
+            self._held.append(line)  # a text line is being written: after it
+            return
         if not self._at_line_start:
             self._emit("\n")
         self._emit(line + "\n")
         self._block = None if self._block == "text" else self._block
 
+    def _release(self) -> None:
+        """Write the held status lines now, on lines of their own."""
+        held, self._held = self._held, []
+        block, self._block = self._block, None
+        for line in held:
+            self._line(line)
+        self._block = None if block == "text" else block
+
     def _emit(self, text: str) -> None:
         self._write(text)
         self._at_line_start = text.endswith("\n")
+        cut = text.rfind("\n")
+        self._column = len(text) - cut - 1 if cut >= 0 else self._column + len(text)
 
 
 def _unwrap(event: Any) -> tuple[Any, str, int]:

@@ -60,7 +60,7 @@ def test_the_static_copy_reads_in_a_dark_theme() -> None:
     checker.feed(html)
     assert checker.bad == []
     assert "var(--vscode-foreground,#1f2328)" in html
-    assert re.search(r'background:#fbeee5[^>]*>\s*<ul[^>]*>.*ValueError: no model', html, re.S)
+    assert re.search(r"background:#fbeee5[^>]*>\s*<ul[^>]*>.*ValueError: no model", html, re.S)
 
 
 def test_static_text_is_the_text_summary() -> None:

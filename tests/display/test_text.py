@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from cortex_jupyter.display import TextRenderer, ViewState, render_text
+from cortex_jupyter.protocol import Parser
 from cortex_jupyter.runtime import End, Nested
 
 from .helpers import finished_run, parse, status
@@ -42,13 +43,38 @@ def test_text_renderer_streams_a_small_run() -> None:
     )
 
 
-def test_status_lines_break_into_streaming_text_on_their_own_line() -> None:
+def test_a_status_line_waits_for_the_streaming_line_to_end() -> None:
+    """Never in the middle of a word: the line is finished first."""
     out: list[str] = []
     renderer = TextRenderer(out.append)
-    for event in parse("<thought>thinking and", chunk=100):
+    parser = Parser("cortex")
+    for event in parser.feed("<thought>thinking and"):
         renderer.feed(event, 1.0)
     renderer.feed(status("x", "running", 1.0, name="t"))
-    assert "".join(out) == "[thought] thinking and\n[running] t (x)\n"
+    assert "".join(out) == "[thought] thinking and"
+    for event in parser.feed(" more\nnext line"):
+        renderer.feed(event, 1.1)
+    assert "".join(out) == "[thought] thinking and more\n[running] t (x)\nnext line"
+
+
+def test_held_lines_go_out_at_a_space_on_a_long_line_and_at_the_end() -> None:
+    out: list[str] = []
+    renderer = TextRenderer(out.append)
+    parser = Parser("cortex")
+    for event in parser.feed("<response>" + "word " * 20):
+        renderer.feed(event, 1.0)
+    renderer.feed(status("x", "running", 1.0, name="t"))
+    for event in parser.feed("word " * 20):  # past 160 columns: broken at a space
+        renderer.feed(event, 1.0)
+    text = "".join(out)
+    assert text.endswith(" word word \n[running] t (x)\n")
+    for event in parser.feed("more"):
+        renderer.feed(event, 1.0)
+    renderer.feed(status("x", "done", 1.5, output="'ok'"))
+    renderer.feed(End("completed", 1.6))  # the end releases what is still held
+    assert "".join(out).endswith(
+        "more\n[done 0.50 s] t (x) -> 'ok'\n[end] model · done · 0.60 s · ~51 tokens · 1 done\n"
+    )
 
 
 def test_rejected_action_is_reported_once_and_nested_lines_are_indented() -> None:
