@@ -19,6 +19,7 @@ import anyio.lowlevel
 from ..runtime.chunks import Message, ModelChunk, TextChunk, ToolDefinition
 from ..runtime.transcript import RunSource, TurnRecord, load_runs, turns_of
 from .errors import ModelError, StreamDropped
+from .script import FixedTurns
 
 __all__ = ["ReplayExhausted", "ReplayModel"]
 
@@ -37,7 +38,7 @@ class ReplayExhausted(ModelError):
         )
 
 
-class ReplayModel:
+class ReplayModel(FixedTurns):
     """Streams the model turns of saved runs again, one turn per ``stream()`` call.
 
     ``source`` is a ``Run``, a transcript's path or JSONL text, or a list of them (their
@@ -69,15 +70,6 @@ class ReplayModel:
 
     def __repr__(self) -> str:
         return f"ReplayModel(turns={len(self.turns)}, speed={self.speed:g})"
-
-    @property
-    def remaining_turns(self) -> int:
-        """Turns not streamed yet; at 0 the agent loop ends the run instead of asking again."""
-        return max(0, len(self.turns) - self.turns_used)
-
-    def reset(self) -> None:
-        """Start again from the first turn."""
-        self.turns_used = 0
 
     def stream(
         self,

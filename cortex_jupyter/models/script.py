@@ -54,7 +54,24 @@ def _drop_line_break(text: str) -> str:
     return text
 
 
-class ScriptModel:
+class FixedTurns:
+    """What the script and replay models share: a fixed tuple of ``turns``, taken in
+    order, one per ``stream()`` call (``turns_used`` counts them)."""
+
+    turns: tuple[object, ...] = ()
+    turns_used = 0
+
+    @property
+    def remaining_turns(self) -> int:
+        """Turns not streamed yet; at 0 the agent loop ends the run instead of asking again."""
+        return max(0, len(self.turns) - self.turns_used)
+
+    def reset(self) -> None:
+        """Start again from the first turn."""
+        self.turns_used = 0
+
+
+class ScriptModel(FixedTurns):
     """Streams a script's turns as the model's replies, one turn per ``stream()`` call.
 
     ``text`` is the whole script (turns separated by ``--- next turn ---`` lines) or a
@@ -96,15 +113,6 @@ class ScriptModel:
             f"ScriptModel(turns={len(self.turns)}, chunk_size={self.chunk_size}, "
             f"delay={self.delay:g})"
         )
-
-    @property
-    def remaining_turns(self) -> int:
-        """Turns not streamed yet; at 0 the agent loop ends the run instead of asking again."""
-        return max(0, len(self.turns) - self.turns_used)
-
-    def reset(self) -> None:
-        """Start again from the first turn."""
-        self.turns_used = 0
 
     def stream(
         self,
