@@ -175,6 +175,7 @@ class WidgetView:
         return 3 if part in ("thought", "response") else 1
 
     def _has_content(self, part: str) -> bool:
+        """Whether a part has anything to show (a part is made only when it has)."""
         state = self.state
         if part == "thought":
             return bool(state.thought.strip())
@@ -296,9 +297,9 @@ class WidgetView:
     # ---- the parts ----------------------------------------------------------------
 
     def _draw_thought(self, now: float, allowance: float) -> int:
-        text = self.state.thought.lstrip("\n")
-        if not text.strip():
+        if not self._has_content("thought"):
             return 0
+        text = self.state.thought.lstrip("\n")
         sent = 0
         if self._thought is None:
             self._thought = _Pieces(_THOUGHT_STYLE, style=self._style, layout=self._plain)
@@ -324,10 +325,9 @@ class WidgetView:
         return sent + self._thought.show(esc(text[:cut]), esc(text[cut:]), now, allowance - sent)
 
     def _draw_response(self, now: float, allowance: float) -> int:
-        body = self.state.body
-        if not body.strip():
+        if not self._has_content("response"):
             return 0
-        html = self._markdown.render(body, self._read_values())
+        html = self._markdown.render(self.state.body, self._read_values())
         stable = _cached_html(self._markdown)
         rest = html[len(stable) :]
         sent = 0
