@@ -250,18 +250,7 @@ class Session:
                 "" if options.script else prompt,
                 model=model,
                 conversation=conversation,
-                registry=self.registry,
-                namespace=self.shell.user_ns,
-                dialect=options.dialect,
-                max_turns=options.max_turns,
-                feeds=self.feeds,
-                on_event=emit,
-                bind=lambda name, value: self._bind(run, name, value),
-                native_tools=options.native_tools,
-                temperature=options.temperature,
-                max_tokens=options.max_tokens,
-                run=run,
-                background=background,
+                **self._agent_options(options, run, emit, background),
             )
 
         self.last_options = options
@@ -289,20 +278,31 @@ class Session:
             return await continue_run(
                 previous,
                 model=model,
-                conversation=self.conversation if not options.script else None,
-                namespace=self.shell.user_ns,
-                dialect=options.dialect,
-                registry=self.registry,
-                max_turns=options.max_turns,
-                feeds=self.feeds,
-                on_event=emit,
-                bind=lambda name, value: self._bind(run, name, value),
-                native_tools=options.native_tools,
-                run=run,
-                background=background,
+                conversation=self.conversation,
+                **self._agent_options(options, run, emit, background),
             )
 
         return self._execute(job, run, model.name, options.display)
+
+    def _agent_options(
+        self, options: CellOptions, run: Run, emit: Emit, background: TaskGroup | None
+    ) -> dict[str, Any]:
+        """What a run and its continuation both take from the cell's options and the
+        session (the continuation keeps the cell's sampling settings)."""
+        return {
+            "registry": self.registry,
+            "namespace": self.shell.user_ns,
+            "dialect": options.dialect,
+            "max_turns": options.max_turns,
+            "feeds": self.feeds,
+            "on_event": emit,
+            "bind": lambda name, value: self._bind(run, name, value),
+            "native_tools": options.native_tools,
+            "temperature": options.temperature,
+            "max_tokens": options.max_tokens,
+            "run": run,
+            "background": background,
+        }
 
     def _model(self, body: str, options: CellOptions) -> StreamingModel:
         from cortex_jupyter.models import ModelError, ReplayModel, ScriptModel

@@ -315,6 +315,20 @@ def test_save_expands_variables_and_replay_streams_the_transcript_again(
         ip.run_line_magic("cortex", "replay")
 
 
+def test_a_continued_run_keeps_the_cells_sampling_settings(
+    ip: InteractiveShell, server: FakeOpenAIServer
+) -> None:
+    server.script(Stream(texts("<response>So far", 4), done=False, cut=True))
+    with pytest.raises(CortexRunError, match="continue"):
+        run(ip, "--model gpt-test --temperature 0.3 --max-tokens 50", "Go")
+    server.script(Stream([*texts("<response>Done.</response>", 6), finish()]))
+    ip.run_line_magic("cortex", "continue")
+    assert ip.user_ns["_cortex"].status == "completed"
+    first, again = server.requests[0].json, server.requests[-1].json
+    assert (again["temperature"], again["max_tokens"]) == (0.3, 50)
+    assert (first["temperature"], first["max_tokens"]) == (0.3, 50)
+
+
 def test_a_refused_key_fails_the_run_without_offering_to_continue_it(
     ip: InteractiveShell, server: FakeOpenAIServer
 ) -> None:
