@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cortex_jupyter.runtime.graph import FINAL_STATUSES
+from cortex_jupyter.runtime.record import joined
 from cortex_jupyter.runtime.variables import find_references
 
 if TYPE_CHECKING:
@@ -207,17 +208,17 @@ class ViewState:
 
     @property
     def thought(self) -> str:
-        return _joined(self._thought)
+        return joined(self._thought)
 
     @property
     def response(self) -> str:
         """The text of the model's response blocks, one after the other."""
-        return _joined(self._response)
+        return joined(self._response)
 
     @property
     def text(self) -> str:
         """What the model wrote outside any block."""
-        return _joined(self._text)
+        return joined(self._text)
 
     @property
     def body(self) -> str:
@@ -225,7 +226,7 @@ class ViewState:
 
         Only ever appended to, so an incremental markdown renderer can cache its head.
         """
-        return _joined(self._body)
+        return joined(self._body)
 
     # ---- derived header fields ----------------------------------------------------
 
@@ -689,9 +690,3 @@ def _kind(event: Any) -> str:
 def _event_time(event: Any) -> float | None:
     value = getattr(event, "time", None)
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _joined(parts: list[str]) -> str:
-    if len(parts) > 1:
-        parts[:] = ["".join(parts)]
-    return parts[0] if parts else ""

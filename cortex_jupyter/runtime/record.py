@@ -120,16 +120,16 @@ class Run:
 
     @property
     def thought(self) -> str:
-        return _joined(self._thought)
+        return joined(self._thought)
 
     @property
     def response(self) -> str:
-        return _joined(self._response)
+        return joined(self._response)
 
     @property
     def text(self) -> str:
         """Text the model wrote outside any block."""
-        return _joined(self._text)
+        return joined(self._text)
 
     @property
     def usage(self) -> dict[str, int]:
@@ -248,7 +248,9 @@ class Run:
         return run
 
 
-def _joined(parts: list[str]) -> str:
+def joined(parts: list[str]) -> str:
+    """The text of growing ``parts`` (appended delta by delta), joined once and kept
+    joined, so reading a long text while it streams does not rejoin every delta."""
     if len(parts) > 1:
         parts[:] = ["".join(parts)]
     return parts[0] if parts else ""
