@@ -36,12 +36,11 @@ from pygments.lexer import Lexer
 from pygments.lexers import get_lexer_by_name
 from pygments.util import ClassNotFound
 
-from cortex_jupyter.runtime.variables import resolve
+from cortex_jupyter.runtime.variables import REFERENCE, resolve
 
 from . import theme
 from .theme import clean, esc
 
-_REF = re.compile(r"\$\$|\$([A-Za-z_][A-Za-z0-9_]*)((?:\.[A-Za-z0-9_]+)*)")
 _SAFE_SCHEME = re.compile(r"^(?:https?|mailto):", re.IGNORECASE)
 _SAFE_IMAGE_DATA = re.compile(r"^data:image/(?:gif|png|jpeg|webp);", re.IGNORECASE)
 _HAS_SCHEME = re.compile(r"^[a-z][a-z0-9+.\-]*:", re.IGNORECASE)
@@ -103,7 +102,7 @@ def fill_references(text: str, values: Mapping[str, Any]) -> tuple[str, dict[str
                 return shown + rest
         return match.group(0)
 
-    return _REF.sub(replace, text), used
+    return REFERENCE.sub(replace, text), used
 
 
 def _lookup(ref: str, values: Mapping[str, Any]) -> str | None:

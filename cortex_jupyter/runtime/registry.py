@@ -298,6 +298,17 @@ class Registry:
         self._entries["workflow"][name] = spec
         return spec
 
+    def add(self, spec: Spec) -> Spec:
+        """Register a ready-made entry under ``spec.type`` and ``spec.name`` (replacing one
+        of the same name): for tools that are not Python functions, such as an MCP
+        server's, whose schema comes with them and whose ``check`` validates against it."""
+        if spec.type not in REGISTRY_TYPES:
+            raise RegistrationError(spec.name, f"type {spec.type!r} is not a registry type")
+        if not spec.name:
+            raise RegistrationError(repr(spec), "it has no name")
+        self._entries[spec.type][spec.name] = spec
+        return spec
+
     def get(self, type: str, name: str) -> Spec:
         """The entry for an action; raises ``UnknownAction`` listing the names that exist."""
         entries = self._entries.get(type, {})

@@ -23,7 +23,9 @@ from typing import Any
 
 from .errors import BadReference, InvalidVariableName, UnknownVariable
 
-_REF = re.compile(r"\$\$|\$([A-Za-z_][A-Za-z0-9_]*)((?:\.[A-Za-z0-9_]+)*)")
+#: One ``$name[.path]`` reference (group 1: the name, group 2: ``.path``), or ``$$``.
+#: The one place the pattern lives: the display fills the same references.
+REFERENCE = re.compile(r"\$\$|\$([A-Za-z_][A-Za-z0-9_]*)((?:\.[A-Za-z0-9_]+)*)")
 _MISSING = object()
 
 # Names IPython itself keeps in the user namespace; binding over them breaks the shell.
@@ -40,7 +42,7 @@ def find_references(value: Any) -> set[str]:
 def _collect(value: Any, found: set[str]) -> None:
     if isinstance(value, str):
         if "$" in value:
-            found.update(m.group(1) for m in _REF.finditer(value) if m.group(1))
+            found.update(m.group(1) for m in REFERENCE.finditer(value) if m.group(1))
     elif isinstance(value, Mapping):
         for item in value.values():
             _collect(item, found)
@@ -67,7 +69,7 @@ def resolve(value: Any, scopes: Sequence[Mapping[str, Any]]) -> Any:
 
 
 def _resolve_string(text: str, scopes: Sequence[Mapping[str, Any]]) -> Any:
-    whole = _REF.fullmatch(text)
+    whole = REFERENCE.fullmatch(text)
     if whole is not None and whole.group(1):
         return _lookup(whole.group(1), whole.group(2), scopes)
 
@@ -76,7 +78,7 @@ def _resolve_string(text: str, scopes: Sequence[Mapping[str, Any]]) -> Any:
             return "$"
         return str(_lookup(match.group(1), match.group(2), scopes))
 
-    return _REF.sub(replace, text)
+    return REFERENCE.sub(replace, text)
 
 
 def _lookup(name: str, path: str, scopes: Sequence[Mapping[str, Any]]) -> Any:
