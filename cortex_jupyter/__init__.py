@@ -13,11 +13,12 @@ if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
     from cortex_jupyter.protocol import Parser
-    from cortex_jupyter.runtime import Registry, Run, Scheduler, default_registry, tool
+    from cortex_jupyter.runtime import Agent, Registry, Run, Scheduler, default_registry, tool
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Agent",
     "Parser",
     "Registry",
     "Run",
@@ -31,6 +32,7 @@ __all__ = [
 
 # Public names, imported on first use so ``import cortex_jupyter`` stays light.
 _LAZY = {
+    "Agent": "cortex_jupyter.runtime",
     "Parser": "cortex_jupyter.protocol",
     "Registry": "cortex_jupyter.runtime",
     "Run": "cortex_jupyter.runtime",

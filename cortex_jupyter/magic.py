@@ -70,6 +70,11 @@ class CortexMagics(Magics):
 
     @magic_arguments()
     @argument("--model", metavar="NAME", help="Model to ask (default: CortexMagics.model).")
+    @argument(
+        "--agent",
+        metavar="NAME",
+        help="Run a registered cortex_jupyter.Agent (its instructions, tools and settings).",
+    )
     @argument("--dialect", metavar="NAME", help="cortex (default), sigil, cogency or auto.")
     @argument(
         "--script",
@@ -138,6 +143,13 @@ class CortexMagics(Magics):
             max_tokens=_number(args.max_tokens, "--max-tokens", int, None, low=1),
             native_tools=bool(args.native_tools) or self.native_tools,
             display="text" if args.text else self.display,
+            agent=args.agent,
+            given=frozenset(
+                name
+                for name in ("model", "dialect", "max_turns", "temperature", "max_tokens")
+                if getattr(args, name) is not None
+            )
+            | ({"native_tools"} if args.native_tools else set()),
         )
         return dataclasses.replace(options, **overrides) if overrides else options
 

@@ -16,14 +16,14 @@ import time
 from collections import ChainMap
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from anyio.abc import TaskGroup
 
 from cortex_jupyter._bridge import Bridge, Emit, Loop
-from cortex_jupyter.runtime import Registry, Run, default_registry
+from cortex_jupyter.runtime import Agent, Registry, Run, RunHooks, default_registry
 from cortex_jupyter.runtime.feeds import FeedSet
-from cortex_jupyter.runtime.loop import Conversation, continue_run, run_agent
+from cortex_jupyter.runtime.loop import Conversation
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -32,9 +32,9 @@ if TYPE_CHECKING:
 
 RUN_VARIABLE = "_cortex"
 #: Run statuses that end a cell with an error line (the answer never came).
-UNFINISHED = frozenset(("interrupted", "failed", "turn_limit"))
+UNFINISHED = frozenset(("interrupted", "failed", "turn_limit", "truncated"))
 #: Run statuses ``%cortex continue`` can pick up from.
-CONTINUABLE = frozenset(("interrupted", "cancelled", "turn_limit"))
+CONTINUABLE = frozenset(("interrupted", "cancelled", "turn_limit", "truncated"))
 
 
 class CortexRunError(Exception):
@@ -109,6 +109,10 @@ class CellOptions:
     max_tokens: int | None = None
     native_tools: bool = False
     display: str = "auto"
+    #: ``--agent NAME``: run a registered ``Agent`` instead of the session's defaults.
+    agent: str | None = None
+    #: The options the cell's line gave explicitly (they override a named agent's own).
+    given: frozenset[str] = frozenset()
 
 
 #: A cell's run: given the emit callback and the task group that owns its
@@ -236,7 +240,7 @@ class Session:
 
     def run_cell(self, prompt: str, options: CellOptions) -> NotebookRun:
         """Run one ``%%cortex`` cell; returns the run (also left in ``_cortex``)."""
-        model = self._model(prompt, options)
+        agent = self._agent(prompt, options)
         if options.fresh:
             self.conversation.reset()
         # A script or a replay is its own little conversation: it must not leak into the
@@ -246,15 +250,16 @@ class Session:
         run = NotebookRun()
 
         async def job(emit: Emit, background: TaskGroup | None) -> Run:
-            return await run_agent(
+            return await agent.run(
                 "" if options.script else prompt,
-                model=model,
+                namespace=self.shell.user_ns,
                 conversation=conversation,
-                **self._agent_options(options, run, emit, background),
+                hooks=self._hooks(run, emit, background),
+                run=run,
             )
 
         self.last_options = options
-        return self._execute(job, run, model.name, options.display)
+        return self._execute(job, run, _model_name(agent), options.display)
 
     def continue_last(self) -> NotebookRun:
         """``%cortex continue``: go on with the last run where it stopped."""
@@ -269,44 +274,81 @@ class Session:
         if previous.status not in CONTINUABLE:
             raise CortexRunError(
                 f"the last run ended {previous.status!r}, so there is nothing to continue; "
-                "only interrupted, cancelled or turn-limited runs can be continued."
+                "only interrupted, truncated, cancelled or turn-limited runs can be continued."
             )
-        model = self._model("", options)
+        # The same agent and settings as the cell that ran it (its sampling settings too).
+        agent = self._agent("", options)
         run = NotebookRun()
 
         async def job(emit: Emit, background: TaskGroup | None) -> Run:
-            return await continue_run(
+            return await agent.continue_run(
                 previous,
-                model=model,
+                namespace=self.shell.user_ns,
                 conversation=self.conversation,
-                **self._agent_options(options, run, emit, background),
+                hooks=self._hooks(run, emit, background),
+                run=run,
             )
 
-        return self._execute(job, run, model.name, options.display)
+        return self._execute(job, run, _model_name(agent), options.display)
 
-    def _agent_options(
-        self, options: CellOptions, run: Run, emit: Emit, background: TaskGroup | None
-    ) -> dict[str, Any]:
-        """What a run and its continuation both take from the cell's options and the
-        session (the continuation keeps the cell's sampling settings)."""
-        return {
-            "registry": self.registry,
-            "namespace": self.shell.user_ns,
-            "dialect": options.dialect,
-            "max_turns": options.max_turns,
-            "feeds": self.feeds,
-            "on_event": emit,
-            "bind": lambda name, value: self._bind(run, name, value),
-            "native_tools": options.native_tools,
-            "temperature": options.temperature,
-            "max_tokens": options.max_tokens,
-            "run": run,
-            "background": background,
-        }
+    def _hooks(self, run: Run, emit: Emit, background: TaskGroup | None) -> RunHooks:
+        return RunHooks(
+            on_event=emit,
+            bind=lambda name, value: self._bind(run, name, value),
+            background=background,
+        )
+
+    def _agent(self, body: str, options: CellOptions) -> Agent:
+        """The agent a cell runs: the session's defaults (the cell's options, the
+        session's registry and feeds) or, with ``--agent NAME``, that registered agent
+        with the options the cell gave explicitly (and the cell's model unless it has
+        its own; a script or replay always stands in for the model)."""
+        model = self._model(body, options)
+        if options.agent is None:
+            return Agent(
+                model=model,
+                registry=self.registry,
+                dialect=options.dialect,
+                max_turns=options.max_turns,
+                feeds=self.feeds,
+                native_tools=options.native_tools,
+                temperature=options.temperature,
+                max_tokens=options.max_tokens,
+            )
+        agent = self._named_agent(options.agent)
+        offline = options.script or options.replay is not None
+        changes: dict[str, Any] = {
+            "model": model if offline or agent.model is None or "model" in options.given
+            else agent.model,
+        }  # fmt: skip
+        if agent.feeds is None:
+            changes["feeds"] = self.feeds
+        for name in ("dialect", "max_turns", "native_tools", "temperature", "max_tokens"):
+            if name in options.given:
+                changes[name] = getattr(options, name)
+        return agent.with_options(**changes)
+
+    def _named_agent(self, name: str) -> Agent:
+        from cortex_jupyter.runtime.registry import AgentSpec
+
+        names = self.registry.names("agent")
+        if name not in names:
+            known = ", ".join(names) or "none yet"
+            raise CortexRunError(
+                f"no agent named {name!r}; registered agents: {known}. Create one with "
+                f"cortex_jupyter.Agent({name!r}, instructions=...)."
+            )
+        spec = self.registry.get("agent", name)
+        assert isinstance(spec, AgentSpec)
+        return cast(Agent, spec.agent)
 
     def _model(self, body: str, options: CellOptions) -> StreamingModel:
         from cortex_jupyter.models import ModelError, ReplayModel, ScriptModel
 
+        if options.agent is not None and not (options.script or options.replay):
+            agent = self._named_agent(options.agent)
+            if agent.model is not None and "model" not in options.given:
+                return agent.model  # its own model: no key needed for the session's
         try:
             if options.script:
                 return ScriptModel(body, chunk_size=options.chunk_size, delay=options.delay)
@@ -451,3 +493,7 @@ def forget(shell: InteractiveShell) -> None:
     session = _SESSIONS.pop(id(shell), None)
     if session is not None:
         session.close()
+
+
+def _model_name(agent: Agent) -> str:
+    return str(getattr(agent.model, "name", "") or "model")

@@ -5,9 +5,11 @@ moment its dependencies allow, and records everything on a ``Run``. Imports no I
 ipywidgets or openai.
 """
 
+from .agent import Agent, RunHooks
 from .errors import (
     ActionTimeout,
     AgentDepthExceeded,
+    AgentDidNotAnswer,
     BadReference,
     CacheValueError,
     CortexRuntimeError,
@@ -17,6 +19,7 @@ from .errors import (
     NoModelConfigured,
     RegistrationError,
     SchedulerNotRunning,
+    ToolExited,
     TranscriptError,
     UnknownAction,
     UnknownFeed,
@@ -38,7 +41,7 @@ from .events import (
 )
 from .feeds import FeedError, FeedSet, FeedSourceFailed, FeedSpec, FeedUnavailable
 from .graph import FINAL_STATUSES, STATUSES, ActionNode, Graph, Status
-from .loop import Conversation, continue_run, run_agent
+from .loop import Conversation, Loop
 from .model import Message, ModelClient
 from .prompt import describe_variables, format_results, system_prompt
 from .record import OutputRepr, Run, decode_event, encode_event, load_events
@@ -70,7 +73,9 @@ __all__ = [
     "ActionNode",
     "ActionStatus",
     "ActionTimeout",
+    "Agent",
     "AgentDepthExceeded",
+    "AgentDidNotAnswer",
     "AgentSpec",
     "AnyEvent",
     "BadReference",
@@ -92,6 +97,7 @@ __all__ = [
     "Interrupt",
     "InvalidArguments",
     "InvalidVariableName",
+    "Loop",
     "Message",
     "Metric",
     "ModelClient",
@@ -103,10 +109,12 @@ __all__ = [
     "RetryPolicy",
     "Run",
     "RunEvent",
+    "RunHooks",
     "Scheduler",
     "SchedulerNotRunning",
     "Status",
     "Step",
+    "ToolExited",
     "ToolSpec",
     "TranscriptError",
     "Turn",
@@ -119,7 +127,6 @@ __all__ = [
     "WorkflowStepFailed",
     "check_variable_name",
     "continue_note",
-    "continue_run",
     "data_dir",
     "decode_event",
     "default_cache_path",
@@ -132,7 +139,6 @@ __all__ = [
     "load_events",
     "parse_chunks",
     "resolve",
-    "run_agent",
     "run_stream",
     "system_prompt",
     "tool",

@@ -215,3 +215,34 @@ class SchedulerNotRunning(CortexRuntimeError):
             f"cannot {what}: the scheduler is not running; use it inside "
             "'async with Scheduler(...) as scheduler:'"
         )
+
+
+class AgentDidNotAnswer(CortexRuntimeError):
+    """Raised when a nested agent's run ends without a final answer (its model failed,
+    it hit its turn limit, its reply was cut off)."""
+
+    def __init__(self, name: str, status: str, reason: str | None) -> None:
+        self.name = name
+        self.status = status
+        self.reason = reason
+        why = f": {reason}" if reason else ""
+        super().__init__(
+            f"agent {name!r} did not answer (its run ended {status!r}{why}); "
+            "its actions and text are on this node's subrun"
+        )
+
+
+class ToolExited(CortexRuntimeError):
+    """Raised when a tool raised ``SystemExit``, ``KeyboardInterrupt`` or another
+    ``BaseException`` that is not an ``Exception`` (a command-line wrapper built on
+    argparse or click exits this way): the action fails, the run goes on."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+        kind = type(exc).__name__
+        detail = str(exc)
+        what = f"{kind}({detail})" if detail else kind
+        hint = ""
+        if isinstance(exc, SystemExit):
+            hint = " (the tool called sys.exit, as argparse and click do on bad arguments)"
+        super().__init__(f"the tool raised {what}{hint}; the run went on without it")

@@ -77,7 +77,8 @@ class Interrupt:
 @dataclass(frozen=True, slots=True)
 class End:
     """The run ended: ``status`` is ``completed``, ``cancelled`` or ``failed``, and for
-    agent runs also ``interrupted`` (the model's stream failed) or ``turn_limit``.
+    agent runs also ``interrupted`` (the model's stream failed), ``truncated`` (its reply
+    was cut off at the token limit) or ``turn_limit``.
 
     ``fire_and_forget`` actions may still be running; their nodes report later.
     """
@@ -112,9 +113,12 @@ class TurnEnd:
 
     ``outcome`` is what the loop does next: ``final`` (the run ends), ``results`` (the
     results go back to the model for another turn), ``limit`` (another turn was needed
-    but the turn limit stops the run), ``interrupted`` (the stream failed; the run can be
+    but the turn limit stops the run), ``truncated`` (the reply was cut off at the token
+    limit; the run can be continued), ``interrupted`` (the stream failed; the run can be
     continued) or ``failed`` (the model failed in a way asking again cannot fix).
-    ``reason`` says why, in words; ``finish`` is the model's finish reason.
+    ``reason`` says why, in words; ``finish`` is the model's finish reason. ``answer`` is
+    true when the reply was plain text with no response block and no actions: that text
+    is the run's answer (``run.response``).
     """
 
     number: int
@@ -122,6 +126,7 @@ class TurnEnd:
     outcome: str
     reason: str = ""
     finish: str | None = None
+    answer: bool = False
     kind: ClassVar[str] = "turn_end"
 
 

@@ -33,8 +33,8 @@ from anyio.abc import TaskGroup
 
 from cortex_jupyter.protocol.events import Action, ActionReady
 
+from .chunks import StreamingModel
 from .errors import CortexRuntimeError, UnknownFeed
-from .model import ModelClient
 from .prompt import render_value
 from .record import Run
 from .registry import Registry
@@ -219,11 +219,11 @@ class FeedSet(MutableMapping[str, Any]):
         *,
         registry: Registry | None = None,
         namespace: Mapping[str, Any] | None = None,
-        model: ModelClient | None = None,
+        model: StreamingModel | None = None,
     ) -> None:
         self.specs: dict[str, FeedSpec] = {}
         self._state: dict[str, _State] = {}
-        self._context: tuple[Registry | None, Mapping[str, Any] | None, ModelClient | None] = (
+        self._context: tuple[Registry | None, Mapping[str, Any] | None, StreamingModel | None] = (
             registry,
             namespace,
             model,
@@ -419,7 +419,7 @@ class FeedSet(MutableMapping[str, Any]):
         *,
         registry: Registry | None = None,
         namespace: Mapping[str, Any] | None = None,
-        model: ModelClient | None = None,
+        model: StreamingModel | None = None,
     ) -> AsyncIterator[FeedSet]:
         """While a run is active: sources use the run's registry, namespace and model,
         and periodic feeds refresh in the background every ``interval`` seconds."""

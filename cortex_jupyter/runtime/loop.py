@@ -1,18 +1,20 @@
 """The agent loop: ask the model, run its actions while it writes, send the results back.
 
-``run_agent(prompt, model=...)`` is one run: one ``Run`` record and one ``Scheduler``
-across all its turns, so action ids stay unique and ``$name`` reaches the outputs of
-earlier turns. Each turn streams the model's reply through the parser into the
-scheduler (every action starts the moment it is complete), then waits for the turn's
-actions. A final response ends the run; anything else that asks for more (a response
-with ``final="false"``, a turn of only actions, native tool calls, sigil's
-``§EXECUTE:`` or cogency's ``</execute>``, where reading stops so the model cannot
-invent results) sends the results back and asks again, up to ``max_turns``.
+``Agent.run`` drives one ``Loop``: one ``Run`` record and one ``Scheduler`` across all
+its turns, so action ids stay unique and ``$name`` reaches the outputs of earlier turns.
+Each turn streams the model's reply through the parser into the scheduler (every action
+starts the moment it is complete), then waits for the turn's actions. A final response
+ends the run; anything else that asks for more (a response followed by actions, one with
+``final="false"``, a turn of only actions, native tool calls, sigil's ``§EXECUTE:`` or
+cogency's ``</execute>``, where reading stops so the model cannot invent results) sends
+the results back and asks again, up to ``max_turns``. A reply with no tags and no calls
+at all is the answer itself.
 
-A run ends ``completed``, ``turn_limit`` (the limit stopped it), ``interrupted`` (the
-model's stream failed: everything received and run is kept, and ``continue_run`` goes
-on from there), ``cancelled`` or ``failed`` (the runtime failed, or the model failed in
-a way asking again cannot fix: a refused key, an unknown model; what arrived is kept
+A run ends ``completed``, ``turn_limit`` (the limit stopped it), ``truncated`` (the reply
+was cut off at the token limit: ``finish_reason: "length"``), ``interrupted`` (the
+model's stream failed: everything received and run is kept, and ``Agent.continue_run``
+goes on from there), ``cancelled`` or ``failed`` (the runtime failed, or the model failed
+in a way asking again cannot fix: a refused key, an unknown model; what arrived is kept
 too). ``run.reason`` says why when it did not complete.
 
 A ``Conversation`` is the memory: runs given the same one continue it.
@@ -22,12 +24,9 @@ from __future__ import annotations
 
 import re
 import time
-from collections import ChainMap
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, cast
-
-from anyio.abc import TaskGroup
+from typing import TYPE_CHECKING, cast
 
 from cortex_jupyter.protocol import Parser
 from cortex_jupyter.protocol.actions import build_action, parse_body
@@ -36,7 +35,9 @@ from cortex_jupyter.protocol.events import (
     ActionStart,
     Event,
     ProtocolError,
+    ResponseDelta,
     ResponseEnd,
+    TextDelta,
     ThoughtDelta,
     ThoughtEnd,
 )
@@ -54,20 +55,20 @@ from .chunks import (
     ToolCallStart,
     ToolDefinition,
     Usage,
-    text_client,
     tool_definition,
 )
 from .events import AnyEvent, ChatEntry, Chunk, Interrupt, Metric, Turn, TurnEnd
 from .feeds import FeedSet
 from .graph import ActionNode
-from .prompt import describe_variables, format_results, result_text, system_prompt
+from .prompt import format_results, result_text, system_prompt
 from .record import Run
-from .registry import Registry, default_registry
-from .scheduler import InternalPolicy, RetryPolicy, Scheduler, error_text
-from .transcript import RunSource, continue_note, load_runs, run_messages
-from .variables import find_references
+from .scheduler import Scheduler, error_text
+from .transcript import RunSource, load_runs, run_messages
 
-__all__ = ["MAX_TURNS", "RESULT_LIMIT", "Conversation", "continue_run", "run_agent"]
+if TYPE_CHECKING:
+    from .agent import Agent
+
+__all__ = ["MAX_TURNS", "RESULT_LIMIT", "Conversation", "Loop"]
 
 MAX_TURNS = 10
 RESULT_LIMIT = 4000
@@ -164,6 +165,8 @@ class _TurnState:
     boundary: str | None = None
     response_final: bool | None = None
     has_actions: bool = False
+    responded: bool = False  # the reply wrote response text
+    loose: bool = False  # the reply wrote text outside any block
     reasoning: bool = False
     finish: str | None = None
     error: Exception | None = None
@@ -213,14 +216,22 @@ def _native_action(call: ToolCallReady) -> ActionReady | ProtocolError:
     return action if isinstance(action, ProtocolError) else ActionReady(action)
 
 
-def _decide(turn: _TurnState) -> tuple[str, str]:
-    """(outcome, reason) of a turn: ``final``, ``results``, ``interrupted`` or ``failed``."""
+def _decide(turn: _TurnState, max_tokens: int | None) -> tuple[str, str]:
+    """(outcome, reason) of a turn: ``final``, ``results``, ``truncated``,
+    ``interrupted`` or ``failed``."""
     if turn.error is not None:
         # A model error that asking again cannot fix (a refused key, an unknown model)
         # fails the run; anything else (a dropped stream) leaves it to be continued.
         if getattr(turn.error, "continuable", True):
             return "interrupted", f"the model's stream failed: {error_text(turn.error)}"
         return "failed", f"the model failed: {error_text(turn.error)}"
+    if turn.finish == "length":
+        limit = f" of {max_tokens:,} tokens" if max_tokens else ""
+        return "truncated", (
+            f"the model's reply was cut off at its token limit{limit} (finish_reason "
+            '"length"); %cortex continue (or Agent.continue_run) asks it to go on from '
+            "there, and --max-tokens N allows longer replies"
+        )
     if turn.boundary == "end":
         return "final", "the model marked the task complete"
     if turn.boundary == "execute":
@@ -233,48 +244,40 @@ def _decide(turn: _TurnState) -> tuple[str, str]:
         return "results", 'a response with final="false"'
     if turn.has_actions:
         return "results", "a turn of actions with no response"
-    if turn.finish == "length":
-        return "results", "the reply was cut off at the token limit"
     return "final", "no actions and no response: the text is the answer"
 
 
 # ---- the loop ---------------------------------------------------------------------------
 
 
-class _Loop:
+class Loop:
+    """One agent run's turns: what ``Agent.run`` drives (see the module docstring).
+
+    Reads the agent's configuration (dialect, turn limit, sampling, result size,
+    instructions) from ``agent``; ``model`` is the one this run asks (the agent's own, or
+    its caller's).
+    """
+
     def __init__(
         self,
+        agent: Agent,
         *,
         model: StreamingModel,
         conversation: Conversation,
         scheduler: Scheduler,
         feeds: FeedSet,
-        dialect: str,
-        max_turns: int,
-        native_tools: bool,
-        temperature: float | None,
-        max_tokens: int | None,
-        result_limit: int,
-        instructions: str | None,
         variables: str,
         taken_ids: Iterable[str],
     ) -> None:
-        if max_turns < 1:
-            raise ValueError(f"max_turns must be at least 1; got {max_turns}")
-        if result_limit < 1:
-            raise ValueError(f"result_limit must be at least 1 character; got {result_limit}")
+        self.agent = agent
         self.model = model
         self.conversation = conversation
         self.scheduler = scheduler
         self.run = scheduler.run
         self.feeds = feeds
-        self.dialect = dialect
-        self.max_turns = max_turns
-        self.native_tools = native_tools
-        self.temperature = temperature
-        self.max_tokens = max_tokens
-        self.result_limit = result_limit
-        self.instructions = instructions
+        self.dialect = agent.dialect
+        self.max_turns = agent.max_turns
+        self.result_limit = agent.result_limit
         self.variables = variables
         self.taken = set(taken_ids)
         self._system = ""
@@ -293,15 +296,22 @@ class _Loop:
                 await self.scheduler.drain()
             finally:
                 self._close(turn)
-            outcome, reason = _decide(turn)
+            outcome, reason = _decide(turn, self.agent.max_tokens)
             if outcome == "results" and getattr(self.model, "remaining_turns", None) == 0:
                 # A script or a replay that has no more turns: its end is the run's end,
                 # not a question for a turn that does not exist.
                 outcome, reason = "final", "the script has no more turns"
             if outcome == "results" and number == self.max_turns:
                 outcome = "limit"
-            self.scheduler.emit(TurnEnd(number, time.monotonic(), outcome, reason, turn.finish))
+            # A reply of plain text (no response block, no actions): that text is the answer.
+            answer = outcome == "final" and turn.loose and not turn.responded
+            self.scheduler.emit(
+                TurnEnd(number, time.monotonic(), outcome, reason, turn.finish, answer)
+            )
             if outcome == "final":
+                break
+            if outcome == "truncated":
+                self._stop("truncated", "token limit", reason)
                 break
             if outcome == "interrupted":
                 self._stop("interrupted", "stream failed", reason)
@@ -315,7 +325,7 @@ class _Loop:
                 "turn_limit",
                 "turn limit",
                 f"stopped after {self.max_turns} turns without a final response; continue it "
-                "with continue_run(...), or allow more turns (max_turns=...)",
+                "with Agent.continue_run(...), or allow more turns (max_turns=...)",
             )
         self.scheduler.emit(Metric("turns", number, time.monotonic(), "count"))
 
@@ -333,8 +343,8 @@ class _Loop:
             feeds=self.feeds,
             variables=self.variables,
             internal=self.scheduler.internal,
-            native_tools=self.native_tools,
-            instructions=self.instructions,
+            native_tools=self.agent.native_tools,
+            instructions=self.agent.instructions,
         )
         if text != self._system:
             self._system = text
@@ -354,7 +364,7 @@ class _Loop:
         )
 
     def _tools(self) -> list[ToolDefinition] | None:
-        if not self.native_tools:
+        if not self.agent.native_tools:
             return None
         return [
             tool_definition(s["name"], s["description"], s["parameters"])
@@ -369,8 +379,8 @@ class _Loop:
         stream = self.model.stream(
             messages,
             tools=self._tools(),
-            temperature=self.temperature,
-            max_tokens=self.max_tokens,
+            temperature=self.agent.temperature,
+            max_tokens=self.agent.max_tokens,
         )
         try:
             while True:
@@ -437,7 +447,11 @@ class _Loop:
             self._submit(turn, ThoughtEnd())
 
     def _submit(self, turn: _TurnState, event: Event) -> None:
-        if isinstance(event, ResponseEnd):
+        if isinstance(event, ResponseDelta):
+            turn.responded = True
+        elif isinstance(event, TextDelta):
+            turn.loose = True
+        elif isinstance(event, ResponseEnd):
             turn.response_final = event.final
         elif isinstance(event, ActionReady) or (
             isinstance(event, ProtocolError) and event.id is not None
@@ -492,121 +506,3 @@ class _Loop:
         else:
             content = f"No actions ran in your last turn ({reason}). Continue the task."
         self._say({"role": "user", "content": content})
-
-
-# ---- entry points -----------------------------------------------------------------------
-
-
-async def run_agent(
-    prompt: str,
-    *,
-    model: StreamingModel,
-    conversation: Conversation | None = None,
-    registry: Registry | None = None,
-    namespace: Mapping[str, Any] | None = None,
-    dialect: str = "cortex",
-    max_turns: int = MAX_TURNS,
-    feeds: FeedSet | None = None,
-    on_event: Callable[[AnyEvent], None] | None = None,
-    bind: Callable[[str, Any], None] | None = None,
-    native_tools: bool = False,
-    temperature: float | None = None,
-    max_tokens: int | None = None,
-    result_limit: int = RESULT_LIMIT,
-    run: Run | None = None,
-    internal: InternalPolicy | None = None,
-    retry: RetryPolicy | None = None,
-    background: TaskGroup | None = None,
-    instructions: str | None = None,
-    variables: Iterable[str] | None = None,
-    taken_ids: Iterable[str] = (),
-) -> Run:
-    """Run ``prompt`` as an agent: turns of model replies and actions until a final answer.
-
-    ``conversation`` is the memory to continue (a fresh one when ``None``); the user's
-    prompt, the model's replies and the results are appended to it. ``variables`` are
-    the notebook names described in the system prompt (by default those the prompt
-    refers to as ``$name`` that exist in ``namespace``). ``feeds`` are refreshed and
-    shown in every turn's prompt. ``native_tools`` also offers the ``tool`` entries as
-    native function calls. ``result_limit`` cuts each result sent back (characters).
-    ``taken_ids`` are action ids the model may not reuse (an earlier run's). The other
-    options are the ``Scheduler``'s.
-
-    Returns the run record; it does not raise when the model fails (the run is then
-    ``interrupted``, see ``run.reason``), only when the runtime itself fails or the
-    run is cancelled. Pass ``run=Run()`` to keep a handle while it runs.
-    """
-    space: Mapping[str, Any] = namespace if namespace is not None else {}
-    feed_set = feeds if feeds is not None else FeedSet()
-    names = variables
-    if names is None:
-        names = [n for n in find_references(prompt) if n in space and n not in feed_set]
-    described = describe_variables(space, names)
-    scheduler = Scheduler(
-        registry=registry if registry is not None else default_registry,
-        namespace=space,
-        model=text_client(model),
-        on_event=on_event,
-        bind=bind,
-        feeds=feed_set,
-        internal=internal,
-        retry=retry,
-        background=background,
-        run=run,
-    )
-    loop = _Loop(
-        model=model,
-        conversation=conversation if conversation is not None else Conversation(),
-        scheduler=scheduler,
-        feeds=feed_set,
-        dialect=dialect,
-        max_turns=max_turns,
-        native_tools=native_tools,
-        temperature=temperature,
-        max_tokens=max_tokens,
-        result_limit=result_limit,
-        instructions=instructions,
-        variables=described,
-        taken_ids=taken_ids,
-    )
-    active = feed_set.active(registry=scheduler.registry, namespace=space, model=scheduler.model)
-    async with scheduler, active:
-        await loop.go(prompt)
-    return scheduler.run
-
-
-async def continue_run(
-    previous: RunSource,
-    *,
-    model: StreamingModel,
-    conversation: Conversation | None = None,
-    namespace: Mapping[str, Any] | None = None,
-    dialect: str = "cortex",
-    result_limit: int = RESULT_LIMIT,
-    **options: Any,
-) -> Run:
-    """Go on with a run that stopped (interrupted, cancelled, turn limit) as a new run.
-
-    The model is told where its reply stopped and is given the results of the actions
-    that already ran, so it neither repeats text nor actions. ``conversation`` is the
-    memory the earlier run used (rebuilt from ``previous`` when ``None``). The earlier
-    run's outputs stay reachable as ``$name`` and its action ids stay taken. Other
-    options are ``run_agent``'s.
-    """
-    (before,) = load_runs([previous])
-    if conversation is None:
-        conversation = Conversation.from_run(before)
-    note = continue_note(before, dialect=dialect, limit=result_limit)
-    # The notebook first: a value the user changed since wins over the earlier output.
-    notebook = cast(dict[str, Any], namespace) if namespace is not None else {}
-    space = ChainMap(notebook, dict(before.variables))
-    return await run_agent(
-        note,
-        model=model,
-        conversation=conversation,
-        namespace=space,
-        dialect=dialect,
-        result_limit=result_limit,
-        taken_ids=set(before.actions) | set(options.pop("taken_ids", ())),
-        **options,
-    )

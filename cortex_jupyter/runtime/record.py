@@ -36,7 +36,7 @@ from cortex_jupyter.protocol.events import (
 )
 
 from .errors import TranscriptError
-from .events import RUN_EVENT_TYPES, AnyEvent, Metric, Nested, Turn
+from .events import RUN_EVENT_TYPES, AnyEvent, Metric, Nested, Turn, TurnEnd
 from .graph import STATUSES, ActionNode
 
 TRANSCRIPT_FORMAT = "cortex_jupyter.run"
@@ -117,6 +117,7 @@ class Run:
     _response: list[str] = field(default_factory=list, repr=False)
     _text: list[str] = field(default_factory=list, repr=False)
     _breaks: list[list[str]] = field(default_factory=list, repr=False)
+    _turn_text: list[str] = field(default_factory=list, repr=False)
 
     @property
     def thought(self) -> str:
@@ -154,6 +155,7 @@ class Run:
             self._append(self._response, event.text)
         elif isinstance(event, TextDelta):
             self._append(self._text, event.text)
+            self._turn_text.append(event.text)
         elif isinstance(event, ResponseEnd):
             self.final = event.final
         elif isinstance(event, ProtocolError):
@@ -163,6 +165,13 @@ class Run:
             if event.model is not None:
                 self.model = event.model
             self._breaks = [self._thought, self._response, self._text]
+            self._turn_text = []
+        elif isinstance(event, TurnEnd) and event.answer:
+            # A plain-text reply is the answer: the text becomes the response as well.
+            answer = "".join(self._turn_text).strip()
+            if answer:
+                self._append(self._response, answer)
+                self.final = True
 
     def _append(self, parts: list[str], text: str) -> None:
         # The first text of a new turn in this field: a blank line after earlier turns'.

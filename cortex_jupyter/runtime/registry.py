@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
 from .errors import InvalidArguments, RegistrationError, UnknownAction, UnknownFeed
-from .model import ModelClient
 from .relics import CacheRelic
 from .schema import function_schema
 
@@ -103,13 +102,20 @@ def _describe_param(param: inspect.Parameter) -> str:
 
 @dataclass(frozen=True)
 class AgentSpec:
-    """A named agent: instructions for a nested run, and optionally its own model."""
+    """A named agent as an action: ``type="agent"`` actions of this name run ``agent``.
+
+    ``agent`` is a ``runtime.agent.Agent`` (typed loosely here: the agent module imports
+    this one). The scheduler calls its ``run_nested(task, scheduler=..., node=...)``.
+    """
 
     name: str
-    instructions: str
-    model: ModelClient | None = None
+    agent: Any
     description: str = ""
     type: str = "agent"
+
+    @property
+    def instructions(self) -> str:
+        return str(getattr(self.agent, "instructions", None) or "")
 
     @property
     def parameters(self) -> dict[str, Any]:
@@ -131,10 +137,11 @@ class AgentSpec:
         return [], dict(params)
 
     def schema(self) -> dict[str, Any]:
+        first_line = self.instructions.strip().split("\n", 1)[0]
         return {
             "type": "agent",
             "name": self.name,
-            "description": self.description or self.instructions.split("\n", 1)[0],
+            "description": self.description or first_line,
             "parameters": self.parameters,
         }
 
@@ -279,12 +286,20 @@ class Registry:
         name: str,
         instructions: str,
         *,
-        model: ModelClient | None = None,
+        model: Any = None,
         description: str = "",
+        tools: Sequence[str | Callable[..., Any]] | None = None,
     ) -> AgentSpec:
-        """Register an agent: ``type="agent"`` actions named ``name`` run a nested run."""
-        spec = AgentSpec(name, instructions, model, description)
-        self._entries["agent"][name] = spec
+        """Register an agent (a shortcut for ``Agent(name, ..., registry=this)``):
+        ``type="agent"`` actions named ``name`` run its own loop, nested."""
+        from .agent import Agent  # the agent module imports this one
+
+        Agent(
+            name, instructions=instructions, model=model, description=description,
+            tools=tools, registry=self,
+        )  # fmt: skip
+        spec = self.get("agent", name)
+        assert isinstance(spec, AgentSpec)
         return spec
 
     def add_workflow(
@@ -308,6 +323,32 @@ class Registry:
             raise RegistrationError(repr(spec), "it has no name")
         self._entries[spec.type][spec.name] = spec
         return spec
+
+    def subset(self, entries: Iterable[str | Callable[..., Any]]) -> Registry:
+        """A registry of just ``entries``: names of registered entries (of any type) or
+        functions (registered ones by their entry; others are registered here as tools).
+        What an ``Agent(tools=[...])`` may call. Raises ``UnknownAction`` for a name
+        nothing is registered under."""
+        out = Registry(builtins=False)
+        for entry in entries:
+            if isinstance(entry, str):
+                found = [kinds[entry] for kinds in self._entries.values() if entry in kinds]
+                if not found:
+                    raise UnknownAction("tool", entry, self.names("tool"))
+                for spec in found:
+                    out.add(spec)
+                continue
+            spec_for = [
+                spec
+                for kinds in self._entries.values()
+                for spec in kinds.values()
+                if isinstance(spec, ToolSpec) and spec.func is entry
+            ]
+            if spec_for:
+                out.add(spec_for[0])
+            else:
+                out.register(entry)
+        return out
 
     def get(self, type: str, name: str) -> Spec:
         """The entry for an action; raises ``UnknownAction`` listing the names that exist."""

@@ -14,7 +14,6 @@ actions, skips pending ones and keeps everything already finished.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import inspect
 import statistics
@@ -45,6 +44,7 @@ from cortex_jupyter.protocol.events import (
     ProtocolError,
 )
 
+from .chunks import StreamingModel, text_client
 from .errors import (
     ActionTimeout,
     AgentDepthExceeded,
@@ -53,12 +53,13 @@ from .errors import (
     InvalidVariableName,
     NoModelConfigured,
     SchedulerNotRunning,
+    ToolExited,
     UnknownAction,
     WorkflowStepFailed,
 )
-from .events import ActionStatus, AnyEvent, End, Interrupt, Metric, Nested
+from .events import ActionStatus, AnyEvent, End, Interrupt, Metric
 from .graph import ActionNode, Graph, Update
-from .model import Message, ModelClient, complete
+from .model import Message, complete
 from .record import Run, summarize
 from .registry import AgentSpec, Registry, Step, ToolSpec, WorkflowSpec, default_registry
 from .variables import check_variable_name, find_references, resolve
@@ -117,7 +118,7 @@ class Scheduler:
         *,
         registry: Registry | None = None,
         namespace: Mapping[str, Any] | None = None,
-        model: ModelClient | None = None,
+        model: StreamingModel | None = None,
         on_event: EventCallback | None = None,
         bind: BindCallback | None = None,
         feeds: MutableMapping[str, str] | None = None,
@@ -142,7 +143,8 @@ class Scheduler:
         self.max_depth = max_depth
         self._on_event = on_event
         self._bind = bind
-        self._limiter = limiter if limiter is not None else anyio.CapacityLimiter(max_threads)
+        #: Bounds the worker threads of sync tools; shared with nested agents' runs.
+        self.limiter = limiter if limiter is not None else anyio.CapacityLimiter(max_threads)
         self._background = background
         self._background_scopes: dict[str, anyio.CancelScope] = {}
         self._tg: TaskGroup | None = None
@@ -480,36 +482,46 @@ class Scheduler:
         if isinstance(spec, WorkflowSpec):
             return functools.partial(self._run_workflow, node, spec, kwargs)
         if spec.type == "llm":
-            model = self._model_for(spec.type, spec.name, None)
+            model = self._model_for(spec.type, spec.name, node.id)
             return functools.partial(self._run_llm, spec, model, args, kwargs)
         if spec.type == "internal":
             kwargs["feeds"] = self.feeds
         return functools.partial(self._call, spec, args, kwargs)
 
     async def _call(self, spec: ToolSpec, args: list[Any], kwargs: dict[str, Any]) -> Any:
-        if spec.is_async or spec.type == "internal":
-            result = spec.func(*args, **kwargs)
-        else:
-            call = functools.partial(spec.func, *args, **kwargs)
-            result = await anyio.to_thread.run_sync(
-                call, abandon_on_cancel=True, limiter=self._limiter
-            )
-        return await result if inspect.isawaitable(result) else result
+        try:
+            if spec.is_async or spec.type == "internal":
+                result = spec.func(*args, **kwargs)
+            else:
+                call = functools.partial(spec.func, *args, **kwargs)
+                result = await anyio.to_thread.run_sync(
+                    call, abandon_on_cancel=True, limiter=self.limiter
+                )
+            return await result if inspect.isawaitable(result) else result
+        except anyio.get_cancelled_exc_class():
+            raise  # the run is being stopped: not the tool's failure
+        except Exception:
+            raise
+        except BaseException as exc:  # SystemExit from argparse, the tool's own Ctrl-C...
+            raise ToolExited(exc) from exc
 
-    def _model_for(self, type: str, name: str, own: ModelClient | None) -> ModelClient:
-        model = own if own is not None else self.model
+    def _model_for(self, type: str, name: str, action_id: str) -> StreamingModel:
+        """The model an ``llm`` action asks: the run's, or for a script its
+        ``--- reply to ID ---`` section (never the script's next turn)."""
+        model = self.model
         if model is None:
             raise NoModelConfigured(type, name)
-        return model
+        sub = getattr(model, "for_action", None)
+        return sub(action_id) if sub is not None else model
 
     async def _run_llm(
-        self, spec: ToolSpec, model: ModelClient, args: list[Any], kwargs: dict[str, Any]
+        self, spec: ToolSpec, model: StreamingModel, args: list[Any], kwargs: dict[str, Any]
     ) -> str:
         prompt = await self._call(spec, args, kwargs)
         messages: list[Message] = (
             [{"role": "user", "content": str(prompt)}] if not isinstance(prompt, list) else prompt
         )
-        return await complete(model, messages)
+        return await complete(text_client(model), messages)
 
     async def _run_workflow(
         self, parent: ActionNode, spec: WorkflowSpec, params: dict[str, Any]
@@ -552,33 +564,13 @@ class Scheduler:
         return node
 
     async def _run_agent(self, parent: ActionNode, spec: AgentSpec, params: dict[str, Any]) -> str:
-        model = self._model_for("agent", spec.name, spec.model)
         if self.depth + 1 > self.max_depth:
             raise AgentDepthExceeded(spec.name, self.depth)
         task = str(params["task"])
         if params.get("context") is not None:
             task += f"\n\nContext:\n{params['context']}"
-        messages: list[Message] = [
-            {"role": "system", "content": spec.instructions},
-            {"role": "user", "content": task},
-        ]
-        child = Scheduler(
-            registry=self.registry,
-            namespace=self.namespace,
-            model=model,
-            on_event=lambda event: self._emit(Nested(parent.id, event)),
-            feeds=dict(self.feeds),
-            internal=self.internal,
-            retry=self.retry,
-            depth=self.depth + 1,
-            max_depth=self.max_depth,
-            limiter=self._limiter,
-        )
-        parent.subrun = child.run
-        async with child, contextlib.aclosing(parse_chunks(model.stream(messages))) as events:
-            async for event in events:
-                child.submit(event)
-        return child.run.response
+        answer: str = await spec.agent.run_nested(task, scheduler=self, node=parent)
+        return answer
 
     # ---- events ---------------------------------------------------------------------
 

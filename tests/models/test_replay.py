@@ -17,8 +17,9 @@ from cortex_jupyter.models import OpenAIModel, ScriptModel, StreamDropped
 from cortex_jupyter.models.replay import ReplayExhausted, ReplayModel
 from cortex_jupyter.runtime import Registry, Run
 from cortex_jupyter.runtime.chunks import ModelChunk, TextChunk, ToolCallReady, Usage
-from cortex_jupyter.runtime.loop import Conversation, run_agent
+from cortex_jupyter.runtime.loop import Conversation
 from cortex_jupyter.runtime.transcript import turns_of
+from tests.agents import run_agent
 
 from .fake_openai_server import (
     FakeOpenAIServer,

@@ -12,6 +12,7 @@ import pytest
 from cortex_jupyter.protocol import Parser
 from cortex_jupyter.protocol.events import Action, ActionReady, Event
 from cortex_jupyter.runtime import Registry, RetryPolicy, Run, run_stream
+from cortex_jupyter.runtime.chunks import Finish, ModelChunk, TextChunk
 from cortex_jupyter.runtime.model import Message
 
 FAST_RETRY = RetryPolicy(base=0.01, factor=2.0, max_delay=0.05)
@@ -33,12 +34,18 @@ class FakeModel:
         self.delay = delay
         self.calls: list[list[Message]] = []
 
-    async def stream(self, messages: Sequence[Message], /) -> AsyncIterator[str]:
+    name = "fake"
+
+    async def stream(
+        self, messages: Sequence[Message], **options: Any
+    ) -> AsyncIterator[ModelChunk]:
+        """A ``StreamingModel``: the reply as text chunks, then ``Finish("stop")``."""
         self.calls.append(list(messages))
         text = self.reply(messages) if callable(self.reply) else self.reply
         for start in range(0, len(text), self.chunk):
             await anyio.sleep(self.delay)
-            yield text[start : start + self.chunk]
+            yield TextChunk(text[start : start + self.chunk])
+        yield Finish("stop")
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import pytest
 
 from cortex_jupyter.protocol.events import Action, ActionReady
 from cortex_jupyter.runtime import Registry, run_stream
+from cortex_jupyter.runtime.chunks import ModelChunk, TextChunk
 from cortex_jupyter.runtime.feeds import FeedError, FeedSet, FeedSpec, FeedUnavailable
 from cortex_jupyter.runtime.model import Message
 
@@ -48,8 +49,10 @@ def counting_registry() -> tuple[Registry, dict[str, int]]:
 
 
 class EchoModel:
-    async def stream(self, messages: Sequence[Message], /) -> AsyncIterator[str]:
-        yield "model says: " + messages[-1]["content"]
+    name = "echo"
+
+    async def stream(self, messages: Sequence[Message], **_: Any) -> AsyncIterator[ModelChunk]:
+        yield TextChunk("model says: " + messages[-1]["content"])
 
 
 # ---- declaring --------------------------------------------------------------------------

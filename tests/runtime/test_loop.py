@@ -18,7 +18,7 @@ from cortex_jupyter.models import (
     StreamDropped,
     UnknownModel,
 )
-from cortex_jupyter.runtime import End, InternalPolicy, Interrupt, Metric, Registry, Run
+from cortex_jupyter.runtime import Agent, End, InternalPolicy, Interrupt, Metric, Registry, Run
 from cortex_jupyter.runtime.chunks import (
     Finish,
     Message,
@@ -32,7 +32,8 @@ from cortex_jupyter.runtime.chunks import (
 )
 from cortex_jupyter.runtime.events import ChatEntry, Chunk, Turn, TurnEnd
 from cortex_jupyter.runtime.feeds import FeedSet, FeedSpec
-from cortex_jupyter.runtime.loop import Conversation, continue_run, run_agent
+from cortex_jupyter.runtime.loop import Conversation
+from tests.agents import continue_run, run_agent
 
 pytestmark = pytest.mark.anyio
 
@@ -231,8 +232,8 @@ async def test_the_turn_limit_stops_the_run_and_says_so(registry: Registry) -> N
     )
     assert run.status == "turn_limit" and run.turns == 2 and len(model.calls) == 2
     assert run.reason == (
-        "stopped after 2 turns without a final response; continue it with continue_run(...), "
-        "or allow more turns (max_turns=...)"
+        "stopped after 2 turns without a final response; continue it with "
+        "Agent.continue_run(...), or allow more turns (max_turns=...)"
     )
     assert [e.outcome for e in kinds(run, TurnEnd)] == ["results", "limit"]
     assert kinds(run, Interrupt)[-1].reason == "turn limit"
@@ -248,10 +249,13 @@ async def test_the_turn_limit_stops_the_run_and_says_so(registry: Registry) -> N
     )
 
 
-@pytest.mark.parametrize("bad", [0, -1])
-async def test_max_turns_must_be_positive(registry: Registry, bad: int) -> None:
-    with pytest.raises(ValueError, match="max_turns must be at least 1"):
-        await run_agent("x", model=ScriptModel("x"), registry=registry, max_turns=bad)
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True])
+def test_max_turns_must_be_a_positive_whole_number(registry: Registry, bad: Any) -> None:
+    # refused when the Agent is made, not at its first run
+    with pytest.raises(
+        ValueError, match=f"max_turns must be a whole number, at least 1; got {bad!r}"
+    ):
+        Agent(model=ScriptModel("x"), registry=registry, max_turns=bad)
 
 
 # ---- memory -----------------------------------------------------------------------------

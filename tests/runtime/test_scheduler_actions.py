@@ -21,6 +21,7 @@ from cortex_jupyter.runtime import (
     Step,
     run_stream,
 )
+from cortex_jupyter.runtime.chunks import TextChunk
 from cortex_jupyter.runtime.model import Message
 
 pytestmark = pytest.mark.anyio
@@ -243,7 +244,12 @@ async def test_agent_uses_the_session_model_and_says_when_there_is_none(
         [act("a", "calc", type="agent", parameters={"task": "t"})], registry=registry, model=model
     )
     assert run.actions["a"].status == "done"
-    assert model.calls[0][0] == {"role": "system", "content": "You add numbers."}
+    system = model.calls[0][0]
+    # the nested agent's own loop: its instructions, and the protocol taught to its model
+    assert system["role"] == "system"
+    assert "# Your instructions\n\nYou add numbers." in system["content"]
+    assert "# How you answer: the Cortex protocol" in system["content"]
+    assert model.calls[0][1] == {"role": "user", "content": "t"}
 
 
 async def test_agents_cannot_nest_without_limit(
@@ -322,5 +328,7 @@ async def test_allowed_internal_actions_change_the_context(act: Act, tmp_path: P
 
 
 class _Echo:
-    async def stream(self, messages: Sequence[Message], /) -> Any:
-        yield messages[-1]["content"]
+    name = "echo"
+
+    async def stream(self, messages: Sequence[Message], **_: Any) -> Any:
+        yield TextChunk(messages[-1]["content"])

@@ -15,8 +15,9 @@ from cortex_jupyter.models import OpenAIModel, ScriptModel
 from cortex_jupyter.models.replay import ReplayModel
 from cortex_jupyter.runtime import Registry, Run
 from cortex_jupyter.runtime.chunks import Message, ModelChunk, TextChunk
-from cortex_jupyter.runtime.loop import Conversation, continue_run, run_agent
+from cortex_jupyter.runtime.loop import Conversation
 from cortex_jupyter.runtime.transcript import continue_note, load_run, run_messages, turns_of
+from tests.agents import continue_run, run_agent
 
 pytestmark = pytest.mark.anyio
 

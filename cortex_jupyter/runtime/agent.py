@@ -1,0 +1,331 @@
+"""The ``Agent``: one frozen configuration of a model loop, and the runtime's public face.
+
+Before it existed, ``run_agent`` took twenty keyword parameters and handed most of them on,
+again by keyword, to the loop and the scheduler, and the session kept a dict of a dozen
+more. An ``Agent`` holds what describes an agent (instructions, the tools it may call, its
+model, dialect, turn limit, feeds, sampling settings) and every layer reads it; what
+changes from one run to the next (the prompt, the notebook namespace, the conversation to
+continue, where events go) is passed to ``run``.
+
+A named ``Agent`` registers itself as the ``type="agent"`` action of that name: a model
+that writes ``<action type="agent">{"name": "researcher", "parameters": {"task": ...}}``
+runs that agent's own loop (its instructions, the protocol taught in its system prompt,
+its tools, up to its own ``max_turns``, on its own model or the caller's), nested under
+the calling node. The latest Agent created under a name is the one that runs (like
+re-running a cell that defines a tool).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import ChainMap
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.from_thread
+from anyio.abc import TaskGroup
+
+from .chunks import StreamingModel
+from .errors import AgentDidNotAnswer, NoModelConfigured
+from .events import AnyEvent, Nested
+from .feeds import FeedSet
+from .loop import MAX_TURNS, RESULT_LIMIT, Conversation, Loop
+from .prompt import describe_variables
+from .record import Run
+from .registry import AgentSpec, Registry, default_registry
+from .scheduler import InternalPolicy, RetryPolicy, Scheduler
+from .transcript import RunSource, continue_note, load_runs
+from .variables import find_references
+
+if TYPE_CHECKING:
+    from .graph import ActionNode
+
+__all__ = ["Agent", "RunHooks"]
+
+#: The dialects an agent can be taught; checked when the Agent is made, not at its first run.
+_DIALECTS = ("cortex", "sigil", "cogency", "hermes", "auto")
+
+
+@dataclass(frozen=True)
+class RunHooks:
+    """How a run reports to whoever hosts it (a notebook session, a test).
+
+    ``on_event`` receives every event as it happens; ``bind`` is called with each
+    ``output_key`` and its value when an action finishes (a notebook binds it as a
+    variable); ``background`` is the task group that owns ``fire_and_forget`` actions
+    when they may outlive the run (``None``: the run waits for them).
+    """
+
+    on_event: Callable[[AnyEvent], None] | None = None
+    bind: Callable[[str, Any], None] | None = None
+    background: TaskGroup | None = None
+
+
+@dataclass(frozen=True)
+class Agent:
+    """An agent: a model, what it is told, and what it may call (see the module docstring).
+
+    ``tools`` are the entries it may call: names (``"get_weather"``, ``"cache.get"``, an
+    agent's name) or registered functions; ``None`` means everything in ``registry``
+    (the default registry unless given). ``model`` is any ``StreamingModel``; ``None``
+    means the caller's (the session's, or the parent run's for a nested agent).
+    ``max_depth`` limits how deep agents may call agents.
+    """
+
+    name: str | None = None
+    instructions: str | None = None
+    tools: Sequence[str | Callable[..., Any]] | None = None
+    model: StreamingModel | None = None
+    dialect: str = "cortex"
+    max_turns: int = MAX_TURNS
+    feeds: FeedSet | None = None
+    native_tools: bool = False
+    temperature: float | None = None
+    max_tokens: int | None = None
+    result_limit: int = RESULT_LIMIT
+    registry: Registry | None = field(default=None, repr=False)
+    internal: InternalPolicy | None = None
+    retry: RetryPolicy | None = None
+    description: str = ""
+    max_depth: int = 3
+
+    def __post_init__(self) -> None:
+        _check(self)
+        if self.tools is not None and not isinstance(self.tools, tuple):
+            object.__setattr__(self, "tools", tuple(self.tools))
+        if self.name is not None:
+            self.home.add(AgentSpec(self.name, self, self.description))
+
+    # ---- configuration --------------------------------------------------------------
+
+    @property
+    def home(self) -> Registry:
+        """The registry its tools are looked up in (and where a named agent is registered)."""
+        return self.registry if self.registry is not None else default_registry
+
+    def callable(self) -> Registry:
+        """What this agent may call: its ``tools`` out of ``home``, or all of ``home``."""
+        if self.tools is None:
+            return self.home
+        return self.home.subset(self.tools)
+
+    def with_options(self, **changes: Any) -> Agent:
+        """A copy with ``changes`` applied that is not registered under its name (the
+        session's per-cell settings, which must not replace the registered agent)."""
+        known = {f.name for f in fields(self)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise TypeError(f"Agent has no option {', '.join(map(repr, unknown))}")
+        copy = object.__new__(Agent)
+        for f in fields(self):
+            object.__setattr__(copy, f.name, changes.get(f.name, getattr(self, f.name)))
+        _check(copy)
+        return copy
+
+    # ---- running --------------------------------------------------------------------
+
+    async def run(
+        self,
+        prompt: str,
+        *,
+        namespace: Mapping[str, Any] | None = None,
+        conversation: Conversation | None = None,
+        hooks: RunHooks | None = None,
+        run: Run | None = None,
+        variables: Iterable[str] | None = None,
+        taken_ids: Iterable[str] = (),
+    ) -> Run:
+        """Run ``prompt``: turns of model replies and actions until a final answer.
+
+        ``namespace`` is what ``$name`` may reach beyond the run's own outputs and feeds
+        (a notebook session passes only the names the model may see). ``conversation``
+        is the memory to continue (a fresh one when ``None``); the prompt, the replies
+        and the results are appended to it. ``variables`` are the names described in
+        the system prompt (by default those the prompt refers to as ``$name`` that
+        exist in ``namespace``). ``taken_ids`` are action ids of earlier runs.
+
+        Returns the run record; a failing model does not raise (the run then ends
+        ``interrupted``, ``failed`` or ``truncated``; ``run.reason`` says why), only a
+        failing runtime or a cancelled run. Pass ``run=Run()`` to keep a handle.
+        """
+        model = self._model(None)
+        space: Mapping[str, Any] = namespace if namespace is not None else {}
+        feeds = self.feeds if self.feeds is not None else FeedSet()
+        names = variables
+        if names is None:
+            names = [n for n in find_references(prompt) if n in space and n not in feeds]
+        scheduler = self._scheduler(model, space, feeds, hooks or RunHooks(), run)
+        loop = Loop(
+            self,
+            model=model,
+            conversation=conversation if conversation is not None else Conversation(),
+            scheduler=scheduler,
+            feeds=feeds,
+            variables=describe_variables(space, names),
+            taken_ids=taken_ids,
+        )
+        active = feeds.active(registry=scheduler.registry, namespace=space, model=model)
+        async with scheduler, active:
+            await loop.go(prompt)
+        return scheduler.run
+
+    async def continue_run(
+        self,
+        previous: RunSource,
+        *,
+        namespace: Mapping[str, Any] | None = None,
+        conversation: Conversation | None = None,
+        hooks: RunHooks | None = None,
+        run: Run | None = None,
+    ) -> Run:
+        """Go on with a run that stopped (interrupted, cancelled, truncated, turn limit)
+        as a new run.
+
+        The model is told where its reply stopped and is given the results of the actions
+        that already ran, so it neither repeats text nor actions. ``conversation`` is the
+        memory the earlier run used (rebuilt from ``previous`` when ``None``). The earlier
+        run's outputs stay reachable as ``$name`` and its action ids stay taken.
+        """
+        (before,) = load_runs([previous])
+        if conversation is None:
+            conversation = Conversation.from_run(before)
+        note = continue_note(before, dialect=self.dialect, limit=self.result_limit)
+        # The notebook first: a value the user changed since wins over the earlier output.
+        notebook: Mapping[str, Any] = namespace if namespace is not None else {}
+        space = ChainMap(dict(notebook), dict(before.variables))
+        return await self.run(
+            note,
+            namespace=space,
+            conversation=conversation,
+            hooks=hooks,
+            run=run,
+            taken_ids=set(before.actions),
+        )
+
+    def run_sync(self, prompt: str, **options: Any) -> Run:
+        """``run`` for plain scripts (no event loop of your own): blocks until the run ends.
+
+        Works inside a running event loop too (a notebook cell): the run then goes to a
+        worker thread with its own loop, so the caller's loop is not re-entered.
+        """
+        with anyio.from_thread.start_blocking_portal() as portal:
+            return portal.call(functools.partial(self.run, prompt, **options))
+
+    async def run_nested(self, task: str, *, scheduler: Scheduler, node: ActionNode) -> str:
+        """Run as the ``agent`` action ``node`` of ``scheduler``'s run: its own loop, its
+        events forwarded under ``node`` (``Nested``); its answer is the action's output
+        and its run is ``node.subrun``."""
+        model = self._model(scheduler.model, node.id)
+        child = Run()
+        node.subrun = child
+        space = scheduler.namespace
+        feeds = self.feeds if self.feeds is not None else FeedSet()
+        nested = Scheduler(
+            registry=self.callable(),
+            namespace=space,
+            model=model,
+            on_event=lambda event: scheduler.emit(Nested(node.id, event)),
+            feeds=feeds,
+            internal=self.internal,
+            retry=self.retry,
+            run=child,
+            depth=scheduler.depth + 1,
+            max_depth=min(self.max_depth, scheduler.max_depth),
+            limiter=scheduler.limiter,
+        )
+        loop = Loop(
+            self,
+            model=model,
+            conversation=Conversation(),
+            scheduler=nested,
+            feeds=feeds,
+            variables=describe_variables(space, [n for n in find_references(task) if n in space]),
+            taken_ids=(),
+        )
+        active = feeds.active(registry=nested.registry, namespace=space, model=model)
+        async with nested, active:
+            await loop.go(task)
+        if child.status != "completed":
+            raise AgentDidNotAnswer(self.name or "agent", child.status, child.reason)
+        return child.response
+
+    # ---- helpers ----------------------------------------------------------------------
+
+    def _model(self, fallback: StreamingModel | None, action_id: str | None = None) -> Any:
+        model = self.model if self.model is not None else fallback
+        if model is None:
+            raise NoModelConfigured("agent", self.name or "(unnamed)")
+        if action_id is not None and self.model is None:
+            # A nested agent on the caller's model: a script answers it from its own
+            # "--- reply to ID ---" section, never with the caller's next turn.
+            sub = getattr(model, "for_action", None)
+            if sub is not None:
+                model = sub(action_id)
+        return model
+
+    def _scheduler(
+        self,
+        model: StreamingModel,
+        space: Mapping[str, Any],
+        feeds: FeedSet,
+        hooks: RunHooks,
+        run: Run | None,
+    ) -> Scheduler:
+        return Scheduler(
+            registry=self.callable(),
+            namespace=space,
+            model=model,
+            on_event=hooks.on_event,
+            bind=hooks.bind,
+            feeds=feeds,
+            internal=self.internal,
+            retry=self.retry,
+            background=hooks.background,
+            run=run,
+            max_depth=self.max_depth,
+        )
+
+    def __repr__(self) -> str:
+        shown = [repr(self.name)] if self.name is not None else []
+        if self.model is not None:
+            shown.append(f"model={getattr(self.model, 'name', self.model)!r}")
+        if self.tools is not None:
+            shown.append(f"tools={[_tool_name(t) for t in self.tools]!r}")
+        shown.append(f"dialect={self.dialect!r}")
+        return f"Agent({', '.join(shown)})"
+
+
+def _check(agent: Agent) -> None:
+    """Refuse a configuration that could only fail later, with a sentence saying why."""
+    if agent.name is not None and (not isinstance(agent.name, str) or not agent.name.strip()):
+        raise ValueError(f"an agent's name must be a non-empty string; got {agent.name!r}")
+    if agent.name is not None and any(c.isspace() for c in agent.name):
+        raise ValueError(f"an agent's name cannot contain spaces; got {agent.name!r}")
+    if agent.dialect not in _DIALECTS:
+        raise ValueError(
+            f"unknown protocol dialect {agent.dialect!r}; choose one of: {', '.join(_DIALECTS)}"
+        )
+    for label, value in (("max_turns", agent.max_turns), ("result_limit", agent.result_limit)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{label} must be a whole number, at least 1; got {value!r}")
+    if agent.tools is not None:
+        if isinstance(agent.tools, str):
+            raise TypeError(
+                "tools must be a list of names or functions, not one string: "
+                f"tools=[{agent.tools!r}]"
+            )
+        for entry in agent.tools:
+            if not isinstance(entry, str) and not callable(entry):
+                raise TypeError(f"tools holds {entry!r}, which is neither a name nor a function")
+    model = agent.model
+    if model is not None and (isinstance(model, str) or not hasattr(model, "stream")):
+        raise TypeError(
+            f"model must be a model object such as OpenAIModel({model!r}) from "
+            f"cortex_jupyter.models, not {type(model).__name__} {model!r}"
+        )
+
+
+def _tool_name(entry: str | Callable[..., Any]) -> str:
+    return entry if isinstance(entry, str) else getattr(entry, "__name__", repr(entry))
