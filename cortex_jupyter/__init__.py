@@ -25,6 +25,8 @@ __all__ = [
     "Scheduler",
     "__version__",
     "default_registry",
+    "expose",
+    "hide",
     "load_ipython_extension",
     "tool",
     "unload_ipython_extension",
@@ -54,6 +56,24 @@ def unload_ipython_extension(ipython: InteractiveShell) -> None:
     from cortex_jupyter.magic import unregister
 
     unregister(ipython)
+
+
+def expose(*names: str) -> None:
+    """Let models reach these notebook names with ``$name`` (``%cortex expose``); glob
+    patterns such as ``"df_*"`` work. IPython's own names and modules are never exposed:
+    naming one raises ``ValueError`` saying why."""
+    from cortex_jupyter.session import current_session
+
+    refused = current_session("expose").expose(names)
+    if refused:
+        raise ValueError("; ".join(refused))
+
+
+def hide(*names: str) -> None:
+    """Take these names out of what models may reach (``%cortex hide``)."""
+    from cortex_jupyter.session import current_session
+
+    current_session("hide").hide(names)
 
 
 def __getattr__(name: str) -> Any:

@@ -20,12 +20,15 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode
 
+from cortex_jupyter.runtime.secrets import redact
 from cortex_jupyter.session import CellOptions, Session, forget, session_for
 
 DIALECTS = ("cortex", "sigil", "cogency", "auto")
 COMMANDS = (
     "tools",
     "vars",
+    "expose",
+    "hide",
     "history",
     "reset",
     "prompt",
@@ -59,6 +62,10 @@ class CortexMagics(Magics):
     native_tools = Bool(False, help="Also offer tools as the endpoint's native tools=.").tag(
         config=True
     )
+    overwrite = Bool(
+        False,
+        help="Let an action's output_key replace a notebook name cortex did not bind.",
+    ).tag(config=True)
     display = CaselessStrEnum(
         ("auto", "widgets", "text"), "auto", help="How runs are shown: widgets, text or auto."
     ).tag(config=True)
@@ -92,6 +99,11 @@ class CortexMagics(Magics):
     @argument("--max-tokens", metavar="N", help="Most tokens per reply.")
     @argument("--native-tools", action="store_true", help="Offer tools as native tools=.")
     @argument("--text", action="store_true", help="Show the run as plain text, not widgets.")
+    @argument(
+        "--overwrite",
+        action="store_true",
+        help="Let output_key replace notebook names cortex did not bind (not builtins).",
+    )
     @cell_magic
     def cortex(self, line: str, cell: str) -> None:
         """Send the cell to a model and stream its thought, actions and answer live.
@@ -144,6 +156,7 @@ class CortexMagics(Magics):
             native_tools=bool(args.native_tools) or self.native_tools,
             display="text" if args.text else self.display,
             agent=args.agent,
+            overwrite=bool(args.overwrite) or self.overwrite,
             given=frozenset(
                 name
                 for name in ("model", "dialect", "max_turns", "temperature", "max_tokens")
@@ -172,22 +185,54 @@ class CortexMagics(Magics):
                     print("    " + json.dumps(parameters, ensure_ascii=False))
 
     def _cmd_vars(self, args: list[str]) -> None:
-        """The notebook variables runs have bound, with the run that bound them."""
-        bound = self.session.bound
-        if not bound:
-            print("No variables bound yet: an action's output_key becomes a notebook variable.")
-            return
-        namespace = self.session.shell.user_ns
-        for name, run_id in bound.items():
-            value = namespace.get(name, "<deleted>")
-            text = repr(value)
-            text = text if len(text) <= 80 else text[:77] + "..."
-            print(f"{name} = {text}  (run {run_id})")
+        """What a model may reach with $name, and why (besides what a cell's prompt names)."""
+        session = self.session
+        visible = session.scope("").reasons()
+        namespace = session.shell.user_ns
+        if visible:
+            print("A model may reach these notebook names (and any a cell writes as $name):")
+            for name, why in visible.items():
+                text = redact(repr(namespace.get(name)))
+                text = text if len(text) <= 70 else text[:67] + "..."
+                run = session.bound.get(name)
+                where = f", run {run}" if run and why.startswith("bound") else ""
+                print(f"  {name} = {text}  ({why}{where})")
+        else:
+            print(
+                "A model reaches no notebook name but those a cell writes as $name (and the "
+                "outputs of its own run). %cortex expose NAME gives it more."
+            )
+        patterns = [p for p in session.exposed if any(c in p for c in "*?[")]
+        if patterns:
+            print(f"Exposed patterns: {', '.join(patterns)}")
+        if session.hidden:
+            print(f"Hidden: {', '.join(sorted(session.hidden))}")
+
+    def _cmd_expose(self, args: list[str]) -> None:
+        """Let models reach notebook names: %cortex expose NAME [NAME ...] (patterns: df_*)."""
+        if not args:
+            raise UsageError("%cortex expose: name the variables, e.g. %cortex expose df report")
+        refused = self.session.expose(args)
+        for why in refused:
+            print(f"cortex: not exposed: {why}.")
+        taken = [a for a in args if not any(w.startswith(f"${a} ") for w in refused)]
+        if taken:
+            print(f"Exposed to models: {', '.join(taken)} (%cortex hide NAME takes it back).")
+
+    def _cmd_hide(self, args: list[str]) -> None:
+        """Take names out of what models may reach: %cortex hide NAME [NAME ...]."""
+        if not args:
+            raise UsageError("%cortex hide: name the variables, e.g. %cortex hide df")
+        self.session.hide(args)
+        print(
+            f"Hidden from models: {', '.join(args)} (a prompt that writes $name still "
+            "passes it: you wrote it there)."
+        )
 
     def _cmd_history(self, args: list[str]) -> None:
         """The conversation so far (what the model will see next time)."""
         conversation = self.session.conversation
-        print(str(conversation) if len(conversation) else "The conversation is empty.")
+        print(redact(str(conversation)) if len(conversation) else "The conversation is empty.")
 
     def _cmd_reset(self, args: list[str]) -> None:
         """Forget the conversation; the next %%cortex starts fresh."""

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from collections import ChainMap
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -22,8 +22,12 @@ from anyio.abc import TaskGroup
 
 from cortex_jupyter._bridge import Bridge, Emit, Loop
 from cortex_jupyter.runtime import Agent, Registry, Run, RunHooks, default_registry
+from cortex_jupyter.runtime.errors import InvalidVariableName
 from cortex_jupyter.runtime.feeds import FeedSet
 from cortex_jupyter.runtime.loop import Conversation
+from cortex_jupyter.runtime.scope import Scope, never_visible
+from cortex_jupyter.runtime.secrets import redact
+from cortex_jupyter.runtime.variables import find_references
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -113,6 +117,8 @@ class CellOptions:
     agent: str | None = None
     #: The options the cell's line gave explicitly (they override a named agent's own).
     given: frozenset[str] = frozenset()
+    #: ``--overwrite``: an ``output_key`` may replace a notebook name cortex did not bind.
+    overwrite: bool = False
 
 
 #: A cell's run: given the emit callback and the task group that owns its
@@ -141,7 +147,7 @@ class _TextView:
         self.late: Callable[[list[Any]], None] | None = None
 
     def _write(self, text: str) -> None:
-        self._out.write(text)
+        self._out.write(redact(text))
 
     def deliver(self, events: list[Any]) -> None:
         now = time.monotonic()
@@ -229,8 +235,13 @@ class Session:
         self.feeds: FeedSet | None = None
         self.last: NotebookRun | None = None
         self.last_options: CellOptions | None = None
+        self.last_prompt = ""
         #: notebook names bound by runs -> the id of the run that bound them
         self.bound: dict[str, str] = {}
+        #: names and glob patterns the user exposed to models (``%cortex expose``)
+        self.exposed: list[str] = []
+        #: names the user hid again (``%cortex hide``): not visible through bound/exposed
+        self.hidden: set[str] = set()
         #: Made for the first run whose fire_and_forget actions may outlive their cell.
         self._loop: Loop | None = None
         #: Runs whose fire_and_forget actions went to that loop (pruned when they end).
@@ -248,18 +259,21 @@ class Session:
         offline = options.script or options.replay is not None
         conversation = Conversation() if offline else self.conversation
         run = NotebookRun()
+        # A replayed transcript is a model's text: only a prompt or a script is the user's.
+        scope = self.scope("" if options.replay is not None else prompt, script=options.script)
 
         async def job(emit: Emit, background: TaskGroup | None) -> Run:
             return await agent.run(
                 "" if options.script else prompt,
-                namespace=self.shell.user_ns,
+                namespace=scope,
                 conversation=conversation,
-                hooks=self._hooks(run, emit, background),
+                hooks=self._hooks(run, emit, background, options.overwrite),
                 run=run,
             )
 
         self.last_options = options
-        return self._execute(job, run, _model_name(agent), options.display)
+        self.last_prompt = prompt
+        return self._execute(job, run, _model_name(agent), options.display, scope)
 
     def continue_last(self) -> NotebookRun:
         """``%cortex continue``: go on with the last run where it stopped."""
@@ -279,24 +293,66 @@ class Session:
         # The same agent and settings as the cell that ran it (its sampling settings too).
         agent = self._agent("", options)
         run = NotebookRun()
+        scope = self.scope(self.last_prompt)  # what the cell it continues could reach
 
         async def job(emit: Emit, background: TaskGroup | None) -> Run:
             return await agent.continue_run(
                 previous,
-                namespace=self.shell.user_ns,
+                namespace=scope,
                 conversation=self.conversation,
-                hooks=self._hooks(run, emit, background),
+                hooks=self._hooks(run, emit, background, options.overwrite),
                 run=run,
             )
 
-        return self._execute(job, run, _model_name(agent), options.display)
+        return self._execute(job, run, _model_name(agent), options.display, scope)
 
-    def _hooks(self, run: Run, emit: Emit, background: TaskGroup | None) -> RunHooks:
+    def _hooks(
+        self, run: Run, emit: Emit, background: TaskGroup | None, overwrite: bool
+    ) -> RunHooks:
         return RunHooks(
             on_event=emit,
-            bind=lambda name, value: self._bind(run, name, value),
+            bind=lambda name, value: self._bind(run, name, value, overwrite),
             background=background,
         )
+
+    # ---- what a model may reach --------------------------------------------------
+
+    def scope(self, prompt: str, *, script: bool = False) -> Scope:
+        """The notebook names a run of ``prompt`` may reach with ``$name``: the ones the
+        prompt writes, the ones cortex runs bound, the ones exposed (ARCHITECTURE.md,
+        "Scope"). For a ``--script`` cell ``prompt`` is the script, the user's own text."""
+        return Scope(
+            self.shell.user_ns,
+            prompt=find_references(prompt),
+            bound=self.bound,
+            exposed=self.exposed,
+            hidden=self.hidden,
+            script=script,
+        )
+
+    def expose(self, names: Iterable[str]) -> list[str]:
+        """Let models reach ``names`` (names or glob patterns such as ``df_*``); returns
+        the ones that can never be exposed, with why (IPython's own names, modules)."""
+        refused = []
+        for name in names:
+            value = self.shell.user_ns.get(name)
+            why = never_visible(name, value) if not _is_pattern(name) else None
+            if why is not None:
+                refused.append(why)
+                continue
+            self.hidden.discard(name)
+            if name not in self.exposed:
+                self.exposed.append(name)
+        return refused
+
+    def hide(self, names: Iterable[str]) -> None:
+        """Take ``names`` out of what models may reach (exposed, or bound by runs); a
+        prompt that writes ``$name`` still reaches it: the user wrote it there."""
+        for name in names:
+            if name in self.exposed:
+                self.exposed.remove(name)
+            if not _is_pattern(name):
+                self.hidden.add(name)
 
     def _agent(self, body: str, options: CellOptions) -> Agent:
         """The agent a cell runs: the session's defaults (the cell's options, the
@@ -360,10 +416,12 @@ class Session:
         except (ModelError, OSError, ValueError) as exc:
             raise CortexRunError(str(exc)) from None
 
-    def _execute(self, job: Job, run: NotebookRun, model: str, display: str) -> NotebookRun:
+    def _execute(
+        self, job: Job, run: NotebookRun, model: str, display: str, scope: Scope
+    ) -> NotebookRun:
         self.shell.user_ns[RUN_VARIABLE] = run
         self.last = run
-        view = self._view(model, run, display)
+        view = self._view(model, run, display, scope)
         # When the view can show late events, fire_and_forget actions belong to the
         # session's loop and the cell ends with the run, not with them.
         loop = self._background_loop() if view.late is not None else None
@@ -416,13 +474,13 @@ class Session:
             self._loop.close()
             self._loop = None
 
-    def _view(self, model: str, run: Run, display: str) -> _View:
+    def _view(self, model: str, run: Run, display: str, scope: Scope) -> _View:
         if display == "text" or (display == "auto" and not self._has_widgets()):
             return _TextView(model)
         scopes: list[Mapping[str, Any]] = [run.variables]
         if self.feeds is not None:
             scopes.append(self.feeds)
-        scopes.append(self.shell.user_ns)
+        scopes.append(scope)  # $name in the response shows only what the model may reach
 
         def values() -> Mapping[str, Any]:
             return ChainMap(*scopes)  # type: ignore[arg-type]
@@ -433,8 +491,15 @@ class Session:
         """Whether a front end that renders widgets is attached (a kernel with comms)."""
         return getattr(self.shell, "kernel", None) is not None
 
-    def _bind(self, run: Run, name: str, value: Any) -> None:
-        self.shell.user_ns[name] = value
+    def _bind(self, run: Run, name: str, value: Any, overwrite: bool) -> None:
+        namespace = self.shell.user_ns
+        if name in namespace and name not in self.bound and not overwrite:
+            raise InvalidVariableName(
+                name,
+                f"the notebook already has {name!r}, which cortex did not bind "
+                "(%%cortex --overwrite replaces it on purpose)",
+            )
+        namespace[name] = value
         self.bound[name] = run.id
 
     def _report(self, run: NotebookRun) -> None:
@@ -463,7 +528,9 @@ class Session:
             if run.status == "turn_limit":
                 reason = f"the run stopped after {run.turns} turns without a final answer."
                 hint = " Continue it with %cortex continue, or allow more turns with --max-turns N."
-            raise CortexRunError(f"{reason}{hint}")
+            if run.status == "truncated":
+                hint = ""  # the reason names %cortex continue and --max-tokens already
+            raise CortexRunError(redact(f"{reason}{hint}"))
 
 
 def _nothing() -> None:
@@ -488,6 +555,20 @@ def session_for(shell: InteractiveShell) -> Session:
     return found
 
 
+def current_session(what: str) -> Session:
+    """The session of the running IPython shell (for ``cortex_jupyter.expose`` and
+    friends); a clear error outside IPython."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is None:
+        raise RuntimeError(
+            f"cortex_jupyter.{what}() works in a notebook or IPython, where %%cortex runs; "
+            "in a plain script pass the names an Agent may reach as its namespace"
+        )
+    return session_for(shell)
+
+
 def forget(shell: InteractiveShell) -> None:
     """Drop this shell's session (``%unload_ext``): a new load starts afresh."""
     session = _SESSIONS.pop(id(shell), None)
@@ -497,3 +578,7 @@ def forget(shell: InteractiveShell) -> None:
 
 def _model_name(agent: Agent) -> str:
     return str(getattr(agent.model, "name", "") or "model")
+
+
+def _is_pattern(name: str) -> bool:
+    return any(c in name for c in "*?[")

@@ -238,7 +238,9 @@ def test_line_commands(
     assert "magic_add" in capsys.readouterr().out
 
     ip.run_line_magic("cortex", "vars")
-    assert "No variables bound yet" in capsys.readouterr().out
+    assert "A model reaches no notebook name but those a cell writes as $name" in (
+        capsys.readouterr().out
+    )
 
     ip.run_line_magic("cortex", "config max_turns=3 model=tiny native_tools=yes")
     out = capsys.readouterr().out

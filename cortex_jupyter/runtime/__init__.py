@@ -17,6 +17,7 @@ from .errors import (
     InvalidArguments,
     InvalidVariableName,
     NoModelConfigured,
+    NotVisible,
     RegistrationError,
     SchedulerNotRunning,
     ToolExited,
@@ -63,6 +64,7 @@ from .scheduler import (
     parse_chunks,
     run_stream,
 )
+from .scope import Scope
 from .transcript import TurnRecord, continue_note, turns_of
 from .variables import RESERVED_NAMES, check_variable_name, find_references, resolve
 
@@ -103,6 +105,7 @@ __all__ = [
     "ModelClient",
     "Nested",
     "NoModelConfigured",
+    "NotVisible",
     "OutputRepr",
     "RegistrationError",
     "Registry",
@@ -112,6 +115,7 @@ __all__ = [
     "RunHooks",
     "Scheduler",
     "SchedulerNotRunning",
+    "Scope",
     "Status",
     "Step",
     "ToolExited",

@@ -37,13 +37,28 @@ class UnknownVariable(CortexRuntimeError):
 
 
 class BadReference(CortexRuntimeError):
-    """Raised when ``$name.part`` reaches for a key or attribute the value does not have."""
+    """Raised when ``$name.part`` reaches for a key or attribute the value does not have,
+    or one a model may not reach (``why`` says which rule)."""
 
-    def __init__(self, reference: str, part: str, value_type: str) -> None:
+    def __init__(self, reference: str, part: str, value_type: str, why: str = "") -> None:
         self.reference = reference
         self.part = part
         self.value_type = value_type
-        super().__init__(f"${reference}: a {value_type} has no key or attribute {part!r}")
+        self.why = why
+        if why:
+            super().__init__(f"${reference} is not reachable: {why}")
+        else:
+            super().__init__(f"${reference}: a {value_type} has no key or attribute {part!r}")
+
+
+class NotVisible(CortexRuntimeError):
+    """Raised when a ``$name`` names a notebook object the model may not see (a variable
+    the prompt never mentioned, IPython's history, a module)."""
+
+    def __init__(self, name: str, why: str) -> None:
+        self.name = name
+        self.why = why
+        super().__init__(f"{why}. The action was not run.")
 
 
 class InvalidVariableName(CortexRuntimeError):

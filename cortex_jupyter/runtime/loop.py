@@ -63,6 +63,7 @@ from .graph import ActionNode
 from .prompt import format_results, result_text, system_prompt
 from .record import Run
 from .scheduler import Scheduler, error_text
+from .secrets import redact, redact_value
 from .transcript import RunSource, load_runs, run_messages
 
 if TYPE_CHECKING:
@@ -346,12 +347,16 @@ class Loop:
             native_tools=self.agent.native_tools,
             instructions=self.agent.instructions,
         )
+        text = redact(text)
         if text != self._system:
             self._system = text
             self.scheduler.emit(ChatEntry("system", text, time.monotonic()))
         return [{"role": "system", "content": text}, *self.conversation.history]
 
     def _say(self, message: ChatMessage) -> None:
+        # What goes into the conversation is sent to the model and kept in transcripts:
+        # a key a tool printed, or one the model was given, goes no further.
+        message = cast(ChatMessage, redact_value(message))
         self.conversation.append(message)
         self.scheduler.emit(
             ChatEntry(

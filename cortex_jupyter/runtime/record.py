@@ -38,6 +38,7 @@ from cortex_jupyter.protocol.events import (
 from .errors import TranscriptError
 from .events import RUN_EVENT_TYPES, AnyEvent, Metric, Nested, Turn, TurnEnd
 from .graph import STATUSES, ActionNode
+from .secrets import redact, redact_value
 
 TRANSCRIPT_FORMAT = "cortex_jupyter.run"
 TRANSCRIPT_VERSION = 1
@@ -69,9 +70,10 @@ _NODE_FIELDS = (
 
 
 def summarize(value: Any) -> str:
-    """A short one-line repr of any value (for events and non-JSON outputs)."""
+    """A short one-line repr of any value (for events and non-JSON outputs), secrets
+    redacted: it is what the view shows of an output."""
     try:
-        return _repr.repr(value).replace("\n", " ")
+        return redact(_repr.repr(value).replace("\n", " "))
     except Exception as exc:  # a broken __repr__ must not break the run record
         return f"<{type(value).__name__} (repr failed: {type(exc).__name__})>"
 
@@ -193,8 +195,14 @@ class Run:
     # ---- transcript ---------------------------------------------------------------
 
     def to_jsonl(self) -> str:
-        """The transcript: header, events, node states, variables; one JSON per line."""
-        return "".join(json.dumps(line, allow_nan=False) + "\n" for line in self._lines())
+        """The transcript: header, events, node states, variables; one JSON per line.
+
+        Secrets (the API key, credential-looking environment values) are redacted in
+        every line: a transcript is saved and shared.
+        """
+        return "".join(
+            json.dumps(redact_value(line), allow_nan=False) + "\n" for line in self._lines()
+        )
 
     def _lines(self) -> Iterator[dict[str, Any]]:
         yield {

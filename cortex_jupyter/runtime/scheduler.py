@@ -62,6 +62,7 @@ from .graph import ActionNode, Graph, Update
 from .model import Message, complete
 from .record import Run, summarize
 from .registry import AgentSpec, Registry, Step, ToolSpec, WorkflowSpec, default_registry
+from .secrets import redact
 from .variables import check_variable_name, find_references, resolve
 
 Invoke = Callable[[], Any]
@@ -103,10 +104,11 @@ class RetryPolicy:
 
 
 def error_text(exc: BaseException) -> str:
-    """How a failure reads on a node: our own errors as they are, others with their type."""
+    """How a failure reads on a node: our own errors as they are, others with their type;
+    secrets redacted (an exception may quote a key)."""
     if isinstance(exc, CortexRuntimeError):
-        return str(exc)
-    text = str(exc)
+        return redact(str(exc))
+    text = redact(str(exc))
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
@@ -425,7 +427,7 @@ class Scheduler:
     def _settle(self, node: ActionNode, status: str, now: float, error: str | None) -> None:
         """Give a node its final status and say so."""
         node.status = status  # type: ignore[assignment]
-        node.error = error
+        node.error = None if error is None else redact(error)
         node.finished = now
         output = summarize(node.output) if status == "done" else None
         self._emit(
@@ -459,10 +461,13 @@ class Scheduler:
             return
         try:
             self._bind(key, node.output)
+        except InvalidVariableName as refused:  # the host's own rule (a user's name...)
+            self._note(node, str(refused))
         except Exception as exc:  # the value stays on the run; the user is told why
             self._note(node, f"output_key {key!r} could not be bound: {error_text(exc)}")
 
     def _note(self, node: ActionNode, text: str) -> None:
+        text = redact(text)
         node.note = text
         self.run.notes.append(f"{node.id}: {text}")
         self._emit(ActionStatus(node.id, node.status, time.monotonic(), node.attempts, note=text))

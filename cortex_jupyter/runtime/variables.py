@@ -6,8 +6,10 @@ searched in order (outputs of this run, context feeds, the notebook namespace):
 - a string that is exactly ``"$name"`` (or ``"$name.key.attr"``) becomes the object
   itself, identity preserved;
 - ``$name`` inside a longer string is replaced by ``str(value)``;
-- ``$name.key`` / ``$name.attr`` reach inside (mapping key first, then attribute, then
-  a sequence index when the part is a number);
+- ``$name.key`` / ``$name.attr`` / ``$name.0`` reach inside: a mapping's key, a
+  sequence's index, or a public data attribute; never a name starting with ``_``, nor
+  anything of a module, function, class or method, nor a method itself (model text is
+  untrusted: ``$x.__class__.__init__.__globals__`` must lead nowhere);
 - ``$$`` is a literal ``$``; a ``$`` not followed by a name is left as it is.
 
 Lists, tuples and dict values are walked recursively; dict keys are left alone.
@@ -15,13 +17,16 @@ Lists, tuples and dict values are walked recursively; dict keys are left alone.
 
 from __future__ import annotations
 
+import builtins
 import difflib
+import inspect
 import keyword
 import re
+import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .errors import BadReference, InvalidVariableName, UnknownVariable
+from .errors import BadReference, InvalidVariableName, NotVisible, UnknownVariable
 
 #: One ``$name[.path]`` reference (group 1: the name, group 2: ``.path``), or ``$$``.
 #: The one place the pattern lives: the display fills the same references.
@@ -88,6 +93,11 @@ def _lookup(name: str, path: str, scopes: Sequence[Mapping[str, Any]]) -> Any:
             value = scope[name]
             break
     if value is _MISSING:
+        for scope in scopes:
+            hidden = getattr(scope, "hidden", None)
+            why = hidden(name) if hidden is not None else None
+            if why:
+                raise NotVisible(name, why)
         raise UnknownVariable(name, suggest(name, scopes))
     reached = name
     for part in path.split(".")[1:]:
@@ -102,8 +112,6 @@ def _reach(value: Any, part: str, reached: str) -> Any:
             return value[part]
         if part.isdigit() and int(part) in value:
             return value[int(part)]
-    if not part.startswith("_") and hasattr(value, part):
-        return getattr(value, part)
     if (
         part.isdigit()
         and isinstance(value, Sequence)
@@ -111,7 +119,27 @@ def _reach(value: Any, part: str, reached: str) -> Any:
         and int(part) < len(value)
     ):
         return value[int(part)]
-    raise BadReference(f"{reached}.{part}", part, type(value).__name__)
+    ref = f"{reached}.{part}"
+    if part.startswith("_"):
+        raise BadReference(ref, part, type(value).__name__, "names starting with '_' are private")
+    if _opaque(value):
+        raise BadReference(
+            ref,
+            part,
+            type(value).__name__,
+            "nothing inside a module, class or function is reachable",
+        )
+    if not hasattr(value, part):
+        raise BadReference(ref, part, type(value).__name__)
+    found = getattr(value, part)
+    if _opaque(found) or inspect.ismethod(found) or inspect.isroutine(found):
+        raise BadReference(ref, part, type(value).__name__, "only data attributes are reachable")
+    return found
+
+
+def _opaque(value: Any) -> bool:
+    """Modules, classes and functions: code, not data a model may walk through."""
+    return isinstance(value, types.ModuleType) or inspect.isclass(value) or inspect.isroutine(value)
 
 
 def suggest(name: str, scopes: Sequence[Mapping[str, Any]], n: int = 3) -> list[str]:
@@ -125,7 +153,8 @@ def check_variable_name(name: str) -> None:
     """Raise ``InvalidVariableName`` unless ``name`` may be bound in a notebook namespace.
 
     Refused: non-identifiers, keywords, IPython's own names (``In``, ``Out``,
-    ``get_ipython``, ``exit``, ``quit``) and names starting with ``_``.
+    ``get_ipython``, ``exit``, ``quit``), names starting with ``_`` and Python's builtins
+    (``print``, ``list``...: shadowing one breaks the notebook in confusing ways).
     """
     if not name.isidentifier():
         raise InvalidVariableName(name, "it is not a Python identifier")
@@ -135,3 +164,5 @@ def check_variable_name(name: str) -> None:
         raise InvalidVariableName(name, "names starting with '_' belong to IPython")
     if name in RESERVED_NAMES:
         raise InvalidVariableName(name, "it would overwrite IPython's own name")
+    if hasattr(builtins, name):
+        raise InvalidVariableName(name, f"it would shadow Python's builtin {name!r}")

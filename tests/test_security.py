@@ -1,0 +1,296 @@
+"""What a model can reach and what it can write (issue 10), through ``%%cortex`` against an
+OpenAI-compatible server on 127.0.0.1, as a prompt-injected model would try it.
+
+Each test plays the model's reply from the server and checks what a user would notice:
+the action failed with a message naming the reference and how to expose it, nothing
+secret reached the tool, the transcript, the history, the text view or the next request
+to the model, and the notebook's own names were left alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+from cortex_jupyter import default_registry
+from cortex_jupyter.session import session_for
+from tests.models.fake_openai_server import FakeOpenAIServer, Stream, finish, serve, texts
+
+SECRET = "sk-test-SECRET0123456789abcdef"
+#: Another credential-looking environment value (not the model's key).
+TOKEN = "ghp_TOKENVALUE0123456789"
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAIServer]:
+    for server in serve():
+        monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+        monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+        monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+        yield server
+
+
+@pytest.fixture
+def seen() -> Iterator[list[Any]]:
+    """A tool, ``peek``, that records what it was given and returns it as text."""
+    received: list[Any] = []
+
+    @default_registry.tool(name="peek")
+    def peek(value: Any) -> str:
+        """Look at a value."""
+        received.append(value)
+        return f"peeked: {value}"
+
+    @default_registry.tool(name="leak")
+    def leak() -> str:
+        """A tool whose output happens to hold the API key (a debug dump, say)."""
+        return f"config: api_key={os.environ['OPENAI_API_KEY']} ok"
+
+    yield received
+    default_registry.remove("tool", "peek")
+    default_registry.remove("tool", "leak")
+
+
+def reply(server: FakeOpenAIServer, *turns: str) -> None:
+    server.script(*(Stream([*texts(text, 11), finish()]) for text in turns))
+
+
+def action(value: str, id: str = "a", output_key: str | None = None) -> str:
+    body: dict[str, Any] = {"name": "peek", "parameters": {"value": value}}
+    if output_key:
+        body["output_key"] = output_key
+    return f'<action id="{id}">{json.dumps(body)}</action>'
+
+
+def cell(ip: InteractiveShell, body: str, line: str = "--model gpt-test --text") -> Any:
+    ip.run_cell_magic("cortex", line, body)
+    return ip.user_ns["_cortex"]
+
+
+# ---- 1. scope of $name ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("reference", "message"),
+    [
+        ("$os.environ.OPENAI_API_KEY", "$os is a module; modules are never visible to a model"),
+        ("$private_notes", "$private_notes is a notebook variable the model may not see"),
+        ("$In", "$In is IPython's own (history, caches or the shell)"),
+        ("$_i1", "$_i1 is IPython's own (history, caches or the shell)"),
+        ("$_", "$_ is IPython's own"),
+        ("$get_ipython", "$get_ipython is IPython's own"),
+    ],
+)
+def test_a_model_cannot_reach_what_the_prompt_did_not_name(
+    ip: InteractiveShell,
+    server: FakeOpenAIServer,
+    seen: list[Any],
+    capsys: pytest.CaptureFixture[str],
+    reference: str,
+    message: str,
+) -> None:
+    ip.run_cell("import os\nprivate_notes = 'my diary'")
+    reply(server, action(reference), "<response>done</response>")
+    run = cell(ip, "Summarise my day.")
+    node = run.actions["a"]
+    assert node.status == "failed" and seen == []  # the tool never ran
+    assert message in (node.error or "")
+    assert "The action was not run." in (node.error or "")
+    # the error the model is sent back names the reference but carries no value
+    results = server.requests[1].json["messages"][-1]["content"]
+    assert "my diary" not in results and SECRET not in results
+    assert SECRET not in capsys.readouterr().out + run.to_jsonl()
+
+
+def test_a_hidden_variable_says_how_to_expose_it_and_expose_then_works(
+    ip: InteractiveShell, server: FakeOpenAIServer, seen: list[Any]
+) -> None:
+    ip.run_cell("private_notes = 'my diary'")
+    reply(server, action("$private_notes"), "<response>no</response>")
+    run = cell(ip, "Read the notes.")
+    assert "%cortex expose private_notes" in (run.actions["a"].error or "")
+
+    ip.run_line_magic("cortex", "expose private_notes")
+    reply(server, action("$private_notes"), "<response>yes</response>")
+    run = cell(ip, "Read the notes.")
+    assert run.actions["a"].status == "done" and seen == ["my diary"]
+
+    ip.run_line_magic("cortex", "hide private_notes")
+    reply(server, action("$private_notes"), "<response>no</response>")
+    assert cell(ip, "Again.").actions["a"].status == "failed" and seen == ["my diary"]
+
+
+def test_names_the_prompt_writes_are_visible_with_their_objects(
+    ip: InteractiveShell, server: FakeOpenAIServer, seen: list[Any]
+) -> None:
+    ip.run_cell("frame = [1, 2, 3]\nother = 'not named'")
+    reply(server, action("$frame"), "<response>ok</response>")
+    run = cell(ip, "How long is $frame?")
+    assert run.actions["a"].status == "done"
+    assert seen[0] is ip.user_ns["frame"]  # the object itself, not a copy
+    # and only what the prompt named is described to the model
+    system = server.requests[0].json["messages"][0]["content"]
+    assert "frame" in system and "not named" not in system
+
+
+@pytest.mark.parametrize(
+    ("reference", "message"),
+    [
+        ("$frame.__class__", "$frame.__class__ is not reachable: names starting with '_'"),
+        ("$frame.append", "$frame.append is not reachable: only data attributes are reachable"),
+        ("$helper.__globals__", "names starting with '_' are private"),
+        ("$helper.x", "nothing inside a module, class or function is reachable"),
+        ("$box.inner.secret_method", "only data attributes are reachable"),
+    ],
+)
+def test_reaching_inside_follows_keys_indexes_and_public_data_only(
+    ip: InteractiveShell,
+    server: FakeOpenAIServer,
+    seen: list[Any],
+    reference: str,
+    message: str,
+) -> None:
+    ip.run_cell(
+        "frame = [1, 2]\n"
+        "def helper(): pass\n"
+        "helper.x = 1\n"
+        "class Inner:\n"
+        "    def secret_method(self): return 'no'\n"
+        "class Box:\n"
+        "    inner = Inner()\n"
+        "box = Box()\n"
+    )
+    reply(server, action(reference), "<response>x</response>")
+    run = cell(ip, "Look at $frame, $helper and $box.")
+    assert seen == [] and message in (run.actions["a"].error or "")
+
+
+def test_data_inside_visible_values_is_reachable(
+    ip: InteractiveShell, server: FakeOpenAIServer, seen: list[Any]
+) -> None:
+    ip.run_cell("from types import SimpleNamespace\ntrip = {'legs': [{'city': 'Oslo'}]}")
+    ip.run_cell("point = SimpleNamespace(x=3)")
+    reply(
+        server,
+        action("$trip.legs.0.city") + action("$point.x", id="b"),
+        "<response>ok</response>",
+    )
+    run = cell(ip, "Where is $trip going, and $point?")
+    assert run.actions["a"].output == "peeked: Oslo" and run.actions["b"].output == "peeked: 3"
+
+
+def test_modules_and_ipython_names_are_never_exposed(
+    ip: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ip.run_cell("import os")
+    ip.run_line_magic("cortex", "expose os In _i1 df_*")
+    out = capsys.readouterr().out
+    assert "not exposed: $os is a module" in out
+    assert "not exposed: $In is IPython's own" in out
+    assert "Exposed to models: df_*" in out
+    ip.run_cell("df_sales = 1\ndf_costs = 2\nunrelated = 3")
+    ip.run_line_magic("cortex", "vars")
+    out = capsys.readouterr().out
+    assert "df_sales = 1  (exposed with %cortex expose)" in out
+    assert "df_costs" in out and "unrelated" not in out and "os =" not in out
+    with pytest.raises(ValueError, match="modules are never visible"):
+        import cortex_jupyter
+
+        cortex_jupyter.expose("os")
+
+
+def test_script_cells_reach_what_their_author_wrote(ip: InteractiveShell, seen: list[Any]) -> None:
+    ip.run_cell("trip = {'city': 'Rome'}\nprivate_notes = 'diary'")
+    run = cell(
+        ip,
+        action("$trip.city") + "\n<response>Going to $trip.city.</response>",
+        "--script --delay 0 --text",
+    )
+    assert run.actions["a"].output == "peeked: Rome"
+    assert run.response == "Going to $trip.city."
+
+
+# ---- 2. secrets never travel ----------------------------------------------------------------
+
+
+def test_a_key_in_a_tool_output_is_redacted_everywhere_but_the_notebook_variable(
+    ip: InteractiveShell,
+    server: FakeOpenAIServer,
+    seen: list[Any],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    leak = '<action id="l">{"name": "leak", "output_key": "dump"}</action>'
+    reply(server, leak, "<response>The dump is in.</response>")
+    run = cell(ip, "Dump the config.")
+    # the user's own variable keeps the exact value: it is their data
+    assert ip.user_ns["dump"] == f"config: api_key={SECRET} ok"
+    sent = json.dumps(server.requests[1].json["messages"])
+    assert SECRET not in sent and "config: api_key=[redacted] ok" in sent
+    assert SECRET not in run.to_jsonl() and "[redacted]" in run.to_jsonl()
+    assert SECRET not in capsys.readouterr().out  # the text view
+    ip.run_line_magic("cortex", "history")
+    history = capsys.readouterr().out
+    assert SECRET not in history and "[redacted]" in history
+    ip.run_line_magic("cortex", "vars")
+    assert SECRET not in capsys.readouterr().out
+
+
+def test_any_credential_looking_environment_value_is_redacted(
+    ip: InteractiveShell, server: FakeOpenAIServer, seen: list[Any]
+) -> None:
+    ip.run_cell("token_holder = {'t': __import__('os').environ['GITHUB_TOKEN']}")
+    reply(server, action("$token_holder.t"), "<response>ok</response>")
+    run = cell(ip, "Use $token_holder.")
+    assert seen == [TOKEN]  # the tool, the user's code, gets the value itself
+    assert TOKEN not in json.dumps(server.requests[1].json["messages"])
+    assert TOKEN not in run.to_jsonl()
+    assert TOKEN not in str(run.actions["a"].error) and "[redacted]" in json.dumps(
+        server.requests[1].json["messages"]
+    )
+
+
+# ---- 3. bindings never clobber ----------------------------------------------------------------
+
+
+def test_output_key_never_replaces_a_users_name_or_a_builtin(
+    ip: InteractiveShell,
+    server: FakeOpenAIServer,
+    seen: list[Any],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    ip.run_cell("frame = 'mine'")
+    reply(
+        server,
+        action("x", id="a", output_key="frame") + action("y", id="b", output_key="print"),
+        "<response>ok</response>",
+    )
+    run = cell(ip, "Go.")
+    assert ip.user_ns["frame"] == "mine"
+    assert "print" not in ip.user_ns  # the builtin still works
+    assert run.variables["frame"] == "peeked: x" and run.variables["print"] == "peeked: y"
+    assert "the notebook already has 'frame', which cortex did not bind" in (
+        run.actions["a"].note or ""
+    )
+    assert "--overwrite" in (run.actions["a"].note or "")
+    assert "shadow Python's builtin 'print'" in (run.actions["b"].note or "")
+    err = capsys.readouterr().err
+    assert "run.variables['frame']" in err
+
+
+def test_overwrite_replaces_on_purpose_and_cortex_names_can_be_rebound(
+    ip: InteractiveShell, server: FakeOpenAIServer, seen: list[Any]
+) -> None:
+    ip.run_cell("frame = 'mine'")
+    reply(server, action("x", output_key="frame"), "<response>ok</response>")
+    cell(ip, "Go.", "--model gpt-test --text --overwrite")
+    assert ip.user_ns["frame"] == "peeked: x"
+    # a name an earlier run bound may be bound again without --overwrite
+    reply(server, action("z", output_key="frame"), "<response>ok</response>")
+    cell(ip, "Again.")
+    assert ip.user_ns["frame"] == "peeked: z"
+    assert session_for(ip).bound["frame"] == ip.user_ns["_cortex"].id
