@@ -448,6 +448,14 @@ class Session:
                 file=sys.stderr,
             )
             raise CortexInterrupt() from None
+        except Exception as exc:  # a bug of ours or a host's: still no traceback wall
+            _close_quietly(view)
+            if run.status == "running":
+                run.status = "failed"
+            run.reason = run.reason or _failure(exc)
+            raise CortexRunError(
+                f"the run failed: {_failure(exc)}. What arrived is on _cortex."
+            ) from None
         view.close()
         self._report(run)
         return run
@@ -582,3 +590,22 @@ def _model_name(agent: Agent) -> str:
 
 def _is_pattern(name: str) -> bool:
     return any(c in name for c in "*?[")
+
+
+def _failure(exc: BaseException) -> str:
+    """One line for an unexpected failure: the innermost error of a task group's
+    ``ExceptionGroup``, with its type, secrets redacted."""
+    # A (Base)ExceptionGroup (3.10 has only the backport, so no isinstance here).
+    while (inner := getattr(exc, "exceptions", None)) and isinstance(inner, tuple):
+        exc = inner[0]
+    text = " ".join(str(exc).split())
+    return redact(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
+
+
+def _close_quietly(view: _View) -> None:
+    """Close the view (its final frame and static copy) even after a failure; a view that
+    cannot close must not hide the failure that brought us here."""
+    try:
+        view.close()
+    except Exception as exc:
+        print(f"cortex: the view could not show its final frame: {exc!r}", file=sys.stderr)

@@ -355,7 +355,13 @@ class Scheduler:
     async def _execute(self, node: ActionNode) -> None:
         if node.final:  # skipped while waiting for its turn to start
             return
-        await self._run_node(node, {})
+        try:
+            await self._run_node(node, {})
+        finally:
+            if node.status == "cancelled" and node.mode == "fire_and_forget":
+                # Stopped on its own (%cortex stop) while the run goes on: what waits
+                # for it is skipped with the reason, so the run can still end.
+                self._apply(self.graph.complete(node.id, ok=False))
         ok = node.status == "done"
         if node.status == "failed" and node.action is not None and node.action.on_error == "skip":
             node.output = None

@@ -129,10 +129,11 @@ def continue_note(run: Run, *, dialect: str = "cortex", limit: int = 4000) -> st
         return "Continue."
     last = turns[-1]
     text = last.assistant.strip()
+    how = "was cut off at your token limit" if run.status == "truncated" else "was interrupted"
     if text:
         tail = text if len(text) <= _TAIL else "…" + text[-_TAIL:]
         head = (
-            f"Your previous reply was interrupted after:\n\n{tail}\n\nContinue from there, "
+            f"Your previous reply {how} after:\n\n{tail}\n\nContinue from there, "
             "without repeating what you already wrote."
         )
     else:

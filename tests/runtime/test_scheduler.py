@@ -126,6 +126,41 @@ async def test_fire_and_forget_in_a_background_group_outlives_the_call(
     assert isinstance(run.events[-1], ActionStatus) and run.events[-1].status == "done"
 
 
+async def test_stopping_a_fire_and_forget_action_skips_what_depends_on_it(
+    act: Act, registry: Registry
+) -> None:
+    """%cortex stop cancels the background group: the run still ends, and the action
+    waiting for the stopped one is skipped with the reason (it used to wait forever)."""
+    run = Run()
+
+    async def host(*, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        async with anyio.create_task_group() as group:
+            task_status.started(group)
+            await anyio.sleep_forever()
+
+    async def stop_when_running(group: anyio.abc.TaskGroup) -> None:
+        while run.actions.get("f") is None or run.actions["f"].status != "running":
+            await anyio.sleep(0.005)
+        group.cancel_scope.cancel()
+
+    async with anyio.create_task_group() as outer:
+        background = await outer.start(host)
+        outer.start_soon(stop_when_running, background)
+        with anyio.fail_after(10):
+            await run_stream(
+                [
+                    act("f", "sleep", mode="fire_and_forget", parameters={"seconds": 30}),
+                    act("d", "sleep", depends_on=["f"]),
+                ],
+                registry=registry,
+                background=background,
+                run=run,
+            )
+    assert statuses(run) == {"f": "cancelled", "d": "skipped"}
+    assert run.actions["d"].error == "depends on 'f', which was cancelled"
+    assert run.status == "completed"
+
+
 # ---- dependencies ------------------------------------------------------------------------
 
 

@@ -1,0 +1,196 @@
+"""Real models and real servers (issue 11), through ``%%cortex`` and the real ``openai`` SDK
+against an OpenAI-compatible server on 127.0.0.1.
+
+Each reply below is shaped like what a real model driven by a Cortex-protocol harness
+wrote (recorded from llama-4-scout, llama-3.1-8b, DeepSeek V4; NOTES.md), or like what a
+real server sent; the comment on each test names the quirk.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+from cortex_jupyter import Agent, default_registry
+from cortex_jupyter.session import CortexRunError
+from tests.models.fake_openai_server import FakeOpenAIServer, Stream, finish, serve, texts
+
+SECRET = "sk-test-SECRET0123456789abcdef"
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAIServer]:
+    for server in serve():
+        monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+        monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+        yield server
+
+
+@pytest.fixture
+def tools() -> Iterator[dict[str, list[Any]]]:
+    calls: dict[str, list[Any]] = {"exec": []}
+
+    @default_registry.tool(name="exec")
+    def exec_(command: str) -> str:
+        """Run a shell command (a stand-in: it only records it)."""
+        calls["exec"].append(command)
+        return f"ran {command}"
+
+    @default_registry.tool(name="deploy_cli")
+    def deploy_cli(target: str) -> str:
+        """A command-line wrapper: argparse exits on a bad target."""
+        import argparse
+
+        parser = argparse.ArgumentParser(prog="deploy")
+        parser.add_argument("target", choices=["staging", "prod"])
+        parser.parse_args([target])
+        return f"deployed {target}"
+
+    yield calls
+    for name in ("exec", "deploy_cli"):
+        default_registry.remove("tool", name)
+
+
+def answer(server: FakeOpenAIServer, *replies: str | list[dict[str, Any]]) -> None:
+    """Script the server: each reply is text (streamed in 7-character chunks, then
+    ``finish_reason: stop``) or a list of raw chunks."""
+    server.script(*(Stream([*texts(r, 7), finish()] if isinstance(r, str) else r) for r in replies))
+
+
+def cell(ip: InteractiveShell, body: str, line: str = "--model gpt-test --text") -> Any:
+    ip.run_cell_magic("cortex", line, body)
+    return ip.user_ns["_cortex"]
+
+
+def test_a_plain_text_reply_is_the_answer(ip: InteractiveShell, server: FakeOpenAIServer) -> None:
+    # Every model answers in plain text when it has nothing to call.
+    answer(server, "The capital of France is **Paris**.")
+    run = cell(ip, "Capital of France?")
+    assert (run.status, run.response) == ("completed", "The capital of France is **Paris**.")
+    assert len(server.requests) == 1  # the answer is not mistaken for a request for more
+
+
+def test_a_reply_cut_at_max_tokens_ends_truncated_and_continue_goes_on(
+    ip: InteractiveShell, server: FakeOpenAIServer
+) -> None:
+    # finish_reason "length" inside <response>: the answer is not complete.
+    server.script(Stream([*texts("<response>Step 1: mix the flour and", 6), finish("length")]))
+    with pytest.raises(CortexRunError, match=r"cut off at its token limit of 12 tokens"):
+        cell(ip, "Recipe?", "--model gpt-test --text --max-tokens 12")
+    assert ip.user_ns["_cortex"].status == "truncated"
+    answer(server, "<response> the water.</response>")
+    ip.run_line_magic("cortex", "continue")
+    note = server.requests[-1].json["messages"][-1]["content"]
+    assert note.startswith("Your previous reply was cut off at your token limit after:")
+    assert "mix the flour and" in note
+    assert ip.user_ns["_cortex"].status == "completed"
+
+
+def test_a_tool_that_calls_sys_exit_fails_alone_with_one_line(
+    ip: InteractiveShell,
+    server: FakeOpenAIServer,
+    tools: dict[str, list[Any]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Any CLI wrapper built on argparse or click raises SystemExit on bad arguments.
+    answer(
+        server,
+        '<action id="d">{"name": "deploy_cli", "parameters": {"target": "moon"}}</action>'
+        '<action id="e">{"name": "exec", "parameters": {"command": "ls"}}</action>',
+        "<response>The deploy failed; ls ran.</response>",
+    )
+    run = cell(ip, "Deploy.")
+    assert run.status == "completed" and run.actions["e"].status == "done"
+    assert run.actions["d"].status == "failed"
+    assert "SystemExit(2)" in (run.actions["d"].error or "")
+    err = capsys.readouterr().err
+    assert "cortex: 1 action(s) failed: d (deploy_cli)" in err
+    assert "Traceback" not in err and "ExceptionGroup" not in err
+    results = server.requests[1].json["messages"][-1]["content"]
+    assert 'status="failed"' in results and "SystemExit(2)" in results
+
+
+def test_agent_runs_a_registered_agent_with_its_instructions_and_tools(
+    ip: InteractiveShell, server: FakeOpenAIServer, tools: dict[str, list[Any]]
+) -> None:
+    Agent("shell", instructions="You run shell commands, briefly.", tools=["exec"])
+    try:
+        answer(
+            server,
+            '<action id="v1">{"name": "exec", "parameters": {"command": "ls"}}</action>',
+            "<response>Listed.</response>",
+        )
+        run = cell(ip, "List files.", "--agent shell --text --model gpt-test")
+        assert run.status == "completed" and tools["exec"] == ["ls"]
+        system = server.requests[0].json["messages"][0]["content"]
+        assert "# Your instructions\n\nYou run shell commands, briefly." in system
+        assert "exec" in system and "deploy_cli" not in system
+        with pytest.raises(CortexRunError, match="no agent named 'nobody'; registered agents:"):
+            cell(ip, "x", "--agent nobody --text")
+    finally:
+        default_registry.remove("agent", "shell")
+
+
+def test_an_agent_action_runs_the_nested_agent_on_the_real_model(
+    ip: InteractiveShell, server: FakeOpenAIServer, tools: dict[str, list[Any]]
+) -> None:
+    # type="agent" used to send the sub-model only instructions and a task, one turn, no
+    # protocol, no tools: with a real model its output was ''.
+    Agent("lister", instructions="You list directories.", tools=["exec"])
+    try:
+        answer(
+            server,
+            # the parent delegates
+            '<action type="agent" id="sub">{"name": "lister", "parameters": '
+            '{"task": "list /tmp"}, "output_key": "listing"}</action>',
+            # the nested agent's turn 1 (its own loop, on the same endpoint)
+            '<action id="x">{"name": "exec", "parameters": {"command": "ls /tmp"}}</action>',
+            # the nested agent's turn 2: its answer
+            "<response>/tmp holds a.txt</response>",
+            # the parent's turn 2
+            "<response>Done: $listing</response>",
+        )
+        run = cell(ip, "What is in /tmp?")
+        node = run.actions["sub"]
+        assert node.status == "done" and node.output == "/tmp holds a.txt"
+        assert tools["exec"] == ["ls /tmp"]
+        nested_system = server.requests[1].json["messages"][0]["content"]
+        assert "You list directories." in nested_system
+        assert "# How you answer: the Cortex protocol" in nested_system
+        assert ip.user_ns["listing"] == "/tmp holds a.txt"
+    finally:
+        default_registry.remove("agent", "lister")
+
+
+def test_an_unexpected_failure_still_closes_the_view_with_one_line(
+    ip: InteractiveShell, server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"a bug of ours holding {SECRET}")
+
+    monkeypatch.setattr(Agent, "run", broken)
+    with pytest.raises(CortexRunError) as raised:
+        cell(ip, "Hello.")
+    text = raised.value._render_traceback_()
+    assert text == [
+        "cortex: the run failed: RuntimeError: a bug of ours holding [redacted]. "
+        "What arrived is on _cortex."
+    ]
+    assert ip.user_ns["_cortex"].status == "failed"
+
+
+def test_the_results_sent_back_are_json_the_model_can_read(
+    ip: InteractiveShell, server: FakeOpenAIServer, tools: dict[str, list[Any]]
+) -> None:
+    answer(
+        server,
+        '<action id="r1">{"name": "exec", "parameters": {"command": "pwd"}}</action>',
+        "<response>ok</response>",
+    )
+    cell(ip, "Where am I?")
+    sent = server.requests[1].json["messages"]
+    assert json.dumps(sent).count("ran pwd") == 1
