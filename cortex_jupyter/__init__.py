@@ -13,7 +13,15 @@ if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
     from cortex_jupyter.protocol import Parser
-    from cortex_jupyter.runtime import Agent, Registry, Run, Scheduler, default_registry, tool
+    from cortex_jupyter.runtime import (
+        Agent,
+        Registry,
+        Run,
+        Scheduler,
+        default_registry,
+        progress,
+        tool,
+    )
 
 __version__ = "0.1.0"
 
@@ -28,6 +36,7 @@ __all__ = [
     "expose",
     "hide",
     "load_ipython_extension",
+    "progress",
     "tool",
     "unload_ipython_extension",
 ]
@@ -40,6 +49,7 @@ _LAZY = {
     "Run": "cortex_jupyter.runtime",
     "Scheduler": "cortex_jupyter.runtime",
     "default_registry": "cortex_jupyter.runtime",
+    "progress": "cortex_jupyter.runtime",
     "tool": "cortex_jupyter.runtime",
 }
 

@@ -6,6 +6,7 @@ ipywidgets or openai.
 """
 
 from .agent import Agent, RunHooks
+from .capture import progress
 from .errors import (
     ActionTimeout,
     AgentDepthExceeded,
@@ -28,6 +29,7 @@ from .errors import (
     WorkflowStepFailed,
 )
 from .events import (
+    ActionOutput,
     ActionStatus,
     AnyEvent,
     ChatEntry,
@@ -36,6 +38,7 @@ from .events import (
     Interrupt,
     Metric,
     Nested,
+    Progress,
     RunEvent,
     Turn,
     TurnEnd,
@@ -73,6 +76,7 @@ __all__ = [
     "RESERVED_NAMES",
     "STATUSES",
     "ActionNode",
+    "ActionOutput",
     "ActionStatus",
     "ActionTimeout",
     "Agent",
@@ -107,6 +111,7 @@ __all__ = [
     "NoModelConfigured",
     "NotVisible",
     "OutputRepr",
+    "Progress",
     "RegistrationError",
     "Registry",
     "RetryPolicy",
@@ -142,6 +147,7 @@ __all__ = [
     "format_results",
     "load_events",
     "parse_chunks",
+    "progress",
     "resolve",
     "run_stream",
     "system_prompt",

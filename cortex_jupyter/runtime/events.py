@@ -51,6 +51,47 @@ class ActionStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class Progress:
+    """A running tool's last progress report: ``done`` of ``total`` (None: unknown)."""
+
+    done: float
+    total: float | None = None
+    note: str = ""
+
+    @property
+    def fraction(self) -> float | None:
+        """``done / total`` between 0 and 1, or None when the total is unknown."""
+        if not self.total:
+            return None
+        return max(0.0, min(1.0, self.done / self.total))
+
+    def __str__(self) -> str:
+        def num(x: float) -> str:
+            return f"{x:g}"
+
+        shown = num(self.done) if self.total is None else f"{num(self.done)}/{num(self.total)}"
+        return f"{shown} {self.note}".strip()
+
+
+@dataclass(frozen=True, slots=True)
+class ActionOutput:
+    """What a running action wrote since its last report (coalesced, at most a few a
+    second): ``stdout`` / ``stderr`` text, formatted ``logs`` lines (logging records and
+    warnings), its latest ``progress``, and ``partial``: a short text of the latest value
+    a generator tool yielded. Empty fields: nothing new."""
+
+    id: str
+    time: float
+    stdout: str = ""
+    stderr: str = ""
+    logs: tuple[str, ...] = ()
+    progress: Progress | None = None
+    partial: str | None = None
+    parent: str | None = None
+    kind: ClassVar[str] = "action_output"
+
+
+@dataclass(frozen=True, slots=True)
 class Metric:
     """A measured figure about the run (``unit`` e.g. ``"s"``, ``"count"``)."""
 
@@ -204,10 +245,32 @@ class Chunk:
         return Finish(self.reason or "unknown")
 
 
-RunEvent = ActionStatus | Metric | Interrupt | End | Nested | Turn | TurnEnd | ChatEntry | Chunk
+RunEvent = (
+    ActionStatus
+    | ActionOutput
+    | Metric
+    | Interrupt
+    | End
+    | Nested
+    | Turn
+    | TurnEnd
+    | ChatEntry
+    | Chunk
+)
 AnyEvent = Event | RunEvent
 
 RUN_EVENT_TYPES: dict[str, type[Any]] = {
     cls.kind: cls
-    for cls in (ActionStatus, Metric, Interrupt, End, Nested, Turn, TurnEnd, ChatEntry, Chunk)
+    for cls in (
+        ActionStatus,
+        ActionOutput,
+        Metric,
+        Interrupt,
+        End,
+        Nested,
+        Turn,
+        TurnEnd,
+        ChatEntry,
+        Chunk,
+    )
 }

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:
     from cortex_jupyter.protocol.events import Action
 
+    from .events import Progress
     from .record import Run
 
 Status = Literal["pending", "running", "done", "failed", "skipped", "cancelled"]
@@ -39,6 +40,8 @@ class ActionNode:
 
     ``started``/``finished``/``submitted`` are ``time.monotonic()`` readings. ``parent``
     is set on the steps of a workflow. ``subrun`` holds an agent's nested run.
+    ``stdout``, ``stderr``, ``logs`` and ``progress`` are what the tool wrote and
+    reported while it ran (kept up to ``capture.MAX_KEPT`` characters each).
     """
 
     id: str
@@ -59,6 +62,11 @@ class ActionNode:
     attempts: int = 0
     note: str | None = None
     subrun: Run | None = field(default=None, repr=False)
+    #: What the tool wrote while it ran (``runtime.capture``), never the cell's stream.
+    stdout: str = field(default="", repr=False)
+    stderr: str = field(default="", repr=False)
+    logs: list[str] = field(default_factory=list, repr=False)
+    progress: Progress | None = field(default=None, repr=False)
 
     @property
     def output_key(self) -> str | None:

@@ -36,7 +36,7 @@ from cortex_jupyter.protocol.events import (
 )
 
 from .errors import TranscriptError
-from .events import RUN_EVENT_TYPES, AnyEvent, Metric, Nested, Turn, TurnEnd
+from .events import RUN_EVENT_TYPES, AnyEvent, Metric, Nested, Progress, Turn, TurnEnd
 from .graph import STATUSES, ActionNode
 from .secrets import redact, redact_value
 
@@ -65,7 +65,7 @@ _repr.maxother = 160
 _repr.maxlist = _repr.maxdict = _repr.maxtuple = _repr.maxset = 8
 _NODE_FIELDS = (
     "name", "type", "mode", "parent", "status", "error", "submitted", "started", "finished",
-    "attempts", "note",
+    "attempts", "note", "stdout", "stderr",
 )  # fmt: skip
 
 
@@ -281,8 +281,11 @@ def encode_event(event: AnyEvent) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": event.kind}
         for name in event.__slots__:
             value = getattr(event, name)
-            if value is not None:
-                out[name] = value
+            if isinstance(value, Progress):
+                value = _progress_dict(value)
+            if value is None or (event.kind == "action_output" and value in ("", ())):
+                continue  # an output report names only what it brings
+            out[name] = list(value) if isinstance(value, tuple) else value
         return out
     encoded = event_to_dict(event)  # type: ignore[arg-type]
     if isinstance(event, ActionReady):
@@ -303,6 +306,10 @@ def decode_event(data: dict[str, Any]) -> AnyEvent:
     cls = RUN_EVENT_TYPES.get(str(kind)) or _PARSER_EVENT_TYPES.get(str(kind))
     if cls is None:
         raise ValueError(f"unknown event kind {kind!r}")
+    if kind == "action_output":
+        fields["logs"] = tuple(fields.get("logs", ()))
+        if fields.get("progress") is not None:
+            fields["progress"] = Progress(**fields["progress"])
     return cast(AnyEvent, cls(**fields))
 
 
@@ -358,6 +365,8 @@ def _encode_node(node: ActionNode) -> dict[str, Any]:
     out.update({name: getattr(node, name) for name in _NODE_FIELDS})
     out["depends_on"] = list(node.depends_on)
     out["waits_for"] = list(node.waits_for)
+    out["logs"] = list(node.logs)
+    out["progress"] = None if node.progress is None else _progress_dict(node.progress)
     out["output"], out["output_repr"] = to_json_value(node.output)
     if node.action is not None:
         action = encode_event(ActionReady(node.action))
@@ -378,6 +387,15 @@ def _decode_node(line: dict[str, Any], number: int) -> ActionNode:
         setattr(node, name, line.get(name))
     node.depends_on = tuple(line.get("depends_on", ()))
     node.waits_for = tuple(line.get("waits_for", ()))
+    node.stdout = str(line.get("stdout") or "")
+    node.stderr = str(line.get("stderr") or "")
+    node.logs = [str(entry) for entry in line.get("logs") or ()]
+    progress = line.get("progress")
+    node.progress = Progress(**progress) if isinstance(progress, dict) else None
     output = line.get("output")
     node.output = OutputRepr(output) if line.get("output_repr") else output
     return node
+
+
+def _progress_dict(progress: Progress) -> dict[str, Any]:
+    return {"done": progress.done, "total": progress.total, "note": progress.note}

@@ -40,7 +40,9 @@ class ToolSpec:
 
     @functools.cached_property
     def is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.func)
+        """Called on the run's loop (a coroutine or async generator function); anything
+        else runs in a worker thread."""
+        return inspect.iscoroutinefunction(self.func) or inspect.isasyncgenfunction(self.func)
 
     @functools.cached_property
     def signature(self) -> inspect.Signature:

@@ -14,9 +14,11 @@ actions, skips pending ones and keeps everything already finished.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import statistics
+import threading
 import time
 from collections.abc import (
     AsyncGenerator,
@@ -31,6 +33,7 @@ from types import TracebackType
 from typing import Any
 
 import anyio
+import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
 from anyio.abc import TaskGroup
@@ -44,6 +47,7 @@ from cortex_jupyter.protocol.events import (
     ProtocolError,
 )
 
+from .capture import FLUSH_HZ, Capture, capturing, current
 from .chunks import StreamingModel, text_client
 from .errors import (
     ActionTimeout,
@@ -154,6 +158,10 @@ class Scheduler:
         self._outstanding = 0
         self._idle: anyio.Event | None = None
         self._stopping = False
+        self._captures: dict[str, Capture] = {}
+        self._flush_scope: anyio.CancelScope | None = None
+        self._flush_wanted: anyio.Event | None = None
+        self._loop_thread = threading.get_ident()
         #: The status a run that is left normally ends with (the agent loop sets
         #: ``interrupted`` or ``turn_limit``).
         self.outcome = "completed"
@@ -163,6 +171,7 @@ class Scheduler:
     async def __aenter__(self) -> Scheduler:
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
+        self._loop_thread = threading.get_ident()
         return self
 
     async def __aexit__(
@@ -180,6 +189,7 @@ class Scheduler:
             if not await self._abort(error):
                 raise
             return True
+        self._stop_flusher()
         self._end(self.outcome)
         await tg.__aexit__(None, None, None)
         return False
@@ -210,6 +220,7 @@ class Scheduler:
         tg.cancel_scope.cancel()
         for scope in self._background_scopes.values():
             scope.cancel()
+        self._stop_flusher()
         self._skip_unstarted()
         try:
             if cancelled:
@@ -392,7 +403,13 @@ class Scheduler:
     async def _attempts(self, node: ActionNode, action: Action, scope: Mapping[str, Any]) -> Any:
         """Resolve, check, then call with the action's timeout, retries and backoff."""
         params = resolve(action.parameters, [scope, self.run.variables, self.feeds, self.namespace])
-        invoke = self._prepare(node, action, params)
+        prepared = self._prepare(node, action, params)
+        capture = self._capture_for(node)
+
+        async def invoke() -> Any:
+            with capturing(capture):
+                return await prepared()
+
         retries = self.retry.retries(action)
         while True:
             if action.timeout is None:
@@ -431,7 +448,10 @@ class Scheduler:
             )
 
     def _settle(self, node: ActionNode, status: str, now: float, error: str | None) -> None:
-        """Give a node its final status and say so."""
+        """Give a node its final status and say so (what it wrote goes out first)."""
+        capture = self._captures.get(node.id)
+        if capture is not None and capture.dirty:
+            self._emit_output(capture)
         node.status = status  # type: ignore[assignment]
         node.error = None if error is None else redact(error)
         node.finished = now
@@ -508,13 +528,106 @@ class Scheduler:
                 result = await anyio.to_thread.run_sync(
                     call, abandon_on_cancel=True, limiter=self.limiter
                 )
-            return await result if inspect.isawaitable(result) else result
+            if inspect.isawaitable(result):
+                return await result
+            if inspect.isasyncgen(result) or inspect.isgenerator(result):
+                return await self._drain_generator(result)
+            return result
         except anyio.get_cancelled_exc_class():
             raise  # the run is being stopped: not the tool's failure
         except Exception:
             raise
         except BaseException as exc:  # SystemExit from argparse, the tool's own Ctrl-C...
             raise ToolExited(exc) from exc
+
+    async def _drain_generator(self, gen: Any) -> Any:
+        """A generator tool streams partial results: each yielded value is the node's
+        latest output (shown live, coalesced); the return value, or else the last
+        yielded one, is the output. Sync generators advance in a worker thread."""
+        capture = current()
+        last: Any = None
+        done = object()
+        if inspect.isasyncgen(gen):
+            try:
+                async for item in gen:
+                    last = item
+                    if capture is not None:
+                        capture.node.output = item
+                        capture.partial(summarize(item))
+            finally:
+                await gen.aclose()
+            return last
+
+        def step() -> Any:
+            try:
+                return next(gen)
+            except StopIteration as stop:
+                return (done, stop.value)
+
+        try:
+            while True:
+                item = await anyio.to_thread.run_sync(
+                    step, abandon_on_cancel=True, limiter=self.limiter
+                )
+                if isinstance(item, tuple) and len(item) == 2 and item[0] is done:
+                    return item[1] if item[1] is not None else last
+                last = item
+                if capture is not None:
+                    capture.node.output = item
+                    capture.partial(summarize(item))
+        finally:
+            gen.close()
+
+    # ---- captured output ------------------------------------------------------------
+
+    def _capture_for(self, node: ActionNode) -> Capture:
+        capture = self._captures.get(node.id)
+        if capture is None:
+            capture = self._captures[node.id] = Capture(node, self._wake_flusher)
+        return capture
+
+    def _wake_flusher(self) -> None:
+        """A capture has news (any thread): the flusher sends it within 1/FLUSH_HZ s."""
+        if threading.get_ident() == self._loop_thread:
+            self._want_flush()
+            return
+        # Not an anyio worker, or the run's loop is gone: the text is on the node, and
+        # the action's end sends it.
+        with contextlib.suppress(Exception):
+            anyio.from_thread.run_sync(self._want_flush)
+
+    def _want_flush(self) -> None:
+        if self._flush_wanted is None:
+            if self._tg is None or self.run.ended is not None:
+                return  # after the run: each action's end sends what it wrote
+            self._flush_wanted = anyio.Event()
+            self._flush_scope = anyio.CancelScope()
+            self._tg.start_soon(self._flusher, self._flush_scope)
+        self._flush_wanted.set()
+
+    async def _flusher(self, scope: anyio.CancelScope) -> None:
+        with scope:
+            while self._flush_wanted is not None:
+                await self._flush_wanted.wait()
+                self._flush_wanted = anyio.Event()
+                await anyio.sleep(1 / FLUSH_HZ)
+                self._flush_all()
+
+    def _flush_all(self) -> None:
+        for capture in list(self._captures.values()):
+            if capture.dirty:
+                self._emit_output(capture)
+
+    def _stop_flusher(self) -> None:
+        if self._flush_scope is not None:
+            self._flush_scope.cancel()
+        self._flush_scope = self._flush_wanted = None
+        self._flush_all()
+
+    def _emit_output(self, capture: Capture) -> None:
+        event = capture.flush()
+        if event is not None:
+            self._emit(event)
 
     def _model_for(self, type: str, name: str, action_id: str) -> StreamingModel:
         """The model an ``llm`` action asks: the run's, or for a script its
