@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 from collections import ChainMap
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +27,7 @@ import anyio
 import anyio.from_thread
 from anyio.abc import TaskGroup
 
+from .approval import Approver, approver_for
 from .chunks import StreamingModel
 from .errors import AgentDidNotAnswer, NoModelConfigured
 from .events import AnyEvent, Nested
@@ -55,12 +56,16 @@ class RunHooks:
     ``on_event`` receives every event as it happens; ``bind`` is called with each
     ``output_key`` and its value when an action finishes (a notebook binds it as a
     variable); ``background`` is the task group that owns ``fire_and_forget`` actions
-    when they may outlive the run (``None``: the run waits for them).
+    when they may outlive the run (``None``: the run waits for them); ``ask`` asks a
+    person to approve an action.
     """
 
     on_event: Callable[[AnyEvent], None] | None = None
     bind: Callable[[str, Any], None] | None = None
     background: TaskGroup | None = None
+    #: How the host asks a person to approve an action (buttons, a prompt); ``None``: the
+    #: terminal's ``input()``. Used when the agent's ``approval`` is ``"ask"``.
+    ask: Approver | None = None
 
 
 @dataclass(frozen=True)
@@ -71,7 +76,8 @@ class Agent:
     agent's name) or registered functions; ``None`` means everything in ``registry``
     (the default registry unless given). ``model`` is any ``StreamingModel``; ``None``
     means the caller's (the session's, or the parent run's for a nested agent).
-    ``max_depth`` limits how deep agents may call agents.
+    ``max_depth`` limits how deep agents may call agents. ``approve`` names tools that
+    wait for approval (see ``runtime.approval``) under the ``approval`` policy.
     """
 
     name: str | None = None
@@ -90,11 +96,19 @@ class Agent:
     retry: RetryPolicy | None = None
     description: str = ""
     max_depth: int = 3
+    #: Names of tools this agent must get approval for, besides those marked approve=True.
+    approve: Collection[str] = frozenset()
+    #: The approval policy: "ask", "allow", "deny", or a function (node) -> bool.
+    approval: str | Callable[[ActionNode], Any] = "ask"
+    #: Seconds to wait for an approval before it counts as denied (None: no limit).
+    approve_timeout: float | None = None
 
     def __post_init__(self) -> None:
         _check(self)
         if self.tools is not None and not isinstance(self.tools, tuple):
             object.__setattr__(self, "tools", tuple(self.tools))
+        if not isinstance(self.approve, frozenset):
+            object.__setattr__(self, "approve", frozenset(self.approve))
         if self.name is not None:
             self.home.add(AgentSpec(self.name, self, self.description))
 
@@ -234,6 +248,10 @@ class Agent:
             depth=scheduler.depth + 1,
             max_depth=min(self.max_depth, scheduler.max_depth),
             limiter=scheduler.limiter,
+            # A nested agent asks the way its caller asks.
+            approve=scheduler.approve if self.approval == "ask" else approver_for(self.approval),
+            approve_names=frozenset(self.approve),
+            approve_timeout=self.approve_timeout,
         )
         loop = Loop(
             self,
@@ -285,6 +303,9 @@ class Agent:
             background=hooks.background,
             run=run,
             max_depth=self.max_depth,
+            approve=approver_for(self.approval, hooks.ask),
+            approve_names=frozenset(self.approve),
+            approve_timeout=self.approve_timeout,
         )
 
     def __repr__(self) -> str:
@@ -319,6 +340,16 @@ def _check(agent: Agent) -> None:
         for entry in agent.tools:
             if not isinstance(entry, str) and not callable(entry):
                 raise TypeError(f"tools holds {entry!r}, which is neither a name nor a function")
+    if isinstance(agent.approve, str):
+        raise TypeError(f"approve names tools: approve={{{agent.approve!r}}}, not one string")
+    if not callable(agent.approval) and agent.approval not in ("ask", "allow", "deny"):
+        raise ValueError(
+            "approval must be 'ask', 'allow', 'deny' or a function (node) -> bool; "
+            f"got {agent.approval!r}"
+        )
+    timeout = agent.approve_timeout
+    if timeout is not None and (isinstance(timeout, bool) or not timeout > 0):
+        raise ValueError(f"approve_timeout must be a number of seconds above 0; got {timeout!r}")
     model = agent.model
     if model is not None and (isinstance(model, str) or not hasattr(model, "stream")):
         raise TypeError(

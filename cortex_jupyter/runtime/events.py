@@ -47,6 +47,7 @@ class ActionStatus:
     parent: str | None = None
     retry_in: float | None = None
     note: str | None = None
+    parameters: str | None = None
     kind: ClassVar[str] = "action_status"
 
 

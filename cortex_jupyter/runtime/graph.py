@@ -27,8 +27,10 @@ if TYPE_CHECKING:
     from .events import Progress
     from .record import Run
 
-Status = Literal["pending", "running", "done", "failed", "skipped", "cancelled"]
-STATUSES: tuple[str, ...] = ("pending", "running", "done", "failed", "skipped", "cancelled")
+Status = Literal["pending", "awaiting", "running", "done", "failed", "skipped", "cancelled"]
+STATUSES: tuple[str, ...] = (
+    "pending", "awaiting", "running", "done", "failed", "skipped", "cancelled",
+)  # fmt: skip
 FINAL_STATUSES: frozenset[str] = frozenset(("done", "failed", "skipped", "cancelled"))
 
 _PAST = {"failed": "failed", "skipped": "was skipped", "cancelled": "was cancelled"}
@@ -62,6 +64,8 @@ class ActionNode:
     attempts: int = 0
     note: str | None = None
     subrun: Run | None = field(default=None, repr=False)
+    #: The parameters with every ``$name`` resolved (what the tool is called with).
+    resolved: dict[str, Any] | None = field(default=None, repr=False)
     #: What the tool wrote while it ran (``runtime.capture``), never the cell's stream.
     stdout: str = field(default="", repr=False)
     stderr: str = field(default="", repr=False)

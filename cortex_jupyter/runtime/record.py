@@ -78,6 +78,17 @@ def summarize(value: Any) -> str:
         return f"<{type(value).__name__} (repr failed: {type(exc).__name__})>"
 
 
+def brief_json(value: Any, limit: int = 600) -> str:
+    """``value`` as JSON where it is JSON (a short repr for what is not), cut to
+    ``limit`` characters, secrets redacted: how parameters are shown."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=summarize, allow_nan=True)
+    except (TypeError, ValueError, RecursionError):
+        text = summarize(value)
+    text = redact(text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 class OutputRepr(str):
     """The short repr standing in for an output that was not JSON (in a replayed run)."""
 

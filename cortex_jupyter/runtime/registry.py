@@ -37,6 +37,8 @@ class ToolSpec:
     description: str
     parameters: dict[str, Any]
     injected: tuple[str, ...] = ()
+    #: Ask before it runs (it acts on the world): see ``runtime.approval``.
+    approve: bool = False
 
     @functools.cached_property
     def is_async(self) -> bool:
@@ -206,7 +208,13 @@ class Registry:
 
     @overload
     def tool(
-        self, /, *, name: str | None = None, type: str = "tool", description: str | None = None
+        self,
+        /,
+        *,
+        name: str | None = None,
+        type: str = "tool",
+        description: str | None = None,
+        approve: bool = False,
     ) -> Callable[[F], F]: ...
 
     def tool(
@@ -217,14 +225,17 @@ class Registry:
         name: str | None = None,
         type: str = "tool",
         description: str | None = None,
+        approve: bool = False,
     ) -> F | Callable[[F], F]:
         """Register a function, bare (``@tool``) or configured (``@tool(name=..., type=...)``).
 
-        The function is returned unchanged, so it stays callable as before.
+        ``approve=True``: its actions wait for approval before they run (a tool that
+        sends, deletes or spends). The function is returned unchanged, so it stays
+        callable as before.
         """
 
         def decorate(fn: F) -> F:
-            self.register(fn, name=name, type=type, description=description)
+            self.register(fn, name=name, type=type, description=description, approve=approve)
             return fn
 
         return decorate(func) if func is not None else decorate
@@ -237,6 +248,7 @@ class Registry:
         type: str = "tool",
         description: str | None = None,
         injected: Sequence[str] = (),
+        approve: bool = False,
     ) -> ToolSpec:
         """Register ``func`` as an action of ``type`` (replacing one of the same name)."""
         if not callable(func):
@@ -261,6 +273,7 @@ class Registry:
             description=description if description is not None else doc,
             parameters=params,
             injected=tuple(injected),
+            approve=approve,
         )
         self._entries[type][label] = spec
         return spec

@@ -47,6 +47,7 @@ from cortex_jupyter.protocol.events import (
     ProtocolError,
 )
 
+from .approval import Approver, approver_for
 from .capture import FLUSH_HZ, Capture, capturing, current
 from .chunks import StreamingModel, text_client
 from .errors import (
@@ -64,7 +65,7 @@ from .errors import (
 from .events import ActionStatus, AnyEvent, End, Interrupt, Metric
 from .graph import ActionNode, Graph, Update
 from .model import Message, complete
-from .record import Run, summarize
+from .record import Run, brief_json, summarize
 from .registry import AgentSpec, Registry, Step, ToolSpec, WorkflowSpec, default_registry
 from .secrets import redact
 from .variables import check_variable_name, find_references, resolve
@@ -136,6 +137,9 @@ class Scheduler:
         depth: int = 0,
         max_depth: int = 3,
         limiter: anyio.CapacityLimiter | None = None,
+        approve: Approver | None = None,
+        approve_names: frozenset[str] = frozenset(),
+        approve_timeout: float | None = None,
     ) -> None:
         self.registry = registry if registry is not None else default_registry
         self.namespace: Mapping[str, Any] = namespace if namespace is not None else {}
@@ -152,6 +156,10 @@ class Scheduler:
         #: Bounds the worker threads of sync tools; shared with nested agents' runs.
         self.limiter = limiter if limiter is not None else anyio.CapacityLimiter(max_threads)
         self._background = background
+        #: Asked before an action marked for approval runs (None: the terminal asks).
+        self.approve = approve if approve is not None else approver_for("ask")
+        self.approve_names = approve_names
+        self.approve_timeout = approve_timeout
         self._background_scopes: dict[str, anyio.CancelScope] = {}
         self._tg: TaskGroup | None = None
         self._starts: dict[str, ActionStart] = {}
@@ -382,14 +390,18 @@ class Scheduler:
         self._apply(self.graph.complete(node.id, ok=ok))
 
     async def _run_node(self, node: ActionNode, scope: Mapping[str, Any]) -> None:
-        """Run a node's attempts and give it its final status (done, failed, cancelled)."""
-        assert node.action is not None
-        node.started = time.monotonic()
-        node.status = "running"
-        node.attempts = 1
-        self._emit(ActionStatus(node.id, "running", node.started, attempt=1, parent=node.parent))
+        """Run a node's attempts and give it its final status (done, failed, skipped when
+        its approval was denied, cancelled)."""
+        action = node.action
+        assert action is not None
         try:
-            output = await self._attempts(node, node.action, scope)
+            # Resolved and checked first: the node shows what it is called with, and a
+            # call that could only fail is never put to a person for approval.
+            prepared = self._prepare_call(node, action, scope)
+            if self._needs_approval(node) and not await self._approved(node):
+                return
+            self._mark_running(node)
+            output = await self._attempts(node, action, prepared)
         except anyio.get_cancelled_exc_class():
             self._settle(node, "cancelled", time.monotonic(), "cancelled: the run was stopped")
             raise
@@ -400,10 +412,59 @@ class Scheduler:
             node.output = output
             self._settle(node, "done", time.monotonic(), None)
 
-    async def _attempts(self, node: ActionNode, action: Action, scope: Mapping[str, Any]) -> Any:
-        """Resolve, check, then call with the action's timeout, retries and backoff."""
+    def _mark_running(self, node: ActionNode) -> None:
+        node.started = time.monotonic()
+        node.status = "running"
+        node.attempts = 1
+        self._emit(
+            ActionStatus(
+                node.id, "running", node.started, attempt=1, parent=node.parent,
+                parameters=brief_json(node.resolved),
+            )
+        )  # fmt: skip
+
+    def _prepare_call(self, node: ActionNode, action: Action, scope: Mapping[str, Any]) -> Invoke:
+        """Resolve the parameters (kept on the node) and check them against the entry."""
         params = resolve(action.parameters, [scope, self.run.variables, self.feeds, self.namespace])
-        prepared = self._prepare(node, action, params)
+        node.resolved = params
+        return self._prepare(node, action, params)
+
+    # ---- approval -------------------------------------------------------------------
+
+    def _needs_approval(self, node: ActionNode) -> bool:
+        if node.name in self.approve_names:
+            return True
+        try:
+            spec = self.registry.get(node.type, node.name)
+        except CortexRuntimeError:
+            return False  # unknown: it fails when prepared, nothing to approve
+        return bool(getattr(spec, "approve", False))
+
+    async def _approved(self, node: ActionNode) -> bool:
+        """Wait in ``awaiting`` for the decision; a denied node is settled ``skipped``."""
+        node.status = "awaiting"
+        self._emit(
+            ActionStatus(
+                node.id, "awaiting", time.monotonic(), parent=node.parent,
+                parameters=brief_json(node.resolved),
+            )
+        )  # fmt: skip
+        why = "denied by the user"
+        try:
+            with anyio.fail_after(self.approve_timeout):
+                approved = await self.approve(node)
+        except TimeoutError:
+            approved = False
+            why = f"denied: not approved within {self.approve_timeout:g} s (approve_timeout)"
+        except Exception as exc:  # the way of asking broke: never run unapproved
+            approved = False
+            why = f"denied: asking for approval failed ({error_text(exc)})"
+        if not approved:
+            self._settle(node, "skipped", time.monotonic(), why)
+        return approved
+
+    async def _attempts(self, node: ActionNode, action: Action, prepared: Invoke) -> Any:
+        """Call with the action's timeout, retries and backoff, capturing its output."""
         capture = self._capture_for(node)
 
         async def invoke() -> Any:

@@ -1,0 +1,200 @@
+"""Approval before tools that act on the world (issue 14 §2), in the runtime: the node waits
+in ``awaiting`` with its resolved parameters, runs only when approved, and a denial skips
+it and what depends on it while everything else goes on."""
+
+from __future__ import annotations
+
+import builtins
+import time
+from typing import Any
+
+import anyio
+import pytest
+
+from cortex_jupyter.models import ScriptModel
+from cortex_jupyter.runtime import ActionNode, ActionStatus, Agent, Registry, Run, RunHooks
+from cortex_jupyter.runtime.approval import Decision
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def registry() -> Registry:
+    registry = Registry(builtins=False)
+    sent: list[str] = []
+
+    @registry.tool(approve=True)
+    def send_email(to: str, body: str) -> str:
+        """Send an email (acts on the world)."""
+        sent.append(to)
+        return f"sent to {to}"
+
+    @registry.tool(approve=True)
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        return f"deleted {path}"
+
+    @registry.tool
+    async def lookup(name: str) -> str:
+        """Look something up (harmless)."""
+        await anyio.sleep(0.01)
+        return f"{name}@example.com"
+
+    registry.sent = sent  # type: ignore[attr-defined]
+    return registry
+
+
+SCRIPT = (
+    '<action id="who">{"name": "lookup", "parameters": {"name": "ada"}, "output_key": "addr"}'
+    "</action>"
+    '<action id="mail">{"name": "send_email", "parameters": {"to": "$addr", "body": "hi"}, '
+    '"output_key": "receipt"}</action>'
+    '<action id="rm">{"name": "delete_file", "parameters": {"path": "/tmp/x"}}</action>'
+    '<action id="after">{"name": "lookup", "parameters": {"name": "$receipt"}}</action>'
+    "\n--- next turn ---\n<response>Done.</response>"
+)
+
+
+def statuses(run: Run, node_id: str) -> list[str]:
+    return [e.status for e in run.events if isinstance(e, ActionStatus) and e.id == node_id]
+
+
+async def test_a_callable_approver_allows_one_and_denies_another(registry: Registry) -> None:
+    asked: list[tuple[str, Any]] = []
+
+    def policy(node: ActionNode) -> bool:
+        asked.append((node.name, node.resolved))
+        return node.name == "send_email"
+
+    run = await Agent(model=ScriptModel(SCRIPT), registry=registry, approval=policy).run("go")
+    # asked with the resolved parameters ($addr filled in), harmless tools never asked
+    assert sorted(asked) == [
+        ("delete_file", {"path": "/tmp/x"}),
+        ("send_email", {"to": "ada@example.com", "body": "hi"}),
+    ]
+    assert statuses(run, "mail") == ["pending", "awaiting", "running", "done"]
+    assert registry.sent == ["ada@example.com"]  # type: ignore[attr-defined]
+    assert statuses(run, "rm") == ["pending", "awaiting", "skipped"]
+    assert run.actions["rm"].error == "denied by the user"
+    awaiting = [
+        e for e in run.events if isinstance(e, ActionStatus) and e.status == "awaiting"
+        and e.id == "mail"
+    ]  # fmt: skip
+    assert awaiting[0].parameters == '{"to": "ada@example.com", "body": "hi"}'
+    assert run.actions["after"].status == "done"
+    assert run.status == "completed"
+
+
+async def test_deny_skips_the_action_its_dependents_and_tells_the_model(
+    registry: Registry,
+) -> None:
+    model = ScriptModel(SCRIPT)
+    run = await Agent(model=model, registry=registry, approval="deny").run("go")
+    assert run.actions["mail"].status == "skipped"
+    assert run.actions["after"].status == "skipped"
+    assert run.actions["after"].error == "depends on 'mail', which was skipped"
+    assert run.actions["who"].status == "done"  # what does not depend on it went on
+    assert registry.sent == []  # type: ignore[attr-defined]
+    results = next(e for e in run.events if e.kind == "message" and e.role == "user"
+                   and e.content.startswith("<results>"))  # fmt: skip
+    assert 'id="mail" name="send_email" status="skipped"' in results.content
+    assert "denied by the user" in results.content
+
+
+async def test_allow_runs_without_asking(registry: Registry) -> None:
+    run = await Agent(model=ScriptModel(SCRIPT), registry=registry, approval="allow").run("go")
+    assert statuses(run, "rm") == ["pending", "awaiting", "running", "done"]
+
+
+async def test_an_agent_can_name_tools_that_need_approval(registry: Registry) -> None:
+    agent = Agent(model=ScriptModel(SCRIPT), registry=registry, approve={"lookup"}, approval="deny")
+    run = await agent.run("go")
+    assert run.actions["who"].status == "skipped" and run.actions["who"].error == (
+        "denied by the user"
+    )
+
+
+async def test_the_terminal_asks_with_input(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    questions: list[str] = []
+
+    def answer(prompt: str) -> str:
+        questions.append(prompt)
+        return "y" if "send_email" in prompt else "n"
+
+    monkeypatch.setattr(builtins, "input", answer)
+    run = await Agent(model=ScriptModel(SCRIPT), registry=registry).run("go")
+    assert sorted(questions) == [
+        "cortex: approve action 'mail': send_email(to='ada@example.com', body='hi')? [y/N] ",
+        "cortex: approve action 'rm': delete_file(path='/tmp/x')? [y/N] ",
+    ]
+    assert run.actions["mail"].status == "done" and run.actions["rm"].status == "skipped"
+
+
+async def test_unanswered_within_the_timeout_is_denied(registry: Registry) -> None:
+    never = Decision()
+
+    async def ask(node: ActionNode) -> bool:
+        return await never.wait()
+
+    agent = Agent(model=ScriptModel(SCRIPT), registry=registry, approve_timeout=0.1)
+    run = await agent.run("go", hooks=RunHooks(ask=ask))
+    assert run.actions["rm"].error == "denied: not approved within 0.1 s (approve_timeout)"
+
+
+async def test_other_actions_go_on_while_one_waits_and_stop_cancels_the_wait(
+    registry: Registry,
+) -> None:
+    decisions: dict[str, Decision] = {}
+
+    async def ask(node: ActionNode) -> bool:
+        decisions[node.id] = Decision()
+        return await decisions[node.id].wait()
+
+    run = Run()
+    with anyio.move_on_after(0.5):
+        await Agent(model=ScriptModel(SCRIPT), registry=registry).run(
+            "go", hooks=RunHooks(ask=ask), run=run
+        )
+    # the harmless lookup finished while two approvals were waiting
+    assert run.actions["who"].status == "done"
+    assert set(decisions) == {"mail", "rm"}
+    assert run.actions["mail"].status == "cancelled"  # Stop cancelled the waiting ones
+    assert run.actions["rm"].status == "cancelled"
+
+
+async def test_an_answer_from_another_thread_lets_the_action_run(registry: Registry) -> None:
+    decisions: dict[str, Decision] = {}
+
+    async def ask(node: ActionNode) -> bool:
+        decisions[node.id] = Decision()
+        return await decisions[node.id].wait()
+
+    async def click_later() -> None:
+        while len(decisions) < 2:
+            await anyio.sleep(0.01)
+        start = time.monotonic()
+        await anyio.to_thread.run_sync(decisions["mail"].set, True)
+        await anyio.to_thread.run_sync(decisions["rm"].set, False)
+        assert time.monotonic() - start < 5
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(click_later)
+        run = await Agent(model=ScriptModel(SCRIPT), registry=registry).run(
+            "go", hooks=RunHooks(ask=ask)
+        )
+    assert run.actions["mail"].status == "done" and run.actions["rm"].status == "skipped"
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"approval": "maybe"}, "approval must be 'ask', 'allow', 'deny' or a function"),
+        ({"approve": "send_email"}, "approve names tools"),
+        ({"approve_timeout": 0}, "approve_timeout must be a number of seconds above 0"),
+    ],
+)
+def test_bad_approval_settings_are_refused(options: dict[str, Any], message: str) -> None:
+    with pytest.raises((ValueError, TypeError), match=message):
+        Agent(**options)
