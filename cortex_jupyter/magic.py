@@ -18,6 +18,7 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from traitlets import Any as AnyTrait
 from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode
 
 from cortex_jupyter.runtime.secrets import redact
@@ -62,6 +63,19 @@ class CortexMagics(Magics):
     native_tools = Bool(False, help="Also offer tools as the endpoint's native tools=.").tag(
         config=True
     )
+    context_tokens = Int(
+        None,
+        allow_none=True,
+        help="Context budget in tokens (default: the model's window where known, else 32,000).",
+    ).tag(config=True)
+    approve = AnyTrait(
+        "ask",
+        help="Approval before tools marked approve=True: 'ask', 'allow', 'deny' or a "
+        "function (node) -> bool.",
+    ).tag(config=True)
+    approve_timeout = Float(
+        None, allow_none=True, help="Seconds to wait for an approval before denying it."
+    ).tag(config=True)
     overwrite = Bool(
         False,
         help="Let an action's output_key replace a notebook name cortex did not bind.",
@@ -157,6 +171,9 @@ class CortexMagics(Magics):
             display="text" if args.text else self.display,
             agent=args.agent,
             overwrite=bool(args.overwrite) or self.overwrite,
+            context_tokens=self.context_tokens,
+            approval=_approval(self.approve),
+            approve_timeout=self.approve_timeout,
             given=frozenset(
                 name
                 for name in ("model", "dialect", "max_turns", "temperature", "max_tokens")
@@ -357,3 +374,13 @@ def unregister(shell: InteractiveShell) -> None:
             del table["cortex"]
     if magics in shell.configurables:
         shell.configurables.remove(magics)
+
+
+def _approval(value: Any) -> Any:
+    """The approval policy, checked: a mistyped word must not quietly mean "ask"."""
+    if callable(value) or value in ("ask", "allow", "deny"):
+        return value
+    raise UsageError(
+        f"CortexMagics.approve must be 'ask', 'allow', 'deny' or a function (node) -> bool, "
+        f"not {value!r}."
+    )

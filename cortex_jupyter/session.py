@@ -119,6 +119,11 @@ class CellOptions:
     given: frozenset[str] = frozenset()
     #: ``--overwrite``: an ``output_key`` may replace a notebook name cortex did not bind.
     overwrite: bool = False
+    #: The context budget in tokens (None: the model's window, else 32,000).
+    context_tokens: int | None = None
+    #: Approval policy for tools marked approve=True, and how long to wait for it.
+    approval: Any = "ask"
+    approve_timeout: float | None = None
 
 
 #: A cell's run: given the emit callback and the task group that owns its
@@ -370,6 +375,9 @@ class Session:
                 native_tools=options.native_tools,
                 temperature=options.temperature,
                 max_tokens=options.max_tokens,
+                context_tokens=options.context_tokens,
+                approval=options.approval,
+                approve_timeout=options.approve_timeout,
             )
         agent = self._named_agent(options.agent)
         offline = options.script or options.replay is not None

@@ -102,6 +102,8 @@ class Agent:
     approval: str | Callable[[ActionNode], Any] = "ask"
     #: Seconds to wait for an approval before it counts as denied (None: no limit).
     approve_timeout: float | None = None
+    #: The context budget in tokens (None: the model's window where known, else 32,000).
+    context_tokens: int | None = None
 
     def __post_init__(self) -> None:
         _check(self)
@@ -346,6 +348,13 @@ def _check(agent: Agent) -> None:
         raise ValueError(
             "approval must be 'ask', 'allow', 'deny' or a function (node) -> bool; "
             f"got {agent.approval!r}"
+        )
+    budget = agent.context_tokens
+    if budget is not None and (
+        isinstance(budget, bool) or not isinstance(budget, int) or budget < 256
+    ):
+        raise ValueError(
+            f"context_tokens must be a whole number of tokens, at least 256; got {budget!r}"
         )
     timeout = agent.approve_timeout
     if timeout is not None and (isinstance(timeout, bool) or not timeout > 0):

@@ -93,6 +93,28 @@ class ActionOutput:
 
 
 @dataclass(frozen=True, slots=True)
+class ContextUse:
+    """What a turn sent the model, fitted into the context budget (``runtime.context``).
+
+    ``tokens`` is the estimate of what was sent and ``budget`` the limit; ``condensed``
+    and ``summarised`` count the older messages cut to fit (results to a line each) and
+    left out for a summary. ``sent`` is the exact list of messages sent when fitting
+    changed any (None: the system prompt and the conversation as they are); ``over``
+    says that even the current prompt and run exceed the budget.
+    """
+
+    turn: int
+    time: float
+    tokens: int
+    budget: int
+    condensed: int = 0
+    summarised: int = 0
+    sent: list[dict[str, Any]] | None = None
+    over: bool = False
+    kind: ClassVar[str] = "context"
+
+
+@dataclass(frozen=True, slots=True)
 class Metric:
     """A measured figure about the run (``unit`` e.g. ``"s"``, ``"count"``)."""
 
@@ -249,6 +271,7 @@ class Chunk:
 RunEvent = (
     ActionStatus
     | ActionOutput
+    | ContextUse
     | Metric
     | Interrupt
     | End
@@ -265,6 +288,7 @@ RUN_EVENT_TYPES: dict[str, type[Any]] = {
     for cls in (
         ActionStatus,
         ActionOutput,
+        ContextUse,
         Metric,
         Interrupt,
         End,

@@ -26,7 +26,9 @@ import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
+
+import anyio
 
 from cortex_jupyter.protocol import Parser
 from cortex_jupyter.protocol.actions import build_action, parse_body
@@ -55,11 +57,21 @@ from .chunks import (
     ToolCallStart,
     ToolDefinition,
     Usage,
+    text_client,
     tool_definition,
 )
-from .events import AnyEvent, ChatEntry, Chunk, Interrupt, Metric, Turn, TurnEnd
+from .context import (
+    DEFAULT_REPLY_ROOM,
+    Fit,
+    TokenCounter,
+    budget_for,
+    fit_messages,
+    summary_prompt,
+)
+from .events import AnyEvent, ChatEntry, Chunk, ContextUse, Interrupt, Metric, Turn, TurnEnd
 from .feeds import FeedSet
 from .graph import ActionNode
+from .model import complete
 from .prompt import format_results, result_text, system_prompt
 from .record import Run
 from .scheduler import Scheduler, error_text
@@ -89,8 +101,17 @@ class Conversation:
     rebuild one from run records or saved transcripts.
     """
 
-    def __init__(self, messages: Iterable[Message] = ()) -> None:
+    def __init__(self, messages: Iterable[Message] = (), starts: Iterable[int] = ()) -> None:
         self._messages: list[ChatMessage] = [_copy(m) for m in messages]
+        #: Where each run's prompt begins (an exchange: what the context budget keeps,
+        #: condenses or summarises as a whole).
+        self.starts: list[int] = sorted(set(starts))
+        #: What the last fit did to each message: "condensed" or "summarised".
+        self.marks: dict[int, str] = {}
+        #: Summaries the model wrote, by the (start, end) range of messages they replace.
+        self.summaries: dict[tuple[int, int], str] = {}
+        #: Tokens from characters, calibrated against the server's counts.
+        self.counter = TokenCounter()
 
     @property
     def history(self) -> list[ChatMessage]:
@@ -100,18 +121,36 @@ class Conversation:
     def append(self, message: Message) -> None:
         self._messages.append(_copy(message))
 
+    def begin(self) -> int:
+        """A new exchange (a run's prompt) starts with the next message; its index."""
+        start = len(self._messages)
+        if start not in self.starts:
+            self.starts.append(start)
+        return start
+
     def reset(self) -> None:
         """Forget every message: the next run starts a fresh conversation."""
         self._messages.clear()
+        self.starts.clear()
+        self.marks.clear()
+        self.summaries.clear()
 
     def fork(self) -> Conversation:
         """An independent copy to continue differently."""
-        return Conversation(self._messages)
+        copy = Conversation(self._messages, self.starts)
+        copy.summaries = dict(self.summaries)
+        copy.counter = TokenCounter(self.counter.chars_per_token, self.counter.calibrated)
+        return copy
 
     @classmethod
     def from_run(cls, *runs: Run) -> Conversation:
-        """The conversation the given runs had, in order."""
-        return cls(message for run in runs for message in run_messages(run))
+        """The conversation the given runs had, in order (each run an exchange)."""
+        messages: list[ChatMessage] = []
+        starts = []
+        for run in runs:
+            starts.append(len(messages))
+            messages.extend(run_messages(run))
+        return cls(messages, starts)
 
     @classmethod
     def from_transcript(cls, *sources: RunSource) -> Conversation:
@@ -130,7 +169,7 @@ class Conversation:
     def __str__(self) -> str:
         """The conversation as text: one paragraph per message, long ones shortened."""
         lines = []
-        for message in self._messages:
+        for index, message in enumerate(self._messages):
             content = message.get("content") or ""
             if len(content) > 600:
                 content = content[:600] + f" … [{len(content) - 600:,} more characters]"
@@ -142,6 +181,11 @@ class Conversation:
             who = message["role"]
             if message.get("tool_call_id"):
                 who += f" ({message['tool_call_id']})"
+            mark = self.marks.get(index)
+            if mark == "condensed":
+                who += " · condensed to fit the context: results cut to a line each"
+            elif mark == "summarised":
+                who += " · not sent: in the summary of the earlier conversation"
             lines.append(f"[{who}]\n{content}")
         return "\n\n".join(lines)
 
@@ -281,16 +325,21 @@ class Loop:
         self.result_limit = agent.result_limit
         self.variables = variables
         self.taken = set(taken_ids)
+        self.budget = budget_for(agent.context_tokens, model)
+        self._start = 0  # where this run's messages begin in the conversation
+        self._sent: list[Message] = []  # what the current turn sent (for calibration)
         self._system = ""
         self._recorder = _ChunkRecorder(scheduler.emit)
 
     async def go(self, user_text: str) -> None:
+        self._start = self.conversation.begin()
         self._say({"role": "user", "content": user_text})
         number = 0
         for number in range(1, self.max_turns + 1):
             await self.feeds.refresh_due()
-            messages = self._messages()
+            messages, fit = await self._messages()
             self.scheduler.emit(Turn(number, time.monotonic(), self.model.name))
+            self._report_fit(number, fit)
             turn = _TurnState(number, set(self.run.actions), len(self.run.errors))
             try:
                 await self._stream(turn, messages)
@@ -337,7 +386,9 @@ class Loop:
 
     # ---- messages ---------------------------------------------------------------
 
-    def _messages(self) -> list[Message]:
+    async def _messages(self) -> tuple[list[Message], Fit]:
+        """What this turn sends: the system prompt and the conversation, fitted into the
+        context budget (``runtime.context``); recorded as a ``ContextUse`` event."""
         text = system_prompt(
             dialect=self.dialect,
             registry=self.scheduler.registry,
@@ -351,7 +402,65 @@ class Loop:
         if text != self._system:
             self._system = text
             self.scheduler.emit(ChatEntry("system", text, time.monotonic()))
-        return [{"role": "system", "content": text}, *self.conversation.history]
+        fit = self._fit({"role": "system", "content": text})
+        folded = fit.summarised
+        if folded is not None and (folded.start, folded.stop) not in self.conversation.summaries:
+            await self._summarise(folded)
+            fit = self._fit({"role": "system", "content": text})
+        self.conversation.marks = fit.marks
+        self._sent = list(fit.messages)
+        return self._sent, fit
+
+    def _report_fit(self, turn: int, fit: Fit) -> None:
+        marks = list(fit.marks.values())
+        self.scheduler.emit(
+            ContextUse(
+                turn, time.monotonic(), fit.tokens, fit.budget,
+                condensed=marks.count("condensed"),
+                summarised=marks.count("summarised"),
+                sent=[dict(m) for m in fit.messages] if fit.changed else None,
+                over=fit.over,
+            )
+        )  # fmt: skip
+
+    def _fit(self, system: ChatMessage) -> Fit:
+        conversation = self.conversation
+        return fit_messages(
+            system,
+            conversation.history,
+            current=self._start,
+            starts=conversation.starts,
+            budget=self.budget,
+            reply_room=self.agent.max_tokens or DEFAULT_REPLY_ROOM,
+            counter=conversation.counter,
+            summaries=conversation.summaries,
+        )
+
+    async def _summarise(self, folded: range) -> None:
+        """Ask the model for a summary of the messages in ``folded`` (an ``llm`` call; a
+        script answers from its ``--- reply to context-summary ---`` section). When that
+        fails the fit falls back to a plain cut; the run goes on either way."""
+        history = self.conversation.history
+        earlier = [
+            text
+            for (start, stop), text in self.conversation.summaries.items()
+            if start == 0 and stop <= folded.stop
+        ]
+        messages = [history[i] for i in folded]
+        if earlier:  # build on the last summary instead of re-reading what it covers
+            messages = [{"role": "user", "content": earlier[-1]}, *messages]
+        prompt = summary_prompt(messages, words=200)
+        model: Any = self.model
+        sub = getattr(model, "for_action", None)
+        try:
+            if sub is not None:
+                model = sub("context-summary")
+            with anyio.fail_after(120):
+                text = await complete(text_client(model), [{"role": "user", "content": prompt}])
+        except Exception:
+            return
+        if text.strip():
+            self.conversation.summaries[(folded.start, folded.stop)] = redact(text.strip())
 
     def _say(self, message: ChatMessage) -> None:
         # What goes into the conversation is sent to the model and kept in transcripts:
@@ -429,6 +538,11 @@ class Loop:
             self._submit(turn, _native_action(chunk))
         elif isinstance(chunk, Usage):
             now = time.monotonic()
+            if chunk.prompt_tokens and self._sent:
+                self.conversation.counter.calibrate(
+                    cast(list[ChatMessage], self._sent), chunk.prompt_tokens
+                )
+                self.scheduler.emit(Metric("context_tokens", chunk.prompt_tokens, now, "tokens"))
             self.scheduler.emit(Metric("prompt_tokens", chunk.prompt_tokens, now, "tokens"))
             self.scheduler.emit(Metric("completion_tokens", chunk.completion_tokens, now, "tokens"))
         elif isinstance(chunk, Finish):
