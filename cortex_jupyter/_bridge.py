@@ -27,6 +27,8 @@ T = TypeVar("T")
 Emit = Callable[[Any], None]
 #: Longest wait, after a cancel, for the run to wind down before giving up on it.
 CANCEL_GRACE = 5.0
+#: How often an async cell's pump looks for events (it cannot block on the queue).
+ASYNC_STEP = 0.01
 
 
 class Interrupted(Exception):
@@ -68,6 +70,7 @@ class Bridge(Generic[T]):
         self._scope: anyio.CancelScope | None = None
         self._scope_ready = threading.Event()
         self._behind = False  # the last delivery left changes waiting
+        self._stop_requested = False
 
     def run(self) -> T:
         """Run the job to its end; ``KeyboardInterrupt`` cancels it and is re-raised.
@@ -80,6 +83,28 @@ class Bridge(Generic[T]):
             return self._run_on(self._loop.portal)
         with anyio.from_thread.start_blocking_portal() as portal:
             return self._run_on(portal)
+
+    async def run_async(self) -> T:
+        """``run`` for an async cell, on the kernel's own event loop: the pump awaits
+        between deliveries, so widget messages are handled while the run goes on, and
+        the kernel's Stop (a cancellation of the cell, in an async cell) or the view's
+        Stop button cancels the run as ``KeyboardInterrupt`` does in ``run``."""
+        if self._loop is not None:
+            return await self._run_on_async(self._loop.portal)
+        with anyio.from_thread.start_blocking_portal() as portal:
+            return await self._run_on_async(portal)
+
+    async def _run_on_async(self, portal: BlockingPortal) -> T:
+        future = portal.start_task_soon(self._guarded)
+        try:
+            await self._pump_async(future.done)
+        except (KeyboardInterrupt, anyio.get_cancelled_exc_class()):
+            self._cancel(portal)
+            await self._wind_down_async(future.done)
+            raise KeyboardInterrupt from None
+        finally:
+            self._end()
+        return future.result()
 
     def _run_on(self, portal: BlockingPortal) -> T:
         future = portal.start_task_soon(self._guarded)
@@ -114,31 +139,49 @@ class Bridge(Generic[T]):
 
     def _pump(self, done: Callable[[], bool]) -> None:
         """Deliver events in batches, at most once per interval, until the job is done."""
-        batch: list[Any] = []
-        last = float("-inf")
-        while True:
-            finished = done()
-            wait = 0.0 if finished else self._interval
-            if batch:
-                wait = min(wait, max(0.0, last + self._interval - time.monotonic()))
-            try:
-                batch.append(self._queue.get(timeout=wait) if wait else self._queue.get_nowait())
-                while True:
-                    batch.append(self._queue.get_nowait())
-            except queue.Empty:
-                pass
-            now = time.monotonic()
-            if batch and (finished or now - last >= self._interval):
-                events, batch = batch, []
-                self._behind = bool(self._deliver(events))
-                last = now
-            elif not batch and not finished and now - last >= self._quiet_wait():
-                # Nothing new, but clocks on screen (elapsed, running durations) move on,
-                # and what the view held back goes out.
-                self._behind = bool(self._deliver([]))
-                last = now
-            if finished and not batch and self._queue.empty():
-                return
+        pump = _Pump()
+        while not self._pump_once(done(), pump, block=True):
+            pass
+
+    async def _pump_async(self, done: Callable[[], bool]) -> None:
+        """``_pump`` for an async cell: it awaits between steps, so the kernel's loop runs
+        meanwhile (and dispatches widget messages: a button click while the cell runs)."""
+        pump = _Pump()
+        while not self._pump_once(done(), pump, block=False):
+            await anyio.sleep(ASYNC_STEP)
+
+    def _pump_once(self, finished: bool, pump: _Pump, *, block: bool) -> bool:
+        """One step of the pump: take what arrived (waiting for it when ``block``),
+        deliver a batch when one is due; True when the job is done and all is delivered.
+        A stop requested from the view (``request_stop``) is a ``KeyboardInterrupt``."""
+        if self._stop_requested:
+            self._stop_requested = False
+            raise KeyboardInterrupt
+        wait = 0.0 if finished or not block else self._interval
+        if pump.batch:
+            wait = min(wait, max(0.0, pump.last + self._interval - time.monotonic()))
+        try:
+            pump.batch.append(self._queue.get(timeout=wait) if wait else self._queue.get_nowait())
+            while True:
+                pump.batch.append(self._queue.get_nowait())
+        except queue.Empty:
+            pass
+        now = time.monotonic()
+        if pump.batch and (finished or now - pump.last >= self._interval):
+            events, pump.batch = pump.batch, []
+            self._behind = bool(self._deliver(events))
+            pump.last = now
+        elif not pump.batch and not finished and now - pump.last >= self._quiet_wait():
+            # Nothing new, but clocks on screen (elapsed, running durations) move on,
+            # and what the view held back goes out.
+            self._behind = bool(self._deliver([]))
+            pump.last = now
+        return finished and not pump.batch and self._queue.empty()
+
+    def request_stop(self) -> None:
+        """Stop the run as the kernel's interrupt does (the view's own Stop button): the
+        pump raises ``KeyboardInterrupt`` at its next step, in the cell's thread."""
+        self._stop_requested = True
 
     def _quiet_wait(self) -> float:
         return self._interval if self._behind else self._idle
@@ -147,6 +190,12 @@ class Bridge(Generic[T]):
         deadline = time.monotonic() + CANCEL_GRACE
         while not done() and time.monotonic() < deadline:
             time.sleep(0.01)
+
+    async def _wind_down_async(self, done: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + CANCEL_GRACE
+        with anyio.CancelScope(shield=True):  # the cell was cancelled: finish regardless
+            while not done() and time.monotonic() < deadline:
+                await anyio.sleep(0.01)
 
     def _end(self) -> None:
         """Deliver what is still queued; from now on events go to ``late``."""
@@ -223,3 +272,13 @@ class Loop:
                     self._ready.set()
                     await anyio.sleep_forever()  # until its cancel scope is cancelled
             await portal.stop(cancel_remaining=True)
+
+
+class _Pump:
+    """What the pump carries from one step to the next."""
+
+    __slots__ = ("batch", "last")
+
+    def __init__(self) -> None:
+        self.batch: list[Any] = []
+        self.last = float("-inf")

@@ -357,13 +357,51 @@ def _coerce(trait: Any, value: str) -> Any:
 
 
 def register(shell: InteractiveShell) -> None:
-    """Add the ``%%cortex`` magics to a shell."""
+    """Add the ``%%cortex`` magics to a shell; in a kernel, ``%%cortex`` cells also run as
+    async cells (see ``as_async_cell``)."""
     shell.register_magics(CortexMagics)
+    if getattr(shell, "kernel", None) is not None and as_async_cell not in (
+        shell.input_transformers_cleanup
+    ):
+        shell.input_transformers_cleanup.append(as_async_cell)
+
+
+def as_async_cell(lines: list[str]) -> list[str]:
+    """An input transformer: a ``%%cortex`` cell becomes a top-level ``await`` of the same
+    run (``run_cell_async``).
+
+    A synchronous cell keeps the kernel's event loop blocked while it runs, so the
+    widgets' buttons (approve, deny, stop) could not be clicked until it ended; an async
+    cell lets ipykernel (>= 7.4) dispatch their messages meanwhile, and the kernel's Stop
+    reaches it as a cancellation (NOTES.md, "Running async work from a cell magic").
+    ``%%cortex?`` (help) and anything else are left as they are.
+    """
+    if not lines:
+        return lines
+    first = lines[0].strip()
+    head, _, line = first.partition(" ")
+    if head != "%%cortex" or first.endswith("?"):
+        return lines
+    body = "".join(lines[1:])
+    return [
+        "await __import__('cortex_jupyter.magic', fromlist=['_']).run_cell_async("
+        f"get_ipython(), {line!r}, {body!r})\n"
+    ]
+
+
+async def run_cell_async(shell: InteractiveShell, line: str, cell: str) -> None:
+    """What an async ``%%cortex`` cell runs: the magic's options, the session's run."""
+    magics = shell.magics_manager.registry.get(CortexMagics.__name__)
+    if not isinstance(magics, CortexMagics):
+        raise UsageError("%%cortex: the extension is not loaded; run %load_ext cortex_jupyter")
+    await magics.session.run_cell_async(cell, magics._options(line))
 
 
 def unregister(shell: InteractiveShell) -> None:
     """Take the magics out of a shell again (for ``%unload_ext``)."""
     forget(shell)
+    if as_async_cell in shell.input_transformers_cleanup:
+        shell.input_transformers_cleanup.remove(as_async_cell)
     manager = shell.magics_manager
     magics = manager.registry.pop(CortexMagics.__name__, None)
     if magics is None:

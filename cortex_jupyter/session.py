@@ -10,18 +10,20 @@ and keeps the kernel's Stop button working. After every cell the notebook variab
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import threading
 import time
 from collections import ChainMap
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from anyio.abc import TaskGroup
 
 from cortex_jupyter._bridge import Bridge, Emit, Loop
-from cortex_jupyter.runtime import Agent, Registry, Run, RunHooks, default_registry
+from cortex_jupyter.runtime import ActionStatus, Agent, Registry, Run, RunHooks, default_registry
+from cortex_jupyter.runtime.approval import Decision
 from cortex_jupyter.runtime.errors import InvalidVariableName
 from cortex_jupyter.runtime.feeds import FeedSet
 from cortex_jupyter.runtime.loop import Conversation
@@ -135,6 +137,8 @@ class _View(Protocol):
     #: Takes events that arrive after the cell ended (from any thread), or ``None``
     #: when the view cannot show them: the cell then waits for the run's last action.
     late: Callable[[list[Any]], None] | None
+    #: Stops the run as the kernel's interrupt does (set by the session).
+    stop: Callable[[], None] | None
 
     def deliver(self, events: list[Any]) -> bool | None: ...
     def close(self) -> None: ...
@@ -143,13 +147,16 @@ class _View(Protocol):
 class _TextView:
     """Streams the run to stdout: IPython in a terminal, or a shell with no widget front end."""
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, approvals: Approvals) -> None:
         from cortex_jupyter.display import TextRenderer
 
         self._out = sys.stdout
         self._renderer = TextRenderer(self._write, model=model)
+        self._approvals = approvals
+        self._names: dict[str, str] = {}
         # Text printed after its cell ended would land in whatever cell runs then.
         self.late: Callable[[list[Any]], None] | None = None
+        self.stop: Callable[[], None] | None = None
 
     def _write(self, text: str) -> None:
         self._out.write(redact(text))
@@ -158,7 +165,24 @@ class _TextView:
         now = time.monotonic()
         for event in events:
             self._renderer.feed(event, now)
+            if isinstance(event, ActionStatus):
+                self._names.setdefault(event.id, event.name or event.id)
+                if event.status == "awaiting":
+                    self._out.flush()
+                    self._ask(event)
         self._out.flush()
+
+    def _ask(self, event: ActionStatus) -> None:
+        """Without widgets, "ask" is ``input()``, in the cell's thread (a kernel sends it
+        to the front end as an input request)."""
+        name = self._names.get(event.id, event.id)
+        question = f"cortex: approve action {event.id!r}: {name} {event.parameters or ''}? [y/N] "
+        try:
+            answer = input(question)
+        except Exception:  # no one can answer (no stdin: nbclient, a closed terminal)
+            answer = ""
+            self._out.write("\ncortex: no one could be asked, so it was denied.\n")
+        self._approvals.answer(event.id, answer.strip().lower() in ("y", "yes"))
 
     def close(self) -> None:
         self._out.write("\n")
@@ -174,12 +198,15 @@ class _WidgetView:
     view redraws, and when the last action has ended the static copy is made again.
     """
 
-    def __init__(self, model: str, values: Callable[[], Mapping[str, Any]]) -> None:
+    def __init__(
+        self, model: str, values: Callable[[], Mapping[str, Any]], approvals: Approvals
+    ) -> None:
         from IPython.display import display
 
         from cortex_jupyter.display.widget import WidgetView
 
-        self.view = WidgetView(model=model, values=values)
+        self.stop: Callable[[], None] | None = None
+        self.view = WidgetView(model=model, values=values, decide=approvals.answer, stop=self._stop)
         self._handle = display(self.view.widget, display_id=True)
         self._kernel_loop = _running_loop()
         self.late: Callable[[list[Any]], None] | None = None
@@ -188,6 +215,10 @@ class _WidgetView:
         self._lock = threading.Lock()
         self._pending: list[Any] = []
         self._scheduled = False
+
+    def _stop(self) -> None:
+        if self.stop is not None:
+            self.stop()
 
     def deliver(self, events: list[Any]) -> bool:
         self.view.apply(events)
@@ -247,6 +278,8 @@ class Session:
         self.exposed: list[str] = []
         #: names the user hid again (``%cortex hide``): not visible through bound/exposed
         self.hidden: set[str] = set()
+        #: Approval questions of running actions, answered in the cell's thread.
+        self.approvals = Approvals()
         #: Made for the first run whose fire_and_forget actions may outlive their cell.
         self._loop: Loop | None = None
         #: Runs whose fire_and_forget actions went to that loop (pruned when they end).
@@ -256,6 +289,14 @@ class Session:
 
     def run_cell(self, prompt: str, options: CellOptions) -> NotebookRun:
         """Run one ``%%cortex`` cell; returns the run (also left in ``_cortex``)."""
+        return self._execute(*self._cell(prompt, options))
+
+    async def run_cell_async(self, prompt: str, options: CellOptions) -> NotebookRun:
+        """``run_cell`` as an async cell on the kernel's loop (how a kernel runs
+        ``%%cortex``): buttons in the view work while it runs."""
+        return await self._execute_async(*self._cell(prompt, options))
+
+    def _cell(self, prompt: str, options: CellOptions) -> tuple[Job, NotebookRun, str, str, Scope]:
         agent = self._agent(prompt, options)
         if options.fresh:
             self.conversation.reset()
@@ -278,7 +319,7 @@ class Session:
 
         self.last_options = options
         self.last_prompt = prompt
-        return self._execute(job, run, _model_name(agent), options.display, scope)
+        return job, run, _model_name(agent), options.display, scope
 
     def continue_last(self) -> NotebookRun:
         """``%cortex continue``: go on with the last run where it stopped."""
@@ -318,6 +359,7 @@ class Session:
             on_event=emit,
             bind=lambda name, value: self._bind(run, name, value, overwrite),
             background=background,
+            ask=self.approvals.ask,
         )
 
     # ---- what a model may reach --------------------------------------------------
@@ -427,6 +469,23 @@ class Session:
     def _execute(
         self, job: Job, run: NotebookRun, model: str, display: str, scope: Scope
     ) -> NotebookRun:
+        bridge, view = self._prepare(job, run, model, display, scope)
+        with self._outcome(run, view):
+            bridge.run()
+        return run
+
+    async def _execute_async(
+        self, job: Job, run: NotebookRun, model: str, display: str, scope: Scope
+    ) -> NotebookRun:
+        bridge, view = self._prepare(job, run, model, display, scope)
+        with self._outcome(run, view):
+            await bridge.run_async()
+        return run
+
+    def _prepare(
+        self, job: Job, run: NotebookRun, model: str, display: str, scope: Scope
+    ) -> tuple[Bridge[Run], _View]:
+        """The view and the bridge of one cell's run (``_cortex`` is the run from now on)."""
         self.shell.user_ns[RUN_VARIABLE] = run
         self.last = run
         view = self._view(model, run, display, scope)
@@ -438,13 +497,20 @@ class Session:
             self._background_runs = [*self._still_running(), run]
             portal = loop.portal
             run._barrier = lambda: portal.call(_nothing)
+        bridge: Bridge[Run] = Bridge(
+            lambda emit: job(emit, background), view.deliver, loop=loop, late=view.late
+        )
+        view.stop = bridge.request_stop
+        return bridge, view
+
+    @contextlib.contextmanager
+    def _outcome(self, run: NotebookRun, view: _View) -> Iterator[None]:
+        """End the cell however the run ended: the view's final frame and static copy,
+        and one line (or ``CortexInterrupt``/``CortexRunError``) for what went wrong."""
         try:
-            bridge = Bridge(
-                lambda emit: job(emit, background), view.deliver, loop=loop, late=view.late
-            )
-            bridge.run()
+            yield
         except KeyboardInterrupt:
-            view.close()
+            _close_quietly(view)
             how = (
                 "run the cell again"
                 if self.last_options is not None and self.last_options.script
@@ -466,7 +532,6 @@ class Session:
             ) from None
         view.close()
         self._report(run)
-        return run
 
     def _background_loop(self) -> Loop:
         if self._loop is None:
@@ -492,7 +557,7 @@ class Session:
 
     def _view(self, model: str, run: Run, display: str, scope: Scope) -> _View:
         if display == "text" or (display == "auto" and not self._has_widgets()):
-            return _TextView(model)
+            return _TextView(model, self.approvals)
         scopes: list[Mapping[str, Any]] = [run.variables]
         if self.feeds is not None:
             scopes.append(self.feeds)
@@ -501,7 +566,7 @@ class Session:
         def values() -> Mapping[str, Any]:
             return ChainMap(*scopes)  # type: ignore[arg-type]
 
-        return _WidgetView(model, values)
+        return _WidgetView(model, values, self.approvals)
 
     def _has_widgets(self) -> bool:
         """Whether a front end that renders widgets is attached (a kernel with comms)."""
@@ -617,3 +682,37 @@ def _close_quietly(view: _View) -> None:
         view.close()
     except Exception as exc:
         print(f"cortex: the view could not show its final frame: {exc!r}", file=sys.stderr)
+
+
+class Approvals:
+    """The approval questions of running actions (``RunHooks.ask``), answered from the
+    cell's thread: a button in the view, or ``input()`` in the text view."""
+
+    def __init__(self) -> None:
+        self._pending: dict[str, Decision] = {}
+        self._lock = threading.Lock()
+
+    async def ask(self, node: Any) -> bool:  # the run's loop
+        decision = Decision()
+        with self._lock:
+            self._pending[node.id] = decision
+        try:
+            return await decision.wait()
+        finally:
+            with self._lock:
+                if self._pending.get(node.id) is decision:
+                    del self._pending[node.id]
+
+    def answer(self, node_id: str, approved: bool) -> bool:  # any thread
+        """Answer the question about ``node_id``; False when there is none (already
+        answered, or the run was stopped)."""
+        with self._lock:
+            decision = self._pending.get(node_id)
+        if decision is None:
+            return False
+        decision.set(approved)
+        return True
+
+    def waiting(self) -> list[str]:
+        with self._lock:
+            return list(self._pending)

@@ -93,7 +93,12 @@ class WidgetView:
         values: Callable[[], Mapping[str, Any]] = dict,
         clock: Callable[[], float] = time.monotonic,
         slow_hz: float = 4.0,
+        decide: Callable[[str, bool], object] | None = None,
+        stop: Callable[[], None] | None = None,
     ) -> None:
+        # What the view's own buttons call: approve/deny an awaiting action, stop the run.
+        self._decide = decide
+        self._stop = stop
         self._values = values
         self._clock = clock
         self._slow = 1.0 / slow_hz

@@ -53,8 +53,8 @@ def final_record(message: Message) -> dict[str, str] | None:
 def test_the_cell_ends_with_the_run_and_the_late_action_reports_after(kernel: Kernel) -> None:
     kernel.execute(TOOL)
     run = kernel.execute(cell(1.5))
-    took = run.replied - run.sent
-    assert took < 1.2, f"the cell waited for the fire_and_forget action ({took:.2f} s)"
+    # By ordering, not by the clock: when the cell replied its action was still running
+    # (said, and shown in the static copy), and it reported done only afterwards.
     assert "1 fire_and_forget action(s) still running (log)" in run.stream("stdout")
     shown = [final_record(m) for m in run.messages if final_record(m) is not None]
     assert shown[-1] == {"log": "running"}  # the first static copy, made as the cell ended
