@@ -18,6 +18,7 @@ __all__ = [
     "ModelTimeout",
     "PermissionDenied",
     "RateLimited",
+    "ReplyRejected",
     "ScriptExhausted",
     "ServerError",
     "StreamDropped",
@@ -32,6 +33,10 @@ def _said(server_message: str) -> str:
 
 def _seconds(value: float) -> str:
     return f"{value:g} s"
+
+
+def _code(code: str | None) -> str:
+    return f" ({code})" if code else ""
 
 
 def _tries(tries: int) -> str:
@@ -175,7 +180,9 @@ class RateLimited(ModelError):
 class ServerError(ModelError):
     """Raised when the server fails (HTTP 5xx after every retry, or an error event mid-reply).
 
-    ``status`` is ``None`` when the server reported the error inside the stream.
+    ``status`` is ``None`` when the server reported the error inside the stream (an
+    ``error`` event or an ``error`` key in a chunk); ``code`` is then the code or type the
+    server gave it, if any. Raised after every chunk that arrived was yielded.
     """
 
     def __init__(
@@ -185,21 +192,52 @@ class ServerError(ModelError):
         status: int | None,
         tries: int = 1,
         server_message: str = "",
+        *,
+        code: str | None = None,
     ) -> None:
         self.model = model
         self.endpoint = endpoint
         self.status = status
         self.tries = tries
         self.server_message = server_message
+        self.code = code
         what = (
             f"failed (HTTP {status}) after {_tries(tries)}"
             if status is not None
-            else "reported an error in the middle of the reply"
+            else f"reported an error in the middle of the reply{_code(code)}"
         )
         super().__init__(
             f"The server at {endpoint} {what} for model {model!r}. This is the server's "
             "fault, not the request's: run it again later, or check the server's logs if it "
             f"is yours.{_said(server_message)}"
+        )
+
+
+class ReplyRejected(ModelError):
+    """Raised when the server stops a reply midway for a reason the request itself causes.
+
+    The server reported, inside the stream, an error it will give again for the same
+    request: the conversation outgrew the model's context window, its moderation or
+    content filter stopped the reply, it called the request invalid (Groq's
+    ``tool_use_failed``). Raised after every chunk that arrived was yielded, so the
+    partial reply is the caller's. Asking again unchanged cannot help: not continuable.
+    """
+
+    continuable = False
+
+    def __init__(
+        self, model: str, endpoint: str, server_message: str = "", code: str | None = None
+    ) -> None:
+        self.model = model
+        self.endpoint = endpoint
+        self.server_message = server_message
+        self.code = code
+        super().__init__(
+            f"The server at {endpoint} stopped the reply of model {model!r} midway with an "
+            f"error{_code(code)} that asking again unchanged will not fix. Change what its "
+            "message names (a conversation longer than the model's context window, content "
+            "its filters flag, a malformed tool call...) and run it again."
+            f"{_said(server_message)}"
         )
 
 

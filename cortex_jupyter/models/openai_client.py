@@ -8,7 +8,9 @@ subclasses whose messages say what to do and never show the API key.
 
 Each ``stream()`` call uses its own SDK client and closes it before it returns, so no
 connection outlives the event loop that opened it (a notebook may run every cell on a
-fresh loop) and nothing is left for the garbage collector to close.
+fresh loop) and nothing is left for the garbage collector to close. How each server's
+stream is read (reasoning fields, content parts, tool-call fragments, in-stream errors)
+is ``_reply``'s; what reaches the network and how failures read is this module's.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import json
 import math
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 from urllib.parse import urlsplit
 
@@ -25,18 +26,9 @@ import anyio
 import anyio.to_thread
 import openai
 
-from ..runtime.chunks import (
-    Finish,
-    Message,
-    ModelChunk,
-    ReasoningChunk,
-    TextChunk,
-    ToolCallReady,
-    ToolCallStart,
-    ToolDefinition,
-    Usage,
-)
+from ..runtime.chunks import Message, ModelChunk, ToolDefinition
 from ._redact import endpoint_of, host_port, redact
+from ._reply import ReplyAssembler, ServerFailure, call_ids_in, failure_of
 from .errors import (
     AuthenticationFailed,
     BadRequest,
@@ -46,6 +38,7 @@ from .errors import (
     ModelTimeout,
     PermissionDenied,
     RateLimited,
+    ReplyRejected,
     ServerError,
     StreamDropped,
     UnexpectedReply,
@@ -56,10 +49,6 @@ __all__ = ["DEFAULT_BASE_URL", "OpenAIModel"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
-# Extra delta fields in which servers stream reasoning, in order of preference: DeepSeek
-# and older vLLM send `reasoning_content`; newer vLLM, Ollama and OpenRouter `reasoning`.
-# Some send both with the same text, so only the first one present is used.
-_REASONING_FIELDS = ("reasoning_content", "reasoning")
 # How long closing a stream may take when the consumer stops or is cancelled.
 _CLOSE_TIMEOUT = 1.0
 # Connecting should not take as long as waiting for a slow model's next token.
@@ -85,132 +74,6 @@ class _Secret:
         return "<hidden>"
 
 
-# --------------------------------------------------------------------------- chunks
-
-
-@dataclass
-class _Call:
-    """A native tool call whose arguments are still arriving."""
-
-    index: int
-    id: str
-    name: str
-    arguments: list[str] = field(default_factory=list)
-
-    def ready(self) -> ToolCallReady:
-        return ToolCallReady(self.index, self.id, self.name, "".join(self.arguments))
-
-
-@dataclass
-class _ReplyAssembler:
-    """The server's streamed chunks -> ``ModelChunk`` values. Pure: no I/O.
-
-    Reads fields with ``getattr`` and defaults, because OpenAI-compatible servers leave
-    out fields OpenAI always sends (the SDK builds chunks without validating them).
-    """
-
-    chunks: int = 0
-    characters: int = 0
-    finish_reason: str | None = None
-    usage: Usage | None = None
-    _open: dict[int, _Call] = field(default_factory=dict)  # by the server's index
-    _seen: set[int] = field(default_factory=set)
-    _count: int = 0
-
-    def feed(self, chunk: object) -> list[ModelChunk]:
-        self.chunks += 1
-        usage = getattr(chunk, "usage", None)
-        if usage is not None:
-            self.usage = Usage(
-                int(getattr(usage, "prompt_tokens", 0) or 0),
-                int(getattr(usage, "completion_tokens", 0) or 0),
-            )
-        out: list[ModelChunk] = []
-        for choice in getattr(chunk, "choices", None) or ():
-            if (getattr(choice, "index", 0) or 0) != 0:
-                continue  # only one choice is asked for (n=1)
-            delta = getattr(choice, "delta", None)
-            if delta is not None:
-                out += self._delta(delta)
-            reason = getattr(choice, "finish_reason", None)
-            if reason:
-                out += self._ready_all()
-                self.finish_reason = str(reason)
-        return out
-
-    def close(self) -> list[ModelChunk]:
-        """What the end of a clean stream adds: the last calls, usage, ``Finish``."""
-        out = self._ready_all()
-        if self.usage is not None:
-            out.append(self.usage)
-        out.append(Finish(self.finish_reason or "unknown"))
-        return out
-
-    def _delta(self, delta: object) -> list[ModelChunk]:
-        out: list[ModelChunk] = []
-        reasoning = _reasoning(delta)
-        if reasoning:
-            self.characters += len(reasoning)
-            out.append(ReasoningChunk(reasoning))
-        content = getattr(delta, "content", None)
-        if isinstance(content, str) and content:
-            self.characters += len(content)
-            out.append(TextChunk(content))
-        for call in getattr(delta, "tool_calls", None) or ():
-            out += self._tool_call(call)
-        return out
-
-    def _tool_call(self, call: object) -> list[ModelChunk]:
-        function = getattr(call, "function", None)
-        call_id = getattr(call, "id", None) or ""
-        name = getattr(function, "name", None) or ""
-        arguments = getattr(function, "arguments", None) or ""
-        key = self._key(getattr(call, "index", None), call_id)
-        self.characters += len(arguments)
-        current = self._open.get(key)
-        if current is not None and call_id in ("", current.id):
-            # Servers send the name once; some repeat it in every fragment.
-            if name and name != current.name:
-                current.name += name
-            current.arguments.append(arguments)
-            return []
-        if current is None and key in self._seen and not call_id:
-            # A late fragment of a call already reported ready: no server interleaves
-            # calls, and a ready call cannot be amended.
-            return []
-        # A new call (a new index, or a new id on an old one: servers that number every
-        # call 0): the open one is complete.
-        out = self._ready_all()
-        self._seen.add(key)
-        new = _Call(self._count, call_id or f"call_{self._count}", name, [arguments])
-        self._count += 1
-        self._open[key] = new
-        out.append(ToolCallStart(new.index, new.id, new.name))
-        return out
-
-    def _key(self, index: object, call_id: str) -> int:
-        """The server's index of a fragment; for servers that send none, made up."""
-        if isinstance(index, int):
-            return index
-        # A fragment without an index continues the open call unless it brings a new id.
-        if self._open and (not call_id or call_id == next(iter(self._open.values())).id):
-            return next(iter(self._open))
-        return -1 - self._count  # negative: cannot clash with a server's index
-
-    def _ready_all(self) -> list[ModelChunk]:
-        out: list[ModelChunk] = [call.ready() for call in self._open.values()]
-        self._open.clear()
-        return out
-
-
-def _reasoning(delta: object) -> str:
-    for name in _REASONING_FIELDS:
-        value = getattr(delta, name, None)
-        if isinstance(value, str) and value:
-            return value
-    return ""
-
-
 # --------------------------------------------------------------------------- the model
 
 
@@ -224,6 +87,10 @@ class OpenAIModel:
     connection is retried (the SDK waits what the server's ``retry-after`` says, or backs
     off); ``timeout`` is how long the server may stay silent, before and during the reply.
     ``extra_body`` adds server-specific request fields (e.g. ``{"top_k": 20}``).
+
+    Native tool call ids are unique across every reply of one model object and every id
+    in the messages it is sent: a server's id is kept unless one of those already used
+    it (servers that send ``call_0`` every turn), and a call with none gets a new one.
     """
 
     def __init__(
@@ -259,6 +126,9 @@ class OpenAIModel:
         # Adapted once a server rejects them (see _adapt), then kept for this model.
         self._ask_usage = True
         self._max_tokens_field = "max_tokens"
+        # Every tool call id this model reported or was sent: a server that sends no id,
+        # or the same one in every reply (`call_0`), still gets ids the run can tell apart.
+        self._call_ids: set[str] = set()
 
     def __repr__(self) -> str:
         return f"OpenAIModel({self.model!r}, endpoint={self.endpoint!r})"
@@ -276,12 +146,15 @@ class OpenAIModel:
         # done in a thread so running actions and the display are not held up meanwhile.
         client = await anyio.to_thread.run_sync(self._new_client)
         response: openai.AsyncStream[Any] | None = None
+        self._call_ids |= call_ids_in(cast(Sequence[Mapping[str, Any]], messages))
         try:
             response = await self._open(client, messages, tools, temperature, max_tokens)
-            assembler = _ReplyAssembler()
+            assembler = ReplyAssembler(self._call_ids)
             while (raw := await self._next(response, assembler)) is not _END:
                 for chunk in assembler.feed(raw):
                     yield chunk
+                if assembler.failure is not None:  # raised after what arrived with it
+                    raise self._reported(assembler.failure)
             if not assembler.chunks:
                 raise UnexpectedReply(self.model, self.endpoint, "it sent no events at all")
             for chunk in assembler.close():
@@ -301,7 +174,7 @@ class OpenAIModel:
             timeout=openai.Timeout(self.timeout, connect=min(self.timeout, _CONNECT_TIMEOUT)),
         )
 
-    async def _next(self, response: openai.AsyncStream[Any], assembler: _ReplyAssembler) -> Any:
+    async def _next(self, response: openai.AsyncStream[Any], assembler: ReplyAssembler) -> Any:
         """The server's next chunk, ``_END`` at the end; a failure as a ``ModelError``."""
         try:
             return await response.__anext__()
@@ -391,13 +264,24 @@ class OpenAIModel:
             return ServerError(self.model, self.endpoint, status, tries, said)
         return BadRequest(self.model, self.endpoint, status, said)
 
-    def _mid_reply_error(self, err: openai.APIError, assembler: _ReplyAssembler) -> ModelError:
+    def _mid_reply_error(self, err: openai.APIError, assembler: ReplyAssembler) -> ModelError:
         if isinstance(err, openai.APIConnectionError):
             stalled = self.timeout if isinstance(err, openai.APITimeoutError) else None
             return StreamDropped(
                 self.model, self.endpoint, assembler.chunks, assembler.characters, stalled
             )
-        return ServerError(self.model, self.endpoint, None, 1, self._said(err.message))
+        # The SDK raises this itself for an event whose data has an `error` key: Groq's
+        # `event: error` frame, OpenRouter's and vLLM's `data: {"error": {...}}`. Its
+        # `body` is that error object (or string); what else the event held is lost.
+        return self._reported(failure_of(err.body, err.message))
+
+    def _reported(self, failure: ServerFailure) -> ModelError:
+        """The ``ModelError`` for an error the server reported inside the stream."""
+        said = self._said(failure.message)
+        code = self._said(failure.code) if failure.code else None
+        if failure.rejected:
+            return ReplyRejected(self.model, self.endpoint, said, code)
+        return ServerError(self.model, self.endpoint, None, 1, said, code=code)
 
     def _said(self, text: str) -> str:
         text = redact(" ".join(text.split()), self._key.reveal())

@@ -10,9 +10,11 @@ exactly one ``Finish``; a failure is raised as an exception after every chunk th
 arrive has been yielded, so the caller keeps the partial reply.
 
 Native tool calls arrive in two steps: ``ToolCallStart`` as soon as the server names
-the call (for the UI), ``ToolCallReady`` the moment its arguments are complete - when
-the next call begins or the choice finishes, not at the end of the reply - so the
-runtime can start it while the model is still writing.
+the call (for the UI), ``ToolCallReady`` the moment its arguments are complete - as soon
+as they form a whole JSON object, else when the next call begins or the choice finishes,
+never only at the end of the reply - so the runtime can start it while the model is
+still writing. Call ids are unique across every reply of one model object and every id
+in the messages it was sent, even when the server sends none or the same one each time.
 
 Cancellation is the consumer's: stop iterating (and close the iterator, e.g. with
 ``contextlib.aclosing``) or cancel the surrounding cancel scope. Implementations close
@@ -35,6 +37,7 @@ __all__ = [
     "Message",
     "ModelChunk",
     "ReasoningChunk",
+    "RefusalChunk",
     "StreamingModel",
     "TextChunk",
     "ToolCallPayload",
@@ -136,6 +139,23 @@ class ReasoningChunk:
 
 
 @dataclass(frozen=True, slots=True)
+class RefusalChunk(TextChunk):
+    """Text the model wrote to refuse the request, instead of an answer (as it arrives).
+
+    OpenAI streams a refusal in ``delta.refusal`` with ``content`` null (and some servers
+    as a ``{"type": "refusal"}`` content part). It is what the model said, so it must be
+    shown: as the reply's response, marked as a refusal. It is not protocol text: a
+    consumer that knows refusals neither parses it nor looks for actions in it.
+
+    A subclass of ``TextChunk`` on purpose, so a consumer that does not know refusals
+    still shows it as the reply's text rather than losing it; one that does must check
+    ``RefusalChunk`` (or ``kind == "refusal"``) before ``TextChunk``.
+    """
+
+    kind: ClassVar[str] = "refusal"
+
+
+@dataclass(frozen=True, slots=True)
 class ToolCallStart:
     """A native tool call began; its arguments are still streaming (for the UI).
 
@@ -153,8 +173,13 @@ class ToolCallStart:
 class ToolCallReady:
     """A native tool call is complete: ``arguments`` is the whole JSON text the model wrote.
 
-    Emitted as soon as the next call begins or the choice finishes. ``arguments`` is not
-    parsed here: invalid JSON is the runtime's to report, like a malformed action body.
+    Emitted as soon as the arguments form a whole JSON object (their braces balance
+    outside strings and they parse), else when the next call begins or the choice
+    finishes. ``arguments`` is not parsed further here: invalid JSON is the runtime's to
+    report, like a malformed action body. Text the server sends for a call after it was
+    reported ready is never amended into it: whitespace is dropped, anything else is
+    reported as a call of its own (same name, a new id), so the runtime runs or refuses
+    it visibly.
     """
 
     index: int
@@ -166,7 +191,10 @@ class ToolCallReady:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Token counts of the reply, when the server reports them (near the end)."""
+    """Token counts of the reply, when the server reports them; just before ``Finish``.
+
+    Servers that report usage in every chunk give running totals: the last one is kept.
+    """
 
     prompt_tokens: int
     completion_tokens: int
@@ -178,7 +206,8 @@ class Finish:
     """The reply ended cleanly; always the last chunk.
 
     ``reason`` is the server's ``finish_reason`` (``stop``, ``length``, ``tool_calls``,
-    ``content_filter``...), or ``unknown`` when a server ended without saying.
+    ``content_filter``...), or ``unknown`` when a server ended without saying. A server's
+    ``error`` finish is not a clean end: it is raised as a ``ModelError`` instead.
     """
 
     reason: str
@@ -186,7 +215,7 @@ class Finish:
 
 
 ModelChunk = Union[  # noqa: UP007 - a runtime alias, like protocol.events.Event
-    TextChunk, ReasoningChunk, ToolCallStart, ToolCallReady, Usage, Finish
+    TextChunk, ReasoningChunk, RefusalChunk, ToolCallStart, ToolCallReady, Usage, Finish
 ]
 
 
@@ -239,7 +268,7 @@ class _TextClient:
         chunks = self.model.stream(messages)
         try:
             async for chunk in chunks:
-                if isinstance(chunk, TextChunk):
+                if isinstance(chunk, TextChunk):  # a refusal too: it is the answer given
                     yield chunk.text
         finally:
             await close_stream(chunks)
@@ -249,5 +278,5 @@ class _TextClient:
 
 
 def text_client(model: StreamingModel) -> ModelClient:
-    """``model`` as a ``ModelClient`` (``llm`` actions): its text chunks only."""
+    """``model`` as a ``ModelClient`` (``llm`` actions): its text (and refusal) chunks only."""
     return _TextClient(model)

@@ -5,21 +5,26 @@ the SDK's request, its retries and its server-sent-event decoding. Each test scr
 the server does next, one reply per request, in order:
 
 - ``Stream(chunks)``: ``200`` with ``data: {...}`` events and ``data: [DONE]``, in a
-  chunked body. ``cut=True`` closes the connection after the chunks instead (no
-  ``[DONE]``, chunked body unfinished); ``stall=True`` keeps it open until the client
-  closes it (and records when); ``gates=[(n, event)]`` sends the first ``n`` chunks,
-  then waits for the test to set ``event``.
+  chunked body. A ``str`` in ``chunks`` is sent as an event's raw data; a ``Raw`` is sent
+  verbatim (``event:`` frames, ``:`` comments, blank keep-alive lines: see ``event``,
+  ``comment``, ``blank_lines``). ``done=False`` leaves out ``[DONE]``. ``cut=True``
+  closes the connection after the chunks instead (no ``[DONE]``, chunked body
+  unfinished); ``stall=True`` keeps it open until the client closes it (and records
+  when); ``gates=[(n, event)]`` sends the first ``n`` chunks, then waits for the test to
+  set ``event``.
 - ``Error(status, body, headers)``: an error status with a JSON body.
 
 Every request is recorded (path, headers, JSON body, arrival time) in ``requests``. A
 request with nothing scripted gets a 500 saying so, which the test then reports.
 
 The chunk helpers build the SSE payloads servers send: text, reasoning (under either
-field name), tool-call fragments, usage, finish.
+field name), refusals, tool-call fragments, usage (alone or on any chunk), finish, and
+the frames around them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import select
 import socket
@@ -38,15 +43,24 @@ MAX_WAIT = 5.0
 # --------------------------------------------------------------------------- chunks
 
 
-def chunk(delta: dict[str, Any] | None = None, finish: str | None = None) -> dict[str, Any]:
-    """One ``chat.completion.chunk`` with one choice."""
-    return {
+def chunk(
+    delta: dict[str, Any] | None = None,
+    finish: str | None = None,
+    *,
+    index: int = 0,
+    usage: tuple[int, int] | None = None,
+) -> dict[str, Any]:
+    """One ``chat.completion.chunk`` with one choice (``index``), with ``usage`` if given."""
+    out: dict[str, Any] = {
         "id": "chatcmpl-fake",
         "object": "chat.completion.chunk",
         "created": 1700000000,
         "model": "fake-model",
-        "choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish}],
+        "choices": [{"index": index, "delta": delta or {}, "finish_reason": finish}],
     }
+    if usage is not None:
+        out["usage"] = _usage(*usage)
+    return out
 
 
 def role() -> dict[str, Any]:
@@ -61,6 +75,11 @@ def text(content: str) -> dict[str, Any]:
 def texts(content: str, size: int) -> list[dict[str, Any]]:
     """``content`` as text chunks of ``size`` characters."""
     return [text(content[i : i + size]) for i in range(0, len(content), size)]
+
+
+def refusal(content: str) -> dict[str, Any]:
+    """A refusal delta as OpenAI streams it: ``refusal`` text, ``content`` null."""
+    return chunk({"content": None, "refusal": content})
 
 
 def reasoning(content: str, field: str = "reasoning_content") -> dict[str, Any]:
@@ -97,12 +116,42 @@ def usage(prompt: int, completion: int) -> dict[str, Any]:
         "created": 1700000000,
         "model": "fake-model",
         "choices": [],
-        "usage": {
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-        },
+        "usage": _usage(prompt, completion),
     }
+
+
+def _usage(prompt: int, completion: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+# --------------------------------------------------------------------------- frames
+
+
+@dataclass(frozen=True)
+class Raw:
+    """Bytes of the event stream sent exactly as written (a frame, a comment, blank lines)."""
+
+    text: str
+
+
+def event(name: str, data: dict[str, Any] | str) -> Raw:
+    """A named SSE event: ``event: NAME`` then its ``data:`` line (JSON unless a str)."""
+    payload = data if isinstance(data, str) else json.dumps(data)
+    return Raw(f"event: {name}\ndata: {payload}\n\n")
+
+
+def comment(text: str) -> Raw:
+    """An SSE comment line (``: text``), as OpenRouter sends ``: OPENROUTER PROCESSING``."""
+    return Raw(f": {text}\n\n")
+
+
+def blank_lines(count: int = 1) -> Raw:
+    """Empty lines between events, as servers send to keep a connection open."""
+    return Raw("\n" * count)
 
 
 # --------------------------------------------------------------------------- replies
@@ -112,7 +161,7 @@ def usage(prompt: int, completion: int) -> dict[str, Any]:
 class Stream:
     """A streamed 200 reply (see the module docstring)."""
 
-    chunks: Sequence[dict[str, Any] | str]  # a str is sent as the raw data of an event
+    chunks: Sequence[dict[str, Any] | str | Raw]  # a str: an event's raw data; Raw: verbatim
     done: bool = True
     cut: bool = False
     stall: bool = False
@@ -233,6 +282,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _stream(self, reply: Stream) -> None:
+        # The client may hang up first (it read an error event, or stopped early).
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self._stream_body(reply)
+
+    def _stream_body(self, reply: Stream) -> None:
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("transfer-encoding", "chunked")
@@ -244,6 +298,9 @@ class _Handler(BaseHTTPRequestHandler):
                     self._wait_for_gate(gate)
             if i and reply.gap:
                 time.sleep(reply.gap)
+            if isinstance(payload, Raw):
+                self._send(payload.text)
+                continue
             data = payload if isinstance(payload, str) else json.dumps(payload)
             self._send(f"data: {data}\n\n")
         for at, gate in reply.gates:

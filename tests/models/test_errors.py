@@ -17,6 +17,8 @@ CASES: list[tuple[errors.ModelError, str]] = [
     (errors.RateLimited("m", E, 3, None), "It gave no retry delay. Wait and run it again"),
     (errors.RateLimited("m", E, 1, 2.5), "after 1 try. It asked to wait 2.5 s"),
     (errors.ServerError("m", E, 502, 3), "failed (HTTP 502) after 3 tries"),
+    (errors.ServerError("m", E, None, code="server_error"), "middle of the reply (server_error)"),
+    (errors.ReplyRejected("m", E, "too long", "400"), "asking again unchanged will not fix"),
     (errors.CannotConnect("m", "127.0.0.1:8000", "refused"), "Check the server is running"),
     (errors.ModelTimeout("m", E, 30.0), "did not answer within 30 s"),
     (errors.StreamDropped("m", E, 4, 120), "after 4 chunks (120 characters)"),
@@ -32,7 +34,7 @@ def test_messages_read_like_sentences_and_say_what_to_do(
     message = str(error)
     assert says in message
     assert message[0].isupper()
-    assert message.rstrip().endswith((".", "bad key", "field x"))
+    assert message.rstrip().endswith((".", "bad key", "field x", "too long"))
 
 
 def test_every_error_class_is_covered_and_exported() -> None:

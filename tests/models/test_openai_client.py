@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -271,17 +272,17 @@ async def test_tool_call_fragments_without_index_id_or_repeated_name(
     server: FakeOpenAIServer,
 ) -> None:
     # Pins servers that leave out `index` and `id`, and that repeat the name in every
-    # fragment: ids are made up, fragments join the open call, the name is not doubled.
+    # fragment: an id is made up, fragments join the open call, the name is not doubled.
     fragments = [
         chunk({"tool_calls": [{"function": {"name": "search", "arguments": '{"q": '}}]}),
         chunk({"tool_calls": [{"function": {"name": "search", "arguments": '"cats"}'}}]}),
     ]
     server.script(Stream([*fragments, finish("tool_calls")]))
-    assert await collect(model_for(server)) == [
-        ToolCallStart(0, "call_0", "search"),
-        ToolCallReady(0, "call_0", "search", '{"q": "cats"}'),
-        Finish("tool_calls"),
-    ]
+    start, ready, end = await collect(model_for(server))
+    assert re.fullmatch(r"call_[0-9a-f]{12}", start.id)
+    assert start == ToolCallStart(0, start.id, "search")
+    assert ready == ToolCallReady(0, start.id, "search", '{"q": "cats"}')
+    assert end == Finish("tool_calls")
 
 
 # --------------------------------------------------------------------------- configuration
