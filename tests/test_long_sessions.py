@@ -17,7 +17,9 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from cortex_jupyter import default_registry
 from cortex_jupyter.runtime.context import DEFAULT_REPLY_ROOM, MESSAGE_OVERHEAD
+from cortex_jupyter.session import CortexRunError
 from tests.models.fake_openai_server import (
+    Error,
     FakeOpenAIServer,
     Request,
     Stream,
@@ -148,3 +150,30 @@ def test_forty_cells_stay_within_the_budget_and_keep_the_current_run_whole(
         contexts[-1].summarised
     )
     assert history.count("condensed to fit the context") == contexts[-1].condensed
+
+
+def test_a_context_length_error_is_one_line_that_says_what_to_do(
+    ip: InteractiveShell, server: Responding
+) -> None:
+    # OpenAI's 400 for a request over the window (and vLLM's, llama.cpp's: same words).
+    server.script(
+        Error(
+            400,
+            {
+                "error": {
+                    "message": "This model's maximum context length is 8192 tokens. However, "
+                    "your messages resulted in 9013 tokens.",
+                    "type": "invalid_request_error",
+                    "code": "context_length_exceeded",
+                }
+            },
+        )
+    )
+    with pytest.raises(CortexRunError) as raised:
+        ip.run_cell_magic("cortex", "--model gpt-test --text", "Hello again.")
+    (line,) = raised.value._render_traceback_()
+    assert line.startswith("cortex: the model failed: ContextTooLong: The conversation no longer")
+    assert "%cortex reset" in line and "CortexMagics.context_tokens" in line
+    assert "maximum context length is 8192 tokens" in line
+    assert "%cortex continue" not in line  # asking again unchanged cannot help
+    assert ip.user_ns["_cortex"].status == "failed"

@@ -17,7 +17,19 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from cortex_jupyter import Agent, default_registry
 from cortex_jupyter.session import CortexRunError
-from tests.models.fake_openai_server import FakeOpenAIServer, Stream, finish, serve, texts
+from tests.models.fake_openai_server import (
+    FakeOpenAIServer,
+    Stream,
+    chunk,
+    event,
+    finish,
+    reasoning,
+    refusal,
+    serve,
+    text,
+    texts,
+    usage,
+)
 
 SECRET = "sk-test-SECRET0123456789abcdef"
 
@@ -194,3 +206,74 @@ def test_the_results_sent_back_are_json_the_model_can_read(
     cell(ip, "Where am I?")
     sent = server.requests[1].json["messages"]
     assert json.dumps(sent).count("ran pwd") == 1
+
+
+def test_a_refusal_is_shown_as_the_answer_marked_as_a_refusal(
+    ip: InteractiveShell, server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # OpenAI sends a refusal in delta.refusal with content null: it used to vanish.
+    server.script(Stream([refusal("I can't help with "), refusal("that request."), finish("stop")]))
+    run = cell(ip, "Something forbidden.")
+    assert run.status == "completed"
+    assert run.response == "**The model refused:** I can't help with that request."
+    assert "I can't help with that request." in capsys.readouterr().out
+    ended = [e for e in run.events if e.kind == "turn_end"]
+    assert ended[-1].reason == "the model refused"
+    # a replayed transcript shows the same refusal
+    from cortex_jupyter.runtime import Run
+
+    assert Run.from_jsonl(run.to_jsonl()).response == run.response
+
+
+def test_a_content_filter_stop_keeps_what_came_and_says_so(
+    ip: InteractiveShell, server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server.script(Stream([*texts("<response>The first part of the", 8), finish("content_filter")]))
+    run = cell(ip, "Tell me.")
+    assert run.response == "The first part of the"
+    err = capsys.readouterr().err
+    assert "cortex: the server's content filter stopped the reply; what came before is kept" in err
+
+
+def test_an_error_inside_the_stream_keeps_what_arrived_in_one_line(
+    ip: InteractiveShell, server: FakeOpenAIServer, tools: dict[str, list[Any]]
+) -> None:
+    # OpenRouter: an error object inside an ordinary chunk, mid-reply; Groq: event: error.
+    body = '<action id="e">{"name": "exec", "parameters": {"command": "ls"}}</action><response>Half'
+    server.script(
+        Stream(
+            [
+                *texts(body, 9),
+                chunk({}) | {"error": {"message": "upstream overloaded", "code": 502}},
+            ],
+            done=False,
+        )
+    )
+    with pytest.raises(CortexRunError, match="upstream overloaded"):
+        cell(ip, "Go.")
+    run = ip.user_ns["_cortex"]
+    assert run.status == "interrupted" and run.actions["e"].status == "done"
+    assert run.response == "Half" and tools["exec"] == ["ls"]
+    server.script(Stream([event("error", {"error": {"message": "rate limit burst"}})], done=False))
+    with pytest.raises(CortexRunError, match="rate limit burst"):
+        cell(ip, "Again.")
+
+
+def test_reasoning_fields_become_the_thought(
+    ip: InteractiveShell, server: FakeOpenAIServer
+) -> None:
+    # DeepSeek sends reasoning_content, vLLM/Ollama reasoning; the usage chunk has choices [].
+    server.script(
+        Stream(
+            [
+                reasoning("Think ", "reasoning_content"),
+                reasoning("hard.", "reasoning"),
+                text("Plain answer."),
+                finish(),
+                usage(120, 9),
+            ]
+        )
+    )
+    run = cell(ip, "Q?")
+    assert run.thought == "Think hard." and run.response == "Plain answer."
+    assert run.usage == {"prompt_tokens": 120, "completion_tokens": 9}

@@ -13,6 +13,7 @@ __all__ = [
     "AuthenticationFailed",
     "BadRequest",
     "CannotConnect",
+    "ContextTooLong",
     "MissingAPIKey",
     "ModelError",
     "ModelTimeout",
@@ -239,6 +240,47 @@ class ReplyRejected(ModelError):
             "its filters flag, a malformed tool call...) and run it again."
             f"{_said(server_message)}"
         )
+
+
+class ContextTooLong(ModelError):
+    """Raised when the server refuses a request longer than the model's context window
+    (a 400 such as OpenAI's ``context_length_exceeded``, or the same error mid-stream).
+
+    The conversation continues across cells; cortex fits each request into the agent's
+    context budget, so this means the budget is larger than the model's real window.
+    """
+
+    continuable = False
+
+    def __init__(self, model: str, endpoint: str, server_message: str = "") -> None:
+        self.model = model
+        self.endpoint = endpoint
+        self.server_message = server_message
+        super().__init__(
+            f"The conversation no longer fits model {model!r}'s context window (the server "
+            f"at {endpoint} refused it). Start afresh with %cortex reset, or set a budget "
+            "below the model's window, e.g. %config CortexMagics.context_tokens = 8000 "
+            "(Agent(context_tokens=...)): older exchanges are then condensed to fit."
+            f"{_said(server_message)}"
+        )
+
+
+def is_context_length(*texts: str | None) -> bool:
+    """Whether a server's error code or message says the prompt is over the context."""
+    said = " ".join(t for t in texts if t).lower()
+    return any(phrase in said for phrase in _CONTEXT_PHRASES)
+
+
+_CONTEXT_PHRASES = (
+    "context_length",
+    "context length",
+    "context window",
+    "context_window",
+    "maximum context",
+    "prompt is too long",
+    "too many tokens",
+    "exceeds the context",
+)
 
 
 class CannotConnect(ModelError):

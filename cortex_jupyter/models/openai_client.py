@@ -33,6 +33,7 @@ from .errors import (
     AuthenticationFailed,
     BadRequest,
     CannotConnect,
+    ContextTooLong,
     MissingAPIKey,
     ModelError,
     ModelTimeout,
@@ -43,6 +44,7 @@ from .errors import (
     StreamDropped,
     UnexpectedReply,
     UnknownModel,
+    is_context_length,
 )
 
 __all__ = ["DEFAULT_BASE_URL", "OpenAIModel"]
@@ -262,6 +264,9 @@ class OpenAIModel:
             return RateLimited(self.model, self.endpoint, tries, retry_after, said, quota=quota)
         if status >= 500:
             return ServerError(self.model, self.endpoint, status, tries, said)
+        code = err.body.get("code") if isinstance(err.body, Mapping) else None
+        if is_context_length(said, str(code or "")):
+            return ContextTooLong(self.model, self.endpoint, said)
         return BadRequest(self.model, self.endpoint, status, said)
 
     def _mid_reply_error(self, err: openai.APIError, assembler: ReplyAssembler) -> ModelError:
@@ -279,6 +284,8 @@ class OpenAIModel:
         """The ``ModelError`` for an error the server reported inside the stream."""
         said = self._said(failure.message)
         code = self._said(failure.code) if failure.code else None
+        if failure.rejected and is_context_length(said, code):
+            return ContextTooLong(self.model, self.endpoint, said)
         if failure.rejected:
             return ReplyRejected(self.model, self.endpoint, said, code)
         return ServerError(self.model, self.endpoint, None, 1, said, code=code)

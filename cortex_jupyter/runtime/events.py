@@ -16,6 +16,7 @@ from .chunks import (
     Finish,
     ModelChunk,
     ReasoningChunk,
+    RefusalChunk,
     TextChunk,
     ToolCallPayload,
     ToolCallReady,
@@ -215,7 +216,7 @@ class ChatEntry:
 class Chunk:
     """A piece of the model's reply as it arrived (consecutive text may be coalesced).
 
-    ``type`` is the ``ModelChunk`` kind (``text``, ``reasoning``, ``tool_call_start``,
+    ``type`` is the ``ModelChunk`` kind (``text``, ``reasoning``, ``refusal``, ``tool_call_start``,
     ``tool_call_ready``, ``usage``, ``finish``); the other fields are that chunk's.
     Kept so a transcript can be streamed again with its timing (``ReplayModel``).
     """
@@ -257,6 +258,8 @@ class Chunk:
             return TextChunk(self.text or "")
         if self.type == "reasoning":
             return ReasoningChunk(self.text or "")
+        if self.type == "refusal":
+            return RefusalChunk(self.text or "")
         if self.type == "tool_call_start":
             return ToolCallStart(self.index or 0, self.id or "", self.name or "")
         if self.type == "tool_call_ready":

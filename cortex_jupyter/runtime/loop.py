@@ -50,6 +50,7 @@ from .chunks import (
     Message,
     ModelChunk,
     ReasoningChunk,
+    RefusalChunk,
     StreamingModel,
     TextChunk,
     ToolCallPayload,
@@ -211,6 +212,7 @@ class _TurnState:
     response_final: bool | None = None
     has_actions: bool = False
     responded: bool = False  # the reply wrote response text
+    refused: bool = False  # the model refused (delta.refusal): that is its answer
     loose: bool = False  # the reply wrote text outside any block
     reasoning: bool = False
     finish: str | None = None
@@ -277,6 +279,10 @@ def _decide(turn: _TurnState, max_tokens: int | None) -> tuple[str, str]:
             '"length"); %cortex continue (or Agent.continue_run) asks it to go on from '
             "there, and --max-tokens N allows longer replies"
         )
+    if turn.refused:
+        return "final", "the model refused"
+    if turn.finish == "content_filter":
+        return "final", "the server's content filter stopped the reply; what came before is kept"
     if turn.boundary == "end":
         return "final", "the model marked the task complete"
     if turn.boundary == "execute":
@@ -359,6 +365,8 @@ class Loop:
                 TurnEnd(number, time.monotonic(), outcome, reason, turn.finish, answer)
             )
             if outcome == "final":
+                if turn.finish == "content_filter":
+                    self.run.notes.append(reason)
                 break
             if outcome == "truncated":
                 self._stop("truncated", "token limit", reason)
@@ -515,10 +523,16 @@ class Loop:
         self._end_reasoning(turn)
         for event in parser.close():
             self._submit(turn, event)
+        if turn.refused:
+            self._submit(turn, ResponseEnd(True))
 
     def _take(self, turn: _TurnState, parser: Parser, chunk: ModelChunk) -> bool:
         """Handle one chunk; True when the turn's reply must not be read further."""
         self._recorder.add(chunk)
+        if isinstance(chunk, RefusalChunk):  # before TextChunk: it is one
+            self._end_reasoning(turn)
+            self._refuse(turn, chunk.text)
+            return False
         if isinstance(chunk, TextChunk):
             self._end_reasoning(turn)
             return self._feed(turn, parser, chunk.text)
@@ -559,6 +573,15 @@ class Loop:
                 turn.boundary = parser.boundary
                 return True
         return False
+
+    def _refuse(self, turn: _TurnState, text: str) -> None:
+        """A refusal is the model's answer, shown as the response and marked as a
+        refusal; it is not protocol text, so the parser never reads it."""
+        if not turn.refused:
+            turn.refused = True
+            self._submit(turn, ResponseDelta("**The model refused:** ", True))
+        turn.text.append(text)
+        self._submit(turn, ResponseDelta(text, True))
 
     def _end_reasoning(self, turn: _TurnState) -> None:
         if turn.reasoning:

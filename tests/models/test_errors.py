@@ -19,6 +19,7 @@ CASES: list[tuple[errors.ModelError, str]] = [
     (errors.ServerError("m", E, 502, 3), "failed (HTTP 502) after 3 tries"),
     (errors.ServerError("m", E, None, code="server_error"), "middle of the reply (server_error)"),
     (errors.ReplyRejected("m", E, "too long", "400"), "asking again unchanged will not fix"),
+    (errors.ContextTooLong("m", E, "too long"), "Start afresh with %cortex reset"),
     (errors.CannotConnect("m", "127.0.0.1:8000", "refused"), "Check the server is running"),
     (errors.ModelTimeout("m", E, 30.0), "did not answer within 30 s"),
     (errors.StreamDropped("m", E, 4, 120), "after 4 chunks (120 characters)"),

@@ -16,6 +16,7 @@ from cortex_jupyter.models import (
     AuthenticationFailed,
     BadRequest,
     CannotConnect,
+    ContextTooLong,
     MissingAPIKey,
     ModelError,
     OpenAIModel,
@@ -440,16 +441,28 @@ async def test_404_names_the_model_and_the_endpoint(server: FakeOpenAIServer) ->
 @pytest.mark.anyio
 async def test_400_quotes_the_servers_message(server: FakeOpenAIServer) -> None:
     # vLLM's shape: the message at the top level, no "error" wrapper.
-    body = {"object": "error", "message": "This model's maximum context length is 4096 tokens."}
+    body = {"object": "error", "message": "temperature must be at most 2.0, got 7"}
     server.script(Error(400, body))
     with pytest.raises(BadRequest) as caught:
         await collect(model_for(server))
     assert caught.value.status == 400
     assert "rejected the request for model 'fake-model' (HTTP 400)" in str(caught.value)
+    assert str(caught.value).endswith("The server said: temperature must be at most 2.0, got 7")
+    assert len(server.requests) == 1  # a 400 is not retried
+
+
+@pytest.mark.anyio
+async def test_a_400_over_the_context_window_says_what_to_do(server: FakeOpenAIServer) -> None:
+    # vLLM's shape again; OpenAI's says "context_length_exceeded" in its code.
+    body = {"object": "error", "message": "This model's maximum context length is 4096 tokens."}
+    server.script(Error(400, body))
+    with pytest.raises(ContextTooLong) as caught:
+        await collect(model_for(server))
+    assert not caught.value.continuable
+    assert "Start afresh with %cortex reset" in str(caught.value)
     assert str(caught.value).endswith(
         "The server said: This model's maximum context length is 4096 tokens."
     )
-    assert len(server.requests) == 1  # a 400 is not retried
 
 
 @pytest.mark.anyio

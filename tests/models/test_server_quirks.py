@@ -11,7 +11,13 @@ from typing import Any
 
 import pytest
 
-from cortex_jupyter.models import ModelError, OpenAIModel, ReplyRejected, ServerError
+from cortex_jupyter.models import (
+    ContextTooLong,
+    ModelError,
+    OpenAIModel,
+    ReplyRejected,
+    ServerError,
+)
 from cortex_jupyter.runtime import Agent, Registry
 from cortex_jupyter.runtime.chunks import (
     ChatMessage,
@@ -148,10 +154,10 @@ async def test_an_error_the_request_causes_is_not_continuable(server: FakeOpenAI
     server.script(Stream([text("Sure"), failed]))
     got, error = await collect_until_error(model_for(server))
     assert got == [TextChunk("Sure")]
-    assert isinstance(error, ReplyRejected)
+    # over the context window: the one line says what to do about it
+    assert isinstance(error, ContextTooLong)
     assert not error.continuable
-    assert error.code == "400"
-    assert "stopped the reply of model 'fake-model' midway with an error (400)" in str(error)
+    assert "no longer fits model 'fake-model''s context window" in str(error)
     assert "maximum context length is 8192 tokens" in str(error)
     assert_no_key(str(error))
     assert "[redacted]" in str(error)
