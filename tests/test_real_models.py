@@ -277,3 +277,29 @@ def test_reasoning_fields_become_the_thought(
     run = cell(ip, "Q?")
     assert run.thought == "Think hard." and run.response == "Plain answer."
     assert run.usage == {"prompt_tokens": 120, "completion_tokens": 9}
+
+
+def test_a_script_cell_answers_llm_and_agent_actions_from_reply_sections(
+    ip: InteractiveShell, tools: dict[str, list[Any]]
+) -> None:
+    # They used to take the script's next turn, so the parent lost its own answer.
+    Agent("sh", instructions="Run commands.", tools=["exec"])
+    try:
+        body = (
+            '<action type="llm" id="s">{"name": "summarise", "parameters": {"text": "long"}}'
+            "</action>"
+            '<action type="agent" id="a">{"name": "sh", "parameters": {"task": "ls"}}</action>'
+            "\n--- next turn ---\n<response>All done.</response>"
+            "\n--- reply to s ---\nShort."
+            '\n--- reply to a ---\n<action id="c">{"name": "exec", "parameters": '
+            '{"command": "ls"}}</action>\n--- next turn ---\n<response>Listed.</response>'
+        )
+        run = cell(ip, body, "--script --delay 0 --text")
+        assert (run.response, run.actions["s"].output, run.actions["a"].output) == (
+            "All done.",
+            "Short.",
+            "Listed.",
+        )
+        assert tools["exec"] == ["ls"]
+    finally:
+        default_registry.remove("agent", "sh")

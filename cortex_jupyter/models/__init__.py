@@ -14,6 +14,7 @@ from .errors import (
     MissingAPIKey,
     ModelError,
     ModelTimeout,
+    NoReplyScripted,
     PermissionDenied,
     RateLimited,
     ReplyRejected,
@@ -25,7 +26,7 @@ from .errors import (
 )
 from .openai_client import DEFAULT_BASE_URL, OpenAIModel
 from .replay import ReplayExhausted, ReplayModel
-from .script import TURN_SEPARATOR, ScriptModel, split_turns
+from .script import TURN_SEPARATOR, ScriptModel, split_replies, split_turns
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -37,6 +38,7 @@ __all__ = [
     "MissingAPIKey",
     "ModelError",
     "ModelTimeout",
+    "NoReplyScripted",
     "OpenAIModel",
     "PermissionDenied",
     "RateLimited",
@@ -49,5 +51,6 @@ __all__ = [
     "StreamDropped",
     "UnexpectedReply",
     "UnknownModel",
+    "split_replies",
     "split_turns",
 ]

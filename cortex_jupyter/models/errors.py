@@ -17,6 +17,7 @@ __all__ = [
     "MissingAPIKey",
     "ModelError",
     "ModelTimeout",
+    "NoReplyScripted",
     "PermissionDenied",
     "RateLimited",
     "ReplyRejected",
@@ -357,6 +358,23 @@ class UnexpectedReply(ModelError):
             f"an OpenAI chat completion stream: {what}. Check that OPENAI_BASE_URL (or "
             "base_url=...) is the API root of an OpenAI-compatible server, usually ending in "
             "/v1."
+        )
+
+
+class NoReplyScripted(ModelError):
+    """Raised when an ``llm`` or ``agent`` action of a script asks for its reply and the
+    script has no ``--- reply to ID ---`` section for that action."""
+
+    continuable = False
+
+    def __init__(self, action_id: str, sections: list[str]) -> None:
+        self.action_id = action_id
+        self.sections = sections
+        have = ", ".join(sections) if sections else "none"
+        super().__init__(
+            f"The script has no reply for action {action_id!r}: add a section starting with "
+            f"a line '--- reply to {action_id} ---' after the main script (what the model "
+            f"answers that action; it may hold '--- next turn ---' lines). Sections: {have}."
         )
 
 

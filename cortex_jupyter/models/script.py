@@ -14,11 +14,21 @@ exactly::
 (spaces around it are ignored; the line break before and after it belongs to neither
 turn), or given as a list of texts, one per turn. Asking for more turns than the script
 has raises ``ScriptExhausted``, naming the turn that was asked for.
+
+``llm`` and ``agent`` actions ask a model too. They never take the script's next turn:
+after the main script, a section starting with a line::
+
+    --- reply to ID ---
+
+is what the model answers for the action with that id (it may itself hold
+``--- next turn ---`` lines: a nested agent takes several turns). ``for_action(id)`` is
+that section as a script of its own; without one, asking it raises ``NoReplyScripted``.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import AsyncIterator, Sequence
 
@@ -26,11 +36,27 @@ import anyio
 import anyio.lowlevel
 
 from ..runtime.chunks import Finish, Message, ModelChunk, TextChunk, ToolDefinition
-from .errors import ScriptExhausted
+from .errors import NoReplyScripted, ScriptExhausted
 
-__all__ = ["TURN_SEPARATOR", "ScriptModel", "split_turns"]
+__all__ = ["TURN_SEPARATOR", "ScriptModel", "split_replies", "split_turns"]
 
 TURN_SEPARATOR = "--- next turn ---"
+_REPLY_TO = re.compile(r"^---\s+reply\s+to\s+(\S+?)\s+---$")
+
+
+def split_replies(text: str) -> tuple[str, dict[str, str]]:
+    """The main script, and each ``--- reply to ID ---`` section's text by action id."""
+    main: list[str] = []
+    sections: dict[str, list[str]] = {}
+    current = main
+    for line in text.splitlines(keepends=True):
+        found = _REPLY_TO.match(line.strip())
+        if found:
+            current = sections.setdefault(found.group(1), [])
+            continue
+        current.append(line)
+    main_text = _drop_line_break("".join(main)) if sections else "".join(main)
+    return main_text, {key: _drop_line_break("".join(lines)) for key, lines in sections.items()}
 
 
 def split_turns(text: str) -> list[str]:
@@ -94,7 +120,9 @@ class ScriptModel(FixedTurns):
             raise TypeError(f"delay must be a number of seconds; got {delay!r}")
         if not math.isfinite(delay) or delay < 0:
             raise ValueError(f"delay must be 0 or more seconds; got {delay}")
+        self.replies: dict[str, str] = {}
         if isinstance(text, str):
+            text, self.replies = split_replies(text)
             turns = split_turns(text)
         else:
             turns = list(text)
@@ -113,6 +141,21 @@ class ScriptModel(FixedTurns):
             f"ScriptModel(turns={len(self.turns)}, chunk_size={self.chunk_size}, "
             f"delay={self.delay:g})"
         )
+
+    def for_action(self, action_id: str) -> ScriptModel:
+        """The model an ``llm`` or ``agent`` action asks: its ``--- reply to ID ---``
+        section (an id the runtime renamed, ``r1~2``, also finds ``r1``'s), which shares
+        this script's sections for its own nested actions."""
+        text = self.replies.get(action_id)
+        if text is None and "~" in action_id:
+            text = self.replies.get(action_id.split("~", 1)[0])
+        if text is None:
+            return _Unscripted(action_id, sorted(self.replies), self)
+        sub = ScriptModel(
+            split_turns(text), chunk_size=self.chunk_size, delay=self.delay, name=self.name
+        )
+        sub.replies = self.replies
+        return sub
 
     def stream(
         self,
@@ -152,3 +195,19 @@ class ScriptModel(FixedTurns):
         else:
             # Still a point where a cancelled consumer stops, and other tasks run.
             await anyio.lowlevel.checkpoint()
+
+
+class _Unscripted(ScriptModel):
+    """What ``for_action`` gives for an action the script has no section for: asking it
+    raises ``NoReplyScripted``, naming the section to add."""
+
+    def __init__(self, action_id: str, sections: list[str], parent: ScriptModel) -> None:
+        super().__init__([""], chunk_size=parent.chunk_size, delay=parent.delay, name=parent.name)
+        self._action_id = action_id
+        self._sections = sections
+
+    async def _replay(self, turn: int) -> AsyncIterator[ModelChunk]:
+        nothing: tuple[ModelChunk, ...] = ()
+        for chunk in nothing:  # an async generator that fails at its first step
+            yield chunk
+        raise NoReplyScripted(self._action_id, self._sections)

@@ -9,7 +9,14 @@ from typing import Any
 import anyio
 import pytest
 
-from cortex_jupyter.models import ModelError, ScriptExhausted, ScriptModel, split_turns
+from cortex_jupyter.models import (
+    ModelError,
+    NoReplyScripted,
+    ScriptExhausted,
+    ScriptModel,
+    split_replies,
+    split_turns,
+)
 from cortex_jupyter.protocol import Parser
 from cortex_jupyter.runtime.chunks import Finish, Message, ModelChunk, TextChunk, text_client
 from cortex_jupyter.runtime.model import complete
@@ -218,3 +225,51 @@ async def test_the_script_parses_as_the_protocol_it_holds() -> None:
 @pytest.mark.anyio
 async def test_text_client_reads_a_script() -> None:
     assert await complete(text_client(ScriptModel("abc", chunk_size=1)), ASK) == "abc"
+
+
+# ---- reply sections: what llm and agent actions are answered -------------------------------
+
+REPLIES = """<action type="llm" id="sum">{"name": "complete", "parameters": {"p": "x"}}</action>
+--- next turn ---
+<response>main turn 2</response>
+--- reply to sum ---
+A short summary.
+--- reply to helper ---
+<action id="x">{"name": "tool"}</action>
+--- next turn ---
+<response>helper done</response>"""
+
+
+def test_reply_sections_are_split_from_the_main_script() -> None:
+    main, sections = split_replies(REPLIES)
+    assert main.endswith("<response>main turn 2</response>")
+    assert sections == {
+        "sum": "A short summary.",
+        "helper": '<action id="x">{"name": "tool"}</action>\n--- next turn ---\n'
+        "<response>helper done</response>",
+    }
+    model = ScriptModel(REPLIES)
+    assert len(model.turns) == 2  # sections are not turns of the main script
+
+
+@pytest.mark.anyio
+async def test_for_action_answers_from_its_section_and_leaves_the_main_turns_alone() -> None:
+    model = ScriptModel(REPLIES, chunk_size=4)
+    assert await complete(text_client(model.for_action("sum")), ASK) == "A short summary."
+    helper = model.for_action("helper")
+    assert helper.turns == (
+        '<action id="x">{"name": "tool"}</action>',
+        "<response>helper done</response>",
+    )
+    # a renamed id (the runtime's r1~2 for a reused r1) finds the section written for it
+    assert model.for_action("sum~2").turns == ("A short summary.",)
+    assert model.remaining_turns == 2  # nothing above took a main turn
+
+
+@pytest.mark.anyio
+async def test_an_action_without_a_section_fails_naming_the_section_to_add() -> None:
+    model = ScriptModel(REPLIES)
+    with pytest.raises(
+        NoReplyScripted, match=r"add a section starting with a line '--- reply to nope ---'"
+    ):
+        await complete(text_client(model.for_action("nope")), ASK)

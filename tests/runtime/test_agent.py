@@ -308,3 +308,43 @@ async def test_cancelling_the_parent_cancels_the_nested_agent(registry: Registry
     node = run.actions["p"]
     assert node.status == "cancelled"
     assert node.subrun is not None and node.subrun.actions["z"].status == "cancelled"
+
+
+# ---- scripts answer llm and agent actions from their own sections -------------------------
+
+
+async def test_under_a_script_llm_and_agent_actions_take_their_reply_sections(
+    registry: Registry,
+) -> None:
+    Agent("helper", instructions="Help.", registry=registry, tools=["add"])
+    script = ScriptModel(
+        '<action type="llm" id="s">{"name": "complete", "parameters": {"prompt": "sum up"}}'
+        "</action>"
+        '<action type="agent" id="h">{"name": "helper", "parameters": {"task": "add"}}</action>'
+        "\n--- next turn ---\n<response>main answer</response>"
+        "\n--- reply to s ---\nA summary."
+        '\n--- reply to h ---\n<action id="x">{"name": "add", "parameters": {"a": 1, "b": 1}}'
+        "</action>\n--- next turn ---\n<response>two</response>"
+    )
+    registry.register(lambda prompt: prompt, name="complete", type="llm")
+    run = await Agent(model=script, registry=registry).run("go")
+    assert run.status == "completed" and run.response == "main answer"
+    assert run.actions["s"].output == "A summary."
+    assert run.actions["h"].output == "two"
+    assert run.actions["h"].subrun is not None and run.actions["h"].subrun.variables == {}
+    assert run.actions["h"].subrun.actions["x"].output == 2
+
+
+async def test_under_a_script_an_action_with_no_section_fails_saying_which_to_add(
+    registry: Registry,
+) -> None:
+    registry.register(lambda prompt: prompt, name="complete", type="llm")
+    script = ScriptModel(
+        '<action type="llm" id="s">{"name": "complete", "parameters": {"prompt": "x"}}</action>'
+        "\n--- next turn ---\n<response>still answered</response>"
+    )
+    run = await Agent(model=script, registry=registry).run("go")
+    assert "add a section starting with a line '--- reply to s ---'" in (
+        run.actions["s"].error or ""
+    )
+    assert run.response == "still answered"  # the main script's turn was not taken
