@@ -1,7 +1,8 @@
 """The protocol layer: model text in, events out. Pure, synchronous, stdlib only.
 
 ``Parser(dialect="cortex")`` reads the Cortex streaming execution protocol (and the
-sigil and cogency dialects) incrementally; see ARCHITECTURE.md for the semantics.
+sigil, cogency and hermes dialects) incrementally; see ARCHITECTURE.md for the
+semantics.
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ from .events import (
 from .sigil import SigilParser
 from .xml import XmlParser
 
-Parser._dialects.update(cortex=XmlParser, cogency=XmlParser, sigil=SigilParser, auto=AutoParser)
+Parser._dialects.update(
+    cortex=XmlParser, cogency=XmlParser, hermes=XmlParser, sigil=SigilParser, auto=AutoParser
+)
 
 
 def parse(text: str, dialect: str = "cortex") -> list[Event]:

@@ -3,11 +3,33 @@
 Every dialect ends up here, so an action means the same thing however it was
 written, and every rejection carries a stable code and a message that quotes what
 the model wrote.
+
+**The name attribute** (``<action name="exec" id="v1">{"command": "ls"}</action>``,
+the form real models write): the body holds the parameters, so the action is
+``{"name": "exec", "parameters": {"command": "ls"}}`` and an empty body means no
+parameters. Every key of such a body is a parameter, ``name``, ``output_key``,
+``timeout`` and the other control words included: tools take parameters with those
+names (``exec(command, timeout)``, ``greet(name)``), and a model writing the
+attribute form means its body as the call's arguments. Only a body that has a
+``"parameters"`` key, or whose ``"name"`` repeats the attribute, is read as the full
+form (``{"parameters": {...}, "output_key": ...}``), control fields and all; a
+different ``"name"`` next to ``"parameters"`` is ``invalid_field`` (which tool?).
+
+**Bare words** on ``<action>``: a mode word is the mode, a type word the type, any
+other word is read as a mode (so ``<action id="a" blocking>`` is ``unknown_mode``).
+Two different modes (or types), from attributes and bare words together, are
+``invalid_field``: the model contradicted itself, and guessing could run a ``sync``
+action as ``async``.
+
+**Calls** (sigil, cogency, hermes) carry their arguments in ``args``, ``arguments``
+or ``parameters`` (the first present); as a JSON string holding an object too, as
+some servers send them.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from .events import (
@@ -19,6 +41,9 @@ from .events import (
 )
 
 _QUOTE_LIMIT = 120
+#: How much of a refused block too large to keep is kept in ``ProtocolError.source``.
+SOURCE_HEAD = 200
+_ARGUMENT_KEYS = ("args", "arguments", "parameters")
 
 
 def quote(text: str, limit: int = _QUOTE_LIMIT) -> str:
@@ -28,6 +53,16 @@ def quote(text: str, limit: int = _QUOTE_LIMIT) -> str:
         text = f"{text[:head]} … {text[-(limit - head - 3) :]}"
     text = text.replace("\r", "\\r").replace("\n", "\\n").replace("\t", "\\t")
     return f"`{text}`"
+
+
+def with_source(error: ProtocolError, source: str) -> ProtocolError:
+    """The same error, carrying the text the model wrote."""
+    return replace(error, source=source)
+
+
+def clipped(head: str, limit: int) -> str:
+    """The start of a block over ``limit`` characters, marked as cut."""
+    return f"{head} … [cut: over {limit:,} characters, the rest was not kept]"
 
 
 def show_json(value: Any) -> str:
@@ -60,7 +95,9 @@ def _json_kind(value: Any) -> str:
     return "number"
 
 
-def parse_body(text: str, action_id: str) -> dict[str, Any] | ProtocolError:
+def parse_body(
+    text: str, action_id: str, expected: str = 'a JSON object with a "name"'
+) -> dict[str, Any] | ProtocolError:
     """Decode an action body into a JSON object, or explain why it is not one."""
     who = f"action {action_id!r}"
     body = strip_fence(text)
@@ -83,11 +120,82 @@ def parse_body(text: str, action_id: str) -> dict[str, Any] | ProtocolError:
     if not isinstance(value, dict):
         return ProtocolError(
             "body_not_object",
-            f'{who}: the body must be a JSON object with a "name", but it is a JSON '
+            f"{who}: the body must be {expected}, but it is a JSON "
             f"{_json_kind(value)}: {quote(body)}. It was not run.",
             action_id,
         )
     return value
+
+
+def action_kind(attrs: dict[str, str], flags: tuple[str, ...]) -> tuple[str, str, str | None]:
+    """(type, mode, contradiction) of an ``<action>`` tag's attributes and bare words."""
+    if not flags:
+        kind = attrs.get("type", "").strip().lower() or "tool"
+        return kind, attrs.get("mode", "").strip().lower() or "async", None
+    types = [attrs["type"]] if "type" in attrs else []
+    modes = [attrs["mode"]] if "mode" in attrs else []
+    for flag in flags:
+        (types if flag in ACTION_TYPES else modes).append(flag)
+    types = list(dict.fromkeys(t.strip().lower() for t in types if t.strip()))
+    modes = list(dict.fromkeys(m.strip().lower() for m in modes if m.strip()))
+    problem = None
+    for what, found in (("types", types), ("modes", modes)):
+        if len(found) > 1:
+            problem = f"its tag gives two {what} ({', '.join(found)}); say one"
+    return (types[0] if types else "tool"), (modes[0] if modes else "async"), problem
+
+
+def action_fields(text: str, action_id: str, name: str | None) -> dict[str, Any] | ProtocolError:
+    """The fields of an ``<action>`` body; ``name`` is the tag's name attribute, if any.
+
+    See the module docstring for how a name attribute reads the body.
+    """
+    if name is None:
+        return parse_body(text, action_id)
+    if not strip_fence(text):
+        return {"name": name, "parameters": {}}
+    body = parse_body(text, action_id, f"a JSON object of parameters for {name!r}")
+    if isinstance(body, ProtocolError):
+        return body
+    named = body.get("name")
+    if "parameters" not in body and named != name:
+        return {"name": name, "parameters": body}
+    if named is not None and named != name:
+        return ProtocolError(
+            "invalid_field",
+            f"action {action_id!r} names two tools: name={quote(name)} in its tag and "
+            f"{show_json(named)} in its body. It was not run.",
+            action_id,
+        )
+    return {**body, "name": name}
+
+
+def call_fields(
+    fields: dict[str, Any], action_id: str
+) -> tuple[dict[str, Any], str] | ProtocolError:
+    """A call object's fields and the key that holds its arguments.
+
+    Arguments sent as a JSON string holding an object are decoded (an empty string
+    is no arguments).
+    """
+    key = next((k for k in _ARGUMENT_KEYS if k in fields), "args")
+    value = fields.get(key)
+    if not isinstance(value, str):
+        return fields, key
+    if not value.strip():
+        return {**fields, key: {}}, key
+    try:
+        decoded = json.loads(value, strict=False)
+    except json.JSONDecodeError:
+        decoded = value
+    if not isinstance(decoded, dict):
+        return ProtocolError(
+            "invalid_field",
+            f'action {action_id!r}: "{key}" must be a JSON object (or a string holding '
+            f"one), not {show_json(value)}. It was not run.",
+            action_id,
+        )
+    return {**fields, key: decoded}, key
 
 
 def _is_number(value: Any) -> bool:
@@ -127,6 +235,7 @@ def build_action(
     mode: str,
     in_thought: bool,
     params_key: str = "parameters",
+    original_id: str | None = None,
 ) -> Action | ProtocolError:
     """Validate a decoded body and the tag's attributes into an ``Action``."""
     who = f"action {action_id!r}"
@@ -171,4 +280,5 @@ def build_action(
         retry=fields.get("retry") or 0,
         on_error=fields.get("on_error") or "fail",
         in_thought=in_thought,
+        original_id=original_id,
     )

@@ -1,9 +1,10 @@
 """``dialect="auto"``: the dialect is picked by the first marker in the stream.
 
-Until then the tag tables of cortex and cogency are merged (``<think>`` belongs to
-both and means the same) and a ``§`` marker at top level hands the rest of the
-stream to the sigil parser. Text before the first marker is loose text in every
-dialect, so nothing already emitted changes meaning.
+Until then the tag tables of cortex, cogency and hermes are merged (``<think>``
+belongs to all three and means the same; ``<tool_call>`` picks hermes) and a ``§``
+marker at top level hands the rest of the stream to the sigil parser. Text before
+the first marker is loose text in every dialect, so nothing already emitted changes
+meaning.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from .base import TOP
 from .events import Event
 from .sigil import SigilParser, marker_at
 from .tags import NEED, Tag, scan_tag, tag_set
-from .xml import _FORGED, XmlParser
+from .xml import FORGED_TAGS, XmlParser
 
 _LT_OR_SIGIL = re.compile("[<§]")
 
@@ -50,13 +51,23 @@ class AutoParser(XmlParser):
         self._handlers = (XmlParser._read_text.__get__(self), *self._handlers[1:])
 
     def _on_tag(self, tag: Tag, out: list[Event]) -> int:
-        if tag.name not in _FORGED:
+        if tag.name not in FORGED_TAGS:
             self._stop_watching()
         return super()._on_tag(tag, out)
+
+    def _orphan_opener(self, data: str, pos: int, out: list[Event]) -> int:
+        end = super()._orphan_opener(data, pos, out)
+        if self.dialect != "auto" and self._watching:
+            self._stop_watching()
+        return end
 
     def _read_text_watching(self, data: str, pos: int, out: list[Event]) -> int:
         if self._sink != TOP:
             return XmlParser._read_text(self, data, pos, out)
+        if self._fresh:
+            end = self._orphan_opener(data, pos, out)
+            if end >= 0:
+                return end
         start = search = pos
         while True:
             m = _LT_OR_SIGIL.search(data, search)
@@ -80,10 +91,7 @@ class AutoParser(XmlParser):
 
     def _hand_over(self, data: str, i: int, out: list[Event]) -> int:
         sigil = SigilParser("sigil", **self._limits)
-        sigil._taken = self._taken
-        sigil._auto_n = self._auto_n
-        sigil._text_total = self._text_total
-        sigil._text_over = self._text_over
+        sigil.continue_from(self)
         self._sigil = sigil
         self.dialect = "sigil"
         out.extend(sigil.feed(data[i:]))

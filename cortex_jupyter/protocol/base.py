@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import ClassVar
 
-from .actions import build_action, parse_body, quote
+from .actions import build_action, call_fields, parse_body, quote, with_source
+from .calls import CallHooks
 from .events import (
     ActionReady,
     ActionStart,
@@ -23,28 +24,31 @@ from .events import (
     TextDelta,
     ThoughtDelta,
 )
+from .ids import Ids
 
 #: Largest action body, in characters (1 MiB).
 MAX_ACTION_CHARS = 1 << 20
 #: Most text (thought, response, feeds, loose text) one run may carry (10 MiB).
 MAX_TEXT_CHARS = 10 << 20
 
-_new = object.__new__
-_set_thought_text = ThoughtDelta.__dict__["text"].__set__
+# Text deltas are most of the events; building them without the frozen dataclass's
+# __init__ halves their cost, and the result is the same frozen instance. The
+# hottest path of all (a plain chunk inside a thought, in XmlParser.feed) uses the
+# two calls inline, without even thought_delta's frame.
+new_event = object.__new__
+set_thought_text = ThoughtDelta.__dict__["text"].__set__
 _set_response_text = ResponseDelta.__dict__["text"].__set__
 _set_response_final = ResponseDelta.__dict__["final"].__set__
 
 
-# Text deltas are most of the events; building them without the frozen dataclass's
-# __init__ halves their cost, and the result is the same frozen instance.
 def thought_delta(text: str) -> ThoughtDelta:
-    event: ThoughtDelta = _new(ThoughtDelta)
-    _set_thought_text(event, text)
+    event: ThoughtDelta = new_event(ThoughtDelta)
+    set_thought_text(event, text)
     return event
 
 
 def response_delta(text: str, final: bool) -> ResponseDelta:
-    event: ResponseDelta = _new(ResponseDelta)
+    event: ResponseDelta = new_event(ResponseDelta)
     _set_response_text(event, text)
     _set_response_final(event, final)
     return event
@@ -64,14 +68,15 @@ class ParserClosedError(RuntimeError):
 class Parser:
     """An incremental, pure parser for one model stream in one protocol dialect.
 
-    ``Parser(dialect="cortex")`` (or ``"sigil"``, ``"cogency"``, ``"auto"``) returns
-    the dialect's parser. ``feed(chunk)`` returns the events that chunk completes;
-    ``close()`` ends the stream and returns the rest. Any split of the same text
+    ``Parser(dialect="cortex")`` (or ``"sigil"``, ``"cogency"``, ``"hermes"``,
+    ``"auto"``) returns the dialect's parser. ``feed(chunk)`` returns the events that
+    chunk completes; ``close()`` ends the stream and returns the rest. Any split of the same text
     gives the same events once consecutive text deltas of one block are joined.
     Bad input never raises: it becomes an ``error`` event and parsing goes on.
 
-    ``taken_ids`` are action ids already used in this run (by earlier turns), so a
-    repeat is reported as ``duplicate_id`` and generated ids never collide.
+    ``taken_ids`` are action ids already used in this run (by earlier turns): an
+    action reusing one runs under a new id (``r1~2``, with ``original_id="r1"``), a
+    repeat within this stream is ``duplicate_id``, and generated ids never collide.
     """
 
     dialect = "cortex"
@@ -114,18 +119,27 @@ class Parser:
         self._fresh = True  # nothing visible emitted yet in the current block
         self._hold = ""  # whitespace waiting for something visible after it
         self._response_final = True
+        self._loose_response = False  # hermes: text outside any block is the response
+        self._pending_response_end = False  # a response whose finality what follows decides
         self._feed_parts: list[str] = []
         self._text_total = 0
         self._text_over = False
         self._max_text = max_text_chars
         self._max_action = max_action_chars
-        self._taken: set[str] = set(taken_ids)
-        self._auto_n = 0
+        self._ids = Ids(taken_ids)
         self._final_seen = False
         self._closed = False
         #: Set when the stream marks the end of a turn: ``"execute"`` (sigil's
         #: ``§EXECUTE:``, cogency's ``</execute>``) or ``"end"`` (``§END:``, ``<end>``).
         self.boundary: str | None = None
+
+    def continue_from(self, other: Parser) -> None:
+        """Read on where ``other`` stopped (``auto`` handing over to another dialect):
+        the same ids, text budget and final answer."""
+        self._ids = other._ids
+        self._text_total = other._text_total
+        self._text_over = other._text_over
+        self._final_seen = other._final_seen
 
     # -- text ----------------------------------------------------------------
 
@@ -159,9 +173,16 @@ class Parser:
         elif sink == RESPONSE:
             out.append(response_delta(text, self._response_final))
         elif sink == TOP:
-            out.append(TextDelta(text))
+            out.append(self._loose(text))
         else:
             self._feed_parts.append(text)
+
+    def _loose(self, text: str) -> Event:
+        """Text outside any block: shown as it is, or (hermes) the response."""
+        if self._loose_response:
+            self._pending_response_end = True
+            return response_delta(text, False)
+        return TextDelta(text)
 
     def _clip_text(self, text: str, out: list[Event]) -> str:
         """Keep what fits under the run's text limit; report the overflow once."""
@@ -178,6 +199,7 @@ class Parser:
                 f"the run's text passed the limit of {self._max_text:,} characters; "
                 "further thought and response text is not shown. Actions are still "
                 "read and run.",
+                source=f"[the text past the limit of {self._max_text:,} characters was not kept]",
             )
         )
         return ""
@@ -189,7 +211,7 @@ class Parser:
         elif sink == RESPONSE:
             out.append(ResponseDelta(text, self._response_final))
         elif sink == TOP:
-            out.append(TextDelta(text))
+            out.append(self._loose(text))
         else:
             self._feed_parts.append(text)
 
@@ -201,51 +223,60 @@ class Parser:
 
     # -- ids and actions ------------------------------------------------------
 
-    def _new_id(self) -> str:
-        while True:
-            self._auto_n += 1
-            candidate = f"auto-{self._auto_n}"
-            if candidate not in self._taken:
-                self._taken.add(candidate)
-                return candidate
-
-    def _claim_id(self, raw: str | None) -> tuple[str, ProtocolError | None]:
-        """An id for a new action, and the error that stops it, if one does."""
+    def _claim_id(self, raw: str | None) -> tuple[str, ProtocolError | None, str | None]:
+        """(id, the error that stops the action if one does, the model's id if renamed)."""
         given = raw.strip() if raw else ""
+        claimed = self._ids.claim(given) if given else self._ids.generate()
+        action_id = claimed or given
+        original = given if given and action_id != given else None
         if self._final_seen:
-            action_id = given or self._new_id()
-            return action_id, ProtocolError(
-                "action_after_final",
+            message = (
                 f"action {action_id!r} came after the final response, so it was not run "
-                "(the answer was already given).",
-                action_id,
+                "(the answer was already given)."
             )
-        if not given:
-            return self._new_id(), None
-        if given in self._taken:
-            return given, ProtocolError(
-                "duplicate_id",
-                f"a second action used the id {given!r}; ids must be unique in a run, "
-                "so the second one was not run.",
-                given,
+            return action_id, ProtocolError("action_after_final", message, action_id), original
+        if claimed is None:
+            message = (
+                f"a second action used the id {given!r}; ids must be unique in a reply, "
+                "so the second one was not run."
             )
-        self._taken.add(given)
-        return given, None
+            return given, ProtocolError("duplicate_id", message, given), None
+        return action_id, None, original
+
+    def _call_hooks(self) -> CallHooks:
+        """What a call list scanner needs from its parser."""
+        return CallHooks(
+            self._start_call,
+            self._finish_call,
+            self._too_large_action,
+            self._truncated,
+            self._max_action,
+        )
 
     def _start_call(self, out: list[Event], in_thought: bool) -> tuple[str, ProtocolError | None]:
-        """Open a call of the list dialects (sigil, cogency): generated id, tool, async."""
-        if self._final_seen:
-            return self._claim_id(None)
-        action_id = self._new_id()
-        out.append(ActionStart(action_id, "tool", "async", in_thought))
-        return action_id, None
+        """Open a call of the list dialects (sigil, cogency) or a hermes ``<tool_call>``:
+        a generated id, tool, async."""
+        action_id, skip, _ = self._claim_id(None)
+        if skip is None:
+            out.append(ActionStart(action_id, "tool", "async", in_thought))
+        return action_id, skip
 
-    def _finish_call(self, text: str, action_id: str, in_thought: bool, out: list[Event]) -> None:
+    def _finish_call(
+        self, text: str, action_id: str, in_thought: bool, out: list[Event], source: str
+    ) -> None:
+        """A complete call: its action, or the error that refuses it (with ``source``)."""
+        result = self._call_action(text, action_id, in_thought)
+        out.append(result if isinstance(result, ActionReady) else with_source(result, source))
+
+    @staticmethod
+    def _call_action(text: str, action_id: str, in_thought: bool) -> ActionReady | ProtocolError:
         fields = parse_body(text, action_id)
         if isinstance(fields, ProtocolError):
-            out.append(fields)
-            return
-        key = "parameters" if "args" not in fields and "parameters" in fields else "args"
+            return fields
+        found = call_fields(fields, action_id)
+        if isinstance(found, ProtocolError):
+            return found
+        fields, key = found
         result = build_action(
             fields,
             action_id=action_id,
@@ -254,9 +285,9 @@ class Parser:
             in_thought=in_thought,
             params_key=key,
         )
-        out.append(result if isinstance(result, ProtocolError) else ActionReady(result))
+        return result if isinstance(result, ProtocolError) else ActionReady(result)
 
-    def _too_large_action(self, action_id: str, out: list[Event]) -> None:
+    def _too_large_action(self, action_id: str, out: list[Event], source: str) -> None:
         out.append(
             ProtocolError(
                 "too_large",
@@ -264,16 +295,18 @@ class Parser:
                 f"{self._max_action:,} characters, so it was not run. Reading goes on "
                 "after its end.",
                 action_id,
+                source,
             )
         )
 
     @staticmethod
-    def _truncated(action_id: str, text: str) -> ProtocolError:
+    def _truncated(action_id: str, text: str, source: str) -> ProtocolError:
         return ProtocolError(
             "truncated_action",
             f"the stream ended inside action {action_id!r} before it was complete, so "
             f"it was not run. Received: {quote(text.strip())}",
             action_id,
+            source,
         )
 
     def _check_open(self, chunk: str) -> None:

@@ -4,20 +4,22 @@ Each call in ``[{"name": ..., "args": {...}}, ...]`` becomes an action the momen
 its closing ``}`` arrives, not when the list ends, so the first call can run while
 the model is still writing the second. Brackets and terminators inside JSON strings
 are data. A lone object instead of a list is accepted as one call.
+
+The scanner knows nothing of its parser beyond ``CallHooks``: what to do when a
+call opens, closes, grows too large or is cut off. A possible half terminator at the
+end of a chunk is handed back by ``take_held`` for the parser to put in front of the
+next chunk.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import NamedTuple
 
-from .actions import quote
+from .actions import SOURCE_HEAD, clipped, quote, with_source
 from .events import Event, ProtocolError, TextDelta
 from .tags import NEED, _Need
-
-if TYPE_CHECKING:
-    from .base import Parser
 
 _IN_STRING = re.compile(r'["\\]')
 _SEPARATORS = re.compile(r"\s*,(?:\s*,)*\s*")
@@ -27,13 +29,28 @@ _SEPARATORS = re.compile(r"\s*,(?:\s*,)*\s*")
 Terminator = Callable[[str, int], "bool | _Need"]
 
 
+class CallHooks(NamedTuple):
+    """What a parser does for the calls its scanner finds."""
+
+    #: (out, in_thought) -> (id, the error that already refuses it)
+    start: Callable[[list[Event], bool], tuple[str, ProtocolError | None]]
+    #: (text, id, in_thought, out, source): the call is complete
+    finish: Callable[[str, str, bool, list[Event], str], None]
+    #: (id, out, source): the call passed the size limit
+    too_large: Callable[[str, list[Event], str], None]
+    #: (id, text, source) -> the error for a call the stream cut off
+    truncated: Callable[[str, str, str], ProtocolError]
+    max_chars: int
+
+
 class CallScanner:
     """Consumes the text of one calls section; emits actions as each call closes."""
 
     def __init__(
-        self, owner: Parser, term_char: str, is_term: Terminator, in_thought: bool
+        self, hooks: CallHooks, term_char: str, is_term: Terminator, in_thought: bool
     ) -> None:
-        self._owner = owner
+        self._hooks = hooks
+        self._held = ""  # a possible half terminator at the end of the last chunk
         self._is_term = is_term
         self._in_thought = in_thought
         self._specials = re.compile('["\\[\\]{}' + re.escape(term_char) + "]")
@@ -47,14 +64,14 @@ class CallScanner:
         self._elem_id = ""
         self._elem_skip: ProtocolError | None = None
         self._elem_big = False
+        self._elem_head = ""  # the start of a call too large to keep
         self._loose: list[str] = []  # text outside the list
         self._stray: list[str] = []  # things in the list that are not objects
 
     def scan(self, data: str, pos: int, out: list[Event]) -> int | None:
         """Read ``data[pos:]``; the terminator's index, or None when all was consumed.
 
-        When the data ends with a possible half terminator, it is left in the owner's
-        hold-back buffer.
+        When the data ends with a possible half terminator, ``take_held`` returns it.
         """
         n = len(data)
         i = seg = pos
@@ -93,13 +110,18 @@ class CallScanner:
                 term = self._is_term(data, k)
                 if term is NEED:
                     self._store(data[seg:k], out)
-                    self._owner._buf = data[k:]
+                    self._held = data[k:]
                     return None
                 if term:
                     self._store(data[seg:k], out)
                     return k
         self._store(data[seg:n], out)
         return None
+
+    def take_held(self) -> str:
+        """The possible half terminator the last ``scan`` stopped at (once)."""
+        held, self._held = self._held, ""
+        return held
 
     def _open(self, c: str, data: str, seg: int, k: int, out: list[Event]) -> int:
         depth = self._depth
@@ -118,7 +140,8 @@ class CallScanner:
             self._elem_len = 0
             self._elem_big = False
             self._elem_base = depth
-            self._elem_id, self._elem_skip = self._owner._start_call(out, self._in_thought)
+            self._elem_head = ""
+            self._elem_id, self._elem_skip = self._hooks.start(out, self._in_thought)
             return k
         self._store(data[seg:k], out)
         self._depth = depth + 1
@@ -151,11 +174,13 @@ class CallScanner:
             if self._elem_big:
                 return
             self._elem_len += len(text)
-            if self._elem_len > self._owner._max_action:
+            limit = self._hooks.max_chars
+            if self._elem_len > limit:
                 self._elem_big = True
+                self._elem_head = ("".join(self._elem) + text)[: min(SOURCE_HEAD, limit)]
                 self._elem = []
                 if self._elem_skip is None:
-                    self._owner._too_large_action(self._elem_id, out)
+                    self._hooks.too_large(self._elem_id, out, clipped(self._elem_head, limit))
                 return
             self._elem.append(text)
         elif self._depth == 0:
@@ -163,13 +188,18 @@ class CallScanner:
         else:
             self._stray.append(text)
 
+    def _source(self, text: str) -> str:
+        if self._elem_big:
+            return clipped(self._elem_head, self._hooks.max_chars)
+        return text
+
     def _finish_elem(self, out: list[Event]) -> None:
         text = "".join(self._elem or ())
         self._elem = None
         if self._elem_skip is not None:
-            out.append(self._elem_skip)
+            out.append(with_source(self._elem_skip, self._source(text)))
         elif not self._elem_big:
-            self._owner._finish_call(text, self._elem_id, self._in_thought, out)
+            self._hooks.finish(text, self._elem_id, self._in_thought, out, text)
 
     def add_tail(self, text: str, out: list[Event]) -> None:
         """Text held back as a possible terminator that turned out not to be one."""
@@ -181,9 +211,9 @@ class CallScanner:
             text = "".join(self._elem)
             self._elem = None
             if self._elem_skip is not None:
-                out.append(self._elem_skip)
+                out.append(with_source(self._elem_skip, self._source(text)))
             elif not self._elem_big:
-                out.append(self._owner._truncated(self._elem_id, text))
+                out.append(self._hooks.truncated(self._elem_id, text, text))
         stray = _SEPARATORS.sub(", ", "".join(self._stray)).strip(", \t\r\n")
         if stray:
             out.append(
@@ -192,6 +222,7 @@ class CallScanner:
                     "each call in the list must be a JSON object such as "
                     '{"name": "search", "args": {...}}; this was not, and was not run: '
                     f"{quote(stray)}",
+                    source=stray,
                 )
             )
         loose = "".join(self._loose).strip()

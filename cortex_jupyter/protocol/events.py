@@ -62,6 +62,9 @@ class Action:
     retry: int = 0
     on_error: str = "fail"
     in_thought: bool = False
+    #: The id the model wrote, when it had to be renamed: an earlier turn of the run
+    #: already used it (``r1`` runs as ``r1~2``). The runtime notes it on the node.
+    original_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,10 +79,10 @@ class ThoughtDelta:
 class ResponseDelta:
     """Text of a response for the user, as it arrives.
 
-    ``final`` is the response's declared finality where the dialect states it up
-    front (cortex's ``final`` attribute). Dialects that only learn finality at the
-    end of the block (sigil, cogency) send ``False`` here and decide on the
-    ``ResponseEnd`` event.
+    ``final`` is the response's declared finality where the model states it up
+    front (cortex's ``final="true"``). Where finality is only learnt from what comes
+    after the block (a cortex ``<response>`` without ``final``, sigil, cogency,
+    hermes) the deltas carry ``False`` and the ``ResponseEnd`` event decides.
     """
 
     text: str
@@ -104,7 +107,12 @@ class ThoughtEnd:
 
 @dataclass(frozen=True, slots=True)
 class ResponseEnd:
-    """A response block closed. ``final`` says whether the run's answer is complete."""
+    """A response block closed. ``final`` says whether the run's answer is complete.
+
+    When finality depends on what follows the block, this event comes when that is
+    known (the next action, another response, the end of the stream), not at the
+    closing tag; the last one of a reply is the reply's verdict.
+    """
 
     final: bool = True
     kind: ClassVar[str] = "response_end"
@@ -145,11 +153,15 @@ class ProtocolError:
     ``code`` is one of ``ERROR_CODES``; ``message`` says what was wrong, quotes the
     offending text (shortened) and what happens next; ``id`` names the action it
     concerns, when there is one. An action reported here is never executed.
+    ``source`` is the text the model wrote that was refused, tags included (the
+    whole ``<action ...>...</action>``, the forged block, the call), so nothing the
+    model wrote disappears; a block too large to keep is shortened with a marker.
     """
 
     code: str
     message: str
     id: str | None = None
+    source: str = ""
     kind: ClassVar[str] = "error"
 
 
@@ -171,7 +183,8 @@ TEXT_KINDS: frozenset[str] = frozenset(("thought", "response", "text"))
 def event_to_dict(event: Event) -> dict[str, Any]:
     """A JSON-ready dict of an event (used by golden files and transcripts).
 
-    Action fields that hold their defaults are left out so a record stays readable.
+    Action fields that hold their defaults are left out so a record stays readable,
+    and so are an error's missing ``id`` and empty ``source``.
     """
     out: dict[str, Any] = {"kind": event.kind}
     if isinstance(event, ActionReady):
@@ -179,7 +192,7 @@ def event_to_dict(event: Event) -> dict[str, Any]:
         return out
     for name in event.__slots__:
         value = getattr(event, name)
-        if name == "id" and value is None:
+        if (name == "id" and value is None) or (name == "source" and not value):
             continue
         out[name] = value
     return out
@@ -192,6 +205,7 @@ _ACTION_DEFAULTS: dict[str, Any] = {
     "retry": 0,
     "on_error": "fail",
     "in_thought": False,
+    "original_id": None,
 }
 
 

@@ -70,6 +70,7 @@ class SigilParser(Parser):
                 continue
             k = self._calls.scan(chunk, pos, out)
             if k is None:
+                self._buf = self._calls.take_held()
                 break
             found = marker_at(chunk, k)
             assert isinstance(found, tuple)
@@ -121,7 +122,7 @@ class SigilParser(Parser):
         else:
             self._enter(TOP)
             if name == "calls":
-                self._calls = CallScanner(self, "§", _is_marker, False)
+                self._calls = CallScanner(self._call_hooks(), "§", _is_marker, False)
             elif name == "execute":
                 self.boundary = "execute"
             elif not self._final_seen:  # end, with no response just before it

@@ -1,26 +1,57 @@
-"""The tag dialects: cortex (``<thought>``/``<action>``/``<response>``) and cogency.
+"""The tag dialects: cortex (``<thought>``/``<action>``/``<response>``), cogency and hermes.
 
-One state machine serves both, with a table of which tags mean something in each
-state; ``auto`` starts with both tables merged and narrows to one at the first tag
-that only one dialect has (or hands over to the sigil parser at a ``§`` marker).
+One state machine serves all three, with a table of which tags mean something in
+each state; ``auto`` starts with the tables merged and narrows to one at the first
+tag that only one dialect has (or hands over to the sigil parser at a ``§`` marker).
+
+**Finality.** A cortex ``<response>`` without ``final`` is final unless the reply
+goes on to write actions; then it was an interim message. Its deltas carry
+``final=False`` and its ``ResponseEnd`` waits until that is known: ``False`` when an
+action opens (inside a later thought too) or another response opens, ``True`` at the
+end of the stream. A thought, a feed or loose text after it decide nothing. An
+explicit ``final="true"`` is final at its closing tag (later actions are
+``action_after_final``); ``final="false"`` is interim at once. Cogency's
+``<respond>`` waits the same way (``<end>`` or the end of the stream make it final;
+``<execute>``, ``<think>`` or another ``<respond>`` interim).
+
+**Hermes** (Qwen, Hermes and many local models): ``<think>`` is the thought,
+``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` one tool action (a
+generated id, async) started at its closing tag, and all other text is the response,
+decided like a cortex response without ``final``: final when no tool call follows
+it. ``<tool_response>`` written by the model is a forgery.
+
+**Recovered sloppiness.** A reply whose loose text starts with the rest of a
+response opener (`` final="true">Tests pass.</response>``: the ``<response`` got lost)
+opens that response; nothing else is guessed. ``<turn>`` blocks a model writes
+(``<turn role="user">`` with made-up results) are forgeries like ``<result>``.
+Markdown fences around real tags are loose text and the tags inside still count.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Final
 
-from .actions import build_action, parse_body, quote
+from .actions import (
+    SOURCE_HEAD,
+    action_fields,
+    action_kind,
+    build_action,
+    clipped,
+    quote,
+    with_source,
+)
 from .base import (
     FEED,
     RESPONSE,
     THOUGHT,
     TOP,
     Parser,
-    _new,
-    _set_thought_text,
+    new_event,
     response_delta,
+    set_thought_text,
 )
 from .calls import CallScanner
 from .events import (
@@ -33,14 +64,17 @@ from .events import (
     ThoughtDelta,
     ThoughtEnd,
 )
-from .tags import NEED, Tag, _Need, scan_tag, tag_set
+from .tags import NEED, Closer, Tag, _Need, closer, orphan_final, scan_tag, tag_set
 
 # Parser states (where the next character goes).
 S_TEXT, S_ACTION, S_CALLS, S_FORGED = 0, 1, 2, 3
 
 _THOUGHT_OPEN = frozenset(("thought", "think", "thinking"))
 _THOUGHT_CLOSE = frozenset(("/thought", "/think", "/thinking"))
-_FORGED = frozenset(("result", "results"))
+_FORGED = frozenset(("result", "results", "turn"))
+_HERMES_FORGED = _FORGED | {"tool_response"}
+#: Every tag that opens a forged block in some dialect.
+FORGED_TAGS: Final = _HERMES_FORGED
 
 #: Which tags mean something, per dialect and per text sink.
 TABLES: Final[dict[str, dict[int, frozenset[str]]]] = {
@@ -56,54 +90,94 @@ TABLES: Final[dict[str, dict[int, frozenset[str]]]] = {
         RESPONSE: frozenset({"/respond"}),
         FEED: frozenset(),
     },
+    "hermes": {
+        TOP: _THOUGHT_OPEN | _HERMES_FORGED | {"tool_call"},
+        THOUGHT: _THOUGHT_CLOSE | _HERMES_FORGED | {"tool_call"},
+        RESPONSE: frozenset(),
+        FEED: frozenset(),
+    },
 }
 TABLES["auto"] = {
-    sink: TABLES["cortex"][sink] | TABLES["cogency"][sink]
+    sink: TABLES["cortex"][sink] | TABLES["cogency"][sink] | TABLES["hermes"][sink]
     for sink in (TOP, THOUGHT, RESPONSE, FEED)
 }
 _CORTEX_ONLY = frozenset(("thought", "thinking", "action", "response", "context_feed"))
 _COGENCY_ONLY = frozenset(("execute", "respond", "end", "/end"))
+_HERMES_ONLY = frozenset(("tool_call",))
 
 _NOT_TAG_START = frozenset(" \t\r\n=<>0123456789-")
 _BODY_SPECIAL = re.compile(r'["<]')
 _STRING_SPECIAL = re.compile(r'["\\]')
-_ACTION_CLOSE = "</action>"
-_ACTION_CLOSE_LEN = len(_ACTION_CLOSE)
+_VISIBLE = re.compile(r"\S")
+_ACTION_CLOSE = closer("action")
+_TOOL_CALL_CLOSE = closer("tool_call")
+_EXECUTE_CLOSE = closer("execute")
 _FALSE = frozenset(("false", "0", "no"))
 _TRUE = frozenset(("true", "1", "yes", ""))
 
 
+@dataclass(slots=True)
+class _Draft:
+    """The action being read, as its opening tag described it."""
+
+    id: str
+    open_text: str  # the opening tag as written
+    closer: Closer
+    in_thought: bool = False
+    type: str = "tool"
+    mode: str = "async"
+    call: bool = False  # a hermes <tool_call>: the body is {"name", "arguments"}
+    name: str | None = None  # the tag's name attribute: the body is the parameters
+    problem: str | None = None  # the tag contradicts itself
+    skip: ProtocolError | None = None  # refused at the tag (duplicate id, after final)
+    original_id: str | None = None
+
+
 class XmlParser(Parser):
-    """Parser for the cortex and cogency dialects (and the start of ``auto``)."""
+    """Parser for the cortex, cogency and hermes dialects (and the start of ``auto``)."""
 
     def __init__(self, dialect: str = "cortex", **limits: Any) -> None:
         super().__init__(dialect, **limits)
-        self.dialect = dialect
-        self._tables = TABLES[dialect]
-        self._known = self._tables[TOP]
+        self._orphans = False  # see _orphan_opener
+        self._set_dialect(dialect)
         self._state = S_TEXT
         self._fast = 0  # see _update_fast
         self._pending = tag_set(self._known)  # for a tag still arriving
         self._in_thought = False  # an action or forged block interrupted a thought
         # the action being read
-        self._act_id = ""
-        self._act_type = "tool"
-        self._act_mode = "async"
-        self._act_skip: ProtocolError | None = None
+        self._draft = _Draft("", "", _ACTION_CLOSE)
         self._act_parts: list[str] = []
         self._act_len = 0
         self._act_big = False
+        self._act_head = ""  # the start of a body too large to keep
         self._in_str = False
         self._esc = False
-        # a forged <result(s)> block being skipped
+        # a forged block (<result>, <turn>, ...) being skipped
+        self._forged_open = ""
         self._forged_close = ""
         self._forged_name = ""
         self._forged_parts: list[str] = []
         self._forged_len = 0
         self._calls: CallScanner | None = None
         self._feed_id = ""
-        self._pending_response_end = False  # cogency: finality known at the next tag
-        self._response_deferred = False
+        self._feed_open = ""
+        self._response_deferred = False  # the open response's finality waits (see above)
+        self._on: dict[str, Callable[[Tag, list[Event]], None]] = {
+            **dict.fromkeys(_THOUGHT_OPEN, self._open_thought),
+            **dict.fromkeys(_THOUGHT_CLOSE, self._close_thought),
+            **dict.fromkeys(FORGED_TAGS, self._open_forged),
+            "action": self._open_action,
+            "tool_call": self._open_tool_call,
+            "execute": self._open_calls,
+            "response": self._open_response,
+            "respond": self._open_response,
+            "/response": self._close_response,
+            "/respond": self._close_response,
+            "context_feed": self._open_feed,
+            "/context_feed": self._close_feed,
+            "end": self._on_end,
+            "/end": self._on_end,
+        }
         self._handlers: tuple[Callable[[str, int, list[Event]], int], ...] = (
             self._read_text,
             self._read_action,
@@ -124,8 +198,8 @@ class XmlParser(Parser):
                     if total <= self._max_text:
                         self._text_total = total
                         if fast == 1:
-                            event = _new(ThoughtDelta)
-                            _set_thought_text(event, chunk)
+                            event = new_event(ThoughtDelta)
+                            set_thought_text(event, chunk)
                             return [event]
                         return [response_delta(chunk, self._response_final)]
             elif fast == 3:
@@ -196,8 +270,8 @@ class XmlParser(Parser):
             self._calls.add_tail(held, out)
             self._end_calls(out)
         elif state == S_FORGED:
-            self._forged_parts.append(held)
-            self._end_forged(out)
+            self._keep_forged(held)
+            self._end_forged(out, "")
         elif held:
             self._emit(held, out)
 
@@ -215,6 +289,10 @@ class XmlParser(Parser):
     # -- text ------------------------------------------------------------------
 
     def _read_text(self, data: str, pos: int, out: list[Event]) -> int:
+        if self._orphans and self._fresh and self._sink == TOP and data[pos] != "<":
+            end = self._orphan_opener(data, pos, out)
+            if end >= 0:
+                return end
         start = search = pos
         known = self._known
         while True:
@@ -236,38 +314,32 @@ class XmlParser(Parser):
             assert isinstance(tag, Tag)
             return self._on_tag(tag, out)
 
-    def _on_tag(self, tag: Tag, out: list[Event]) -> int:
-        name = tag.name
+    def _orphan_opener(self, data: str, pos: int, out: list[Event]) -> int:
+        """At the start of loose text, a ``final="...">`` whose ``<response`` was lost
+        opens that response. The index to read on from, or -1 when there is none."""
+        m = _VISIBLE.search(data, pos)
+        if m is None or data[m.start()] not in "fF":
+            return -1
+        j = m.start()
+        found = orphan_final(data, j)
+        if found is None:
+            return -1
+        if found is NEED:
+            self._buf = data[j:]
+            return len(data)
+        assert isinstance(found, tuple)
         if self.dialect == "auto":
-            self._decide(name)
-        if name in _THOUGHT_OPEN:
-            self._resolve_response_end(out, False)
-            self._enter(THOUGHT)
-            if tag.self_closing:
-                self._end_thought(out)
-        elif name in _THOUGHT_CLOSE:
-            self._end_thought(out)
-        elif name == "action":
-            self._open_action(tag, out)
-        elif name == "execute":
-            self._open_calls(tag, out)
-        elif name in ("response", "respond"):
-            self._open_response(tag, out)
-        elif name in ("/response", "/respond"):
-            self._end_response(out, self._response_final)
-        elif name in _FORGED:
-            self._open_forged(tag, out)
-        elif name == "context_feed":
-            self._open_feed(tag)
-        elif name == "/context_feed":
-            self._end_feed(out)
-        else:  # <end>, </end>
-            self._resolve_response_end(out, True)
-            if not self._final_seen:
-                out.append(ResponseEnd(True))
-                self._final_seen = True
-            self.boundary = "end"
-            self._enter(TOP)
+            self._set_dialect("cortex")
+        self._resolve_response_end(out, False)
+        self._response_deferred = False
+        self._response_final = found[0]
+        self._enter(RESPONSE)
+        return found[1]
+
+    def _on_tag(self, tag: Tag, out: list[Event]) -> int:
+        if self.dialect == "auto":
+            self._decide(tag.name)
+        self._on[tag.name](tag, out)
         return tag.end
 
     def _decide(self, name: str) -> None:
@@ -275,11 +347,15 @@ class XmlParser(Parser):
             self._set_dialect("cortex")
         elif name in _COGENCY_ONLY:
             self._set_dialect("cogency")
+        elif name in _HERMES_ONLY:
+            self._set_dialect("hermes")
 
     def _set_dialect(self, dialect: str) -> None:
         self.dialect = dialect
         self._tables = TABLES[dialect]
         self._known = self._tables[self._sink]
+        self._loose_response = dialect == "hermes"
+        self._orphans = dialect in ("cortex", "auto")
 
     def _enter(self, sink: int) -> None:
         super()._enter(sink)
@@ -295,32 +371,62 @@ class XmlParser(Parser):
         else:
             self._enter(TOP)
 
+    def _open_thought(self, tag: Tag, out: list[Event]) -> None:
+        if self.dialect == "cogency":
+            self._resolve_response_end(out, False)
+        self._enter(THOUGHT)
+        if tag.self_closing:
+            self._end_thought(out)
+
+    def _close_thought(self, tag: Tag, out: list[Event]) -> None:
+        self._end_thought(out)
+
     def _end_thought(self, out: list[Event]) -> None:
         out.append(ThoughtEnd())
+        self._enter(TOP)
+
+    def _on_end(self, tag: Tag, out: list[Event]) -> None:
+        """Cogency's ``<end>``: the task is complete."""
+        self._resolve_response_end(out, True)
+        if not self._final_seen:
+            out.append(ResponseEnd(True))
+            self._final_seen = True
+        self.boundary = "end"
         self._enter(TOP)
 
     # -- responses -------------------------------------------------------------
 
     def _open_response(self, tag: Tag, out: list[Event]) -> None:
         self._resolve_response_end(out, False)
-        self._response_deferred = tag.name == "respond"
-        if self._response_deferred:
-            final = False  # cogency: decided by what follows </respond>
-        else:
-            raw = tag.attrs.get("final", "true").strip().lower()
-            final = raw not in _FALSE
-            if raw not in _FALSE and raw not in _TRUE:
-                out.append(
-                    ProtocolError(
-                        "invalid_field",
-                        f'<response final="{tag.attrs["final"][:40]}"> should say "true" '
-                        'or "false"; it was read as final="true".',
-                    )
-                )
+        declared = tag.attrs.get("final")
+        if declared is None and "final" in tag.flags:
+            declared = "true"
+        # Cogency's <respond> and a <response> without final: decided by what follows.
+        self._response_deferred = tag.name == "respond" or declared is None
+        final = False
+        if declared is not None and not self._response_deferred:
+            final = self._declared_final(declared, tag.text, out)
         self._response_final = final
         self._enter(RESPONSE)
         if tag.self_closing:
             self._end_response(out, final)
+
+    @staticmethod
+    def _declared_final(declared: str, tag_text: str, out: list[Event]) -> bool:
+        value = declared.strip().lower()
+        if value not in _FALSE and value not in _TRUE:
+            out.append(
+                ProtocolError(
+                    "invalid_field",
+                    f'<response final="{declared[:40]}"> should say "true" or "false"; '
+                    'it was read as final="true".',
+                    source=tag_text,
+                )
+            )
+        return value not in _FALSE
+
+    def _close_response(self, tag: Tag, out: list[Event]) -> None:
+        self._end_response(out, self._response_final)
 
     def _end_response(self, out: list[Event], final: bool) -> None:
         if self._response_deferred:
@@ -332,7 +438,7 @@ class XmlParser(Parser):
         self._enter(TOP)
 
     def _resolve_response_end(self, out: list[Event], final: bool) -> None:
-        """Cogency: a closed ``<respond>`` is final only if ``<end>`` follows it."""
+        """A response waiting for its finality gets it now (see the module docstring)."""
         if self._pending_response_end:
             self._pending_response_end = False
             out.append(ResponseEnd(final))
@@ -341,12 +447,16 @@ class XmlParser(Parser):
 
     # -- context feeds -----------------------------------------------------------
 
-    def _open_feed(self, tag: Tag) -> None:
+    def _open_feed(self, tag: Tag, out: list[Event]) -> None:
         self._feed_id = tag.attrs.get("id", "").strip()
+        self._feed_open = tag.text
         self._feed_parts = []
         self._enter(FEED)
 
-    def _end_feed(self, out: list[Event]) -> None:
+    def _close_feed(self, tag: Tag, out: list[Event]) -> None:
+        self._end_feed(out, tag.text)
+
+    def _end_feed(self, out: list[Event], close_text: str = "") -> None:
         text = "".join(self._feed_parts)
         self._feed_parts = []
         if self._feed_id:
@@ -357,6 +467,7 @@ class XmlParser(Parser):
                     "invalid_field",
                     '<context_feed> needs an id attribute, as in <context_feed id="news">; '
                     f"this one was ignored: {quote(text)}",
+                    source=self._feed_open + text + close_text,
                 )
             )
         self._enter(TOP)
@@ -364,25 +475,41 @@ class XmlParser(Parser):
     # -- actions -----------------------------------------------------------------
 
     def _open_action(self, tag: Tag, out: list[Event]) -> None:
+        self._resolve_response_end(out, False)  # a response before an action was interim
         attrs = tag.attrs
-        self._act_type = attrs.get("type", "tool").strip().lower() or "tool"
-        self._act_mode = attrs.get("mode", "async").strip().lower() or "async"
-        self._act_id, self._act_skip = self._claim_id(attrs.get("id"))
-        self._in_thought = self._sink == THOUGHT
-        if self._act_skip is None:
-            out.append(ActionStart(self._act_id, self._act_type, self._act_mode, self._in_thought))
+        type_, mode, problem = action_kind(attrs, tag.flags)
+        action_id, skip, original = self._claim_id(attrs.get("id"))
+        in_thought = self._sink == THOUGHT
+        if skip is None:
+            out.append(ActionStart(action_id, type_, mode, in_thought))
+        draft = _Draft(action_id, tag.text, _ACTION_CLOSE, in_thought, type_, mode)
+        draft.name = attrs.get("name", "").strip() or None
+        draft.problem, draft.skip, draft.original_id = problem, skip, original
+        self._begin_body(draft, tag, out)
+
+    def _open_tool_call(self, tag: Tag, out: list[Event]) -> None:
+        self._resolve_response_end(out, False)  # text before a tool call was interim
+        in_thought = self._sink == THOUGHT
+        action_id, skip = self._start_call(out, in_thought)
+        draft = _Draft(action_id, tag.text, _TOOL_CALL_CLOSE, in_thought, call=True, skip=skip)
+        self._begin_body(draft, tag, out)
+
+    def _begin_body(self, draft: _Draft, tag: Tag, out: list[Event]) -> None:
+        self._draft = draft
+        self._in_thought = draft.in_thought
         self._act_parts = []
         self._act_len = 0
         self._act_big = False
+        self._act_head = ""
         self._in_str = False
         self._esc = False
         if tag.self_closing:
-            self._finish_action("", out)
+            self._finish_action("", "", out)
         else:
             self._state = S_ACTION
 
     def _read_action(self, data: str, pos: int, out: list[Event]) -> int:
-        """Find ``</action>`` outside JSON strings; keep the body up to it."""
+        """Find the closing tag outside JSON strings; keep the body up to it."""
         n = len(data)
         i = pos
         in_str = self._in_str
@@ -412,19 +539,18 @@ class XmlParser(Parser):
                 in_str = True
                 i = k + 1
                 continue
-            end = k + _ACTION_CLOSE_LEN
-            candidate = data[k:end].lower()
-            if candidate == _ACTION_CLOSE:
-                self._in_str = False
-                self._add_body(data[pos:k], out)
-                self._finish_action("".join(self._act_parts), out)
-                return end
-            if end > n and _ACTION_CLOSE.startswith(candidate):
-                self._in_str = False
-                self._add_body(data[pos:k], out)
+            end = self._draft.closer.at(data, k)
+            if end is None:
+                i = k + 1
+                continue
+            self._in_str = False
+            self._add_body(data[pos:k], out)
+            if end is NEED:
                 self._buf = data[k:]
                 return n
-            i = k + 1
+            assert isinstance(end, int)
+            self._finish_action("".join(self._act_parts), data[k:end], out)
+            return end
         self._in_str = in_str
         self._add_body(data[pos:] if pos else data, out)
         return n
@@ -433,61 +559,94 @@ class XmlParser(Parser):
         if self._act_big or not text:
             return
         self._act_len += len(text)
-        if self._act_len > self._max_action:
+        limit = self._max_action
+        if self._act_len > limit:
             self._act_big = True
+            self._act_head = ("".join(self._act_parts) + text)[: min(SOURCE_HEAD, limit)]
             self._act_parts = []
-            if self._act_skip is None:
-                self._too_large_action(self._act_id, out)
+            draft = self._draft
+            if draft.skip is None:
+                self._too_large_action(draft.id, out, self._body_source("", ""))
             return
         self._act_parts.append(text)
 
-    def _finish_action(self, body: str, out: list[Event]) -> None:
+    def _body_source(self, body: str, close_text: str) -> str:
+        """The action as the model wrote it (shortened when it was too large)."""
+        if self._act_big:
+            body = clipped(self._act_head, self._max_action)
+        return self._draft.open_text + body + close_text
+
+    def _finish_action(self, body: str, close_text: str, out: list[Event]) -> None:
         self._act_parts = []
-        if self._act_skip is not None:
-            out.append(self._act_skip)
-        elif not self._act_big:
-            fields = parse_body(body, self._act_id)
-            if isinstance(fields, ProtocolError):
-                out.append(fields)
-            else:
-                result = build_action(
-                    fields,
-                    action_id=self._act_id,
-                    type=self._act_type,
-                    mode=self._act_mode,
-                    in_thought=self._in_thought,
-                )
-                out.append(result if isinstance(result, ProtocolError) else ActionReady(result))
+        draft = self._draft
+        source = self._body_source(body, close_text)
+        if draft.skip is not None:
+            out.append(with_source(draft.skip, source))
+        elif self._act_big:
+            pass  # reported as too_large when it passed the limit
+        elif draft.call:
+            self._finish_call(body, draft.id, draft.in_thought, out, source)
+        else:
+            out.append(self._action_event(body, source))
         self._resume()
+
+    def _action_event(self, body: str, source: str) -> ActionReady | ProtocolError:
+        draft = self._draft
+        fields = action_fields(body, draft.id, draft.name)
+        if isinstance(fields, ProtocolError):
+            return with_source(fields, source)
+        if draft.problem is not None:
+            return ProtocolError(
+                "invalid_field",
+                f"action {draft.id!r}: {draft.problem}. It was not run.",
+                draft.id,
+                source,
+            )
+        result = build_action(
+            fields,
+            action_id=draft.id,
+            type=draft.type,
+            mode=draft.mode,
+            in_thought=draft.in_thought,
+            original_id=draft.original_id,
+        )
+        if isinstance(result, ProtocolError):
+            return with_source(result, source)
+        return ActionReady(self._ids.follow_renames(result))
 
     def _close_in_action(self, held: str, out: list[Event]) -> None:
         """End of stream inside an action body: maybe a stray quote hid its end tag."""
         body = "".join(self._act_parts) + held
         self._act_parts = []
-        cut = body.lower().find(_ACTION_CLOSE)
-        if cut < 0 or self._act_big:
-            if self._act_skip is not None:
-                out.append(self._act_skip)
+        draft = self._draft
+        found = None if self._act_big else draft.closer.find(body)
+        if found is None:
+            source = self._body_source(body, "")
+            if draft.skip is not None:
+                out.append(with_source(draft.skip, source))
             elif not self._act_big:
-                out.append(self._truncated(self._act_id, body))
+                out.append(self._truncated(draft.id, body, source))
             self._resume()
             return
-        # An unbalanced quote made us read the real </action> as string content.
+        # An unbalanced quote made us read the real closing tag as string content.
         # Now that the stream is over we can see it: end the action there and read on.
-        if self._act_skip is not None:
-            out.append(self._act_skip)
+        cut, end = found
+        source = draft.open_text + body[:end]
+        if draft.skip is not None:
+            out.append(with_source(draft.skip, source))
         else:
             out.append(
                 ProtocolError(
                     "invalid_json",
-                    f"action {self._act_id!r}: the body has an unclosed string, so its "
-                    f"</action> was only found at the end of the stream: "
+                    f"action {draft.id!r}: the body has an unclosed string, so its "
+                    f"{body[cut:end]} was only found at the end of the stream: "
                     f"{quote(body[:cut].strip())}. It was not run.",
-                    self._act_id,
+                    draft.id,
+                    source,
                 )
             )
         self._resume()
-        rest = body[cut + _ACTION_CLOSE_LEN :]
+        rest = body[end:]
         pos = 0
         while pos < len(rest):
             pos = self._handlers[self._state](rest, pos, out)
@@ -498,7 +657,7 @@ class XmlParser(Parser):
     def _open_calls(self, tag: Tag, out: list[Event]) -> None:
         self._resolve_response_end(out, False)
         self._in_thought = self._sink == THOUGHT
-        self._calls = CallScanner(self, "<", self._execute_end_at, self._in_thought)
+        self._calls = CallScanner(self._call_hooks(), "<", self._execute_end_at, self._in_thought)
         if tag.self_closing:
             self._end_calls(out)
         else:
@@ -506,21 +665,20 @@ class XmlParser(Parser):
 
     @staticmethod
     def _execute_end_at(data: str, k: int) -> bool | _Need:
-        candidate = data[k : k + 10].lower()
-        if candidate == "</execute>":
-            return True
-        if len(candidate) < 10 and "</execute>".startswith(candidate):
-            return NEED
-        return False
+        end = _EXECUTE_CLOSE.at(data, k)
+        return end if end is NEED else end is not None
 
     def _read_calls(self, data: str, pos: int, out: list[Event]) -> int:
         assert self._calls is not None
         k = self._calls.scan(data, pos, out)
         if k is None:
+            self._buf = self._calls.take_held()
             return len(data)
+        end = _EXECUTE_CLOSE.at(data, k)
+        assert isinstance(end, int)
         self._end_calls(out)
         self.boundary = "execute"
-        return k + 10
+        return end
 
     def _end_calls(self, out: list[Event]) -> None:
         if self._calls is not None:
@@ -532,12 +690,13 @@ class XmlParser(Parser):
 
     def _open_forged(self, tag: Tag, out: list[Event]) -> None:
         self._forged_name = tag.name
+        self._forged_open = tag.text
         self._forged_close = "/" + tag.name
         self._forged_parts = []
         self._forged_len = 0
         self._in_thought = self._sink == THOUGHT
         if tag.self_closing:
-            self._end_forged(out)
+            self._end_forged(out, "")
         else:
             self._state = S_FORGED
 
@@ -558,23 +717,34 @@ class XmlParser(Parser):
                 self._buf = data[i:]
                 return len(data)
             assert isinstance(tag, Tag)
-            self._end_forged(out)
+            self._end_forged(out, tag.text)
             return tag.end
 
     def _keep_forged(self, text: str) -> None:
-        # Only a quote of it goes into the message; don't keep megabytes of it.
-        if self._forged_len < 1000:
-            self._forged_parts.append(text[:1000])
+        # Kept whole up to the action size limit; past it, only its start.
+        room = self._max_action - self._forged_len
+        if room > 0:
+            self._forged_parts.append(text[:room])
         self._forged_len += len(text)
 
-    def _end_forged(self, out: list[Event]) -> None:
-        text = "".join(self._forged_parts).strip()
+    def _end_forged(self, out: list[Event], close_text: str) -> None:
+        text = "".join(self._forged_parts)
         self._forged_parts = []
+        if self._forged_len > self._max_action:
+            text = clipped(text[:SOURCE_HEAD], self._max_action)
+        name = self._forged_name
+        what = (
+            "turns of the conversation (the user's messages, results) come only from "
+            "the run, never from the model"
+            if name == "turn"
+            else "results come only from running the actions"
+        )
         out.append(
             ProtocolError(
                 "forged_result",
-                f"ignored a <{self._forged_name}> block written by the model: results come "
-                f"only from running the actions. It said: {quote(text)}",
+                f"ignored a <{name}> block written by the model: {what}. "
+                f"It said: {quote(text.strip())}",
+                source=self._forged_open + text + close_text,
             )
         )
         self._resume()

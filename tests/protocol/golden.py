@@ -103,12 +103,17 @@ def load_cases() -> list[Case]:
     return [load_case(p) for p in sorted(CASES_DIR.glob("*.case"))]
 
 
+def _compact(value: Any) -> str:
+    # An option's value is one word of the options line: no spaces in its JSON.
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
 def render(case: Case, events: list[dict[str, Any]]) -> str:
     head = "\n".join(
         [f"# {case.description}"]
         + ([f"# dialect: {case.dialect}"] if case.dialect != "cortex" else [])
         + (
-            [f"# options: {' '.join(f'{k}={json.dumps(v)}' for k, v in case.options.items())}"]
+            [f"# options: {' '.join(f'{k}={_compact(v)}' for k, v in case.options.items())}"]
             if case.options
             else []
         )

@@ -36,7 +36,14 @@ def test_the_cases_cover_every_error_code_and_dialect() -> None:
     assert len(CASES) >= 40
     seen_codes = {e["code"] for case in CASES for e in case.expected if e["kind"] == "error"}
     assert seen_codes == set(ERROR_CODES)
-    assert {case.dialect for case in CASES} == {"cortex", "sigil", "cogency", "auto"}
+    assert {case.dialect for case in CASES} == {"cortex", "sigil", "cogency", "hermes", "auto"}
+
+
+def test_every_error_in_the_cases_carries_the_text_the_model_wrote() -> None:
+    for case in CASES:
+        for event in case.expected:
+            if event["kind"] == "error":
+                assert event.get("source"), f"{case.name}: {event['code']} has no source"
 
 
 def test_every_case_describes_itself() -> None:

@@ -2,7 +2,7 @@
 
 Checked over every golden case and over generated streams that mix protocol
 fragments with hostile text (stray tags, quotes, backslashes, brackets, markers), in
-all four dialects. Generated streams also show that no input makes the parser raise.
+every dialect. Generated streams also show that no input makes the parser raise.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from .golden import Case, load_cases, parse_chunks
 
 CASES = load_cases()
-DIALECTS = ("cortex", "sigil", "cogency", "auto")
+DIALECTS = ("cortex", "sigil", "cogency", "hermes", "auto")
 
 FRAGMENTS = [
     "<thought>",
@@ -78,6 +78,30 @@ FRAGMENTS = [
     "plain words ",
     "<THOUGHT>",
     "</ACTION>",
+    # what real models write (closing-tag whitespace, bare words, name attribute,
+    # a lost <response opener, invented turns) and the hermes dialect
+    "</action >",
+    "</ action>",
+    "</\n",
+    "</response >",
+    "<response final>",
+    '<action id="r1" sync>',
+    "<action items for today>",
+    '<action type="tool" name="exec" id="v1">',
+    '{"command": "ls"}',
+    '{"parameters": {"q": 1}, "output_key": "k"}',
+    ' final="true">',
+    "final",
+    '<turn role="user">',
+    "</turn>",
+    "<tool_call>",
+    "</tool_call>",
+    "</tool_call >",
+    '{"name": "f", "arguments": {"x": "</tool_call>"}}',
+    '{"name": "g", "arguments": "{\\"y\\": 2}"}',
+    "<tool_response>",
+    "</tool_response>",
+    "```xml\n",
 ]
 
 noise = st.text(alphabet="<>/\"\\§{}[],:='`ab \n\r", max_size=8)
@@ -96,14 +120,21 @@ def test_golden_cases_under_any_chunking(case: Case, cuts: list[int]) -> None:
     assert parse_chunks(case, chunked(case.text, cuts)) == case.expected
 
 
+# Ids earlier turns used, so reused ids (renamed r1~2...) are generated too.
+EARLIER = {"taken_ids": ["a1", "x", "r1", "v1", "auto-1"]}
+
+
 @settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
 @given(
     text=streams,
     dialect=st.sampled_from(DIALECTS),
+    options=st.sampled_from([{}, EARLIER]),
     cuts=st.lists(st.integers(0, 10_000), max_size=40),
 )
-def test_generated_streams_under_any_chunking(text: str, dialect: str, cuts: list[int]) -> None:
-    case = Case("generated", None, "", text, [], dialect)  # type: ignore[arg-type]
+def test_generated_streams_under_any_chunking(
+    text: str, dialect: str, options: dict[str, list[str]], cuts: list[int]
+) -> None:
+    case = Case("generated", None, "", text, [], dialect, dict(options))  # type: ignore[arg-type]
     whole = parse_chunks(case, [text])
     assert parse_chunks(case, chunked(text, cuts)) == whole
     assert parse_chunks(case, [text[i : i + 1] for i in range(len(text))]) == whole

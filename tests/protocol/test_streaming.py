@@ -7,6 +7,7 @@ from cortex_jupyter.protocol import (
     ActionStart,
     Parser,
     ResponseDelta,
+    ResponseEnd,
     ThoughtDelta,
     ThoughtEnd,
 )
@@ -94,3 +95,46 @@ def test_turn_boundaries_are_visible_on_the_parser() -> None:
     cortex = Parser()
     cortex.feed("<response>ok</response>")
     assert cortex.boundary is None
+
+
+def test_a_spaced_closing_tag_is_held_back_only_while_it_may_be_one() -> None:
+    parser = Parser()
+    assert texts(parser.feed("<thought>abc</ thou")) == "abc"
+    assert parser.feed("ght >") == [ThoughtEnd()]
+    parser.feed('<action id="a">{"name": "x"}</ act')
+    assert kinds(parser.feed("ion >")) == ["action"]
+
+
+def test_a_response_without_final_streams_at_once_and_waits_for_its_verdict() -> None:
+    parser = Parser()
+    assert parser.feed("<response>Checking") == [ResponseDelta("Checking", False)]
+    assert parser.feed("</response>") == []
+    events = parser.feed('<action id="a">')
+    assert events == [ResponseEnd(False), ActionStart("a", "tool", "async", False)]
+
+
+def test_a_response_without_final_is_final_when_the_stream_ends() -> None:
+    parser = Parser()
+    parser.feed("<response>It is 4.</response>")
+    assert parser.close() == [ResponseEnd(True)]
+
+
+def test_hermes_text_is_the_response_as_it_arrives_and_calls_start_at_their_close() -> None:
+    parser = Parser("hermes")
+    assert parser.feed("Let me look") == [ResponseDelta("Let me look", False)]
+    events = parser.feed('.<tool_call>{"name": "a", "arguments": {}}')
+    assert events == [
+        ResponseDelta(".", False),
+        ResponseEnd(False),
+        ActionStart("auto-1", "tool", "async", False),
+    ]
+    assert kinds(parser.feed("</tool_call>")) == ["action"]
+
+
+def test_a_possible_lost_response_opener_is_held_only_while_it_may_be_one() -> None:
+    parser = Parser()
+    assert parser.feed("fin") == []
+    assert texts(parser.feed("e, thanks")) == "fine, thanks"
+    parser = Parser()
+    assert parser.feed(' final="tr') == []
+    assert parser.feed('ue">Done') == [ResponseDelta("Done", True)]
