@@ -24,7 +24,7 @@ from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode
 from cortex_jupyter.runtime.secrets import redact
 from cortex_jupyter.session import CellOptions, Session, forget, session_for
 
-DIALECTS = ("cortex", "sigil", "cogency", "auto")
+DIALECTS = ("cortex", "sigil", "cogency", "hermes", "auto")
 COMMANDS = (
     "tools",
     "vars",
@@ -96,7 +96,7 @@ class CortexMagics(Magics):
         metavar="NAME",
         help="Run a registered cortex_jupyter.Agent (its instructions, tools and settings).",
     )
-    @argument("--dialect", metavar="NAME", help="cortex (default), sigil, cogency or auto.")
+    @argument("--dialect", metavar="NAME", help="cortex (default), sigil, cogency, hermes or auto.")
     @argument(
         "--script",
         action="store_true",

@@ -141,7 +141,7 @@ def test_a_refused_variable_name_is_explained_and_kept_on_the_run(
         ("--script --chunk-size 0", "--chunk-size must be 1 or more, not '0'"),
         ("--script --chunk-size two", "--chunk-size must be a whole number, not 'two'"),
         ("--script --delay -1", "--delay must be 0 or more"),
-        ("--dialect xml", "unknown dialect 'xml'; use one of: cortex, sigil, cogency, auto"),
+        ("--dialect xml", "unknown dialect 'xml'; use one of: cortex, sigil, cogency, hermes, auto"),
         ("--script --replay run.jsonl", "use --script or --replay, not both"),
         ("--replay run.jsonl --speed 0", "--speed must be more than 0"),
         ("--bogus", "unrecognized arguments: --bogus"),

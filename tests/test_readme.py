@@ -35,3 +35,13 @@ def test_agent_loop_example_prints_what_the_readme_shows(tmp_path: Path) -> None
         [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=True
     )
     assert out.stdout == shown
+
+
+def test_agent_example_prints_what_the_readme_shows(tmp_path: Path) -> None:
+    code, shown = block_after("<!-- agent-example")
+    script = tmp_path / "example.py"
+    script.write_text(code, encoding="utf-8")
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout == shown

@@ -37,7 +37,7 @@ __all__ = [
     "truncate",
 ]
 
-DIALECTS: tuple[str, ...] = ("cortex", "sigil", "cogency", "auto")
+DIALECTS: tuple[str, ...] = ("cortex", "sigil", "cogency", "hermes", "auto")
 _REPR_LIMIT = 300
 
 _INTRO = (
@@ -181,12 +181,50 @@ and you answer:
 <respond>It is 18 °C and sunny in Paris.</respond>
 <end>"""
 
+_HERMES = """\
+# How you answer: tool calls in tags
+
+- `<think>...</think>`: your reasoning, shown to the user as you write it.
+- `<tool_call>{"name": "...", "arguments": {...}}</tool_call>`: one call of a tool listed \
+below. Each call starts as soon as its `</tool_call>` arrives, so write it as soon as you \
+know you need it. Several calls may follow one another.
+- Everything else you write is your answer to the user, in markdown.
+
+{references}
+
+When your reply has tool calls, the runtime runs them and sends their results in the next \
+message, one block per call:
+
+<tool_response>
+{"id": "auto-1", "name": "get_weather", "status": "done", "content": {"temp": 18}}
+</tool_response>
+
+Then you continue. Never write `<tool_response>` yourself: results come only from the \
+runtime. A reply with no tool calls is your final answer.
+
+## Example (`get_weather` stands for any tool)
+
+<think>I need the weather before I can answer.</think>
+<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>
+
+The next message brings:
+
+<tool_response>
+{"id": "auto-1", "name": "get_weather", "status": "done", "content": {"temp": 18, "sky": \
+"sunny"}}
+</tool_response>
+
+and you answer:
+
+It is 18 °C and sunny in Paris."""
+
 _TITLES = {
     "cortex": "Cortex streaming execution protocol",
     "sigil": "sigil form of the Cortex streaming execution protocol",
     "cogency": "cogency form of the Cortex streaming execution protocol",
+    "hermes": "hermes form of the Cortex streaming execution protocol",
 }
-_TEACH = {"cortex": _CORTEX, "sigil": _SIGIL, "cogency": _COGENCY}
+_TEACH = {"cortex": _CORTEX, "sigil": _SIGIL, "cogency": _COGENCY, "hermes": _HERMES}
 
 _SECTIONS: tuple[tuple[str, str], ...] = (
     ("tool", 'Tools (`type="tool"`)'),
@@ -213,7 +251,7 @@ def system_prompt(
 ) -> str:
     """The system prompt of one turn.
 
-    ``dialect`` is ``cortex``, ``sigil``, ``cogency`` (``auto`` teaches cortex).
+    ``dialect`` is ``cortex``, ``sigil``, ``cogency``, ``hermes`` (``auto`` teaches cortex).
     ``registry`` is what the model may call (sigil and cogency can only call ``tool``
     entries, so only those are listed); ``internal`` actions are listed only when the
     policy enables them, and only the allowed ones. ``variables`` is the text of
@@ -388,6 +426,15 @@ def format_results(
     ``errors`` are the turn's protocol errors that concern no action (a forged result...),
     so the model learns what was wrong with its reply.
     """
+    if dialect == "hermes":
+        blocks = [_hermes_result(node, limit) for node in nodes]
+        blocks += [
+            "<tool_response>\n"
+            + json.dumps({"error": e.code, "message": e.message}, ensure_ascii=False)
+            + "\n</tool_response>"
+            for e in errors
+        ]
+        return "\n".join(blocks)
     if dialect == "sigil":
         lines = ["§RESULTS:"]
         for node in nodes:
@@ -406,3 +453,16 @@ def format_results(
     lines.extend(f'<error code="{e.code}">{e.message}</error>' for e in errors)
     lines.append("</results>")
     return "\n".join(lines)
+
+
+def _hermes_result(node: ActionNode, limit: int) -> str:
+    """One ``<tool_response>`` block: the JSON Hermes-style models are trained to read."""
+    body: dict[str, Any] = {"id": node.id, "name": node.name, "status": node.status}
+    if node.output_key:
+        body["output_key"] = node.output_key
+    text = result_text(node, limit)
+    try:
+        body["content"] = json.loads(text) if node.status == "done" else text
+    except ValueError:
+        body["content"] = text
+    return "<tool_response>\n" + json.dumps(body, ensure_ascii=False) + "\n</tool_response>"

@@ -307,6 +307,11 @@ class Scheduler:
         node = ActionNode(
             action.id, action.name, action.type, action.mode, action, submitted=time.monotonic()
         )
+        if action.original_id is not None:
+            node.note = (
+                f"the model reused id {action.original_id!r} from an earlier turn; "
+                f"it runs as {action.id!r}"
+            )
         self._track(node)
         update = self.graph.add(node, find_references(action.parameters), action.output_key)
         self._apply(update)
@@ -340,6 +345,7 @@ class Scheduler:
                 name=node.name,
                 type=node.type,
                 parent=node.parent,
+                note=node.note,
             )
         )
 
@@ -582,6 +588,12 @@ class Scheduler:
 
     async def _call(self, spec: ToolSpec, args: list[Any], kwargs: dict[str, Any]) -> Any:
         try:
+            if spec.executor is not None:
+                # Off the kernel's process (runtime.executors): imported on first use, so
+                # a notebook without such tools never loads an engine.
+                from .executors import run_elsewhere
+
+                return await run_elsewhere(spec.executor, spec.func, args, kwargs)
             if spec.is_async or spec.type == "internal":
                 result = spec.func(*args, **kwargs)
             else:

@@ -25,6 +25,7 @@ CASES: list[tuple[errors.ModelError, str]] = [
     (errors.StreamDropped("m", E, 4, 120), "after 4 chunks (120 characters)"),
     (errors.UnexpectedReply("m", E, "no events"), "is the API root"),
     (errors.ScriptExhausted(2, 1), "it has only 1 turn"),
+    (errors.NoReplyScripted("s", ["a"]), "add a section starting with a line '--- reply to s"),
 ]
 
 

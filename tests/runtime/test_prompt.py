@@ -105,7 +105,7 @@ def check_golden(name: str, text: str) -> None:
     assert text == path.read_text(encoding="utf-8"), f"prompt differs from {path}"
 
 
-@pytest.mark.parametrize("dialect", ["cortex", "sigil", "cogency"])
+@pytest.mark.parametrize("dialect", ["cortex", "sigil", "cogency", "hermes"])
 def test_golden_prompt_per_dialect(dialect: str) -> None:
     text = system_prompt(
         dialect=dialect,
@@ -227,6 +227,28 @@ def test_results_block_sigil() -> None:
         dialect="sigil",
     )
     assert text == "§RESULTS:\n[auto-1] add (done, output_key s): 3\n[auto-2] x (failed): e"
+
+
+def test_results_block_hermes() -> None:
+    text = format_results(
+        [
+            node("auto-1", "add", "done", {"sum": 3}, output_key="s"),
+            node("auto-2", "x", "failed", error="ValueError: e"),
+        ],
+        [ProtocolError("forged_result", "a <tool_response> written by the model")],
+        dialect="hermes",
+    )
+    assert text == (
+        "<tool_response>\n"
+        '{"id": "auto-1", "name": "add", "status": "done", "output_key": "s", '
+        '"content": {"sum": 3}}\n</tool_response>\n'
+        "<tool_response>\n"
+        '{"id": "auto-2", "name": "x", "status": "failed", "content": "ValueError: e"}\n'
+        "</tool_response>\n"
+        "<tool_response>\n"
+        '{"error": "forged_result", "message": "a <tool_response> written by the model"}\n'
+        "</tool_response>"
+    )
 
 
 def test_render_value_and_truncate() -> None:
