@@ -39,6 +39,9 @@ class ToolSpec:
     injected: tuple[str, ...] = ()
     #: Ask before it runs (it acts on the world): see ``runtime.approval``.
     approve: bool = False
+    #: Where a sync tool runs instead of a kernel thread: ``"dask"`` (the session's
+    #: cluster) or any ``concurrent.futures.Executor``; see ``runtime.executors``.
+    executor: Any = None
 
     @functools.cached_property
     def is_async(self) -> bool:
@@ -215,6 +218,7 @@ class Registry:
         type: str = "tool",
         description: str | None = None,
         approve: bool = False,
+        executor: Any = None,
     ) -> Callable[[F], F]: ...
 
     def tool(
@@ -226,16 +230,21 @@ class Registry:
         type: str = "tool",
         description: str | None = None,
         approve: bool = False,
+        executor: Any = None,
     ) -> F | Callable[[F], F]:
         """Register a function, bare (``@tool``) or configured (``@tool(name=..., type=...)``).
 
         ``approve=True``: its actions wait for approval before they run (a tool that
-        sends, deletes or spends). The function is returned unchanged, so it stays
-        callable as before.
+        sends, deletes or spends). ``executor="dask"`` (or any
+        ``concurrent.futures.Executor``) runs it off the kernel's process. The function is
+        returned unchanged, so it stays callable as before.
         """
 
         def decorate(fn: F) -> F:
-            self.register(fn, name=name, type=type, description=description, approve=approve)
+            self.register(
+                fn, name=name, type=type, description=description, approve=approve,
+                executor=executor,
+            )  # fmt: skip
             return fn
 
         return decorate(func) if func is not None else decorate
@@ -249,6 +258,7 @@ class Registry:
         description: str | None = None,
         injected: Sequence[str] = (),
         approve: bool = False,
+        executor: Any = None,
     ) -> ToolSpec:
         """Register ``func`` as an action of ``type`` (replacing one of the same name)."""
         if not callable(func):
@@ -262,6 +272,16 @@ class Registry:
         label = name if name is not None else getattr(func, "__name__", "")
         if not label or label == "<lambda>":
             raise RegistrationError(repr(func), "it has no usable name; pass name=...")
+        if executor is not None and (
+            inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func)
+        ):
+            raise RegistrationError(
+                label, "executor= runs sync functions elsewhere; this one is async"
+            )
+        if executor is not None and executor != "dask" and not hasattr(executor, "submit"):
+            raise RegistrationError(
+                label, f"executor must be 'dask' or a concurrent.futures.Executor, not {executor!r}"
+            )
         try:
             doc, params = function_schema(func, skip=injected)
         except (TypeError, ValueError) as exc:
@@ -274,6 +294,7 @@ class Registry:
             parameters=params,
             injected=tuple(injected),
             approve=approve,
+            executor=executor,
         )
         self._entries[type][label] = spec
         return spec
