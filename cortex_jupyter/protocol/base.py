@@ -266,7 +266,10 @@ class Parser:
     ) -> None:
         """A complete call: its action, or the error that refuses it (with ``source``)."""
         result = self._call_action(text, action_id, in_thought)
-        out.append(result if isinstance(result, ActionReady) else with_source(result, source))
+        if isinstance(result, ActionReady):
+            out.append(ActionReady(result.action, source))
+        else:
+            out.append(with_source(result, source))
 
     @staticmethod
     def _call_action(text: str, action_id: str, in_thought: bool) -> ActionReady | ProtocolError:

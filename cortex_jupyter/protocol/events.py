@@ -131,9 +131,14 @@ class ActionStart:
 
 @dataclass(frozen=True, slots=True)
 class ActionReady:
-    """An action is complete and valid: the runtime may dispatch it now."""
+    """An action is complete and valid: the runtime may dispatch it now.
+
+    ``source`` is the exact text the model wrote for it (the whole ``<action ...>...
+    </action>``, the call object, a native call's arguments), for the inspector.
+    """
 
     action: Action
+    source: str = ""
     kind: ClassVar[str] = "action"
 
 

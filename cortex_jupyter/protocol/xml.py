@@ -612,7 +612,7 @@ class XmlParser(Parser):
         )
         if isinstance(result, ProtocolError):
             return with_source(result, source)
-        return ActionReady(self._ids.follow_renames(result))
+        return ActionReady(self._ids.follow_renames(result), source)
 
     def _close_in_action(self, held: str, out: list[Event]) -> None:
         """End of stream inside an action body: maybe a stray quote hid its end tag."""

@@ -64,6 +64,8 @@ class ActionNode:
     attempts: int = 0
     note: str | None = None
     subrun: Run | None = field(default=None, repr=False)
+    #: The exact text the model wrote for this action (``ActionReady.source``).
+    source: str = field(default="", repr=False)
     #: The parameters with every ``$name`` resolved (what the tool is called with).
     resolved: dict[str, Any] | None = field(default=None, repr=False)
     #: What the tool wrote while it ran (``runtime.capture``), never the cell's stream.

@@ -260,7 +260,9 @@ def _native_action(call: ToolCallReady) -> ActionReady | ProtocolError:
         mode="async",
         in_thought=False,
     )
-    return action if isinstance(action, ProtocolError) else ActionReady(action)
+    if isinstance(action, ProtocolError):
+        return action
+    return ActionReady(action, f"{call.name}({call.arguments})")
 
 
 def _decide(turn: _TurnState, max_tokens: int | None) -> tuple[str, str]:

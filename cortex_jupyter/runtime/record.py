@@ -65,7 +65,7 @@ _repr.maxother = 160
 _repr.maxlist = _repr.maxdict = _repr.maxtuple = _repr.maxset = 8
 _NODE_FIELDS = (
     "name", "type", "mode", "parent", "status", "error", "submitted", "started", "finished",
-    "attempts", "note", "stdout", "stderr",
+    "attempts", "note", "stdout", "stderr", "source",
 )  # fmt: skip
 
 
@@ -301,6 +301,8 @@ def encode_event(event: AnyEvent) -> dict[str, Any]:
     encoded = event_to_dict(event)  # type: ignore[arg-type]
     if isinstance(event, ActionReady):
         encoded["parameters"], _ = to_json_value(event.action.parameters)
+        if event.source:
+            encoded["source"] = event.source
     return encoded
 
 
@@ -313,7 +315,8 @@ def decode_event(data: dict[str, Any]) -> AnyEvent:
     if kind == "action":
         if "depends_on" in fields:
             fields["depends_on"] = tuple(fields["depends_on"])
-        return ActionReady(Action(**fields))
+        source = str(fields.pop("source", "") or "")
+        return ActionReady(Action(**fields), source)
     cls = RUN_EVENT_TYPES.get(str(kind)) or _PARSER_EVENT_TYPES.get(str(kind))
     if cls is None:
         raise ValueError(f"unknown event kind {kind!r}")
@@ -398,6 +401,7 @@ def _decode_node(line: dict[str, Any], number: int) -> ActionNode:
         setattr(node, name, line.get(name))
     node.depends_on = tuple(line.get("depends_on", ()))
     node.waits_for = tuple(line.get("waits_for", ()))
+    node.source = str(line.get("source") or "")
     node.stdout = str(line.get("stdout") or "")
     node.stderr = str(line.get("stderr") or "")
     node.logs = [str(entry) for entry in line.get("logs") or ()]

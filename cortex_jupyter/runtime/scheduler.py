@@ -276,7 +276,7 @@ class Scheduler:
         self._require_tg("submit an event")
         self._emit(event)
         if isinstance(event, ActionReady):
-            self._add_action(event.action)
+            self._add_action(event.action, event.source)
         elif isinstance(event, ActionStart):
             self._starts[event.id] = event
         elif isinstance(event, ContextFeedEvent):
@@ -293,7 +293,7 @@ class Scheduler:
             self._idle = anyio.Event()
             await self._idle.wait()
 
-    def _add_action(self, action: Action) -> None:
+    def _add_action(self, action: Action, source: str = "") -> None:
         if action.id in self.run.actions:
             self.submit(
                 ProtocolError(
@@ -307,6 +307,7 @@ class Scheduler:
         node = ActionNode(
             action.id, action.name, action.type, action.mode, action, submitted=time.monotonic()
         )
+        node.source = source
         if action.original_id is not None:
             node.note = (
                 f"the model reused id {action.original_id!r} from an earlier turn; "

@@ -161,3 +161,17 @@ def test_summary_is_short_and_survives_a_broken_repr() -> None:
     assert len(summarize(list(range(1000)))) < 200
     assert summarize(BadRepr()).startswith("<BadRepr")
     assert "\n" not in summarize("a\nb")
+
+
+async def test_each_node_keeps_the_exact_text_the_model_wrote_for_it() -> None:
+    from cortex_jupyter.models import ScriptModel
+    from cortex_jupyter.runtime import Agent
+
+    registry = Registry(builtins=False)
+    registry.register(lambda x: x, name="echo")
+    written = '<action id="e" mode="sync">\n  {"name": "echo", "parameters": {"x": 1}}\n</action >'
+    run = await Agent(
+        model=ScriptModel(written + "\n<response>ok</response>"), registry=registry
+    ).run("go")
+    assert run.actions["e"].source == written
+    assert Run.from_jsonl(run.to_jsonl()).actions["e"].source == written
