@@ -108,6 +108,28 @@ def static_text(
     return render_text(state, now, values)
 
 
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+
+
+def saved_bundle(
+    state: ViewState,
+    values: Mapping[str, Any] | None = None,
+    now: float | None = None,
+    *,
+    widget: Mapping[str, Any] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What a finished run leaves in the cell's output: ``(data, metadata)`` for its final
+    display update. ``widget`` is the live view's own widget reference (kept so a front end
+    with the kernel keeps showing the live widgets); the static copies are what every
+    other renderer shows."""
+    data: dict[str, Any] = {}
+    if widget is not None:
+        data[WIDGET_MIME] = dict(widget)
+    data["text/html"] = static_html(state, values, now)
+    data["text/plain"] = static_text(state, now, values)
+    return data, {"cortex": run_metadata(state)}
+
+
 def endpoint_host(endpoint: str | None) -> str | None:
     """``host[:port]`` of an endpoint URL: no scheme, credentials, path or query."""
     if not endpoint:

@@ -48,11 +48,15 @@ from ipywidgets.widgets.widget_string import HTMLStyle  # not re-exported at the
 
 from .markdown import IncrementalMarkdown
 from .state import PARTS, ViewState
-from .static import callout, header_html, run_metadata, static_html, static_text
+from .static import (
+    WIDGET_MIME,
+    callout,
+    header_html,
+    saved_bundle,
+)
 from .svg import details_html, graph_svg
 from .theme import BORDER_VAR, MUTED_VAR, esc
 
-WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 #: Messages a second one view sends (the server's cap is 1,000 for everyone). With the
 #: burst, no second of a streaming run holds more than 26 (issue 6, section 8: 30).
 MAX_MESSAGES = 20.0
@@ -218,14 +222,9 @@ class WidgetView:
             if pieces is not None:
                 self.sent += pieces.close_stale(None)
         self.sent += 1  # the display update that carries this
-        data: dict[str, Any] = {}
         bundle = self.widget._repr_mimebundle_()
-        if bundle and WIDGET_MIME in bundle:
-            data[WIDGET_MIME] = bundle[WIDGET_MIME]
-        values = self._read_values()
-        data["text/html"] = static_html(self.state, values, now)
-        data["text/plain"] = static_text(self.state, now, values)
-        return data, {"cortex": run_metadata(self.state)}
+        widget = bundle.get(WIDGET_MIME) if bundle else None
+        return saved_bundle(self.state, self._read_values(), now, widget=widget)
 
     # ---- scheduling ---------------------------------------------------------------
 
