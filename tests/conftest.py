@@ -8,6 +8,8 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from traitlets.config import Config
 
+from tests.models.fake_openai_server import FakeOpenAIServer, serve
+
 
 @pytest.fixture(scope="session")
 def _shell(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InteractiveShell]:
@@ -28,3 +30,17 @@ def ip(_shell: InteractiveShell) -> Iterator[InteractiveShell]:
     yield _shell
     _shell.run_line_magic("unload_ext", "cortex_jupyter")
     _shell.reset(new_session=False)
+
+
+#: The API key the loopback server's tests set; nothing cortex shows may contain it.
+SECRET = "sk-test-SECRET0123456789abcdef"
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAIServer]:
+    """An OpenAI-compatible server on 127.0.0.1 (tests/models/fake_openai_server.py),
+    with the openai SDK's own variables pointing at it and a key to keep secret."""
+    for running in serve():
+        monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+        monkeypatch.setenv("OPENAI_BASE_URL", running.url)
+        yield running

@@ -15,16 +15,14 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from cortex_jupyter import default_registry
 from cortex_jupyter.session import CortexRunError, session_for
+from tests.conftest import SECRET
 from tests.models.fake_openai_server import (
     Error,
     FakeOpenAIServer,
     Stream,
     finish,
-    serve,
     texts,
 )
-
-SECRET = "sk-test-SECRET0123456789abcdef"
 
 
 @pytest.fixture
@@ -50,14 +48,6 @@ def tools() -> Iterator[None]:
     yield
     for name in ("magic_add", "magic_slow", "magic_same"):
         default_registry.remove("tool", name)
-
-
-@pytest.fixture
-def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAIServer]:
-    for server in serve():
-        monkeypatch.setenv("OPENAI_API_KEY", SECRET)
-        monkeypatch.setenv("OPENAI_BASE_URL", server.url)
-        yield server
 
 
 def run(ip: InteractiveShell, line: str, body: str) -> Any:
@@ -141,7 +131,10 @@ def test_a_refused_variable_name_is_explained_and_kept_on_the_run(
         ("--script --chunk-size 0", "--chunk-size must be 1 or more, not '0'"),
         ("--script --chunk-size two", "--chunk-size must be a whole number, not 'two'"),
         ("--script --delay -1", "--delay must be 0 or more"),
-        ("--dialect xml", "unknown dialect 'xml'; use one of: cortex, sigil, cogency, hermes, auto"),
+        (
+            "--dialect xml",
+            "unknown dialect 'xml'; use one of: cortex, sigil, cogency, hermes, auto",
+        ),
         ("--script --replay run.jsonl", "use --script or --replay, not both"),
         ("--replay run.jsonl --speed 0", "--speed must be more than 0"),
         ("--bogus", "unrecognized arguments: --bogus"),

@@ -17,6 +17,7 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from cortex_jupyter import Agent, default_registry
 from cortex_jupyter.session import CortexRunError
+from tests.conftest import SECRET
 from tests.models.fake_openai_server import (
     FakeOpenAIServer,
     Stream,
@@ -25,21 +26,10 @@ from tests.models.fake_openai_server import (
     finish,
     reasoning,
     refusal,
-    serve,
     text,
     texts,
     usage,
 )
-
-SECRET = "sk-test-SECRET0123456789abcdef"
-
-
-@pytest.fixture
-def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAIServer]:
-    for server in serve():
-        monkeypatch.setenv("OPENAI_API_KEY", SECRET)
-        monkeypatch.setenv("OPENAI_BASE_URL", server.url)
-        yield server
 
 
 @pytest.fixture

@@ -19,20 +19,18 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from cortex_jupyter import default_registry
 from cortex_jupyter.session import session_for
-from tests.models.fake_openai_server import FakeOpenAIServer, Stream, finish, serve, texts
+from tests.conftest import SECRET
+from tests.models.fake_openai_server import FakeOpenAIServer, Stream, finish, texts
 
-SECRET = "sk-test-SECRET0123456789abcdef"
 #: Another credential-looking environment value (not the model's key).
 TOKEN = "ghp_TOKENVALUE0123456789"
 
 
-@pytest.fixture
-def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAIServer]:
-    for server in serve():
-        monkeypatch.setenv("OPENAI_API_KEY", SECRET)
-        monkeypatch.setenv("OPENAI_BASE_URL", server.url)
-        monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
-        yield server
+@pytest.fixture(autouse=True)
+def token(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A credential-looking environment value besides the model's key."""
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    return TOKEN
 
 
 @pytest.fixture

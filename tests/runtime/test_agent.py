@@ -8,7 +8,6 @@ import dataclasses
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import anyio
@@ -23,36 +22,10 @@ from cortex_jupyter.runtime import (
     RunHooks,
     default_registry,
 )
-from cortex_jupyter.runtime.chunks import Finish, ModelChunk, TextChunk, ToolDefinition
-from cortex_jupyter.runtime.model import Message
+from cortex_jupyter.runtime.chunks import Finish, ModelChunk, TextChunk
+from tests.runtime.doubles import Scripted
 
 pytestmark = pytest.mark.anyio
-
-
-class Scripted:
-    """A StreamingModel whose turns are given as chunk lists; records every call."""
-
-    name = "fake"
-
-    def __init__(self, *turns: list[ModelChunk]) -> None:
-        self.turns = list(turns)
-        self.calls: list[list[Message]] = []
-
-    def stream(
-        self,
-        messages: Sequence[Message],
-        *,
-        tools: Sequence[ToolDefinition] | None = None,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-    ) -> AsyncIterator[ModelChunk]:
-        self.calls.append(list(messages))
-        return self._play(self.turns.pop(0))
-
-    async def _play(self, chunks: list[ModelChunk]) -> AsyncIterator[ModelChunk]:
-        for chunk in chunks:
-            await anyio.sleep(0)
-            yield chunk
 
 
 def reply(text: str, finish: str = "stop") -> list[ModelChunk]:

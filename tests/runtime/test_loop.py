@@ -27,13 +27,13 @@ from cortex_jupyter.runtime.chunks import (
     TextChunk,
     ToolCallReady,
     ToolCallStart,
-    ToolDefinition,
     Usage,
 )
 from cortex_jupyter.runtime.events import ChatEntry, Chunk, Turn, TurnEnd
 from cortex_jupyter.runtime.feeds import FeedSet, FeedSpec
 from cortex_jupyter.runtime.loop import Conversation
 from tests.agents import continue_run, run_agent
+from tests.runtime.doubles import Scripted
 
 pytestmark = pytest.mark.anyio
 
@@ -57,39 +57,6 @@ class Recording:
         async for chunk in chunks:
             self.chunks_read += 1
             yield chunk
-
-
-class Scripted:
-    """A fake StreamingModel: each turn is a list of chunks, numbers (pauses in seconds)
-    and exceptions (raised there)."""
-
-    name = "fake"
-
-    def __init__(self, *turns: list[Any]) -> None:
-        self.turns = list(turns)
-        self.calls: list[list[Message]] = []
-        self.tools: list[Sequence[ToolDefinition] | None] = []
-
-    def stream(
-        self,
-        messages: Sequence[Message],
-        *,
-        tools: Sequence[ToolDefinition] | None = None,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-    ) -> AsyncIterator[ModelChunk]:
-        self.calls.append(list(messages))
-        self.tools.append(tools)
-        return self._play(self.turns.pop(0))
-
-    async def _play(self, items: list[Any]) -> AsyncIterator[ModelChunk]:
-        for item in items:
-            if isinstance(item, int | float):
-                await anyio.sleep(item)
-            elif isinstance(item, BaseException):
-                raise item
-            else:
-                yield item
 
 
 def make_registry() -> Registry:

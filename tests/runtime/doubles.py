@@ -1,0 +1,44 @@
+"""Test doubles for models: a ``StreamingModel`` that plays given chunks."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import anyio
+
+from cortex_jupyter.runtime.chunks import ModelChunk, ToolDefinition
+from cortex_jupyter.runtime.model import Message
+
+
+class Scripted:
+    """A fake StreamingModel: each turn is a list of chunks, numbers (pauses in seconds)
+    and exceptions (raised there)."""
+
+    name = "fake"
+
+    def __init__(self, *turns: list[Any]) -> None:
+        self.turns = list(turns)
+        self.calls: list[list[Message]] = []
+        self.tools: list[Sequence[ToolDefinition] | None] = []
+
+    def stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[ToolDefinition] | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+    ) -> AsyncIterator[ModelChunk]:
+        self.calls.append(list(messages))
+        self.tools.append(tools)
+        return self._play(self.turns.pop(0))
+
+    async def _play(self, items: list[Any]) -> AsyncIterator[ModelChunk]:
+        for item in items:
+            if isinstance(item, int | float):
+                await anyio.sleep(item)
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield item
