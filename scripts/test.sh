@@ -27,7 +27,29 @@ install_system_packages() {
     printf '  CORTEX_CHROMIUM to a Chromium or Chrome binary.\n' >&2
 }
 
+# The MCP tests (tests/runtime/test_mcp.py) run the reference server from npm with node.
+# It goes into .cache/npm (git-ignored), at a pinned version, installed only when missing.
+# Without node and npm those tests skip, except on CI (CI=true): there they fail.
+MCP_EVERYTHING=@modelcontextprotocol/server-everything
+MCP_EVERYTHING_VERSION=2026.8.31
+install_npm_packages() {
+    local dir=.cache/npm
+    local manifest=$dir/node_modules/$MCP_EVERYTHING/package.json
+    if [[ -f $manifest ]] && grep -q "\"version\": \"$MCP_EVERYTHING_VERSION\"" "$manifest"; then
+        return 0
+    fi
+    if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+        printf 'warning: node or npm not found, so the MCP reference-server tests will be skipped (failed on CI).\n' >&2
+        return 0
+    fi
+    say "installing $MCP_EVERYTHING@$MCP_EVERYTHING_VERSION into $dir (for the MCP tests)"
+    npm install --prefix "$dir" --no-save --no-audit --no-fund --loglevel=error \
+        "$MCP_EVERYTHING@$MCP_EVERYTHING_VERSION" >/dev/null \
+        || printf 'warning: npm could not install %s.\n' "$MCP_EVERYTHING" >&2
+}
+
 install_system_packages
+install_npm_packages
 ensure_venv test
 export PATH="$PWD/$VENV_DIR/bin:$PATH"
 

@@ -332,7 +332,8 @@ def test_a_broken_namespace_does_not_stop_the_answer(clock: Clock) -> None:
     view = make_view(clock, values=values)
     view.apply(parse("<response>We found $cats.</response>"))
     view.redraw()
-    assert "We found $cats." in text_of(part(view, "cortex-response"))
+    shown = html.unescape(re.sub(r"<[^>]+>", "", text_of(part(view, "cortex-response"))))
+    assert "We found $cats." in shown  # left as written (however the renderer marks a $)
 
 
 # ----------------------------------------------------------------------------- pieces
