@@ -199,14 +199,21 @@ class _WidgetView:
     """
 
     def __init__(
-        self, model: str, values: Callable[[], Mapping[str, Any]], approvals: Approvals
+        self,
+        model: str,
+        values: Callable[[], Mapping[str, Any]],
+        approvals: Approvals,
+        record: Run | None = None,
     ) -> None:
         from IPython.display import display
 
         from cortex_jupyter.display.widget import WidgetView
 
         self.stop: Callable[[], None] | None = None
-        self.view = WidgetView(model=model, values=values, decide=approvals.answer, stop=self._stop)
+        # The run record gives the inspector the real objects (outputs, parameters).
+        self.view = WidgetView(
+            model=model, values=values, decide=approvals.answer, stop=self._stop, record=record
+        )
         self._handle = display(self.view.widget, display_id=True)
         self._kernel_loop = _running_loop()
         self.late: Callable[[list[Any]], None] | None = None
@@ -566,7 +573,7 @@ class Session:
         def values() -> Mapping[str, Any]:
             return ChainMap(*scopes)  # type: ignore[arg-type]
 
-        return _WidgetView(model, values, self.approvals)
+        return _WidgetView(model, values, self.approvals, run)
 
     def _has_widgets(self) -> bool:
         """Whether a front end that renders widgets is attached (a kernel with comms)."""

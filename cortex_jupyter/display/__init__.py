@@ -1,16 +1,19 @@
 """The display layer: run state in, what a person sees out. Renders; never drives a run.
 
 Events (the parser's and the runtime's) are reduced into a ``ViewState``; pure renderers
-turn it into HTML, SVG or text. The ipywidgets view (the one module here that imports
-ipywidgets) redraws the parts whose ``ViewState.versions`` moved, at most ~25 times a
-second; everything exported below is pure and imports no widget or IPython code.
+turn it into HTML, SVG or text. The ipywidgets view (``widget``, with its graph component
+``live_graph``: the modules here that import ipywidgets) redraws the parts whose
+``ViewState.versions`` moved, at most ~25 times a second; everything exported below is
+pure and imports no widget or IPython code.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .inspector import inspector_html
 from .markdown import IncrementalMarkdown, fill_references, render_markdown, short_str
+from .rich import rich_html, sanitize_html
 from .state import PARTS, NodeView, Segment, ViewState, from_run, reduce
 from .static import (
     endpoint_host,
@@ -43,12 +46,15 @@ __all__ = [
     "graph_svg",
     "header_html",
     "header_parts",
+    "inspector_html",
     "node_tooltip",
     "reduce",
     "render_markdown",
     "render_text",
     "response_html",
+    "rich_html",
     "run_metadata",
+    "sanitize_html",
     "short_str",
     "static_html",
     "static_text",

@@ -23,6 +23,13 @@ Three things shape it:
 Nested events (an agent's sub-run, forwarded in ``Nested``) become child nodes of the
 agent's node with ids ``"<parent>/<inner id>"``, so ids of different sub-runs never
 collide; workflow steps are child nodes through ``ActionStatus.parent``.
+
+What a tool writes while it runs (``ActionOutput``: stdout, stderr, log lines, progress,
+a generator's partial value) is kept on its node, bounded (the newest ``KEEP_TEXT``
+characters of each stream, ``KEEP_LOG_LINES`` log lines): the view shows the latest of it
+live, and the run record (``_cortex.actions[id]``) keeps all of it. Every change to a node
+moves its own ``version``, so a view showing one node (the inspector) knows when to
+redraw it without comparing its content.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from cortex_jupyter.runtime.events import Progress
 from cortex_jupyter.runtime.graph import FINAL_STATUSES
 from cortex_jupyter.runtime.record import joined
 from cortex_jupyter.runtime.variables import find_references
@@ -44,6 +52,11 @@ PARTS: tuple[str, ...] = ("header", "thought", "graph", "details", "response")
 # Error codes that concern an action id but not the node already shown under that id.
 _NOT_THE_NODE = frozenset(("duplicate_id",))
 _MAX_NESTED_TEXT = 4000
+#: Characters of a node's captured stdout and of its stderr the view keeps (the newest).
+KEEP_TEXT = 16_000
+#: Log lines (logging records, warnings) a node keeps for the view (the newest).
+KEEP_LOG_LINES = 200
+_LAST_LINE = 200
 
 
 @dataclass
@@ -54,7 +67,16 @@ class NodeView:
     opening tag until the body arrives (shown as "starting"). Times are
     ``time.monotonic()`` readings: ``seen`` when the node first appeared, ``started`` /
     ``finished`` from the runtime. ``depends_on`` holds every dependency (explicit and
-    ``$name`` ones), ``references`` just the implicit ``$name`` ones.
+    ``$name`` ones), ``references`` just the implicit ``$name`` ones, and ``refs`` which
+    ``$name`` made each of those edges (``("page_3", "f3")``).
+
+    ``parameters`` are the ones the model wrote (``$name`` unresolved); ``resolved`` is
+    the runtime's short JSON of what the tool is called with. ``source`` is the exact
+    text the model wrote for the action (or, for a refused one, the refused text).
+    ``stdout`` / ``stderr`` / ``logs`` are the newest of what the tool wrote (``dropped``
+    counts the characters or lines let go), ``progress`` its last report, ``partial`` a
+    generator's latest value, ``last_line`` the newest line of any of them. ``attempts``
+    lists each failed attempt with its error.
     """
 
     id: str
@@ -84,6 +106,19 @@ class NodeView:
     response: str = ""
     layer: int | None = None
     slot: int | None = None
+    version: int = 0
+    refs: tuple[tuple[str, str], ...] = ()
+    resolved: str | None = None
+    source: str = ""
+    stdout: str = ""
+    stderr: str = ""
+    logs: list[str] = field(default_factory=list)
+    dropped: dict[str, int] = field(default_factory=dict)
+    progress: Progress | None = None
+    partial: str | None = None
+    last_line: str = ""
+    attempts: list[tuple[int, str]] = field(default_factory=list)
+    awaited: float | None = None
 
     @property
     def shown_status(self) -> str:
@@ -192,6 +227,11 @@ class ViewState:
     first_text: float | None = None
     last_text: float | None = None
     text_chars: int = 0
+    context_tokens: int | None = None
+    context_budget: int | None = None
+    context_counted: bool = False
+    context_over: bool = False
+    refused: dict[int, str] = field(default_factory=dict)
     version: int = 0
     versions: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PARTS, 0))
     layout: Layout = field(default_factory=Layout, repr=False)
@@ -277,6 +317,14 @@ class ViewState:
         span = (end or self.first_text) - self.first_text
         return self.tokens / span if span > 0.05 else None
 
+    def context(self) -> tuple[int, int, bool] | None:
+        """``(tokens, budget, estimated)`` of the context the model was last sent, or None
+        before the first ``context`` event: the server's count (``context_tokens``
+        metric) when it sent one for that turn, else the runtime's estimate."""
+        if self.context_budget is None or self.context_tokens is None:
+            return None
+        return self.context_tokens, self.context_budget, not self.context_counted
+
     def counts(self) -> dict[str, int]:
         """Top-level nodes per shown status, in a stable order."""
         out: dict[str, int] = {}
@@ -337,6 +385,11 @@ class ViewState:
         for part in parts:
             self.versions[part] += 1
 
+    def _changed(self, node: NodeView, *parts: str) -> None:
+        """``node`` changed (its own version moves), and so did ``parts``."""
+        node.version += 1
+        self._touch(*parts)
+
     # text -------------------------------------------------------------------------
 
     def _on_text(self, event: Any, at: float, scope: _Scope) -> None:
@@ -389,7 +442,7 @@ class ViewState:
             node.response += text
         else:
             return
-        self._touch("graph")
+        self._changed(node, "graph")
 
     def _stream_time(self, kind: str, at: float) -> None:
         if self.first_text is None:
@@ -449,7 +502,7 @@ class ViewState:
         if scope.parent is None:
             self._open_tag = Segment("action", self.last_text or at, at, raw_id)
             self.segments.append(self._open_tag)
-        self._touch("graph", "header")
+        self._changed(node, "graph", "header")
 
     def _close_tag(self, raw_id: str | None, at: float, scope: _Scope) -> None:
         tag = self._open_tag
@@ -470,6 +523,7 @@ class ViewState:
         node.output_key = action.output_key
         node.in_thought = bool(action.in_thought)
         node.streaming = False
+        node.source = str(getattr(event, "source", "") or "")
         if scope.parent is None:  # the body counts towards the estimated tokens written
             self.text_chars += len(node.name) + len(repr(node.parameters)) + 40
         explicit = [scope.prefix + str(d) for d in action.depends_on]
@@ -478,28 +532,38 @@ class ViewState:
         ]
         node.depends_on = tuple(dict.fromkeys([*explicit, *implicit]))
         node.references = tuple(d for d in dict.fromkeys(implicit) if d not in explicit)
+        node.refs = tuple(
+            (r, scope.owners[r])
+            for r in sorted(find_references(node.parameters))
+            if r in scope.owners
+        )
         if node.output_key:
             scope.owners[str(node.output_key)] = node.id
         if node.parent is None and node.depends_on:
             self.layout.release(node)
             self.layout.place(node, [self.nodes[d] for d in node.depends_on if d in self.nodes])
-        self._touch("graph", "header")
+        self._changed(node, "graph", "header")
 
     def _on_error(self, event: Any, at: float, scope: _Scope) -> None:
         raw_id = getattr(event, "id", None)
         message = str(getattr(event, "message", "")) or str(getattr(event, "code", "error"))
         code = str(getattr(event, "code", ""))
         self._close_tag(raw_id, at, scope)
+        source = str(getattr(event, "source", "") or "")
         if raw_id is None or code in _NOT_THE_NODE:
             where = f"{scope.parent}: " if scope.parent else ""
+            if source:
+                self.refused[len(self.errors)] = source
             self.errors.append(f"{where}{message}")
             self._touch("details")
             return
         node = self._node(scope, str(raw_id), at)
         node.streaming = False
         node.status, node.error = "failed", message
+        if source:
+            node.source = source
         node.finished = node.finished if node.finished is not None else at
-        self._touch("graph", "details", "header")
+        self._changed(node, "graph", "details", "header")
 
     def _on_status(self, event: Any, at: float, scope: _Scope) -> None:
         status = str(getattr(event, "status", "pending"))
@@ -517,11 +581,14 @@ class ViewState:
         note = getattr(event, "note", None)
         if note:
             node.note = str(note)
+        parameters = getattr(event, "parameters", None)
+        if parameters:
+            node.resolved = str(parameters)
         self._status_fields(node, event, status, at)
         if _details_key(node) != before:
-            self._touch("graph", "header", "details")
+            self._changed(node, "graph", "header", "details")
         else:
-            self._touch("graph", "header")
+            self._changed(node, "graph", "header")
         if status == "done" and node.output_key and scope.parent is None:
             self._touch("response")  # a $name in the response may now show its value
 
@@ -529,12 +596,17 @@ class ViewState:
         when = _event_time(event)
         when = at if when is None else when
         error = getattr(event, "error", None)
-        if status == "running":
+        if status == "awaiting":
+            node.streaming = False
+            node.awaited = when
+        elif status == "running":
             node.streaming = False
             if node.started is None:
                 node.started = when
             node.retry_in = getattr(event, "retry_in", None)
             node.retry_error = str(error) if error else None
+            if error:  # the attempt before this one failed
+                _add_attempt(node, max(node.attempt, 1), str(error))
         elif status in FINAL_STATUSES:
             node.streaming = False
             node.finished = when
@@ -543,9 +615,56 @@ class ViewState:
                 node.error = None
             elif error:
                 node.error = str(error)
+                if status == "failed" and node.attempt:
+                    _add_attempt(node, node.attempt, node.error)
             output = getattr(event, "output", None)
             if output is not None:
                 node.output = str(output)
+
+    def _on_output(self, event: Any, at: float, scope: _Scope) -> None:
+        """What a running tool wrote: kept on its node, the newest of it bounded."""
+        node = self._node(scope, str(event.id), at, getattr(event, "parent", None))
+        shown = (node.last_line, node.progress)
+        for stream in ("stdout", "stderr"):
+            text = str(getattr(event, stream, "") or "")
+            if text:
+                kept = getattr(node, stream) + text
+                if len(kept) > KEEP_TEXT:
+                    node.dropped[stream] = node.dropped.get(stream, 0) + len(kept) - KEEP_TEXT
+                    kept = kept[-KEEP_TEXT:]
+                setattr(node, stream, kept)
+                node.last_line = _last_line(text) or node.last_line
+        logs = [str(line) for line in getattr(event, "logs", ()) or ()]
+        if logs:
+            node.logs.extend(logs)
+            extra = len(node.logs) - KEEP_LOG_LINES
+            if extra > 0:
+                node.dropped["logs"] = node.dropped.get("logs", 0) + extra
+                del node.logs[:extra]
+            node.last_line = _last_line(logs[-1]) or node.last_line
+        progress = getattr(event, "progress", None)
+        if isinstance(progress, Progress):
+            node.progress = progress
+        partial = getattr(event, "partial", None)
+        if partial is not None:
+            node.partial = str(partial)
+            node.last_line = _last_line(node.partial) or node.last_line
+        # The box shows the newest line and the progress; the rest is the inspector's.
+        if (node.last_line, node.progress) != shown:
+            self._changed(node, "graph")
+        else:
+            node.version += 1
+            self.version += 1
+
+    def _on_context(self, event: Any, at: float, scope: _Scope) -> None:
+        """What the model was sent this turn, against the context budget."""
+        if scope.parent is not None:
+            return
+        self.context_tokens = int(getattr(event, "tokens", 0))
+        self.context_budget = int(getattr(event, "budget", 0)) or None
+        self.context_counted = False
+        self.context_over = bool(getattr(event, "over", False))
+        self._touch("header")
 
     # run-level --------------------------------------------------------------------
 
@@ -557,13 +676,15 @@ class ViewState:
             node = node or self.nodes.get(scope.parent or "")
             if node is not None:
                 node.metrics[name] = node.metrics.get(name, 0.0) + value
-                self._touch("graph")
+                self._changed(node, "graph")
             return
         # Token metrics arrive once per model reply: a run's total is their sum.
         if name == "prompt_tokens":
             self.prompt_tokens = (self.prompt_tokens or 0) + int(value)
         elif name == "completion_tokens":
             self.completion_tokens = (self.completion_tokens or 0) + int(value)
+        elif name == "context_tokens":  # the server's count of what this turn sent
+            self.context_tokens, self.context_counted = int(value), True
         self.metrics[name] = value
         self._touch("header")
 
@@ -593,7 +714,7 @@ class ViewState:
                 node.status = "cancelled"
                 node.error = node.error or "the run ended before this action could run"
                 node.finished = node.finished if node.finished is not None else self.ended
-                self._touch("graph", "details")
+                self._changed(node, "graph", "details")
 
     def _on_turn(self, event: Any, at: float, scope: _Scope) -> None:
         if scope.parent is not None:
@@ -647,6 +768,8 @@ _HANDLERS: dict[str, Any] = {
     "error": ViewState._on_error,
     "context_feed": ViewState._on_context_feed,
     "action_status": ViewState._on_status,
+    "action_output": ViewState._on_output,
+    "context": ViewState._on_context,
     "metric": ViewState._on_metric,
     "interrupt": ViewState._on_interrupt,
     "end": ViewState._on_end,
@@ -681,6 +804,19 @@ def _separator(before: str) -> str:
 def _details_key(node: NodeView) -> tuple[Any, ...]:
     """What of a node the details list shows: a change here redraws the list."""
     return (node.final and node.status, node.error, node.note, node.retry_error)
+
+
+def _add_attempt(node: NodeView, attempt: int, error: str) -> None:
+    if (attempt, error) not in node.attempts:
+        node.attempts.append((attempt, error))
+
+
+def _last_line(text: str) -> str:
+    """The newest non-blank line of ``text``, cut for a box in the graph."""
+    for line in reversed(text.splitlines()):
+        if line.strip():
+            return line.strip()[:_LAST_LINE]
+    return ""
 
 
 def _kind(event: Any) -> str:

@@ -2,9 +2,12 @@
 
 For front ends without widgets (a terminal IPython, a script, a log) the stream reads
 as it happens: thought and response text as they arrive, and one line per action status
-change (``[running] search (a1)``, ``[done 0.42 s] search (a1) -> {...}``). Control
-characters the model wrote are replaced, so its text cannot drive the terminal
-(ANSI escapes) or break a log line.
+change (``[running] search (a1)``, ``[done 0.42 s] search (a1) -> {...}``). What a tool
+prints, logs or reports while it runs goes on lines of its own under its node, each
+prefixed with the node's id and a mark (``|`` stdout, ``!`` stderr, ``~`` a log line or
+warning, ``%`` progress, ``>`` a generator's latest value), never into the middle of
+the streamed text. Control characters the model or a tool wrote are replaced, so that
+text cannot drive the terminal (ANSI escapes) or break a log line.
 """
 
 from __future__ import annotations
@@ -14,13 +17,16 @@ from typing import Any
 
 from .markdown import fill_references
 from .state import NodeView, ViewState
-from .theme import clean, fmt_count, fmt_duration, shorten, style_for
+from .theme import clean, fmt_count, fmt_duration, fmt_k, shorten, style_for
 
 _OUTPUT_CHARS = 120
 #: A status line waits for the streaming text's line to end; past this many characters
 #: on one line it goes out at the next space (the line is broken there).
 _HOLD_COLUMNS = 160
 _BLOCK_LABELS = {"thought": "[thought] ", "response": "[response] "}
+#: Progress and partial-value lines of one action: at most one a second (and the last).
+_REPORT_INTERVAL = 1.0
+_MARKS = {"stdout": "|", "stderr": "!", "logs": "~", "progress": "%", "partial": ">"}
 
 
 def header_parts(state: ViewState, now: float | None = None) -> list[str]:
@@ -37,6 +43,11 @@ def header_parts(state: ViewState, now: float | None = None) -> list[str]:
     rate = state.tokens_per_second(now)
     if rate is not None:
         parts.append(f"{rate:.0f} tok/s")
+    context = state.context()
+    if context is not None:
+        used, budget, estimated = context
+        over = " (over)" if state.context_over or used > budget else ""
+        parts.append(f"ctx {'~' if estimated else ''}{fmt_k(used)}/{fmt_k(budget)}{over}")
     counts = state.counts()
     if counts:
         parts.append(", ".join(f"{n} {status}" for status, n in counts.items()))
@@ -58,6 +69,9 @@ def status_line(node: NodeView, depth: int = 0) -> str:
         timing = f" {duration}" if duration and node.status != "skipped" else ""
         reason = f": {_one_line(node.error)}" if node.error else ""
         return f"{pad}[{node.status}{timing}] {who}{reason}"
+    if node.status == "awaiting":
+        params = f": {_one_line(node.resolved, _OUTPUT_CHARS)}" if node.resolved else ""
+        return f"{pad}[awaiting approval] {who}{params}"
     return f"{pad}[{node.status}] {who}"
 
 
@@ -82,6 +96,9 @@ class TextRenderer:
         self._column = 0  # characters written since the last line break
         self._held: list[str] = []  # status lines waiting for the text's line to end
         self._last_line: dict[str, str] = {}  # node id -> its last status line
+        self._open_lines: dict[tuple[str, str], str] = {}  # (node, stream) -> unended line
+        self._reported: dict[tuple[str, str], float] = {}  # (node, progress|partial) -> when
+        self._unreported: dict[tuple[str, str], str] = {}  # held back by the interval
 
     def feed(self, event: Any, at: float | None = None) -> None:
         self.state.apply(event, at)
@@ -94,14 +111,22 @@ class TextRenderer:
             self._block = None
         elif kind == "action_status":
             node = self.state.nodes.get(prefix + str(getattr(inner, "id", "")))
+            if node is not None and node.final:
+                self._flush_output(node)
             if node is not None and self._worth_a_line(node, inner):
                 self._node_line(node)
+        elif kind == "action_output":
+            node = self.state.nodes.get(prefix + str(getattr(inner, "id", "")))
+            if node is not None:
+                self._output(node, inner, self.state.clock or 0.0)
         elif kind == "error":
             self._error(inner, prefix, depth)
         elif depth == 0 and kind == "interrupt":
             self._release()
             self._line(f"[interrupted] {clean(self.state.interrupted or '')}")
         elif depth == 0 and kind == "end":
+            for node in list(self.state.nodes.values()):
+                self._flush_output(node)
             self._release()
             self._line("[end] " + " · ".join(header_parts(self.state)))
 
@@ -132,6 +157,58 @@ class TextRenderer:
         if self._last_line.get(node.id) != line:
             self._last_line[node.id] = line
             self._line(line)
+
+    # ---- what tools wrote ---------------------------------------------------------
+
+    def _output(self, node: NodeView, event: Any, at: float) -> None:
+        """Lines a tool wrote, under its node: whole lines only (the rest waits for its
+        line break or the node's end); progress and partial values at most once a
+        second each."""
+        for stream in ("stdout", "stderr"):
+            text = str(getattr(event, stream, "") or "")
+            if text:
+                key = (node.id, stream)
+                lines = (self._open_lines.pop(key, "") + text).split("\n")
+                if lines[-1]:
+                    self._open_lines[key] = lines[-1]
+                for line in lines[:-1]:
+                    self._captured(node, stream, line)
+        for entry in getattr(event, "logs", ()) or ():
+            for line in str(entry).splitlines() or [""]:
+                self._captured(node, "logs", line)
+        progress = getattr(event, "progress", None)
+        if progress is not None:
+            final = progress.total is not None and progress.done >= progress.total
+            self._report(node, "progress", str(progress), at, force=final)
+        partial = getattr(event, "partial", None)
+        if partial is not None:
+            self._report(node, "partial", str(partial), at)
+
+    def _report(self, node: NodeView, what: str, text: str, at: float, force: bool = False) -> None:
+        key = (node.id, what)
+        last = self._reported.get(key)
+        if force or last is None or at - last >= _REPORT_INTERVAL:
+            self._reported[key] = at
+            self._unreported.pop(key, None)
+            self._captured(node, what, text)
+        else:
+            self._unreported[key] = text
+
+    def _flush_output(self, node: NodeView) -> None:
+        """The node ended: what it wrote without a final line break, and its last
+        progress or value if the interval held it back, go out before its status."""
+        for stream in ("stdout", "stderr"):
+            rest = self._open_lines.pop((node.id, stream), None)
+            if rest:
+                self._captured(node, stream, rest)
+        for what in ("progress", "partial"):
+            held = self._unreported.pop((node.id, what), None)
+            if held is not None:
+                self._captured(node, what, held)
+
+    def _captured(self, node: NodeView, what: str, text: str) -> None:
+        pad = "  " * (_depth(self.state, node) + 1)
+        self._line(f"{pad}{clean(node.id)} {_MARKS[what]} {clean(text.rstrip())}")
 
     def _text(self, kind: str, text: str) -> None:
         if not text:

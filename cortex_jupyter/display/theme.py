@@ -33,6 +33,9 @@ STATUS_STYLES: dict[str, StatusStyle] = {
     # "starting": the opening tag arrived, the body is still being written.
     "starting": StatusStyle("#8c8c8c", "#f4f4f4", "#4d4d4d", "…", "starting"),
     "pending": StatusStyle("#8c8c8c", "#f4f4f4", "#4d4d4d", "○", "pending"),
+    # "awaiting": a tool marked approve=True waits for the person (Okabe-Ito yellow, with a
+    # dark olive ink: the one status that asks for something, so it must stand out).
+    "awaiting": StatusStyle("#c8b400", "#fdf9d8", "#5e5500", "⚑", "awaiting"),
     "running": StatusStyle("#0072b2", "#e6f1f8", "#005282", "▶", "running"),
     "done": StatusStyle("#009e73", "#e5f5f0", "#00684c", "✓", "done"),
     "failed": StatusStyle("#d55e00", "#fbeee5", "#a84a00", "✗", "failed"),
@@ -101,6 +104,17 @@ def fmt_duration(seconds: float | None) -> str:
         return f"{seconds:.1f} s"
     minutes, rest = divmod(round(seconds), 60)
     return f"{minutes} m {rest:02d} s"
+
+
+def fmt_k(value: float) -> str:
+    """``950``, ``2.1k``, ``21k``, ``1.2M``: token counts side by side (``ctx 21k/32k``)."""
+    if value < 1000:
+        return f"{value:.0f}"
+    if value < 10_000:
+        return f"{value / 1000:.1f}k"
+    if value < 1_000_000:
+        return f"{value / 1000:.0f}k"
+    return f"{value / 1_000_000:.1f}M"
 
 
 def fmt_count(value: float) -> str:

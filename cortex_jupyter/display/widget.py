@@ -34,6 +34,25 @@ The thought box stays pinned to its newest line with CSS alone (a ``column-rever
 scroll container), and keeps a reader's scroll position when they scroll up to read.
 Colours come from JupyterLab's CSS variables with light-theme fallbacks, or sit on
 their own light fill (graph boxes, the details callout), so both themes read.
+
+**What a person can do in it**, while the cell runs (an async cell: the kernel handles
+widget messages meanwhile) and after:
+
+- **Click an action** (a box, a chip, a group member, a row of the details list, a
+  link in an inspector): its *inspector* opens under the graph (``inspector.py``), and
+  stays live as the action goes on. Clicking it again, or its ✕, closes it. A failed
+  action's inspector opens by itself, unless the person chose what to look at. Clicks
+  travel through the graph component (``live_graph.py``), an ``anywidget`` whose
+  patches carry only the pieces of the picture that changed.
+- **Expand a group** (``fetch ×60``) into a grid of its members, and fold it again.
+- **Approve or Deny** an action that waits for approval: a row with its parameters
+  and two buttons appears under the graph; a click calls ``decide(node_id, approved)``.
+- **Stop** the run with the view's own button (``stop()``: the session makes it the
+  kernel's interrupt).
+
+Buttons are ipywidgets' own (they work even where the graph's front-end module could
+not load). What a click draws goes out at once, charged to the budget (a person's
+click is worth a message or two over it).
 """
 
 from __future__ import annotations
@@ -44,9 +63,15 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import ipywidgets
-from ipywidgets.widgets.widget_string import HTMLStyle  # not re-exported at the top
+from ipywidgets.widgets.widget_string import (  # not re-exported at the top
+    HTMLMathStyle,
+    HTMLStyle,
+)
 
+from .inspector import inspector_html, waiting_html
+from .live_graph import LiveGraph, frame, patch
 from .markdown import IncrementalMarkdown
+from .rich import pre
 from .state import PARTS, ViewState
 from .static import (
     WIDGET_MIME,
@@ -54,7 +79,7 @@ from .static import (
     header_html,
     saved_bundle,
 )
-from .svg import details_html, graph_svg
+from .svg import ARROW_DEFS, Picture, arrange, details_html, draw
 from .theme import BORDER_VAR, MUTED_VAR, esc
 
 #: Messages a second one view sends (the server's cap is 1,000 for everyone). With the
@@ -62,13 +87,25 @@ from .theme import BORDER_VAR, MUTED_VAR, esc
 MAX_MESSAGES = 20.0
 #: Messages a view may send at once after a quiet spell: enough to create the thought box.
 BURST = 6.0
-#: What creating and showing a view costs: the shared style and layout, the header, the
-#: root box and its layout (five comm_open messages), and the display_data.
-CREATION = 6
-#: What creating each lazily made part costs, its place in the root box included.
-_PART_COST = {"thought": 5, "graph": 2, "details": 2, "response": 3}
+#: What creating and showing a view costs: the shared styles (HTML's, and HTMLMath's for
+#: the response) and layout, the header, the root box and its layout (six comm_open
+#: messages), and the display_data.
+CREATION = 7
+#: What its Stop button adds: the row it shares with the header and that row's layout,
+#: the button, and the style and layout every button of the view shares.
+STOP_COST = 5
+#: What creating each lazily made part costs, its place in the root box included (the
+#: approvals: its box, one row of four widgets).
+_PART_COST = {"thought": 5, "graph": 2, "details": 2, "response": 3, "inspector": 2,
+              "approvals": 6}  # fmt: skip
+#: The parts in the order of the page.
+_ORDER = ("header", "thought", "graph", "approvals", "inspector", "details", "response")
+#: What one approval row costs: its box, its text and two buttons.
+_ROW_COST = 4
 #: Characters of settled HTML the live tail may hold before they move into a piece.
 FREEZE_CHARS = 1024
+#: Longest a due part waits behind busier ones before it goes first (seconds).
+STARVE = 0.3
 #: Shortest time between two freezes of one text: each costs three messages.
 FREEZE_INTERVAL = 0.5
 
@@ -88,6 +125,11 @@ class WidgetView:
     notebook); it is called only when the response is redrawn. ``clock`` stamps events
     and drives the elapsed time; the run's own events carry ``time.monotonic()`` times.
     ``sent`` counts the messages the view has cost so far, creation and display included.
+
+    ``decide(node_id, approved)`` answers an action waiting for approval (the session's
+    ``Approvals.answer``; without it the rows have no buttons); ``stop()`` stops the run
+    (without it the view has no Stop button); ``record`` is the run record, or a function
+    returning it, for the inspector's rich outputs (without it, the events' summaries).
     """
 
     def __init__(
@@ -99,10 +141,14 @@ class WidgetView:
         slow_hz: float = 4.0,
         decide: Callable[[str, bool], object] | None = None,
         stop: Callable[[], None] | None = None,
+        record: Any = None,
     ) -> None:
         # What the view's own buttons call: approve/deny an awaiting action, stop the run.
         self._decide = decide
         self._stop = stop
+        # The run record (``_cortex``, or a function returning it): the inspector reads
+        # the output objects, resolved parameters and captured text from it.
+        self._record = record
         self._values = values
         self._clock = clock
         self._slow = 1.0 / slow_hz
@@ -115,11 +161,33 @@ class WidgetView:
         self._phase = self.state.phase
         self._counts = self.state.counts()
         self._waiting: str | None = None  # the part the budget held back last time
+        self._due_since: dict[str, float] = {}  # part -> when it became due, undrawn since
         self.sent = CREATION
+        # What the person chose: the action the inspector shows (``_chosen``: by a
+        # click, so a failure does not take the inspector away), the groups expanded.
+        # ``_ui`` moves with every such choice.
+        self._selected: str | None = None
+        self._chosen = False
+        self._expanded: set[str] = set()
+        self._ui = 0
+        self._ui_drawn: dict[str, Any] = {}
+        self._graph: LiveGraph | None = None
+        self._graph_sent: dict[str, str] = {}
+        self._graph_size = (0, 0)
+        self._graph_behind = False
+        self._inspector: ipywidgets.HTML | None = None
+        self._rich: dict[Any, str] = {}
+        self._approvals: ipywidgets.VBox | None = None
+        self._rows: dict[str, ipywidgets.HBox] = {}
+        self._rows_layout: ipywidgets.Layout | None = None
+        self._stale: list[ipywidgets.Widget] = []  # left the page; closed when the budget allows
 
         # One style and one plain layout shared by the parts that need nothing of their
         # own: every widget, layout and style is a comm_open when it is created.
         self._style = HTMLStyle()
+        # Made with the view, not with the response: its message then goes out before the
+        # view is shown, not in the busiest second of the stream.
+        self._math_style = HTMLMathStyle()
         self._plain = ipywidgets.Layout(margin="0", flex="0 0 auto")
         self._header = ipywidgets.HTML(
             value=header_html(self.state, now),
@@ -128,16 +196,38 @@ class WidgetView:
             _dom_classes=("cortex-header",),
         )
         self._seen["header"] = self.state.versions["header"]
+        top: ipywidgets.Widget = self._header
+        self._top: ipywidgets.HBox | None = None
+        self._stop_button: ipywidgets.Button | None = None
+        if stop is not None:
+            self._button_style = ipywidgets.ButtonStyle()
+            self._button_layout = ipywidgets.Layout(width="auto", height="24px", margin="0 0 0 8px")
+            self._stop_button = ipywidgets.Button(
+                description="Stop",
+                icon="stop",
+                tooltip="Stop the run (as the kernel's interrupt does); what arrived is kept",
+                layout=self._button_layout,
+                style=self._button_style,
+                _dom_classes=("cortex-stop",),
+            )
+            self._stop_button.on_click(self._on_stop)
+            self._top = ipywidgets.HBox(
+                [self._header, self._stop_button],
+                layout=ipywidgets.Layout(align_items="center", margin="0"),
+                _dom_classes=("cortex-top",),
+            )
+            top = self._top
+            self.sent += STOP_COST
         self.widget = ipywidgets.VBox(
-            [self._header],
+            [top],
             layout=ipywidgets.Layout(
                 border_left=f"3px solid {BORDER_VAR}", padding="2px 0 2px 10px", margin="2px 0"
             ),
             _dom_classes=("cortex-view",),
         )
-        self._budget.spend(CREATION)
-        # The other parts are made when first needed (``_attach``), in PARTS order.
-        self._parts: dict[str, ipywidgets.Widget] = {"header": self._header}
+        self._budget.spend(self.sent)
+        # The other parts are made when first needed (``_attach``), in _ORDER.
+        self._parts: dict[str, ipywidgets.Widget] = {"header": top}
         self._thought: _Pieces | None = None
         self._response: _Pieces | None = None
 
@@ -158,6 +248,7 @@ class WidgetView:
         now = self._clock()
         budget = self._budget
         budget.refill(now)
+        self._auto_open()
         due = self._due(now)
         if self._waiting in due:  # it waited for the budget: nothing jumps ahead of it
             due.remove(self._waiting)
@@ -168,17 +259,25 @@ class WidgetView:
                 self._waiting = part
                 break
             self._spend(self._draw(part, now, budget.tokens))
-        behind = self._waiting is not None
+        behind = self._waiting is not None or self._graph_behind
         for pieces in (self._thought, self._response):
             if pieces is not None and budget.tokens >= 1:  # leftovers of a re-render
                 self._spend(pieces.close_stale(int(budget.tokens)))
             behind = behind or (pieces is not None and pieces.stale > 0)
-        return behind
+        ended = self.state.end_status is not None
+        if ended and self._stop_button is not None and budget.tokens >= 1:
+            self._spend(self._drop_stop())  # the run ended: its Stop button leaves
+        if self._stale and budget.tokens >= 1:
+            self._spend(self._close_stale(int(budget.tokens)))
+        return behind or bool(self._stale) or self._approvals_behind()
 
     def _worst_case(self, part: str) -> int:
         """What drawing ``part`` may cost, checked before drawing it: creating it and
         its first value, or for a text three (moving settled text into a piece; the
         reserve also lets the tail go out in the same redraw as a re-render)."""
+        if part == "approvals":  # a question to the person may overdraw a little
+            cost = _PART_COST[part] + 1 if part not in self._parts else 1 + _ROW_COST
+            return min(int(BURST), cost)
         if part not in self._parts:
             return _PART_COST[part] + 1 if self._has_content(part) else 0
         return 3 if part in ("thought", "response") else 1
@@ -192,6 +291,10 @@ class WidgetView:
             return bool(state.body.strip())
         if part == "graph":
             return bool(state.nodes)
+        if part == "approvals":
+            return bool(self._awaiting())
+        if part == "inspector":
+            return self._selected is not None
         return bool(details_html(state))
 
     def _spend(self, messages: int) -> None:
@@ -216,11 +319,16 @@ class WidgetView:
         the last thing the view sends.
         """
         now = self._clock()
-        for part in PARTS:
+        self._auto_open()
+        for part in _ORDER:
             self.sent += self._draw(part, now, math.inf)
+        while self._graph_behind:  # a patch that was cut: the rest, now
+            self.sent += self._draw("graph", now, math.inf)
         for pieces in (self._thought, self._response):
             if pieces is not None:
                 self.sent += pieces.close_stale(None)
+        self.sent += self._close_stale(None)
+        self.sent += self._drop_stop()
         self.sent += 1  # the display update that carries this
         bundle = self.widget._repr_mimebundle_()
         widget = bundle.get(WIDGET_MIME) if bundle else None
@@ -238,21 +346,32 @@ class WidgetView:
         fresh = state.phase != self._phase or state.counts() != self._counts
         if fresh:
             due.append("header")
+        # A question to the person goes first: the run may be waiting for the answer.
+        if list(self._rows) != self._awaiting() or self._approvals_behind():
+            due.append("approvals")
         # A node changing status is rare and easy to miss (a fast tool is running for a
-        # fraction of a second): it goes before the text. A running duration ticking on
-        # goes after it.
-        if "graph" in changed:
+        # fraction of a second): it goes before the text. Running durations tick in the
+        # page (live_graph.js), so they cost no messages.
+        if "graph" in changed or self._graph_behind or self._ui_drawn.get("graph") != self._ui:
             due.append("graph")
         due += [part for part in ("thought", "response") if part in changed]
-        running = any(node.status == "running" for node in state.nodes.values())
-        if "graph" not in changed and running and self._slow_due("graph", now):
-            due.append("graph")
+        if self._ui_drawn.get("inspector") != self._inspector_key():
+            due.append("inspector")
         if "details" in changed:
             due.append("details")
         ticks = "header" in changed or state.ticking
         if not fresh and ticks and self._slow_due("header", now):
             due.append("header")
-        return due
+        # A part kept waiting longer than STARVE (the budget spent on busier parts every
+        # time) goes first: the details of a failure must not wait for the run's end.
+        for part in [p for p in self._due_since if p not in due]:
+            del self._due_since[part]
+        for part in due:
+            self._due_since.setdefault(part, now)
+        overdue = sorted(
+            (p for p in due if now - self._due_since[p] >= STARVE), key=lambda p: self._due_since[p]
+        )
+        return overdue + [p for p in due if p not in overdue]
 
     def _slow_due(self, part: str, now: float) -> bool:
         return now - self._drawn_at.get(part, -math.inf) >= self._slow - 1e-9
@@ -261,8 +380,10 @@ class WidgetView:
         """Draw one part, creating it first if it has something to show; returns the
         number of messages that cost. ``allowance`` is what it may cost at most, but
         for a re-render's replaced pieces (see ``_Pieces.show``)."""
-        self._seen[part] = self.state.versions[part]
+        if part in self.state.versions:  # (the approvals and inspector follow nodes)
+            self._seen[part] = self.state.versions[part]
         self._drawn_at[part] = now
+        self._due_since.pop(part, None)
         if part == "header":
             self._phase = self.state.phase
             self._counts = self.state.counts()
@@ -270,11 +391,13 @@ class WidgetView:
         if part == "thought":
             return self._draw_thought(now, allowance)
         if part == "graph":
-            svg = graph_svg(self.state, now)
-            value = f'<div style="overflow-x:auto;line-height:0;margin:4px 0">{svg}</div>'
-            return self._show_html("graph", value if svg else "")
+            return self._draw_graph(now)
+        if part == "approvals":
+            return self._draw_approvals(allowance)
+        if part == "inspector":
+            return self._draw_inspector(now)
         if part == "details":
-            return self._show_html("details", callout(details_html(self.state)))
+            return self._show_html("details", callout(details_html(self.state, live=True)))
         return self._draw_response(now, allowance)
 
     def _show_html(self, part: str, value: str) -> int:
@@ -295,8 +418,265 @@ class WidgetView:
     def _attach(self, part: str, widget: ipywidgets.Widget) -> int:
         """Put a newly made part in its place in the root box; one message."""
         self._parts[part] = widget
-        self.widget.children = tuple(self._parts[p] for p in PARTS if p in self._parts)
+        self.widget.children = tuple(self._parts[p] for p in _ORDER if p in self._parts)
         return 1
+
+    # ---- the graph ------------------------------------------------------------------
+
+    def _draw_graph(self, now: float) -> int:
+        """Send the pieces of the picture that changed (``live_graph.patch``); the first
+        time, make the graph component with the whole picture."""
+        self._ui_drawn["graph"] = self._ui
+        picture = arrange(self.state, self._expanded)
+        pieces = self._graph_pieces(picture)
+        self._graph_size = (picture.width, picture.height)
+        if self._graph is None:
+            if not picture.items:
+                return 0
+            self._graph_sent = dict(pieces)
+            self._graph = LiveGraph(
+                full=self._graph_full,
+                value=self._graph_full(),
+                layout=self._plain,
+                _dom_classes=("cortex-graph",),
+            )
+            self._graph.on_msg(self._on_graph_message)
+            return 1 + self._attach("graph", self._graph)
+        head = frame("patch", *self._graph_size, self._since_start(now))
+        value, self._graph_behind = patch(self._graph_sent, pieces, head)
+        if not value:
+            return 0
+        self._graph.value = value
+        return 1
+
+    def _graph_pieces(self, picture: Picture) -> dict[str, str]:
+        """The live picture's pieces: boxes before edges (when a patch must be cut, a
+        box's new status goes first). Durations are left to the page's clock."""
+        drawn = draw(self.state, picture, None, live=True, selected=self._selected)
+        pieces = {"defs": ARROW_DEFS.replace("<defs>", '<defs data-key="defs">', 1)}
+        pieces.update((k, v) for k, v in drawn.items() if not k.startswith("e:"))
+        pieces.update((k, v) for k, v in drawn.items() if k.startswith("e:"))
+        return pieces
+
+    def _graph_full(self) -> str:
+        """Everything the front end has been sent, as one frame (``get_state``)."""
+        head = frame("full", *self._graph_size, self._since_start(self._clock()))
+        return head + "".join(self._graph_sent.values())
+
+    def _since_start(self, now: float) -> float:
+        return now - (self.state.started if self.state.started is not None else now)
+
+    def _on_graph_message(self, _widget: Any, content: Any, _buffers: Any) -> None:
+        """A click in the view (``live_graph.js``): select, close, expand or fold."""
+        if not isinstance(content, Mapping):
+            return
+        act, target = content.get("act"), str(content.get("id") or "")
+        if act == "select" and target in self.state.nodes:
+            self.select(None if target == self._selected else target)
+        elif act == "close":
+            self.select(None)
+        elif act == "toggle" and target.startswith("g:"):
+            self._expanded ^= {target}
+            self._ui += 1
+            self._draw_now()
+
+    def select(self, node_id: str | None) -> None:
+        """Show ``node_id``'s inspector (None: close it), at once: a person chose it."""
+        self._selected = node_id if node_id in self.state.nodes else None
+        self._chosen = True
+        self._ui += 1
+        self._draw_now()
+
+    @property
+    def selected(self) -> str | None:
+        """The action whose inspector is open."""
+        return self._selected
+
+    def _draw_now(self) -> None:
+        """What a click changed, drawn now (clicks also come when no redraw follows:
+        after the run). Charged to the budget, which may go below zero for it."""
+        now = self._clock()
+        self._budget.refill(now)
+        try:
+            for part in ("graph", "inspector"):
+                if part == "graph" or self._ui_drawn.get(part) != self._inspector_key():
+                    self._spend(self._draw(part, now, math.inf))
+        except Exception as exc:  # a click must never raise into the kernel's handler
+            self.state.errors.append(f"the view could not show that: {exc!r}")
+
+    def _auto_open(self) -> None:
+        """A failed action's inspector opens by itself, unless the person chose."""
+        if self._chosen:
+            return
+        for node_id in self.state.order:
+            node = self.state.nodes[node_id]
+            if node.parent is None and node.status == "failed":
+                if self._selected != node_id:
+                    self._selected = node_id
+                    self._ui += 1
+                return
+
+    # ---- the inspector ----------------------------------------------------------------
+
+    def _inspector_key(self) -> tuple[Any, ...]:
+        node = self.state.nodes.get(self._selected) if self._selected is not None else None
+        return (self._selected, node.version if node is not None else -1)
+
+    def _draw_inspector(self, now: float) -> int:
+        self._ui_drawn["inspector"] = self._inspector_key()
+        value = ""
+        if self._selected is not None:
+            try:
+                value = inspector_html(
+                    self.state, self._selected, now, record=self._read_record(), cache=self._rich
+                )
+            except Exception as exc:  # the user's data must not break the view
+                value = pre(f"the inspector could not show {self._selected}: {exc!r}")
+        if self._inspector is None:
+            if not value:
+                return 0
+            self._inspector = ipywidgets.HTML(
+                value=value,
+                layout=self._plain,
+                style=self._style,
+                _dom_classes=("cortex-inspector",),
+            )
+            return 1 + self._attach("inspector", self._inspector)
+        return _set(self._inspector, value=value)
+
+    def _read_record(self) -> Any:
+        record = self._record
+        if callable(record) and not hasattr(record, "actions"):
+            try:
+                return record()
+            except Exception:
+                return None
+        return record
+
+    # ---- approvals and stop -------------------------------------------------------------
+
+    def _awaiting(self) -> list[str]:
+        return [i for i in self.state.order if self.state.nodes[i].status == "awaiting"]
+
+    def _approvals_behind(self) -> bool:
+        """Whether an action waits for approval without its row yet."""
+        return any(node_id not in self._rows for node_id in self._awaiting())
+
+    def _draw_approvals(self, allowance: float) -> int:
+        """One row per action waiting for approval (its parameters, Approve, Deny), as
+        many new rows as the allowance pays for; rows of answered actions leave."""
+        want = self._awaiting()
+        for node_id in [k for k in self._rows if k not in want]:
+            self._stale.append(self._rows.pop(node_id))
+        sent = 0
+        room = allowance - 1 - (2 if self._approvals is None else 0)
+        for node_id in want:
+            # At least one new row a redraw, whatever the allowance: the run waits for it.
+            if node_id not in self._rows and (room >= _ROW_COST or not sent):
+                self._rows[node_id] = self._row(node_id)
+                sent += _ROW_COST
+                room -= _ROW_COST
+        children = tuple(self._rows[k] for k in want if k in self._rows)
+        if self._approvals is None:
+            if not children:
+                return sent
+            self._approvals = ipywidgets.VBox(
+                children, layout=self._plain, _dom_classes=("cortex-approvals",)
+            )
+            return sent + 1 + self._attach("approvals", self._approvals)
+        return sent + _set(self._approvals, children=children)
+
+    def _row(self, node_id: str) -> ipywidgets.HBox:
+        node = self.state.nodes[node_id]
+        text = ipywidgets.HTML(
+            value=waiting_html(node),
+            layout=self._plain,
+            style=self._style,
+            _dom_classes=("cortex-approval-text",),
+        )
+        buttons = []
+        if self._decide is not None:
+            style, layout = self._buttons()
+            for label, icon, kind, approved in (
+                ("Approve", "check", "success", True),
+                ("Deny", "times", "danger", False),
+            ):
+                button = ipywidgets.Button(
+                    description=label,
+                    icon=icon,
+                    button_style=kind,
+                    layout=layout,
+                    style=style,
+                    _dom_classes=(f"cortex-{label.lower()}",),
+                )
+                button.on_click(lambda b, a=approved: self._answer(node_id, a, b))
+                buttons.append(button)
+        else:
+            text.value += "<i>(no way to answer from this view)</i>"
+        return ipywidgets.HBox(
+            [text, *buttons], layout=self._row_layout(), _dom_classes=("cortex-approval",)
+        )
+
+    def _row_layout(self) -> ipywidgets.Layout:
+        """The layout every approval row shares (made once)."""
+        if self._rows_layout is None:
+            self._rows_layout = ipywidgets.Layout(align_items="center", margin="2px 0")
+            self.sent += 1
+            self._budget.spend(1)
+        return self._rows_layout
+
+    def _buttons(self) -> tuple[ipywidgets.ButtonStyle, ipywidgets.Layout]:
+        """The style and layout every button of the view shares (made once)."""
+        if not hasattr(self, "_button_style"):
+            self._button_style = ipywidgets.ButtonStyle()
+            self._button_layout = ipywidgets.Layout(width="auto", height="24px", margin="0 0 0 8px")
+            self.sent += 2
+            self._budget.spend(2)
+        return self._button_style, self._button_layout
+
+    def _answer(self, node_id: str, approved: bool, button: ipywidgets.Button) -> None:
+        """Approve or Deny clicked: the session's ``decide`` gets the node's own id (an
+        agent's sub-run action answers under its id in that run)."""
+        row = self._rows.get(node_id)
+        try:
+            assert self._decide is not None
+            answered = self._decide(node_id.rsplit("/", 1)[-1], approved)
+        except Exception as exc:
+            answered, button.tooltip = False, f"could not answer: {exc!r}"
+        word = ("Approved" if approved else "Denied") if answered is not False else "Not waiting"
+        for child in row.children[1:] if row is not None else (button,):
+            self.sent += _set(child, disabled=True)
+        self.sent += _set(button, description=word)
+
+    def _on_stop(self, _button: Any) -> None:
+        """The view's Stop: the session's ``stop`` (the kernel's interrupt, in effect)."""
+        if self._stop_button is not None:
+            self.sent += _set(self._stop_button, disabled=True, description="Stopping…")
+        if self._stop is not None:
+            self._stop()
+
+    def _drop_stop(self) -> int:
+        """The run ended: its Stop button leaves the view (one message; closing it waits
+        with the other widgets that left)."""
+        if self._top is None or self._stop_button is None:
+            return 0
+        self._stale.append(self._stop_button)
+        self._stop_button = None
+        self._top.children = (self._header,)
+        return 1
+
+    def _close_stale(self, limit: int | None) -> int:
+        """Close widgets that left the page (answered rows): a message each, and each
+        row's own widgets."""
+        sent = 0
+        while self._stale and (limit is None or sent < limit):
+            widget = self._stale.pop(0)
+            for child in getattr(widget, "children", ()):
+                child.close()
+                sent += 1
+            widget.close()
+            sent += 1
+        return sent
 
     # ---- the parts ----------------------------------------------------------------
 
@@ -336,12 +716,15 @@ class WidgetView:
         rest = html[len(stable) :]
         sent = 0
         if self._response is None:
+            # HTMLMath: the front end's MathJax typesets the formulas markdown.py keeps
+            # (each other $ is marked for MathJax to ignore). Its own style: one message.
             self._response = _Pieces(
                 "line-height:var(--jp-content-line-height,1.6)",
-                style=self._style,
+                style=self._math_style,
                 layout=self._plain,
                 classes=("jp-RenderedHTMLCommon",),  # Lab's markdown look, in either theme
                 box_class="cortex-response",
+                widget=ipywidgets.HTMLMath,
             )
             sent = 2 + self._attach("response", self._response.box)
         return sent + self._response.show(stable, rest, now, allowance - sent)
@@ -380,17 +763,17 @@ class _Pieces:
         classes: Sequence[str] = (),
         box_class: str | None = None,
         *,
-        style: HTMLStyle,
+        style: HTMLStyle | HTMLMathStyle,
         layout: ipywidgets.Layout,
+        widget: Any = ipywidgets.HTML,
     ) -> None:
         self._style = style_css
         self._classes = tuple(classes)
         # Shared by every piece, so a new piece is one comm message, not three.
         self._layout = layout
         self._html_style = style
-        self._tail = ipywidgets.HTML(
-            layout=self._layout, style=self._html_style, _dom_classes=self._classes
-        )
+        self._widget = widget
+        self._tail = widget(layout=self._layout, style=self._html_style, _dom_classes=self._classes)
         self._pieces: list[ipywidgets.HTML] = []
         self._texts: list[str] = []  # what each piece holds, unwrapped
         self._frozen = ""
@@ -459,7 +842,7 @@ class _Pieces:
         return f'<div style="{self._style}">{inner}</div>' if inner else ""
 
     def _piece(self, value: str) -> ipywidgets.HTML:
-        return ipywidgets.HTML(
+        return self._widget(
             value=value, layout=self._layout, style=self._html_style, _dom_classes=self._classes
         )
 

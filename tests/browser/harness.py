@@ -383,6 +383,33 @@ def run_all(page: Page, ui: UI = "lab", timeout_ms: int = RUN_ALL_TIMEOUT_MS) ->
     return prompts
 
 
+def write_notebook(server: LabServer, name: str, cells: list[str]) -> str:
+    """Write a notebook of code ``cells`` (the venv's "python3" kernel) into the server's
+    root; returns its path for ``open_notebook``."""
+    import nbformat
+
+    notebook = nbformat.v4.new_notebook()
+    notebook.metadata["kernelspec"] = {
+        "display_name": "Python 3 (ipykernel)",
+        "language": "python",
+        "name": "python3",
+    }
+    notebook.cells = [nbformat.v4.new_code_cell(source) for source in cells]
+    nbformat.write(notebook, str(server.root / name))
+    return name
+
+
+CELLS = ".jp-NotebookPanel:visible .jp-Notebook .jp-CodeCell"
+
+
+def run_cell(page: Page, index: int) -> Locator:
+    """Run the ``index``-th code cell (click its prompt, Shift+Enter); returns the cell."""
+    cell = page.locator(CELLS).nth(index)
+    cell.locator(".jp-InputPrompt").click()
+    page.keyboard.press("Shift+Enter")
+    return cell
+
+
 def screenshot(page: Page, name: str) -> Path:
     """Save a screenshot of the page as artifacts/screenshots/<name>.png; return its path."""
     SCREENSHOTS_DIR.mkdir(parents=True, exist_ok=True)

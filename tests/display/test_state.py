@@ -7,8 +7,10 @@ from typing import Any
 import pytest
 
 from cortex_jupyter.display import PARTS, ViewState, from_run, reduce
+from cortex_jupyter.display.state import KEEP_LOG_LINES, KEEP_TEXT
 from cortex_jupyter.protocol import ActionStart, ProtocolError, ResponseDelta, ThoughtDelta
 from cortex_jupyter.runtime import End, Interrupt, Metric, Nested, Run
+from cortex_jupyter.runtime.events import ActionOutput, ContextUse, Progress
 
 from .helpers import PROTOCOL, feed, finished_run, parse, status
 
@@ -243,3 +245,91 @@ def test_from_run_replays_a_record() -> None:
     assert state.started == 50.0
     assert state.nodes["a1"].status == "running"
     assert state.response.strip().startswith("# Cats and dogs")
+
+
+# ---- issue 12: what a tool wrote, approvals, context, what the model wrote -------------
+
+
+def output(id: str, time: float, **fields: Any) -> ActionOutput:
+    return ActionOutput(id=id, time=time, **fields)
+
+
+def test_captured_output_is_kept_on_the_node_bounded_and_newest_first() -> None:
+    state = ViewState()
+    feed(state, parse('<action id="a1">{"name": "fetch"}</action>'))
+    state.apply(status("a1", "running", 1.0))
+    before = state.versions["graph"]
+    state.apply(output("a1", 1.1, stdout="fetching page 1\n", stderr="warn: slow\n"))
+    state.apply(output("a1", 1.2, logs=("INFO fetch: got 200",)))
+    node = state.nodes["a1"]
+    assert node.stdout == "fetching page 1\n" and node.stderr == "warn: slow\n"
+    assert node.logs == ["INFO fetch: got 200"]
+    assert node.last_line == "INFO fetch: got 200"  # what the box shows
+    assert state.versions["graph"] > before
+    # A flood keeps the newest KEEP_TEXT characters and counts the rest.
+    state.apply(output("a1", 1.3, stdout="x" * (KEEP_TEXT + 500) + "\nlast\n"))
+    assert len(node.stdout) == KEEP_TEXT and node.stdout.endswith("last\n")
+    assert node.dropped["stdout"] == len("fetching page 1\n") + 500 + len("\nlast\n")
+    state.apply(output("a1", 1.4, logs=tuple(f"line {i}" for i in range(KEEP_LOG_LINES + 5))))
+    assert len(node.logs) == KEEP_LOG_LINES and node.logs[-1] == f"line {KEEP_LOG_LINES + 4}"
+    assert node.dropped["logs"] == 6
+
+
+def test_progress_and_partial_values_and_versions() -> None:
+    state = ViewState()
+    feed(state, parse('<action id="g">{"name": "count"}</action>'))
+    node = state.nodes["g"]
+    version, graph = node.version, state.versions["graph"]
+    state.apply(output("g", 1.0, progress=Progress(3, 5, "pages")))
+    assert node.progress == Progress(3, 5, "pages") and str(node.progress) == "3/5 pages"
+    assert node.version > version and state.versions["graph"] > graph
+    graph = state.versions["graph"]
+    state.apply(output("g", 1.1, partial="[1, 2]"))
+    assert node.partial == "[1, 2]" and node.last_line == "[1, 2]"
+    # Output for an id nobody announced still lands somewhere visible.
+    state.apply(output("ghost", 1.2, stdout="hello\n"))
+    assert state.nodes["ghost"].stdout == "hello\n"
+
+
+def test_awaiting_parameters_attempts_and_refs() -> None:
+    state = ViewState()
+    feed(
+        state,
+        parse(
+            '<action id="f">{"name": "fetch", "output_key": "page"}</action>'
+            '<action id="m">{"name": "mail", "parameters": {"body": "$page"}}</action>'
+        ),
+    )
+    assert state.nodes["m"].refs == (("page", "f"),)
+    state.apply(status("m", "awaiting", 2.0, parameters='{"body": "<html>"}'))
+    node = state.nodes["m"]
+    assert node.status == "awaiting" and node.awaited == 2.0
+    assert node.resolved == '{"body": "<html>"}'
+    assert state.counts() == {"pending": 1, "awaiting": 1}
+    state.apply(status("m", "running", 3.0, attempt=1))
+    state.apply(status("m", "running", 3.5, attempt=1, error="TimeoutError", retry_in=0.5))
+    state.apply(status("m", "failed", 4.5, attempt=2, error="ConnectionError: reset"))
+    assert node.attempts == [(1, "TimeoutError"), (2, "ConnectionError: reset")]
+
+
+def test_the_text_the_model_wrote_is_kept_accepted_or_refused() -> None:
+    state = ViewState()
+    text = '<action id="ok">{"name": "search"}</action><action id="bad">{"name": 3}</action>'
+    feed(state, parse(text))
+    assert state.nodes["ok"].source == '<action id="ok">{"name": "search"}</action>'
+    assert state.nodes["bad"].status == "failed" and '"name": 3' in state.nodes["bad"].source
+    state.apply(ProtocolError("forged_result", "a forged result", source="<result>x</result>"))
+    assert state.refused == {len(state.errors) - 1: "<result>x</result>"}
+
+
+def test_context_use_prefers_the_servers_count() -> None:
+    state = ViewState()
+    assert state.context() is None
+    state.apply(ContextUse(turn=1, time=1.0, tokens=20_500, budget=32_000))
+    assert state.context() == (20_500, 32_000, True)
+    state.apply(Metric("context_tokens", 21_100, 2.0))
+    assert state.context() == (21_100, 32_000, False)
+    state.apply(ContextUse(turn=2, time=3.0, tokens=24_000, budget=32_000, over=False))
+    assert state.context() == (24_000, 32_000, True)  # a new turn: its estimate first
+    state.apply(Nested("a1", ContextUse(turn=1, time=4.0, tokens=1, budget=2)))
+    assert state.context() == (24_000, 32_000, True)  # a sub-run's is its own

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from cortex_jupyter.display import TextRenderer, ViewState, render_text
+from cortex_jupyter.display import TextRenderer, ViewState, header_parts, render_text
 from cortex_jupyter.protocol import Parser
-from cortex_jupyter.runtime import End, Nested
+from cortex_jupyter.runtime import End, Metric, Nested
+from cortex_jupyter.runtime.events import ActionOutput, ContextUse, Progress
 
 from .helpers import finished_run, parse, status
 
@@ -108,3 +109,49 @@ def test_render_text_summary() -> None:
     assert "  ✗ [failed 0.20 s] compare (a3): ValueError: no model" in text
     assert text.rstrip().endswith('print("done")\n```')
     assert render_text(ViewState()).startswith("cortex · model · streaming")
+
+
+def test_what_tools_write_goes_under_their_node_never_into_the_text() -> None:
+    out: list[str] = []
+    renderer = TextRenderer(out.append, model="m")
+    parser = Parser("cortex")
+    feed_all = [
+        *parser.feed('<action id="a">{"name": "fetch"}</action><action id="b">{"name": "log"}'),
+        *parser.feed("</action><response>Half a line"),
+    ]
+    for event in feed_all:
+        renderer.feed(event, 1.0)
+    renderer.feed(status("a", "running", 1.0, attempt=1))
+    renderer.feed(ActionOutput("a", 1.1, stdout="page 1\npage", stderr="slow\n"))
+    renderer.feed(ActionOutput("b", 1.1, logs=("WARNING root: low disk\nsecond line",)))
+    # Nothing splices into "Half a line": the lines wait for it to end.
+    assert "".join(out).endswith("[response] Half a line")
+    for event in parser.feed(" of text.\n"):
+        renderer.feed(event, 1.2)
+    renderer.feed(ActionOutput("a", 1.3, stdout=" 2\n", progress=Progress(1, 3, "pages")))
+    renderer.feed(ActionOutput("a", 1.4, progress=Progress(2, 3, "pages")))  # within 1 s: held
+    renderer.feed(ActionOutput("a", 1.5, stdout="no newline"))
+    renderer.feed(status("a", "done", 1.6, attempt=1, output="'ok'"))
+    text = "".join(out)
+    assert "[response] Half a line of text.\n" in text
+    assert "  a | page 1\n  a ! slow\n  b ~ WARNING root: low disk\n  b ~ second line\n" in text
+    assert "  a | page 2\n  a % 1/3 pages\n" in text
+    # At the end: the unfinished line and the held progress, then the status line.
+    assert text.endswith("  a | no newline\n  a % 2/3 pages\n[done 0.60 s] fetch (a) -> 'ok'\n")
+
+
+def test_an_awaiting_action_and_the_context_in_the_end_line() -> None:
+    out: list[str] = []
+    renderer = TextRenderer(out.append, model="m")
+    for event in parse('<action id="m">{"name": "mail"}</action>'):
+        renderer.feed(event, 1.0)
+    renderer.feed(status("m", "awaiting", 1.1, parameters='{"to": "bob"}'))
+    renderer.feed(ContextUse(turn=1, time=1.2, tokens=21_000, budget=32_000))
+    renderer.feed(Metric("context_tokens", 21_400, 1.3))
+    renderer.feed(End("completed", 2.0))
+    text = "".join(out)
+    assert '[awaiting approval] mail (m): {"to": "bob"}\n' in text
+    assert " · ctx 21k/32k · " in text.splitlines()[-1]
+    state = ViewState()
+    state.apply(ContextUse(turn=1, time=1.0, tokens=2_100, budget=32_000, over=True))
+    assert "ctx ~2.1k/32k (over)" in header_parts(state)

@@ -33,7 +33,8 @@ from cortex_jupyter.display.widget import (
     WidgetView,
 )
 from cortex_jupyter.protocol import ActionStart, Parser
-from cortex_jupyter.runtime import ActionStatus, End, Interrupt
+from cortex_jupyter.runtime import ActionStatus, End, Interrupt, Nested
+from cortex_jupyter.runtime.events import ActionOutput, Progress
 
 from .helpers import parse, status
 from .test_xss import HTML_ELEMENTS, PAYLOADS, check_tree, hostile_state
@@ -101,7 +102,7 @@ def make_view(clock: Clock, **kw: Any) -> WidgetView:
 
 def html_values(widget: Any) -> Iterator[str]:
     """Every HTML value in a widget tree (parts, pieces and tails)."""
-    if isinstance(widget, ipywidgets.HTML):
+    if isinstance(widget, ipywidgets.HTML | ipywidgets.HTMLMath):
         yield widget.value
     for child in getattr(widget, "children", ()):
         yield from html_values(child)
@@ -135,6 +136,12 @@ def walk(widget: Any) -> Iterator[Any]:
         yield from walk(child)
 
 
+def picture(view: WidgetView) -> str:
+    """The whole live graph, as a front end asking for the widget's state gets it."""
+    value: str = part(view, "cortex-graph").get_state()["value"]
+    return value
+
+
 def text_of(widget: Any) -> str:
     return "".join(html_values(widget))
 
@@ -159,7 +166,7 @@ def test_a_run_fills_every_part(clock: Clock) -> None:
     response = text_of(part(view, "cortex-response"))
     assert "<h1>Cats and dogs</h1>" in response
     assert 'data-lang="python"' in response
-    graph = part(view, "cortex-graph").value
+    graph = picture(view)
     assert all(f'data-id="{i}"' in graph for i in ("a1", "a2", "a3"))
     assert 'data-phase="running actions"' in header.value  # the final response closed it
 
@@ -183,7 +190,7 @@ def test_redraw_says_when_the_budget_held_something_back(clock: Clock) -> None:
     view = WidgetView(model="test-model", clock=clock)  # creating it spent the burst
     view.apply(parse("<thought>hmm</thought>"))
     assert view.redraw() is True and maybe_part(view, "cortex-thought") is None
-    clock.step(0.31)  # six messages' worth: the thought box and its text
+    clock.step(0.36)  # creation overdrew by one; then six messages: the thought box and text
     assert view.redraw() is True  # the header's token count still waits
     assert "hmm" in text_of(part(view, "cortex-thought"))
     clock.step(0.05)
@@ -199,7 +206,7 @@ def test_the_graph_appears_with_the_first_action(clock: Clock) -> None:
     view.apply([ActionStart(id="x", type="tool", mode="async")])
     clock.step(0.04)
     view.redraw()
-    graph = part(view, "cortex-graph").value
+    graph = picture(view)
     assert 'data-id="x"' in graph and "starting" in graph
 
 
@@ -265,7 +272,11 @@ def test_unchanged_parts_are_not_re_sent(clock: Clock) -> None:
     view.apply([End("completed", clock.now)])
     settle(view, clock)
     counts = {name: count_changes(part(view, name)) for name in ("cortex-header", "cortex-graph")}
-    pieces = [count_changes(w) for w in walk(view.widget) if isinstance(w, ipywidgets.HTML)]
+    pieces = [
+        count_changes(w)
+        for w in walk(view.widget)
+        if isinstance(w, ipywidgets.HTML | ipywidgets.HTMLMath)
+    ]
     for _ in range(50):
         clock.step(0.04)
         view.apply([])
@@ -279,7 +290,11 @@ def test_only_the_thought_moves_while_a_thought_streams(clock: Clock) -> None:
     view.apply(parse('<action id="a1">{"name": "search"}</action><thought>start'))
     settle(view, clock)
     graph = count_changes(part(view, "cortex-graph"))
-    thought_tail = [w for w in walk(part(view, "cortex-thought")) if isinstance(w, ipywidgets.HTML)]
+    thought_tail = [
+        w
+        for w in walk(part(view, "cortex-thought"))
+        if isinstance(w, ipywidgets.HTML | ipywidgets.HTMLMath)
+    ]
     thought = count_changes(thought_tail[-1])
     parser = Parser("cortex")
     parser.feed('<action id="a1">{"name": "search"}</action><thought>start')
@@ -291,7 +306,7 @@ def test_only_the_thought_moves_while_a_thought_streams(clock: Clock) -> None:
     assert graph == [] and maybe_part(view, "cortex-response") is None
 
 
-def test_clocks_tick_at_most_slow_hz(clock: Clock) -> None:
+def test_clocks_tick_at_most_slow_hz_and_durations_in_the_page(clock: Clock) -> None:
     view = make_view(clock, slow_hz=4.0)
     view.apply(parse('<action id="a1">{"name": "search"}</action>'))
     view.apply([status("a1", "running", clock.now)])
@@ -303,9 +318,10 @@ def test_clocks_tick_at_most_slow_hz(clock: Clock) -> None:
         view.apply([])
         view.redraw()
     assert 6 <= len(header) <= 9  # 4 a second, give or take the ends
-    assert 6 <= len(graph) <= 9
-    shown = re.search(r"running · ([\d.]+) s", part(view, "cortex-graph").value)
-    assert shown is not None and 1.75 <= float(shown.group(1)) <= 2.0  # it did move
+    # The running duration ticks in the page (live_graph.js), from the run's clock.
+    assert graph == []
+    since = re.search(r'data-cxj-since="([\d.]+)"', picture(view))
+    assert since is not None and float(since.group(1)) == pytest.approx(0.5, abs=0.01)
 
 
 def test_values_are_read_only_when_the_response_is_redrawn(clock: Clock) -> None:
@@ -448,7 +464,8 @@ def test_no_widget_value_lets_model_text_through(clock: Clock, payload: str) -> 
     data, metadata = view.finish()
     values = [v for v in html_values(view.widget) if v]
     assert len(values) >= 5
-    for value in [*values, data["text/html"]]:
+    assert maybe_part(view, "cortex-inspector") is not None  # a failed node: opened
+    for value in [*values, data["text/html"], picture(view)]:
         lowered = value.lower()
         for raw in ("<script", "<img", "<iframe", "<svg onload", "\x00", "\x1b"):
             assert raw not in lowered, raw
@@ -638,3 +655,294 @@ def test_the_text_copy_fills_dollar_names_like_the_view(clock: Clock) -> None:
     view.apply([End("completed", clock.now)])
     data, _ = view.finish()
     assert "The answer is 42." in data["text/plain"]
+
+
+# ----------------------------------------------------------------------------- the live graph
+
+
+class FrontEnd:
+    """What live_graph.js does with the graph's patches: pieces kept by key."""
+
+    def __init__(self, graph: Any) -> None:
+        self.pieces: dict[str, str] = {}
+        self.size = (0, 0)
+        self.apply(graph.get_state()["value"])
+        graph.observe(lambda change: self.apply(change["new"]), names="value")
+
+    def apply(self, value: str) -> None:
+        root = ET.fromstring(f'<svg xmlns="http://www.w3.org/2000/svg">{value}</svg>')
+        for element in root:
+            if element.get("data-cxj-frame"):
+                if element.get("data-cxj-frame") == "full":
+                    self.pieces.clear()
+                self.size = (int(element.get("data-w", 0)), int(element.get("data-h", 0)))
+            elif element.get("data-gone") is not None:
+                self.pieces.pop(element.get("data-key", ""), None)
+            else:
+                self.pieces[element.get("data-key", "")] = ET.tostring(element, "unicode")
+
+    def statuses(self) -> dict[str, str]:
+        found = {}
+        for piece in self.pieces.values():
+            match = re.search(r'data-id="([^"]+)" data-status="([^"]+)"', piece)
+            if match and "cxj-node" in piece.split(">", 1)[0]:
+                found[match.group(1)] = match.group(2)
+        return found
+
+
+def many(view: WidgetView, count: int, name: str = "fetch") -> None:
+    view.apply(
+        parse(
+            "".join(
+                f'<action id="{name}{i}">{{"name": "{name}", "parameters": {{"i": {i}}}}}</action>'
+                for i in range(count)
+            ),
+            chunk=500,
+        )
+    )
+
+
+def test_graph_updates_carry_only_what_changed(clock: Clock) -> None:
+    view = make_view(clock)
+    many(view, 8)  # one column, no groups: eight boxes
+    settle(view, clock)
+    graph = part(view, "cortex-graph")
+    front = FrontEnd(graph)
+    sent: list[str] = []
+    graph.observe(lambda change: sent.append(change["new"]), names="value")
+    view.apply([status("fetch3", "running", clock.now, attempt=1)])
+    settle(view, clock, 0.2)
+    (update,) = sent
+    assert update.count('data-key="n:') == 1 and 'data-id="fetch3"' in update
+    assert len(update) < 2_000
+    assert front.statuses()["fetch3"] == "running"
+    assert front.pieces == FrontEnd(graph).pieces  # patches add up to the whole picture
+
+
+def test_a_crowded_level_is_grouped_live_and_patches_stay_small(clock: Clock) -> None:
+    view = make_view(clock)
+    many(view, 60)
+    settle(view, clock)
+    graph = part(view, "cortex-graph")
+    front = FrontEnd(graph)
+    sizes: list[int] = []
+    graph.observe(lambda change: sizes.append(len(change["new"])), names="value")
+    for i in range(60):
+        view.apply([status(f"fetch{i}", "running", clock.now, attempt=1)])
+        clock.step(0.01)
+        view.redraw()
+    view.apply([status("fetch7", "failed", clock.now, attempt=1, error="refused")])
+    settle(view, clock)
+    assert max(sizes) < 4_000 and sum(sizes) < 60_000
+    assert set(front.pieces) >= {"g:0:fetch", "n:fetch7", "defs"}
+    assert front.statuses() == {"fetch7": "failed"}
+    assert front.pieces == FrontEnd(graph).pieces
+    assert front.size[1] < 300  # not a 5,000 px column
+
+
+def test_a_patch_too_big_for_one_message_goes_in_parts(clock: Clock) -> None:
+    view = make_view(clock)
+    many(view, 8, "a")
+    many(view, 8, "b")  # 16 boxes in 2 columns... and each gets a long error
+    settle(view, clock)
+    graph = part(view, "cortex-graph")
+    front = FrontEnd(graph)
+    sizes: list[int] = []
+    graph.observe(lambda change: sizes.append(len(change["new"])), names="value")
+    long = "E" * 590
+    view.apply([status(f"{n}{i}", "failed", clock.now, error=long) for n in "ab" for i in range(8)])
+    clock.step(0.1)
+    assert view.redraw() is True  # part of it waits for the next message
+    settle(view, clock)
+    assert len(sizes) >= 2 and max(sizes) <= 16_000 + 2_000
+    assert set(front.statuses().values()) == {"failed"} and len(front.statuses()) == 16
+
+
+def test_clicks_open_close_and_expand(clock: Clock) -> None:
+    view = make_view(clock)
+    view.apply(parse())
+    view.apply([status("a1", "done", clock.now, attempt=1, output="{'hits': 3}")])
+    settle(view, clock)
+    graph = part(view, "cortex-graph")
+    graph._handle_custom_msg({"act": "select", "id": "a1"}, [])  # as the page sends it
+    inspector = part(view, "cortex-inspector")
+    assert view.selected == "a1" and 'data-id="a1"' in inspector.value
+    assert "{&#x27;hits&#x27;: 3}" in inspector.value
+    assert "cxj-selected" in picture(view)
+    graph._handle_custom_msg({"act": "select", "id": "a1"}, [])  # again: closed
+    assert view.selected is None and inspector.value == ""
+    graph._handle_custom_msg({"act": "select", "id": "a2"}, [])
+    graph._handle_custom_msg({"act": "close", "id": ""}, [])
+    assert inspector.value == ""
+    graph._handle_custom_msg({"act": "select", "id": "<nobody>"}, [])
+    graph._handle_custom_msg({"act": "explode"}, [])
+    graph._handle_custom_msg(["not", "a", "dict"], [])
+    assert view.selected is None
+    view.finish()  # after the run the view still answers clicks, at once
+    graph._handle_custom_msg({"act": "select", "id": "a2"}, [])
+    assert 'data-id="a2"' in inspector.value
+
+
+def test_a_group_expands_and_folds_on_click(clock: Clock) -> None:
+    view = make_view(clock)
+    many(view, 12)
+    settle(view, clock)
+    graph = part(view, "cortex-graph")
+    assert "cxj-chip" not in picture(view)
+    graph._handle_custom_msg({"act": "toggle", "id": "g:0:fetch"}, [])
+    assert picture(view).count('class="cxj-chip"') == 12
+    graph._handle_custom_msg({"act": "select", "id": "fetch5"}, [])  # a chip
+    assert view.selected == "fetch5"
+    graph._handle_custom_msg({"act": "toggle", "id": "g:0:fetch"}, [])
+    assert "cxj-chip" not in picture(view)
+
+
+def test_a_failed_action_opens_its_inspector_unless_the_person_chose(clock: Clock) -> None:
+    view = make_view(clock)
+    view.apply(parse())
+    view.apply([status("a3", "failed", clock.now, error="ValueError: no model")])
+    settle(view, clock)
+    assert view.selected == "a3"
+    assert "ValueError: no model" in part(view, "cortex-inspector").value
+    part(view, "cortex-graph")._handle_custom_msg({"act": "close"}, [])
+    view.apply([status("a2", "failed", clock.now, error="another")])
+    settle(view, clock)
+    assert view.selected is None  # closed by the person: it stays closed
+
+
+def test_the_inspector_follows_its_action_live(clock: Clock) -> None:
+    view = make_view(clock)
+    view.apply(parse('<action id="g">{"name": "crawl"}</action>'))
+    view.apply([status("g", "running", clock.now, attempt=1)])
+    settle(view, clock)
+    view.select("g")
+    inspector = part(view, "cortex-inspector")
+    changes = count_changes(inspector)
+    for i in range(1, 6):
+        view.apply([ActionOutput("g", clock.now, stdout=f"line {i}\n", progress=Progress(i, 5))])
+        settle(view, clock, 0.2)
+    assert "line 5" in inspector.value and "5/5" in inspector.value
+    assert 5 <= len(changes) <= 6
+    settle(view, clock)  # nothing new: nothing sent
+    assert len(changes) <= 6
+
+
+def test_the_inspector_reads_the_run_record(clock: Clock) -> None:
+    class Table:
+        def _repr_html_(self) -> str:
+            return "<table><tr><td>cell</td></tr></table><script>alert(1)</script>"
+
+    node = type("Node", (), {"status": "done", "output": Table(), "resolved": {"q": 1}})
+    record = type("Run", (), {"actions": {"a1": node}})
+    view = make_view(clock, record=lambda: record)
+    view.apply(parse())
+    view.apply([status("a1", "done", clock.now, attempt=1, output="<Table>")])
+    settle(view, clock)
+    view.select("a1")
+    value = part(view, "cortex-inspector").value
+    assert "<td>cell</td>" in value and "<script" not in value
+
+
+def test_approve_and_deny_call_decide_and_the_rows_leave(clock: Clock) -> None:
+    answers: list[tuple[str, bool]] = []
+
+    def decide(node_id: str, approved: bool) -> bool:
+        answers.append((node_id, approved))
+        return True
+
+    view = make_view(clock, decide=decide)
+    view.apply(
+        parse('<action id="m1">{"name": "mail"}</action><action id="m2">{"name": "rm"}</action>')
+    )
+    view.apply(
+        [
+            status("m1", "awaiting", clock.now, parameters='{"to": "<bob>"}'),
+            status("m2", "awaiting", clock.now, parameters='{"path": "/"}'),
+        ]
+    )
+    settle(view, clock)
+    rows = [w for w in walk(part(view, "cortex-approvals")) if "cortex-approval" in w._dom_classes]
+    assert len(rows) == 2 and "&lt;bob&gt;" in rows[0].children[0].value
+    approve, deny = rows[0].children[1], rows[1].children[2]
+    approve.click()
+    deny.click()
+    assert answers == [("m1", True), ("m2", False)]
+    assert approve.description == "Approved" and deny.description == "Denied"
+    assert all(b.disabled for row in rows for b in row.children[1:])
+    view.apply([status("m1", "running", clock.now), status("m2", "skipped", clock.now)])
+    settle(view, clock)
+    assert part(view, "cortex-approvals").children == ()
+    assert all(w.comm is None for row in rows for w in walk(row))  # closed, in the budget
+
+
+def test_an_answer_nobody_waits_for_and_a_nested_action(clock: Clock) -> None:
+    answers: list[str] = []
+    view = make_view(clock, decide=lambda node_id, ok: answers.append(node_id) or False)
+    view.apply(parse('<action type="agent" id="ag">{"name": "helper"}</action>'))
+    view.apply([Nested("ag", status("t1", "awaiting", clock.now, name="mail"))])
+    settle(view, clock)
+    (row,) = part(view, "cortex-approvals").children
+    row.children[1].click()
+    assert answers == ["t1"]  # its own id in the sub-run
+    assert row.children[1].description == "Not waiting"
+
+
+def test_stop_calls_stop_and_leaves_when_the_run_ends(recorder: Recorder, clock: Clock) -> None:
+    stops: list[int] = []
+    view = make_view(clock, stop=lambda: stops.append(1))
+    button = part(view, "cortex-stop")
+    button.click()
+    assert stops == [1] and button.disabled and button.description == "Stopping…"
+    view.apply([Interrupt("cancelled", clock.now), End("cancelled", clock.now)])
+    settle(view, clock)
+    assert maybe_part(view, "cortex-stop") is None and button.comm is None
+    view.finish()
+    assert view.sent == len(recorder.messages) + 2  # + the display and its update
+
+
+def test_every_message_is_counted_with_buttons_and_clicks(recorder: Recorder, clock: Clock) -> None:
+    view = WidgetView(model="m", clock=clock, decide=lambda i, a: True, stop=lambda: None)
+    clock.step(0.5)
+    many(view, 20)
+    view.apply([status("fetch1", "awaiting", clock.now, parameters="{}")])
+    settle(view, clock)
+    part(view, "cortex-approve").click()
+    part(view, "cortex-graph")._handle_custom_msg({"act": "select", "id": "fetch2"}, [])
+    view.apply([status("fetch1", "failed", clock.now, error="x"), End("completed", clock.now)])
+    settle(view, clock)
+    view.finish()
+    assert view.sent == len(recorder.messages) + 2
+    assert busiest_second(recorder.messages) <= 30
+
+
+def test_a_110_action_run_is_cheap(recorder: Recorder, clock: Clock) -> None:
+    """Issue 12, section 5, without a kernel (bench/graph_bench.py measures it in one)."""
+    bench = importlib.util.spec_from_file_location("graph_bench", ROOT / "bench/graph_bench.py")
+    assert bench is not None and bench.loader is not None
+    module = importlib.util.module_from_spec(bench)
+    bench.loader.exec_module(module)
+    events = parse(module.script(), chunk=64)
+    view = WidgetView(model="m", clock=clock)
+    rng = random.Random(3)
+    running: list[str] = []
+    for event in events:
+        clock.step(0.01)
+        batch = [event]
+        if event.kind == "action":
+            batch.append(status(event.action.id, "running", clock.now, attempt=1))
+            running.append(event.action.id)
+        if running and rng.random() < 0.5:
+            done = running.pop(rng.randrange(len(running)))
+            batch.append(status(done, "failed" if done == "f13" else "done", clock.now, attempt=1))
+        view.apply(batch)
+        view.redraw()
+    view.apply(
+        [status(i, "done", clock.now, attempt=1) for i in running] + [End("completed", clock.now)]
+    )
+    settle(view, clock)
+    view.finish()
+    total = sum(m.size for m in recorder.messages)
+    largest = max(m.size for m in recorder.messages)
+    print(f"\n110 actions: {len(recorder.messages)} messages, {total:,} bytes, largest {largest:,}")
+    assert total < 500_000 and largest < 20_000
+    assert busiest_second(recorder.messages) <= 30

@@ -318,6 +318,24 @@ class Kernel:
                 break
         return messages
 
+    def send_comm(self, comm_id: str, content: Any, timeout: float = 10.0) -> list[Message]:
+        """Send a widget a custom message as its front end does (a click in the page);
+        returns the iopub messages that caused, up to the kernel's idle status."""
+        kc = self.kc
+        assert kc is not None, "the kernel is not started"
+        data = {"method": "custom", "content": content}
+        msg = kc.session.msg("comm_msg", {"comm_id": comm_id, "data": data})
+        kc.shell_channel.send(msg)
+        msg_id = msg["header"]["msg_id"]
+
+        def ours(message: Message) -> bool:
+            return bool(message.raw["parent_header"].get("msg_id") == msg_id)
+
+        def idle(message: Message) -> bool:
+            return ours(message) and message.content.get("execution_state") == "idle"
+
+        return [m for m in self.listen(timeout, until=idle) if ours(m)]
+
     def evaluate(self, expression: str) -> str:
         """The ``text/plain`` repr of ``expression`` in the kernel (via ``user_expressions``)."""
         result = self.execute("", user_expressions={"value": expression}).reply

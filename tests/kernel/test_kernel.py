@@ -205,10 +205,15 @@ def test_an_interrupt_ends_a_slow_run_and_the_next_cell_works(kernel: Kernel) ->
     assert after.status == "ok" and kernel.evaluate("quick") == "42"
 
 
+# The same action, its body padded so it streams for about two seconds: the view has time
+# to show it "starting" whatever its message budget holds back.
+SLOW_BODY_CELL = SLOW_CELL.replace('<action id="long">', '<action id="long">' + " " * 320)
+
+
 def test_an_action_cut_by_an_interrupt_is_not_left_looking_live(kernel: Kernel) -> None:
     # Interrupt after `<action id="long">` arrived, before its body did.
     run = run_and_interrupt(
-        kernel, SLOW_CELL, lambda message: graph_statuses(message).get("long") == "starting"
+        kernel, SLOW_BODY_CELL, lambda message: graph_statuses(message).get("long") == "starting"
     )
     final = [dict(NODE.findall(svg)) for _, svg in run.part_values("cortex-graph")][-1]
     assert final["long"] not in ("pending", "starting", "running"), final
