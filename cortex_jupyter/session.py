@@ -22,7 +22,15 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 from anyio.abc import TaskGroup
 
 from cortex_jupyter._bridge import Bridge, Emit, Loop
-from cortex_jupyter.runtime import ActionStatus, Agent, Registry, Run, RunHooks, default_registry
+from cortex_jupyter.runtime import (
+    ActionStatus,
+    Agent,
+    Nested,
+    Registry,
+    Run,
+    RunHooks,
+    default_registry,
+)
 from cortex_jupyter.runtime.approval import Decision
 from cortex_jupyter.runtime.errors import InvalidVariableName
 from cortex_jupyter.runtime.feeds import FeedSet
@@ -165,28 +173,39 @@ class _TextView:
         now = time.monotonic()
         for event in events:
             self._renderer.feed(event, now)
-            if isinstance(event, ActionStatus):
-                self._names.setdefault(event.id, event.name or event.id)
-                if event.status == "awaiting":
+            path, inner = _unnest(event)
+            if isinstance(inner, ActionStatus):
+                self._names.setdefault(path + inner.id, inner.name or inner.id)
+                if inner.status == "awaiting":
                     self._out.flush()
-                    self._ask(event)
+                    self._ask(path + inner.id, inner)
         self._out.flush()
 
-    def _ask(self, event: ActionStatus) -> None:
+    def _ask(self, node_id: str, event: ActionStatus) -> None:
         """Without widgets, "ask" is ``input()``, in the cell's thread (a kernel sends it
-        to the front end as an input request)."""
-        name = self._names.get(event.id, event.id)
-        question = f"cortex: approve action {event.id!r}: {name} {event.parameters or ''}? [y/N] "
+        to the front end as an input request). ``node_id`` is the action's path: an
+        agent's inner action is ``agent/inner``."""
+        name = self._names.get(node_id, event.id)
+        question = f"cortex: approve action {node_id!r}: {name} {event.parameters or ''}? [y/N] "
         try:
             answer = input(question)
         except Exception:  # no one can answer (no stdin: nbclient, a closed terminal)
             answer = ""
             self._out.write("\ncortex: no one could be asked, so it was denied.\n")
-        self._approvals.answer(event.id, answer.strip().lower() in ("y", "yes"))
+        self._approvals.answer(node_id, answer.strip().lower() in ("y", "yes"))
 
     def close(self) -> None:
         self._out.write("\n")
         self._out.flush()
+
+
+def _unnest(event: Any) -> tuple[str, Any]:
+    """A nested run's event unwrapped: ``("agent/", inner event)``; others ``("", event)``."""
+    path = ""
+    while isinstance(event, Nested):
+        path += f"{event.parent}/"
+        event = event.event
+    return path, event
 
 
 class _WidgetView:

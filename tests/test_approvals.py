@@ -110,3 +110,41 @@ def test_a_mistyped_policy_is_a_usage_error(ip: InteractiveShell, tools: list[st
             cell(ip)
     finally:
         ip.run_line_magic("config", "CortexMagics.approve = 'ask'")
+
+
+def test_an_agents_inner_action_is_asked_about_under_its_own_path(
+    ip: InteractiveShell, tools: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The nested agent's action has the same id as the caller's ("mail"): each question
+    # names its own action, and each answer reaches only the action it was about.
+    from cortex_jupyter import Agent
+
+    Agent("ap_helper", instructions="Send what you are asked to.", tools=["ap_send"])
+    script = (
+        '<action id="mail">{"name": "ap_send", "parameters": {"to": "ada"}}</action>'
+        '<action type="agent" id="deleg">{"name": "ap_helper", "parameters": '
+        '{"task": "write to bob"}}</action>\n<response>Done.</response>\n'
+        "--- reply to deleg ---\n"
+        '<action id="mail">{"name": "ap_send", "parameters": {"to": "bob"}}</action>\n'
+        "<response>Sent.</response>\n"
+    )
+    questions: list[str] = []
+
+    def answer(question: str) -> str:
+        questions.append(question)
+        return "y" if "'deleg/mail'" in question else "n"
+
+    monkeypatch.setattr(builtins, "input", answer)
+    try:
+        ip.run_cell_magic("cortex", "--script --delay 0 --text", script)
+    finally:
+        default_registry.remove("agent", "ap_helper")
+    run = ip.user_ns["_cortex"]
+    assert sorted(questions) == [
+        'cortex: approve action \'deleg/mail\': ap_send {"to": "bob"}? [y/N] ',
+        'cortex: approve action \'mail\': ap_send {"to": "ada"}? [y/N] ',
+    ]
+    assert tools == ["bob"]
+    assert run.actions["mail"].error == "denied by the user"
+    assert run.actions["deleg"].subrun.actions["mail"].status == "done"
+    assert run.actions["deleg"].output == "Sent."

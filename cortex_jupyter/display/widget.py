@@ -635,12 +635,12 @@ class WidgetView:
         return self._button_style, self._button_layout
 
     def _answer(self, node_id: str, approved: bool, button: ipywidgets.Button) -> None:
-        """Approve or Deny clicked: the session's ``decide`` gets the node's own id (an
-        agent's sub-run action answers under its id in that run)."""
+        """Approve or Deny clicked: the session's ``decide`` gets the node's id in this
+        view (an agent's sub-run action: ``agent/inner``, as its question was asked)."""
         row = self._rows.get(node_id)
         try:
             assert self._decide is not None
-            answered = self._decide(node_id.rsplit("/", 1)[-1], approved)
+            answered = self._decide(node_id, approved)
         except Exception as exc:
             answered, button.tooltip = False, f"could not answer: {exc!r}"
         word = ("Approved" if approved else "Denied") if answered is not False else "Not waiting"

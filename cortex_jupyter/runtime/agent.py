@@ -21,7 +21,7 @@ import functools
 from collections import ChainMap
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 import anyio.from_thread
@@ -250,8 +250,13 @@ class Agent:
             depth=scheduler.depth + 1,
             max_depth=min(self.max_depth, scheduler.max_depth),
             limiter=scheduler.limiter,
-            # A nested agent asks the way its caller asks.
-            approve=scheduler.approve if self.approval == "ask" else approver_for(self.approval),
+            # A nested agent asks the way its caller asks, about ``parent/inner`` (the id
+            # its node has in the caller's view: an inner "a1" is not the caller's "a1").
+            approve=(
+                _asking_under(node.id, scheduler.approve)
+                if self.approval == "ask"
+                else approver_for(self.approval)
+            ),
             approve_names=frozenset(self.approve),
             approve_timeout=self.approve_timeout,
         )
@@ -318,6 +323,28 @@ class Agent:
             shown.append(f"tools={[_tool_name(t) for t in self.tools]!r}")
         shown.append(f"dialect={self.dialect!r}")
         return f"Agent({', '.join(shown)})"
+
+
+class _Under:
+    """An action of a nested run as its caller's view names it: ``id`` is
+    ``parent/inner``; everything else is the node's own."""
+
+    def __init__(self, parent: str, node: ActionNode) -> None:
+        self.id = f"{parent}/{node.id}"
+        self._node = node
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._node, name)
+
+
+def _asking_under(parent: str, ask: Approver) -> Approver:
+    """``ask``, about a nested run's actions under their path (``researcher/a1``), so a
+    question from inside an agent never answers, or waits behind, one of the caller's."""
+
+    async def asking(node: ActionNode) -> bool:
+        return await ask(cast("ActionNode", _Under(parent, node)))
+
+    return asking
 
 
 def _check(agent: Agent) -> None:

@@ -883,7 +883,7 @@ def test_an_answer_nobody_waits_for_and_a_nested_action(clock: Clock) -> None:
     settle(view, clock)
     (row,) = part(view, "cortex-approvals").children
     row.children[1].click()
-    assert answers == ["t1"]  # its own id in the sub-run
+    assert answers == ["ag/t1"]  # its path: the sub-run's "t1" is not the caller's "t1"
     assert row.children[1].description == "Not waiting"
 
 
