@@ -5,10 +5,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 from IPython.core.interactiveshell import InteractiveShell
 from traitlets.config import Config
 
 from tests.models.fake_openai_server import FakeOpenAIServer, serve
+
+# Property tests check behaviour, never speed: no per-example deadline (on a shared, busy
+# 2-core machine one slow example is not a failure; bench/ measures speed).
+settings.register_profile("cortex", deadline=None)
+settings.load_profile("cortex")
 
 
 @pytest.fixture(scope="session")

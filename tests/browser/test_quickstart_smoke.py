@@ -36,9 +36,15 @@ def test_quickstart_runs_clean(page: Page, lab_server: LabServer, ui: UI) -> Non
     expect(cells.locator(".jp-OutputArea-output").filter(has_text="Traceback")).to_have_count(0)
 
     # `%cortex vars` lists what the runs bound, and which run bound it.
-    bound = cells.filter(has_text="%cortex vars").locator(".jp-OutputArea-output")
+    # (The first such cell: a later one shows `%cortex expose`.)
+    bound = cells.filter(has_text="%cortex vars").first.locator(".jp-OutputArea-output")
     expect(bound).to_contain_text("forecast = {'city': 'Lisbon'")
     expect(bound).to_contain_text("packing = 'sunglasses, an umbrella, a light jacket'")
+    # After `%cortex expose trip`, the list says so; the notebook's private note stays out.
+    exposed = cells.filter(has_text="%cortex expose trip").locator(".jp-OutputArea-output")
+    expect(exposed).to_contain_text("Exposed to models: trip")
+    expect(exposed).to_contain_text("trip = ")
+    expect(exposed).not_to_contain_text("private_notes")
 
     # The cell that checks the notebook's facts by assertion ends with "all good".
     checks = cells.filter(has_text='print("all good")')
