@@ -62,10 +62,12 @@ def load_ipython_extension(ipython: InteractiveShell) -> None:
 
 
 def unload_ipython_extension(ipython: InteractiveShell) -> None:
-    """Remove the ``%%cortex`` magic (called by ``%unload_ext cortex_jupyter``)."""
-    from cortex_jupyter.magic import unregister
+    """Remove the ``%%cortex`` magic and close the MCP servers and the Dask cluster
+    cortex started (called by ``%unload_ext cortex_jupyter``)."""
+    from cortex_jupyter.magic import close_tool_sources, unregister
 
     unregister(ipython)
+    close_tool_sources()
 
 
 def expose(*names: str) -> None:

@@ -11,18 +11,32 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shlex
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import (
+    MagicArgumentParser,
+    argument,
+    magic_arguments,
+    parse_argstring,
+)
 from traitlets import Any as AnyTrait
-from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode
+from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode, observe
 
+from cortex_jupyter.runtime.errors import CortexRuntimeError
+from cortex_jupyter.runtime.mcp import DEFAULT_TIMEOUT
 from cortex_jupyter.runtime.secrets import redact
 from cortex_jupyter.session import CellOptions, Session, forget, session_for
+
+if TYPE_CHECKING:
+    from traitlets.utils.bunch import Bunch
+
+    from cortex_jupyter.runtime.mcp import ServerStatus
 
 DIALECTS = ("cortex", "sigil", "cogency", "hermes", "auto")
 COMMANDS = (
@@ -38,7 +52,21 @@ COMMANDS = (
     "replay",
     "save",
     "config",
+    "mcp",
+    "cluster",
+    "help",
 )
+MCP_COMMANDS = ("add", "list", "remove")
+MCP_USAGE = (
+    "%cortex mcp add NAME -- COMMAND [ARG ...]   start a stdio server\n"
+    "%cortex mcp add NAME URL [--header 'Authorization: Bearer $VAR' ...]   "
+    "connect to a streamable-HTTP server\n"
+    "%cortex mcp add --config FILE   every server of an mcpServers file (JSON or YAML)\n"
+    "%cortex mcp list [NAME]   servers, state and tools (with NAME: its stderr too)\n"
+    "%cortex mcp remove NAME   close a server and unregister its tools"
+)
+#: ``$NAME`` in a header or env value: the environment variable, read when connecting.
+_ENV_REFERENCE = re.compile(r"\$(?=[A-Za-z_])([A-Za-z_][A-Za-z0-9_]*)")
 
 
 @magics_class
@@ -83,6 +111,19 @@ class CortexMagics(Magics):
     display = CaselessStrEnum(
         ("auto", "widgets", "text"), "auto", help="How runs are shown: widgets, text or auto."
     ).tag(config=True)
+    dask_address = Unicode(
+        None,
+        allow_none=True,
+        help='Dask scheduler for executor="dask" tools (tcp://host:8786); None: '
+        "DASK_SCHEDULER_ADDRESS, or else a local cluster started on first use.",
+    ).tag(config=True)
+
+    @observe("dask_address")
+    def _dask_address_changed(self, change: Bunch) -> None:
+        # Imported here: the executors module is light, but what it connects with is not.
+        from cortex_jupyter.runtime.executors import set_dask_address
+
+        set_dask_address(change["new"] or None)
 
     @property
     def session(self) -> Session:
@@ -130,13 +171,15 @@ class CortexMagics(Magics):
 
     @line_magic("cortex")  # type: ignore[arg-type]  # IPython types the named form as Never
     def cortex_line(self, line: str) -> Any:
-        """``%cortex tools|vars|history|reset|prompt|continue|stop|replay|save|config``."""
+        """``%cortex COMMAND``: tools, vars, expose, hide, history, reset, prompt,
+        continue, stop, replay, save, config, mcp, cluster; ``%cortex help`` says what
+        each does."""
         words = shlex.split(line)
         if not words or words[0] not in COMMANDS:
             given = f" {words[0]!r}" if words else ""
             raise UsageError(
                 f"%cortex: unknown command{given}. Use one of: {', '.join(COMMANDS)} "
-                "(or the cell magic %%cortex to run a prompt)."
+                "(%cortex help says what each does; the cell magic %%cortex runs a prompt)."
             )
         command, args = words[0], words[1:]
         return getattr(self, f"_cmd_{command}")(args)
@@ -322,6 +365,152 @@ class CortexMagics(Magics):
     def _config_names(self) -> list[str]:
         return sorted(self.class_own_traits(config=True))
 
+    def _cmd_help(self, args: list[str]) -> None:
+        """What each %cortex command does."""
+        for command in COMMANDS:
+            doc = getattr(self, f"_cmd_{command}").__doc__ or ""
+            print(f"%cortex {command:<9} {doc.strip().splitlines()[0]}")
+        print("%%cortex           run a cell: %%cortex? lists its options")
+
+    def _cmd_cluster(self, args: list[str]) -> None:
+        """The Dask cluster executor="dask" tools run on: address, workers, dashboard."""
+        from cortex_jupyter.runtime.executors import cluster_info
+
+        print(cluster_info())
+
+    def _cmd_mcp(self, args: list[str]) -> None:
+        """MCP servers' tools as NAME.TOOL: %cortex mcp add|list|remove (%cortex mcp help)."""
+        command, rest = (args[0], args[1:]) if args else ("list", [])
+        if command in ("help", "-h", "--help"):
+            print(MCP_USAGE)
+            return
+        if command not in MCP_COMMANDS:
+            _complain(
+                f"mcp: unknown command {command!r}; use add, list or remove "
+                "(%cortex mcp help shows how)"
+            )
+            return
+        try:
+            getattr(self, f"_mcp_{command}")(rest)
+        except UsageError as exc:
+            _complain(f"mcp {command}: {exc}")
+        except CortexRuntimeError as exc:  # what went wrong, with the server's name
+            _complain(str(exc))
+
+    def _mcp_add(self, args: list[str]) -> None:
+        from cortex_jupyter import mcp
+
+        cut = args.index("--") if "--" in args else len(args)
+        options = _MCP_ADD.parse_intermixed_args(args[:cut])
+        command = args[cut + 1 :]
+        if options.config is not None:
+            if options.name or options.url or command or options.header or options.env:
+                raise UsageError("give --config FILE alone (the file names its servers)")
+            for status in mcp.load_config(options.config):
+                _show_added(status)
+            return
+        if options.name is None:
+            raise UsageError(
+                "name the server first: %cortex mcp add NAME -- COMMAND [ARG ...] (stdio), "
+                "%cortex mcp add NAME URL (streamable HTTP) or %cortex mcp add --config FILE"
+            )
+        if bool(command) == bool(options.url):
+            raise UsageError(
+                f"give the command after -- (stdio) or a URL (streamable HTTP) for server "
+                f"{options.name!r}, e.g. %cortex mcp add {options.name} -- npx -y PACKAGE"
+            )
+        if options.url is not None and not options.url.startswith(("http://", "https://")):
+            raise UsageError(
+                f"{options.url!r} is not an http(s) URL; a command goes after --, e.g. "
+                f"%cortex mcp add {options.name} -- {options.url}"
+            )
+        _show_added(
+            mcp.add(
+                options.name,
+                command or None,
+                url=options.url,
+                env=_pairs(options.env, "=", "--env NAME=VALUE"),
+                headers=_pairs(options.header, ":", "--header 'Name: value'"),
+                timeout=options.timeout,
+            )
+        )
+
+    def _mcp_list(self, args: list[str]) -> None:
+        from cortex_jupyter import mcp
+
+        if len(args) > 1:
+            raise UsageError("give at most one server name")
+        if args:
+            status = mcp.status(args[0])
+            print(redact(status.details()))
+            kept = len(mcp.stderr(args[0]).splitlines())
+            if kept > len(status.stderr):
+                print(f"({kept} lines of stderr kept: cortex_jupyter.mcp.stderr({args[0]!r}))")
+            return
+        servers = mcp.servers()
+        if not servers:
+            print(
+                "No MCP servers yet: %cortex mcp add NAME -- COMMAND (stdio) or "
+                "%cortex mcp add NAME URL (streamable HTTP)."
+            )
+        for status in servers:
+            print(redact(status.summary()))
+            if status.tools:
+                print("  tools: " + ", ".join(status.tools))
+
+    def _mcp_remove(self, args: list[str]) -> None:
+        from cortex_jupyter import mcp
+
+        if len(args) != 1:
+            raise UsageError("name one server, e.g. %cortex mcp remove fs")
+        count = len(mcp.status(args[0]).tools)
+        mcp.remove(args[0])
+        print(f"Removed MCP server {args[0]!r} and its {count} tool{'' if count == 1 else 's'}.")
+
+
+def _mcp_add_parser() -> MagicArgumentParser:
+    parser = MagicArgumentParser(prog="%cortex mcp add", add_help=False)
+    parser.add_argument("name", nargs="?")
+    parser.add_argument("url", nargs="?")
+    parser.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS")
+    parser.add_argument("--config", metavar="FILE")
+    return parser
+
+
+_MCP_ADD = _mcp_add_parser()
+
+
+def _pairs(items: list[str], sep: str, shape: str) -> dict[str, str]:
+    """``NAME: value`` headers or ``NAME=value`` env entries; ``$VAR`` in a value is the
+    environment variable (``${VAR}``, read when connecting, so it is never written out)."""
+    pairs = {}
+    for item in items:
+        key, found, value = item.partition(sep)
+        if not found or not key.strip():  # not echoed: it may hold a token
+            raise UsageError(f"each {shape.partition(' ')[0]} is {shape}; one has no {sep!r}")
+        pairs[key.strip()] = _ENV_REFERENCE.sub(r"${\1}", value.strip())
+    return pairs
+
+
+def _show_added(status: ServerStatus) -> None:
+    if status.state != "ready":  # a server of a config file that did not start
+        _complain(f"MCP server {status.name!r} did not start: {status.error or status.state}")
+        return
+    count = len(status.tools)
+    print(
+        redact(
+            f"MCP server {status.name!r} is ready ({status.transport}: {status.target}); "
+            f"{count} tool{'' if count == 1 else 's'}: {', '.join(status.tools) or 'none'}"
+        )
+    )
+
+
+def _complain(text: str) -> None:
+    """One ``cortex:`` line on stderr: the cell goes on, the kernel keeps working."""
+    print(redact(f"cortex: {text}"), file=sys.stderr)
+
 
 def _number(
     raw: str | None,
@@ -347,6 +536,8 @@ def _number(
 
 
 def _coerce(trait: Any, value: str) -> Any:
+    if getattr(trait, "allow_none", False) and value.lower() in ("", "none"):
+        return None
     if isinstance(trait, Bool):
         return value.lower() in ("1", "true", "yes", "on")
     if isinstance(trait, Int):
@@ -395,6 +586,19 @@ async def run_cell_async(shell: InteractiveShell, line: str, cell: str) -> None:
     if not isinstance(magics, CortexMagics):
         raise UsageError("%%cortex: the extension is not loaded; run %load_ext cortex_jupyter")
     await magics.session.run_cell_async(cell, magics._options(line))
+
+
+def close_tool_sources() -> None:
+    """Close the MCP servers and the Dask cluster cortex started (``%unload_ext``; at
+    interpreter exit each module closes its own). Only what was imported is touched."""
+    if "cortex_jupyter.runtime.mcp" in sys.modules:
+        from cortex_jupyter import mcp
+
+        mcp.close_all()
+    if "cortex_jupyter.runtime.executors" in sys.modules:
+        from cortex_jupyter.runtime import executors
+
+        executors.close_all()
 
 
 def unregister(shell: InteractiveShell) -> None:

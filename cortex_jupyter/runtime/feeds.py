@@ -2,7 +2,8 @@
 
 A ``FeedSpec`` declares one feed, in Python or in a YAML manifest: where its value comes
 from (``internal``: the clock, an environment variable, a random number or static text;
-or a registered ``tool``, ``relic``, ``workflow`` or ``llm`` entry called with ``params``),
+a registered ``tool``, ``relic``, ``workflow`` or ``llm`` entry called with ``params``; or
+``mcp``: a resource of an added MCP server, ``source: {type: mcp, server: NAME, uri: URI}``),
 when it is refreshed (``on_demand``: when a turn's prompt is built, at most once per
 ``cache_ttl`` seconds; ``periodic``: every ``interval`` seconds in the background, only
 while a run is active), how much of it the prompt shows (``max_tokens``, about four
@@ -52,9 +53,11 @@ __all__ = [
 ]
 
 FEED_TYPES: tuple[str, ...] = ("on_demand", "periodic")
-FEED_SOURCES: tuple[str, ...] = ("internal", "tool", "relic", "workflow", "llm")
+FEED_SOURCES: tuple[str, ...] = ("internal", "tool", "relic", "workflow", "llm", "mcp")
 INTERNAL_SOURCES: tuple[str, ...] = ("clock", "env", "random", "static")
 CHARS_PER_TOKEN = 4
+#: Seconds an MCP server has to answer a feed's resources/read.
+MCP_READ_TIMEOUT = 30.0
 _FIELDS = frozenset(
     ("id", "type", "interval", "source", "name", "params", "cache_ttl", "max_tokens", "enabled")
 )
@@ -100,7 +103,9 @@ class FeedSpec:
 
     ``source`` is ``internal`` (``name`` is ``clock``, ``env``, ``random`` or ``static``)
     or the action type of a registered entry (``tool``, ``relic``, ``workflow``, ``llm``)
-    named ``name`` and called with ``params``. Internal parameters: ``clock`` takes
+    named ``name`` and called with ``params``, or ``mcp``: the resource ``params["uri"]``
+    of the MCP server ``name`` (``source: {type: mcp, server: NAME, uri: URI}``, read
+    through ``cortex_jupyter.mcp``'s servers). Internal parameters: ``clock`` takes
     ``utc`` (bool) and ``format`` (strftime); ``env`` takes ``name`` and ``default``;
     ``random`` takes ``min`` and ``max`` (a whole number between) or ``choices``;
     ``static`` takes ``text``.
@@ -139,6 +144,16 @@ class FeedSpec:
             raise FeedError(self.id, f"enabled must be true or false, not {self.enabled!r}")
         if self.source == "internal":
             self._check_internal()
+        if self.source == "mcp":
+            self._check_mcp()
+
+    def _check_mcp(self) -> None:
+        shape = "source: {type: mcp, server: NAME, uri: URI}"
+        if not isinstance(self.name, str) or not self.name:
+            raise FeedError(self.id, f"an mcp feed needs a server name: {shape}")
+        uri = self.params.get("uri")
+        if not isinstance(uri, str) or not uri:
+            raise FeedError(self.id, f"an mcp feed needs a uri: {shape}")
 
     def _check_internal(self) -> None:
         if self.name not in INTERNAL_SOURCES:
@@ -181,7 +196,11 @@ class FeedSpec:
             )
         fields = dict(data)
         source = fields.pop("source", "internal")
-        if isinstance(source, Mapping):
+        if isinstance(source, Mapping) and source.get("type") == "mcp":
+            fields["source"] = "mcp"
+            fields.setdefault("name", source.get("server", source.get("name", "")))
+            fields.setdefault("params", {"uri": source.get("uri")})
+        elif isinstance(source, Mapping):
             fields["source"] = source.get("type", "internal")
             fields.setdefault("name", source.get("name", "static"))
             fields.setdefault("params", source.get("params", {}))
@@ -472,6 +491,8 @@ class FeedSet(MutableMapping[str, Any]):
     async def _fetch(self, spec: FeedSpec) -> Any:
         if spec.source == "internal":
             return _internal(spec)
+        if spec.source == "mcp":
+            return await _mcp_resource(spec)
         registry, namespace, model = self._context
         run = Run()
         action = Action(
@@ -495,6 +516,19 @@ class FeedSourceFailed(CortexRuntimeError):
         self.id = spec.id
         self.error = error
         super().__init__(f"{spec.source} {spec.name!r} failed: {error}")
+
+
+async def _mcp_resource(spec: FeedSpec) -> str:
+    """The text of an MCP resource, from the servers ``cortex_jupyter.mcp`` added; a
+    server that does not answer fails the refresh instead of holding up the turn."""
+    from .mcp import McpServerError, read_resource
+
+    uri = str(spec.params["uri"])
+    with anyio.move_on_after(MCP_READ_TIMEOUT):
+        return await read_resource(spec.name, uri)
+    raise McpServerError(
+        spec.name, f"could not read {uri!r}", f"no answer within {MCP_READ_TIMEOUT:g} s"
+    )
 
 
 def _internal(spec: FeedSpec) -> Any:

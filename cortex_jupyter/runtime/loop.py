@@ -72,6 +72,7 @@ from .context import (
 from .events import AnyEvent, ChatEntry, Chunk, ContextUse, Interrupt, Metric, Turn, TurnEnd
 from .feeds import FeedSet
 from .graph import ActionNode
+from .mcp import NativeNames
 from .model import complete
 from .prompt import format_results, result_text, system_prompt
 from .record import Run
@@ -90,7 +91,6 @@ RESULT_LIMIT = 4000
 COALESCE_SECONDS = 0.05
 # Where the list dialects' turn markers can end: reading stops right after one.
 _PIECES = re.compile(r"[^>:\n]+[>:\n]?|[>:\n]")
-_NATIVE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 class Conversation:
@@ -248,13 +248,14 @@ class _ChunkRecorder:
             self._parts = []
 
 
-def _native_action(call: ToolCallReady) -> ActionReady | ProtocolError:
-    """A native tool call as a tool action (id = the call's id), or why it cannot run."""
+def _native_action(call: ToolCallReady, name: str) -> ActionReady | ProtocolError:
+    """A native tool call as a tool action (id = the call's id) of the registry entry
+    ``name`` (the call's native name mapped back), or why it cannot run."""
     params = parse_body(call.arguments if call.arguments.strip() else "{}", call.id)
     if isinstance(params, ProtocolError):
         return params
     action = build_action(
-        {"name": call.name, "parameters": params},
+        {"name": name, "parameters": params},
         action_id=call.id,
         type="tool",
         mode="async",
@@ -338,6 +339,9 @@ class Loop:
         self._sent: list[Message] = []  # what the current turn sent (for calibration)
         self._system = ""
         self._recorder = _ChunkRecorder(scheduler.emit)
+        # The native names of the tools the current turn offers (``fs__read_file`` for
+        # ``fs.read_file``), so a native call maps back to the registered name.
+        self._natives = NativeNames()
 
     async def go(self, user_text: str) -> None:
         self._start = self.conversation.begin()
@@ -488,12 +492,17 @@ class Loop:
         )
 
     def _tools(self) -> list[ToolDefinition] | None:
+        """The tools offered natively this turn, each under a name function calling
+        allows (an MCP tool's ``NAME.TOOL`` becomes ``NAME__TOOL``; see ``NativeNames``)."""
+        registry = self.scheduler.registry
+        # Built afresh each turn (a server's tools may have changed since the last one),
+        # and also when none are offered: a replayed native call still maps back.
+        self._natives = NativeNames(registry.names("tool"))
         if not self.agent.native_tools:
             return None
         return [
-            tool_definition(s["name"], s["description"], s["parameters"])
-            for s in self.scheduler.registry.schemas(("tool",))
-            if _NATIVE_NAME.match(s["name"])
+            tool_definition(self._natives.native(s["name"]), s["description"], s["parameters"])
+            for s in registry.schemas(("tool",))
         ] or None
 
     # ---- streaming one reply ----------------------------------------------------
@@ -551,7 +560,7 @@ class Loop:
                     "function": {"name": chunk.name, "arguments": chunk.arguments},
                 }
             )
-            self._submit(turn, _native_action(chunk))
+            self._submit(turn, _native_action(chunk, self._natives.original(chunk.name)))
         elif isinstance(chunk, Usage):
             now = time.monotonic()
             if chunk.prompt_tokens and self._sent:
