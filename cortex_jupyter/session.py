@@ -211,6 +211,9 @@ def _unnest(event: Any) -> tuple[str, Any]:
 class _WidgetView:
     """The live widgets, and at the end a static copy for saved notebooks.
 
+    The copy is a second output under the view's own (``display.static`` says why): it
+    is shown when the cell's run ends, and only updated after that, wherever its cell is.
+
     Actions that outlive their cell (``fire_and_forget``) report through ``late``: the
     events are handed to the kernel's own event loop, which runs callbacks in the
     cell's thread (the only one that may touch widgets) once the cell has ended. The
@@ -234,6 +237,8 @@ class _WidgetView:
             model=model, values=values, decide=approvals.answer, stop=self._stop, record=record
         )
         self._handle = display(self.view.widget, display_id=True)
+        self._copy: Any = None  # an IPython DisplayHandle, once shown
+        self._closed = False
         self._kernel_loop = _running_loop()
         self.late: Callable[[list[Any]], None] | None = None
         if self._kernel_loop is not None:
@@ -252,9 +257,22 @@ class _WidgetView:
 
     def close(self) -> None:
         self.view.stream_closed()
-        data, metadata = self.view.finish()
+        saved = self.view.finish()
+        self._show_copy(*saved.static)
+        # The view's own output last: its update carries the run's record.
         if self._handle is not None:
+            data, metadata = saved.live
             self._handle.update(data, metadata=metadata, raw=True)
+
+    def _show_copy(self, data: dict[str, Any], metadata: dict[str, Any]) -> None:
+        """Show the static copy under the view (in the cell), or update it (later)."""
+        from IPython.display import display
+
+        first, self._closed = not self._closed, True
+        if self._copy is not None:
+            self._copy.update(data, metadata=metadata, raw=True)
+        elif first:  # once the cell has ended, a new display would land in another cell
+            self._copy = display(data, metadata=metadata, raw=True, display_id=True)
 
     def _late(self, events: list[Any]) -> None:  # any thread
         assert self._kernel_loop is not None

@@ -48,7 +48,8 @@ UNKNOWN_STATUS = StatusStyle("#8c8c8c", "#f4f4f4", "#4d4d4d", "?", "unknown")
 STREAM_COLOURS: dict[str, str] = {
     "thought": "#cc79a7",
     "action": "#e69f00",
-    "response": "#009e73",
+    # Okabe-Ito sky blue: no action status uses it (done's green would read as an action).
+    "response": "#56b4e9",
     "text": "#999999",
 }
 

@@ -75,9 +75,10 @@ from .rich import pre
 from .state import PARTS, ViewState
 from .static import (
     WIDGET_MIME,
+    SavedCopy,
     callout,
     header_html,
-    saved_bundle,
+    saved_copy,
 )
 from .svg import ARROW_DEFS, Picture, arrange, details_html, draw
 from .theme import BORDER_VAR, MUTED_VAR, esc
@@ -310,13 +311,14 @@ class WidgetView:
         """The model's stream ended: the state word moves on to "running actions"."""
         self.state.close_stream(self._clock())
 
-    def finish(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Draw the final frame in full; return ``(data, metadata)`` for a display update.
+    def finish(self) -> SavedCopy:
+        """Draw the final frame in full; return the two outputs the run leaves.
 
-        ``data`` is the widget's own bundle plus a static ``text/html`` and ``text/plain``
-        copy (what GitHub, nbviewer and VS Code show without widget state); ``metadata``
-        is ``{"cortex": run_metadata(...)}``. The final frame ignores the budget: it is
-        the last thing the view sends.
+        ``.live`` updates the view's own output (the widget, an empty text, and
+        ``{"cortex": run_metadata(...)}``); ``.static`` is a second output, the static
+        copy every renderer without the widget's model shows (``static.py`` says why it
+        is a second output). The final frame ignores the budget: it is the last thing
+        the view sends.
         """
         now = self._clock()
         self._auto_open()
@@ -329,10 +331,10 @@ class WidgetView:
                 self.sent += pieces.close_stale(None)
         self.sent += self._close_stale(None)
         self.sent += self._drop_stop()
-        self.sent += 1  # the display update that carries this
+        self.sent += 2  # the view's display update, and the static copy's display
         bundle = self.widget._repr_mimebundle_()
         widget = bundle.get(WIDGET_MIME) if bundle else None
-        return saved_bundle(self.state, self._read_values(), now, widget=widget)
+        return saved_copy(self.state, self._read_values(), now, widget=widget)
 
     # ---- scheduling ---------------------------------------------------------------
 

@@ -416,3 +416,14 @@ def screenshot(page: Page, name: str) -> Path:
     path = SCREENSHOTS_DIR / f"{name}.png"
     page.screenshot(path=str(path))
     return path
+
+
+def trust_notebook(server: LabServer, path: str) -> None:
+    """Sign the notebook at ``path`` in the server's own trust database, as JupyterLab
+    does for the notebooks it saves (a notebook reopened by its author is trusted)."""
+    subprocess.run(
+        [sys.executable, "-m", "jupyter", "trust", str(server.root / path)],
+        env=server._environment(),
+        check=True,
+        capture_output=True,
+    )

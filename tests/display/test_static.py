@@ -2,20 +2,41 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import re
+import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
 
 import pytest
 
 from cortex_jupyter.display import endpoint_host, run_metadata, static_html, static_text
+from cortex_jupyter.display.static import (
+    STATIC_CLASS,
+    SWITCH_CSS,
+    WIDGET_MIME,
+    picture_uri,
+    saved_copy,
+)
 
 from .helpers import finished_run
 
 
+def pictures(html: str) -> list[str]:
+    """The SVG text of every ``data:image/svg+xml`` picture in ``html``."""
+    found = re.findall(r'src="data:image/svg\+xml;base64,([^"]+)"', html)
+    return [base64.b64decode(encoded).decode("utf-8") for encoded in found]
+
+
 def test_static_html_holds_graph_details_and_rendered_response() -> None:
     html = static_html(finished_run(), values={"cats": "many cats"})
-    assert "<svg" in html and 'data-id="a3"' in html
+    # The graph is a picture (sanitizers strip inline <svg>, and keep an <img> data URI).
+    assert "<svg" not in html
+    (graph,) = pictures(html)
+    assert graph.startswith("<svg") and 'data-id="a3"' in graph
+    assert '<img class="cortex-graph"' in html and 'alt="action graph: ' in html
+    # Every action as text too, with what the inspector would show.
+    assert "<b>search</b> (a1)" in html and "<b>compare</b> (a3)" in html
     assert "ValueError: no model" in html  # the details list
     assert "<h1>Cats and dogs</h1>" in html
     assert "<strong>many cats</strong>" in html
@@ -94,3 +115,81 @@ def test_run_metadata_is_json_with_relative_times() -> None:
 )
 def test_endpoint_host_drops_credentials_and_path(endpoint: str | None, host: str | None) -> None:
     assert endpoint_host(endpoint) == host
+
+
+def test_a_finished_run_leaves_the_view_and_a_static_copy_apart() -> None:
+    widget = {"version_major": 2, "version_minor": 0, "model_id": "abc"}
+    saved = saved_copy(finished_run(), {"cats": "many cats"}, widget=widget)
+    live, live_meta = saved.live
+    # The view's own output: the widget, and nothing else a renderer could show.
+    assert live == {WIDGET_MIME: widget, "text/plain": ""}
+    assert live_meta["cortex"]["status"] == "done"
+    json.dumps(live_meta, allow_nan=False)
+    # The copy: no widget, so every renderer shows its HTML or its text.
+    data, _ = saved.static
+    assert set(data) == {"text/html", "text/plain"}
+    assert data["text/html"].startswith(f"<style>{SWITCH_CSS}</style>")
+    assert f'class="{STATIC_CLASS} cortex-run"' in data["text/html"]
+    assert "# Cats and dogs" in data["text/plain"]
+    # Once the view is closed, its output shows nothing at all.
+    closed = saved_copy(finished_run(), widget=None)
+    assert closed.live[0] == {"text/plain": ""}
+
+
+def test_the_switch_is_one_valid_rule_per_case() -> None:
+    """One invalid selector drops its whole rule, and ``:has()`` may not nest."""
+    rules = SWITCH_CSS.split("}")
+    assert rules.pop() == "" and len(rules) == 3
+    for rule in rules:
+        selector, body = rule.split("{")
+        assert body == "display:none"
+        for inner in re.findall(r":has\(((?:[^()]|\([^()]*\))*)\)", selector):
+            assert ":has(" not in inner, selector
+
+
+def test_secrets_are_redacted_inside_the_picture(monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = "sk-test-picture-secret-1234567890"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    state = finished_run()
+    state.nodes["a1"].name = f"search {secret}"
+    html = static_html(state)
+    assert secret not in html
+    assert all(secret not in svg for svg in pictures(html))
+    assert secret not in base64.b64decode(picture_uri(f"<svg>{secret}</svg>")[26:]).decode()
+
+
+class _Tags(HTMLParser):
+    """Counts ``<img>`` elements and collects event-handler attributes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.images = 0
+        self.bad: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.images += tag == "img"
+        self.bad += [f"{tag} {name}" for name, _ in attrs if name.lower().startswith("on")]
+        if tag in ("script", "iframe", "svg"):
+            self.bad.append(tag)
+
+
+SVG_TAGS = {"svg", "defs", "marker", "path", "g", "title", "rect", "text", "line", "style"}
+
+
+@pytest.mark.parametrize(
+    "payload", ["<script>alert(1)</script>", '"><svg onload=alert(1)>', "</title><img src=x>"]
+)
+def test_model_text_stays_text_in_the_picture_and_around_it(payload: str) -> None:
+    state = finished_run()
+    for node in state.nodes.values():
+        node.name = node.error = node.output = payload
+    html = static_html(state)
+    assert "<script" not in html.lower()
+    tags = _Tags()
+    tags.feed(html)
+    assert tags.bad == []
+    assert tags.images == 1  # the graph's own picture, nothing the model wrote
+    (graph,) = pictures(html)
+    for element in ET.fromstring(graph).iter():
+        assert element.tag.rsplit("}", 1)[-1] in SVG_TAGS, element.tag
+        assert not any(name.lower().startswith("on") for name in element.attrib)

@@ -37,7 +37,14 @@ from cortex_jupyter.runtime import ActionStatus, End, Interrupt, Nested
 from cortex_jupyter.runtime.events import ActionOutput, Progress
 
 from .helpers import parse, status
-from .test_xss import HTML_ELEMENTS, PAYLOADS, check_tree, hostile_state
+from .test_xss import (
+    HTML_ELEMENTS,
+    PAYLOADS,
+    SVG_ELEMENTS,
+    check_tree,
+    hostile_state,
+    split_pictures,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -461,22 +468,28 @@ def test_no_widget_value_lets_model_text_through(clock: Clock, payload: str) -> 
     view = make_view(clock)
     view.state = hostile_state(payload)  # every field the model can write, hostile
     view.redraw()
-    data, metadata = view.finish()
+    saved = view.finish()
+    data, _ = saved.static
     values = [v for v in html_values(view.widget) if v]
     assert len(values) >= 5
     assert maybe_part(view, "cortex-inspector") is not None  # a failed node: opened
-    for value in [*values, data["text/html"], picture(view)]:
+    # The copy's own <style> (SWITCH_CSS) and graph picture, then what is left.
+    copy, pictures = split_pictures(data["text/html"].split("</style>", 1)[1])
+    assert len(pictures) == 1
+    for svg in pictures:
+        check_tree(ET.fromstring(svg), SVG_ELEMENTS)
+    for value in [*values, copy, picture(view)]:
         lowered = value.lower()
         for raw in ("<script", "<img", "<iframe", "<svg onload", "\x00", "\x1b"):
             assert raw not in lowered, raw
         check_tree(ET.fromstring(f"<root>{value}</root>"), HTML_ELEMENTS)
-    json.dumps(metadata)
+    json.dumps(saved.live[1])
 
 
 def test_text_plain_has_no_control_characters(clock: Clock) -> None:
     view = make_view(clock)
     view.state = hostile_state("\x00\x1b[31m red")
-    data, _ = view.finish()
+    data, _ = view.finish().static
     assert "\x00" not in data["text/plain"] and "\x1b" not in data["text/plain"]
 
 
@@ -489,12 +502,18 @@ def test_finish_returns_the_widget_and_a_static_copy(
     view.apply([status("a1", "running", clock.now), status("a1", "done", clock.now + 0.2)])
     view.apply([End("completed", clock.now + 0.3)])
     clock.step(0.5)
-    data, metadata = view.finish()
-    assert set(data) == {WIDGET_MIME, "text/html", "text/plain"}
-    assert data[WIDGET_MIME]["model_id"] == view.widget.model_id
+    saved = view.finish()
+    # The view's own output: the widget, an empty text, the run's record.
+    live, metadata = saved.live
+    assert live == {WIDGET_MIME: live[WIDGET_MIME], "text/plain": ""}
+    assert live[WIDGET_MIME]["model_id"] == view.widget.model_id
+    # The static copy, a second output with no widget in it.
+    data, _ = saved.static
+    assert set(data) == {"text/html", "text/plain"}
     assert "<script" not in data["text/html"].lower()
     assert "Cats and dogs" in data["text/html"] and "Cats and dogs" in data["text/plain"]
-    assert 'class="cortex-run"' in data["text/html"]
+    assert 'class="cortex-static cortex-run"' in data["text/html"]
+    assert 'src="data:image/svg+xml;base64,' in data["text/html"]
     record = metadata["cortex"]
     assert record["model"] == "test-model" and record["status"] == "done"
     assert [a["id"] for a in record["actions"]] == ["a1", "a2", "a3"]
@@ -588,10 +607,14 @@ def test_a_whole_streamed_run_stays_within_the_iopub_budget(
     created = clock.now
     view = WidgetView(model="test-model", clock=clock, values=lambda: values)
     chunks = stream_bench_run(view, clock, rate)
-    data, _ = view.finish()
-    # The session shows the view (display_data) and ends with a display update: both
-    # count against the view's messages, as in the kernel.
-    displays = [Message(created, "display_data", "", 0), Message(clock.now, "update", "", 0)]
+    data, _ = view.finish().live
+    # The session shows the view (display_data) and ends with the static copy's display
+    # and the view's update: all count against the view's messages, as in the kernel.
+    displays = [
+        Message(created, "display_data", "", 0),
+        Message(clock.now, "display_data", "", 0),
+        Message(clock.now, "update", "", 0),
+    ]
     messages = recorder.messages + displays
     total = sum(m.size for m in recorder.messages)
     print(
@@ -653,7 +676,7 @@ def test_the_text_copy_fills_dollar_names_like_the_view(clock: Clock) -> None:
     view = WidgetView(model="m", clock=clock, values=lambda: {"answer": 42})
     view.apply(parse("<response>The answer is $answer.</response>"))
     view.apply([End("completed", clock.now)])
-    data, _ = view.finish()
+    data, _ = view.finish().static
     assert "The answer is 42." in data["text/plain"]
 
 
@@ -897,7 +920,7 @@ def test_stop_calls_stop_and_leaves_when_the_run_ends(recorder: Recorder, clock:
     settle(view, clock)
     assert maybe_part(view, "cortex-stop") is None and button.comm is None
     view.finish()
-    assert view.sent == len(recorder.messages) + 2  # + the display and its update
+    assert view.sent == len(recorder.messages) + 3  # + the display, the copy's, the update
 
 
 def test_every_message_is_counted_with_buttons_and_clicks(recorder: Recorder, clock: Clock) -> None:
@@ -911,7 +934,7 @@ def test_every_message_is_counted_with_buttons_and_clicks(recorder: Recorder, cl
     view.apply([status("fetch1", "failed", clock.now, error="x"), End("completed", clock.now)])
     settle(view, clock)
     view.finish()
-    assert view.sent == len(recorder.messages) + 2
+    assert view.sent == len(recorder.messages) + 3
     assert busiest_second(recorder.messages) <= 30
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import html as htmllib
 import re
 import xml.etree.ElementTree as ET
@@ -92,13 +93,28 @@ def check_tree(root: ET.Element, allowed: set[str]) -> None:
                 assert not value.lower().lstrip().startswith(("javascript", "data:text")), value
 
 
+#: The graph's own picture in the static copy (``static.picture_html``).
+PICTURE = re.compile(r'<img class="cortex-graph" src="data:image/svg\+xml;base64,([^"]+)"[^>]*/>')
+
+
+def split_pictures(html: str) -> tuple[str, list[str]]:
+    """``html`` without the graph's ``<img>`` pictures, and the SVG text of each."""
+    svgs = [base64.b64decode(m).decode("utf-8") for m in PICTURE.findall(html)]
+    return PICTURE.sub("", html), svgs
+
+
 @pytest.mark.parametrize("payload", PAYLOADS)
 def test_no_renderer_lets_model_text_through(payload: str) -> None:
-    for name, out in outputs(hostile_state(payload)).items():
+    found = outputs(hostile_state(payload))
+    found["static"], pictures = split_pictures(found["static"])
+    assert len(pictures) == 1  # the graph, as a data URI picture
+    for svg in pictures:
+        found["static picture"] = svg
+    for name, out in found.items():
         lowered = out.lower()
         for raw in ("<script", "<img", "<iframe", "<svg onload", "\x00", "\x1b"):
             assert raw not in lowered, (name, raw)
-        if name in ("graph", "timeline"):
+        if name in ("graph", "timeline", "static picture"):
             check_tree(ET.fromstring(out), SVG_ELEMENTS)
         else:
             check_tree(ET.fromstring(f"<root>{out}</root>"), HTML_ELEMENTS)

@@ -8,6 +8,7 @@ variables are there for the next request; an interrupt ends a slow run at once.
 
 from __future__ import annotations
 
+import base64
 import re
 import time
 from collections.abc import Callable
@@ -60,8 +61,9 @@ def test_the_view_is_opened_as_widget_comms_and_displayed(streamed: Execution) -
     classes = set(" ".join(streamed.widget_classes().values()).split())
     parts = {"cortex-view", "cortex-header", "cortex-thought", "cortex-graph", "cortex-details"}
     assert parts | {"cortex-response"} <= classes
-    # Displayed once (with a display id), as the widget that holds the five parts.
-    (shown,) = streamed.of("display_data")
+    # Displayed first (with a display id), as the widget that holds the five parts; the
+    # only other display is the static copy, left when the run ends (asserted below).
+    shown, _copy = streamed.of("display_data")
     assert shown.content["data"][WIDGET_MIME]["model_id"] == view_id(streamed)
     assert shown.content["transient"]["display_id"]
 
@@ -112,15 +114,26 @@ def test_the_message_rate_and_traffic_are_bounded(streamed: Execution) -> None:
 
 
 def test_the_final_update_leaves_a_static_copy_and_a_record(streamed: Execution) -> None:
+    # The view's own output ends as its widget and an empty text (what a renderer without
+    # the widget's model shows), carrying the run's record; it is the last update.
     final = streamed.view_messages()[-1]
     assert final.type == "update_display_data"
-    (shown,) = streamed.of("display_data")
+    shown, copy = streamed.of("display_data")
     assert final.content["transient"] == shown.content["transient"]
     data = final.content["data"]
+    assert set(data) == {WIDGET_MIME, "text/plain"} and data["text/plain"] == ""
     assert data[WIDGET_MIME]["model_id"] == view_id(streamed)
-    html, text = data["text/html"], data["text/plain"]
+    # The static copy: a second output of its own, with no widget in it, so that every
+    # renderer shows its HTML or text; the graph in it is a picture (a data URI).
+    assert copy.content["transient"]["display_id"] != shown.content["transient"]["display_id"]
+    assert WIDGET_MIME not in copy.content["data"]
+    html, text = copy.content["data"]["text/html"], copy.content["data"]["text/plain"]
     assert "<script" not in html.lower()
     assert "cortex-run" in html and "kt_slow" in html and "the service is down" in html
+    uri = re.search(r'<img class="cortex-graph" src="data:image/svg\+xml;base64,([^"]+)"', html)
+    assert uri is not None
+    picture = base64.b64decode(uri.group(1)).decode()
+    assert picture.startswith("<svg") and "kt_slow" in picture and "kt_fail" in picture
     assert "done" in text and "kt_fail" in text
     record = final.content["metadata"]["cortex"]
     assert record["status"] == "done"
