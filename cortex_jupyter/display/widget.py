@@ -107,6 +107,8 @@ _ROW_COST = 4
 FREEZE_CHARS = 1024
 #: Longest a due part waits behind busier ones before it goes first (seconds).
 STARVE = 0.3
+# An allowance that lets a text's tail be re-sent but never split into a new piece.
+_NO_FREEZE = 2.0
 #: Shortest time between two freezes of one text: each costs three messages.
 FREEZE_INTERVAL = 0.5
 
@@ -182,6 +184,8 @@ class WidgetView:
         self._rows: dict[str, ipywidgets.HBox] = {}
         self._rows_layout: ipywidgets.Layout | None = None
         self._stale: list[ipywidgets.Widget] = []  # left the page; closed when the budget allows
+        self._finishing = False  # drawing the final frame (``finish``)
+        self._placed = True  # every part made is in the root box
 
         # One style and one plain layout shared by the parts that need nothing of their
         # own: every widget, layout and style is a comm_open when it is created.
@@ -322,8 +326,15 @@ class WidgetView:
         """
         now = self._clock()
         self._auto_open()
+        # The final frame sends as little as it can: parts it makes join the root box in
+        # one message, and settled text is not split into pieces (it grows no more).
+        self._finishing, self._placed = True, True
         for part in _ORDER:
             self.sent += self._draw(part, now, math.inf)
+        if not self._placed:
+            self.widget.children = tuple(self._parts[p] for p in _ORDER if p in self._parts)
+            self.sent += 1
+        self._finishing = False
         while self._graph_behind:  # a patch that was cut: the rest, now
             self.sent += self._draw("graph", now, math.inf)
         for pieces in (self._thought, self._response):
@@ -418,8 +429,12 @@ class WidgetView:
         return _set(widget, value=value)
 
     def _attach(self, part: str, widget: ipywidgets.Widget) -> int:
-        """Put a newly made part in its place in the root box; one message."""
+        """Put a newly made part in its place in the root box; one message (in the final
+        frame, one for all the parts it makes: ``finish`` places them together)."""
         self._parts[part] = widget
+        if self._finishing:
+            self._placed = False
+            return 0
         self.widget.children = tuple(self._parts[p] for p in _ORDER if p in self._parts)
         return 1
 
@@ -708,7 +723,8 @@ class WidgetView:
         cut = text.rfind("\n") + 1
         if len(text) - cut > _LONG_LINE:
             cut = text.rfind(" ", cut, len(text) - FREEZE_CHARS) + 1 or cut
-        return sent + self._thought.show(esc(text[:cut]), esc(text[cut:]), now, allowance - sent)
+        room = _NO_FREEZE if self._finishing else allowance - sent
+        return sent + self._thought.show(esc(text[:cut]), esc(text[cut:]), now, room)
 
     def _draw_response(self, now: float, allowance: float) -> int:
         if not self._has_content("response"):
@@ -729,7 +745,8 @@ class WidgetView:
                 widget=ipywidgets.HTMLMath,
             )
             sent = 2 + self._attach("response", self._response.box)
-        return sent + self._response.show(stable, rest, now, allowance - sent)
+        room = _NO_FREEZE if self._finishing else allowance - sent
+        return sent + self._response.show(stable, rest, now, room)
 
     def _read_values(self) -> Mapping[str, Any]:
         try:

@@ -969,3 +969,28 @@ def test_a_110_action_run_is_cheap(recorder: Recorder, clock: Clock) -> None:
     print(f"\n110 actions: {len(recorder.messages)} messages, {total:,} bytes, largest {largest:,}")
     assert total < 500_000 and largest < 20_000
     assert busiest_second(recorder.messages) <= 30
+
+
+def test_the_final_frame_places_new_parts_at_once_and_leaves_text_whole(
+    recorder: Recorder, clock: Clock
+) -> None:
+    # A run too quick for any redraw: the final frame makes every part. They join the
+    # view in one message, and a thought long enough to be split while streaming is sent
+    # whole (it grows no more: a piece would cost two more messages for nothing).
+    view = make_view(clock)
+    thought = "\n".join(f"line {i} of a long thought" for i in range(120))
+    view.apply(
+        parse(
+            f"<thought>{thought}</thought>"
+            '<action id="a">{"name": "fetch"}</action>'
+            "<response>All **done**.</response>"
+        )
+    )
+    view.apply([status("a", "done", clock.now, name="fetch")])
+    start = clock.now
+    view.finish()
+    root = view.widget.comm.comm_id
+    assert [m.type for m in recorder.since(start) if m.comm_id == root] == ["comm_msg"]
+    box = part(view, "cortex-thought")
+    (tail,) = html_values(box)
+    assert "line 119 of a long thought" in tail and "line 0 of a long thought" in tail

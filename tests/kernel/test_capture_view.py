@@ -32,9 +32,9 @@ def kc_noisy() -> int:
     sys.stderr.write("kc-noisy on stderr\\n")
     logging.getLogger("kc.noisy").warning("kc-noisy logged a warning")
     warnings.warn("kc-noisy warns you")
-    for i in range(1, 5):
+    for i in range(1, 5):  # a second in all: long enough for the view to draw a report
         cortex_jupyter.progress(i, 4, "steps")
-        time.sleep(0.1)
+        time.sleep(0.25)
     return 7
 
 @cortex_jupyter.tool(name="kc_late")
