@@ -374,13 +374,34 @@ def run_all(page: Page, ui: UI = "lab", timeout_ms: int = RUN_ALL_TIMEOUT_MS) ->
     the run, and the cells after it are back to ``[ ]:``. The same menu exists in Lab and
     Notebook 7.
     """
+    from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
+
     del ui  # same menu in both; kept so callers say which UI they drive
     _click_menu(page, "Run", "Run All Cells")
     # "Run All" marks every code cell "[*]" at once; each gets its number once its reply and
     # outputs have arrived, and an error clears the queued ones.
-    page.wait_for_function(RUN_FINISHED_JS, timeout=timeout_ms, polling=100)
+    try:
+        page.wait_for_function(RUN_FINISHED_JS, timeout=timeout_ms, polling=100)
+    except PlaywrightTimeoutError:
+        # Say where it stuck: the cell still running, what it shows, and a screenshot.
+        stuck = page.evaluate(STUCK_CELL_JS)
+        shot = screenshot(page, "run-all-timeout")
+        raise AssertionError(f"Run All did not finish; still running: {stuck} ({shot})") from None
     prompts: list[str] = page.evaluate(CODE_CELL_PROMPTS_JS)
     return prompts
+
+
+# The first cell still marked [*]: its source's first line and the end of its output.
+STUCK_CELL_JS = r"""() => {
+    const cells = Array.from(
+        document.querySelectorAll('.jp-NotebookPanel .jp-Notebook .jp-CodeCell'));
+    const cell = cells.find(c =>
+        (c.querySelector('.jp-InputPrompt')?.textContent || '').includes('*'));
+    if (!cell) { return 'no cell marked [*]'; }
+    const source = (cell.querySelector('.jp-InputArea-editor')?.textContent || '').split('\n')[0];
+    const output = (cell.querySelector('.jp-OutputArea')?.textContent || '').slice(-400);
+    return `cell ${cells.indexOf(cell) + 1} (${source}): ${output}`;
+}"""
 
 
 def write_notebook(server: LabServer, name: str, cells: list[str]) -> str:
