@@ -398,7 +398,7 @@ STUCK_CELL_JS = r"""() => {
     const cell = cells.find(c =>
         (c.querySelector('.jp-InputPrompt')?.textContent || '').includes('*'));
     if (!cell) { return 'no cell marked [*]'; }
-    const source = (cell.querySelector('.jp-InputArea-editor')?.textContent || '').split('\n')[0];
+    const source = cell.querySelector('.jp-InputArea-editor .cm-line')?.textContent || '';
     const output = (cell.querySelector('.jp-OutputArea')?.textContent || '').slice(-400);
     return `cell ${cells.indexOf(cell) + 1} (${source}): ${output}`;
 }"""
