@@ -94,24 +94,28 @@ class Capture:
         with self._lock:
             kept = self._keep(stream, text)
             (self._stdout if stream == "stdout" else self._stderr).append(kept)
-            self._mark()
+            news = self._mark()
+        self._tell(news)
 
     def log(self, line: str) -> None:
         with self._lock:
             self._logs.append(self._keep("logs", line))
-            self._mark()
+            news = self._mark()
+        self._tell(news)
 
     def progress(self, done: float, total: float | None, note: str) -> None:
         report = Progress(float(done), None if total is None else float(total), str(note))
         with self._lock:
             self.node.progress = report
             self._progress = report
-            self._mark()
+            news = self._mark()
+        self._tell(news)
 
     def partial(self, summary: str) -> None:
         with self._lock:
             self._partial = summary
-            self._mark()
+            news = self._mark()
+        self._tell(news)
 
     def _keep(self, stream: str, text: str) -> str:
         """What of ``text`` the node keeps (``MAX_KEPT`` characters per stream)."""
@@ -134,9 +138,16 @@ class Capture:
             node.logs.append(text)
         return text
 
-    def _mark(self) -> None:
-        if not self._dirty:
-            self._dirty = True
+    def _mark(self) -> bool:
+        """Marks the capture dirty (under the lock); True when it was clean."""
+        news = not self._dirty
+        self._dirty = True
+        return news
+
+    def _tell(self, news: bool) -> None:
+        """Wakes the flusher, never under the lock: ``flush()`` takes that lock on the
+        run's loop, so a wake that waited for the loop while holding it would hang both."""
+        if news:
             self._wake()
 
     # ---- the flusher (the run's loop) ------------------------------------------------

@@ -40,13 +40,17 @@ from __future__ import annotations
 import atexit
 import concurrent.futures
 import contextvars
+import functools
 import inspect
+import linecache
 import os
 import pickle
 import queue
+import re
 import sys
 import threading
 import traceback
+import types
 import uuid
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
@@ -155,6 +159,50 @@ class _RemoteTraceback(Exception):
 
     def __str__(self) -> str:
         return self.text
+
+
+_DYNAMIC_FRAME = re.compile(r'^(\s*)File "<dynamic-code>", line (\d+), in (\S+)$')
+
+
+def _with_sources(detail: str, func: Callable[..., Any]) -> str:
+    """The worker's traceback with the kernel's file names and source lines put back.
+
+    cloudpickle (3.1.3 on) names the file of a function pickled by value
+    ``<dynamic-code>``, so the worker cannot show the line that raised; the line
+    numbers survive, and the kernel has the function's own code objects and source."""
+    files = _code_files(func)
+    if not files:
+        return detail
+    out: list[str] = []
+    lines = detail.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        match = _DYNAMIC_FRAME.match(line.rstrip("\n"))
+        filename = files.get(match.group(3)) if match else None
+        if match is None or filename is None:
+            out.append(line)
+            continue
+        indent, number = match.group(1), int(match.group(2))
+        out.append(f'{indent}File "{filename}", line {number}, in {match.group(3)}\n')
+        source = linecache.getline(filename, number).strip()
+        shown = lines[i + 1].strip() if i + 1 < len(lines) else ""
+        if source and shown != source:  # the worker could not read it
+            out.append(f"{indent}    {source}\n")
+    return "".join(out)
+
+
+def _code_files(func: Any) -> dict[str, str]:
+    """The file of each code object a tool carries, by its name (nested ones too)."""
+    while isinstance(func, functools.partial):
+        func = func.func
+    code = getattr(inspect.unwrap(func), "__code__", None)
+    files: dict[str, str] = {}
+    stack = [code] if isinstance(code, types.CodeType) else []
+    while stack:
+        code = stack.pop()
+        if not code.co_filename.startswith("<"):
+            files.setdefault(code.co_name, code.co_filename)
+        stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    return files
 
 
 class _Cancelled(BaseException):
@@ -336,7 +384,7 @@ class _Call:
             return value
         if isinstance(value, self._cancelled_class):
             raise ToolExited(value)  # the tool's own, not the run's cancellation
-        raise value from _RemoteTraceback(outcome.detail)
+        raise value from _RemoteTraceback(_with_sources(outcome.detail, self.func))
 
 
 class _Sink:

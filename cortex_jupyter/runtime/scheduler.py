@@ -14,7 +14,6 @@ actions, skips pending ones and keeps everything already finished.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import inspect
 import statistics
@@ -33,7 +32,6 @@ from types import TracebackType
 from typing import Any
 
 import anyio
-import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
 from anyio.abc import TaskGroup
@@ -168,7 +166,6 @@ class Scheduler:
         self._stopping = False
         self._captures: dict[str, Capture] = {}
         self._flush_scope: anyio.CancelScope | None = None
-        self._flush_wanted: anyio.Event | None = None
         self._loop_thread = threading.get_ident()
         #: The status a run that is left normally ends with (the agent loop sets
         #: ``interrupted`` or ``turn_limit``).
@@ -473,6 +470,7 @@ class Scheduler:
     async def _attempts(self, node: ActionNode, action: Action, prepared: Invoke) -> Any:
         """Call with the action's timeout, retries and backoff, capturing its output."""
         capture = self._capture_for(node)
+        self._want_flush()  # its thread may write at any time, and never wakes the loop
 
         async def invoke() -> Any:
             with capturing(capture):
@@ -661,31 +659,33 @@ class Scheduler:
         return capture
 
     def _wake_flusher(self) -> None:
-        """A capture has news (any thread): the flusher sends it within 1/FLUSH_HZ s."""
+        """A capture has news. On the run's loop the flusher starts at once; a tool's
+        worker thread never calls into the loop (a print or a progress report must not
+        wait for a busy loop, nor for the flusher holding the capture): while actions
+        run, the flusher looks at every capture ``FLUSH_HZ`` times a second anyway."""
         if threading.get_ident() == self._loop_thread:
             self._want_flush()
-            return
-        # Not an anyio worker, or the run's loop is gone: the text is on the node, and
-        # the action's end sends it.
-        with contextlib.suppress(Exception):
-            anyio.from_thread.run_sync(self._want_flush)
 
     def _want_flush(self) -> None:
-        if self._flush_wanted is None:
-            if self._tg is None or self.run.ended is not None:
-                return  # after the run: each action's end sends what it wrote
-            self._flush_wanted = anyio.Event()
-            self._flush_scope = anyio.CancelScope()
-            self._tg.start_soon(self._flusher, self._flush_scope)
-        self._flush_wanted.set()
+        """Start the flusher unless it is running (the run's loop only)."""
+        if self._flush_scope is not None:
+            return
+        if self._tg is None or self.run.ended is not None:
+            return  # after the run: each action's end sends what it wrote
+        self._flush_scope = anyio.CancelScope()
+        self._tg.start_soon(self._flusher, self._flush_scope)
 
     async def _flusher(self, scope: anyio.CancelScope) -> None:
+        """Sends what the captures gathered, at most ``FLUSH_HZ`` times a second, for as
+        long as an action that has a capture is running."""
         with scope:
-            while self._flush_wanted is not None:
-                await self._flush_wanted.wait()
-                self._flush_wanted = anyio.Event()
+            while True:
                 await anyio.sleep(1 / FLUSH_HZ)
                 self._flush_all()
+                if not any(c.node.status == "running" for c in self._captures.values()):
+                    break
+        if self._flush_scope is scope:
+            self._flush_scope = None
 
     def _flush_all(self) -> None:
         for capture in list(self._captures.values()):
@@ -695,7 +695,7 @@ class Scheduler:
     def _stop_flusher(self) -> None:
         if self._flush_scope is not None:
             self._flush_scope.cancel()
-        self._flush_scope = self._flush_wanted = None
+        self._flush_scope = None
         self._flush_all()
 
     def _emit_output(self, capture: Capture) -> None:

@@ -108,6 +108,32 @@ def bar(n: int) -> int:
     return total
 
 
+# ``hog`` holds the run's loop (as a slow front end or a blocking callback does) and
+# only lets go once ``reporter``, in a worker thread, has printed and reported progress:
+# a writer that waits for the loop never gets there.
+_STARTED = threading.Event()
+_HOLDING = threading.Event()
+_REPORTED = threading.Event()
+
+
+def reporter(n: int) -> int:
+    """Print and report progress from a worker thread while the loop is held."""
+    _STARTED.set()
+    _HOLDING.wait(10)
+    for i in range(1, n + 1):
+        print(f"row {i}")
+        progress(i, n, f"row {i}")
+    _REPORTED.set()
+    return n
+
+
+async def hog() -> bool:
+    """Hold the run's loop until the reporter has finished writing; True if it did."""
+    await anyio.to_thread.run_sync(_STARTED.wait, 10)
+    _HOLDING.set()
+    return _REPORTED.wait(10)  # blocks the loop on purpose
+
+
 @pytest.fixture
 def registry() -> Registry:
     registry = Registry(builtins=False)
@@ -123,6 +149,8 @@ def registry() -> Registry:
         with_return,
         async_words,
         bar,
+        reporter,
+        hog,
     ):
         registry.register(tool)
     return registry
@@ -194,6 +222,26 @@ async def test_progress_is_kept_and_reported_coalesced(act: Act, registry: Regis
     assert events and events[-1].progress == report
     assert len(events) < 50  # 500 reports, a handful of events
     assert str(run.actions["q"].progress) == "50 working"
+
+
+async def test_a_thread_that_prints_and_reports_progress_never_waits_for_the_loop(
+    act: Act, registry: Registry
+) -> None:
+    """The quickstart's crunch cell hung at 14/20 in Notebook 7: a worker's progress()
+    waited for the run's loop while holding its capture, and the loop's flusher waited
+    for that capture. Writers now never wait for the loop."""
+    for flag in (_STARTED, _HOLDING, _REPORTED):
+        flag.clear()
+    run = await run_stream(
+        [act("r", "reporter", parameters={"n": 200}), act("h", "hog")], registry=registry
+    )
+    assert run.actions["h"].output is True  # the reporter finished while the loop was held
+    assert run.actions["r"].status == "done"
+    assert run.actions["r"].stdout.count("row") == 200
+    report = run.actions["r"].progress
+    assert report is not None and report.done == 200
+    sent = [e for e in outputs(run, "r") if e.progress is not None]
+    assert sent and sent[-1].progress == report
 
 
 async def test_progress_outside_an_action_does_nothing() -> None:
