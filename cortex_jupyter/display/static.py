@@ -176,7 +176,11 @@ def response_html(state: ViewState, values: Mapping[str, Any] | None = None) -> 
 
 
 def _response_box(inner: str) -> str:
-    return f'<div style="font-family:{esc(FONT)};color:{FG_VAR};line-height:1.5">{inner}</div>'
+    # overflow-wrap: a long URL or hash wraps rather than widening the cell.
+    return (
+        f'<div style="font-family:{esc(FONT)};color:{FG_VAR};line-height:1.5;'
+        f'overflow-wrap:anywhere">{inner}</div>'
+    )
 
 
 # ---- pictures -------------------------------------------------------------------------

@@ -94,6 +94,16 @@ def shorten(text: str, limit: int) -> str:
     return flat[: max(limit - 1, 0)] + "…"
 
 
+def shorten_middle(text: str, limit: int) -> str:
+    """``text`` on one line, cut to ``limit`` characters in its middle: names and ids
+    of one tool often differ only at their end (``fetch_page_11``, ``fetch_page_12``)."""
+    flat = shorten(text, len(text))
+    if len(flat) <= limit:
+        return flat
+    tail = (limit - 1) // 2
+    return flat[: limit - 1 - tail] + "…" + flat[len(flat) - tail :]
+
+
 def fmt_duration(seconds: float | None) -> str:
     """``0.42 s``, ``12.3 s``, ``2 m 05 s``; empty for no value."""
     if seconds is None or math.isnan(seconds):

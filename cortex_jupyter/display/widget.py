@@ -724,6 +724,13 @@ class WidgetView:
         if len(text) - cut > _LONG_LINE:
             cut = text.rfind(" ", cut, len(text) - FREEZE_CHARS) + 1 or cut
         room = _NO_FREEZE if self._finishing else allowance - sent
+        if self._finishing and "thought" in self._parts:
+            # Finished, it is read from its first line: pinned to its newest line (which
+            # the live stream wanted), a thought taller than the box hid its beginning.
+            layout = self._parts["thought"].layout
+            if layout.flex_flow != "column":
+                layout.flex_flow = "column"
+                sent += 1
         return sent + self._thought.show(esc(text[:cut]), esc(text[cut:]), now, room)
 
     def _draw_response(self, now: float, allowance: float) -> int:
@@ -737,7 +744,8 @@ class WidgetView:
             # HTMLMath: the front end's MathJax typesets the formulas markdown.py keeps
             # (each other $ is marked for MathJax to ignore). Its own style: one message.
             self._response = _Pieces(
-                "line-height:var(--jp-content-line-height,1.6)",
+                # A long URL or hash wraps rather than widening the cell.
+                "line-height:var(--jp-content-line-height,1.6);overflow-wrap:anywhere",
                 style=self._math_style,
                 layout=self._plain,
                 classes=("jp-RenderedHTMLCommon",),  # Lab's markdown look, in either theme

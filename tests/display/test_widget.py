@@ -178,6 +178,32 @@ def test_a_run_fills_every_part(clock: Clock) -> None:
     assert 'data-phase="running actions"' in header.value  # the final response closed it
 
 
+def test_a_finished_thought_reads_from_its_first_line(clock: Clock) -> None:
+    """While it streams the thought box is pinned to its newest line; a finished one that
+    stayed pinned hid its beginning (issue 19 §17)."""
+    view = make_view(clock)
+    lines = "".join(f"step {i} of a long plan\n" for i in range(40))
+    view.apply(parse(f"<thought>{lines}</thought><response>ok</response>"))
+    settle(view, clock)
+    box = part(view, "cortex-thought")
+    assert box.layout.flex_flow == "column-reverse"  # live: the newest line shows
+    view.finish()
+    assert box.layout.flex_flow == "column"  # finished: the first line shows
+    assert "step 0 of a long plan" in text_of(box)
+
+
+def test_a_long_unbroken_token_wraps_in_the_response(clock: Clock) -> None:
+    """A URL or a hash longer than the cell is wide wraps (issue 19 §14)."""
+    url = "https://example.org/" + "a1b2c3d4" * 40
+    view = make_view(clock)
+    view.apply(parse(f"<response>See {url}</response>"))
+    settle(view, clock)
+    shown = text_of(part(view, "cortex-response"))
+    assert "overflow-wrap:anywhere" in shown
+    saved = view.finish().static[0]["text/html"]
+    assert "overflow-wrap:anywhere" in saved
+
+
 def test_model_text_is_escaped_in_the_thought(clock: Clock) -> None:
     view = make_view(clock)
     view.apply(parse('<thought>if a < b & c > d: say "hi"</thought>'))
