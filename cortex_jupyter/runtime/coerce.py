@@ -12,7 +12,7 @@ exactly ``"$name"`` is fitted to what the parameter declares, by one small rule:
   (``"42"``; not ``"042"``, ``" 42"``, ``"+42"`` or ``"4.0"``);
 - to a **number**: a string that is exactly a number's text as Python writes it
   (``"2.5"``, ``"42"``; not ``"2.50"`` or ``"1e3"``), another real number (numpy's);
-- to an **array** (JSON only): a tuple becomes a list.
+- to an **array** (a JSON ``array``, a Python ``list``): a tuple becomes a list.
 
 Nothing else is converted (no bool from ``"true"``, no text from a list): a value of
 another type fails its node with ``ParameterTypeError``, one line naming the parameter,
@@ -63,6 +63,7 @@ _TARGETS: dict[str | type, str] = {
     str: "string",
     int: "integer",
     float: "number",
+    list: "array",
 }
 
 

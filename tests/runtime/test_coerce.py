@@ -35,6 +35,7 @@ def fit_one(value: Any, kinds: Kinds) -> tuple[Any, list[str]]:
         ("42", ("number",), 42),
         ("2.5", (float,), 2.5),
         ((1, 2), ("array",), [1, 2]),
+        ((1, 2), (list,), [1, 2]),
         (42, ("string", "null"), "42"),
     ],
 )
