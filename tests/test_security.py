@@ -194,7 +194,7 @@ def test_modules_and_ipython_names_are_never_exposed(
     ip.run_cell("df_sales = 1\ndf_costs = 2\nunrelated = 3")
     ip.run_line_magic("cortex", "vars")
     out = capsys.readouterr().out
-    assert "df_sales = 1  (exposed with %cortex expose)" in out
+    assert "df_sales = 1  (exposed with %cortex expose df_*)" in out
     assert "df_costs" in out and "unrelated" not in out and "os =" not in out
     with pytest.raises(ValueError, match="modules are never visible"):
         import cortex_jupyter
@@ -291,4 +291,77 @@ def test_overwrite_replaces_on_purpose_and_cortex_names_can_be_rebound(
     reply(server, action("z", output_key="frame"), "<response>ok</response>")
     cell(ip, "Again.")
     assert ip.user_ns["frame"] == "peeked: z"
-    assert session_for(ip).bound["frame"] == ip.user_ns["_cortex"].id
+    assert session_for(ip).bound["frame"].run == ip.user_ns["_cortex"].id
+
+
+# ---- 4. a name the user takes back, and hiding by pattern (issue 18) -------------------------
+
+
+def script(ip: InteractiveShell, *actions: str, line: str = "--script --delay 0 --text") -> Any:
+    return cell(ip, "".join(actions) + "\n<response>done</response>", line)
+
+
+def test_a_name_the_user_assigns_after_a_run_bound_it_is_theirs_again(
+    ip: InteractiveShell,
+    server: FakeOpenAIServer,
+    seen: list[Any],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    first = script(ip, action("x", output_key="lookup"))
+    reply(server, action("$lookup"), "<response>ok</response>")
+    assert cell(ip, "Go.").actions["a"].status == "done"  # the run's: the model reaches it
+
+    ip.run_cell("lookup = 'mine'")
+    reply(server, action("$lookup"), "<response>no</response>")
+    run = cell(ip, "Go.")
+    assert run.actions["a"].status == "failed" and "mine" not in seen
+    assert f"$lookup is yours again: cortex run {first.id} bound it" in (
+        run.actions["a"].error or ""
+    )
+    # a later run's output_key leaves it alone, and says why
+    again = script(ip, action("y", output_key="lookup"))
+    assert ip.user_ns["lookup"] == "mine"
+    assert "is yours: you assigned it after cortex run" in (again.actions["a"].note or "")
+    assert "--overwrite" in (again.actions["a"].note or "")
+    capsys.readouterr()
+    ip.run_line_magic("cortex", "vars")
+    out = capsys.readouterr().out
+    assert f"lookup = 'mine'  (yours: you assigned it after cortex run {first.id} bound it)" in out
+
+    taken = script(
+        ip, action("z", output_key="lookup"), line="--script --delay 0 --text --overwrite"
+    )
+    assert ip.user_ns["lookup"] == "peeked: z"
+    ip.run_line_magic("cortex", "vars")
+    assert f"lookup = 'peeked: z'  (bound by cortex run {taken.id})" in capsys.readouterr().out
+
+
+def test_hide_with_a_pattern_hides_every_name_it_matches_and_the_latest_rule_decides(
+    ip: InteractiveShell,
+    server: FakeOpenAIServer,
+    seen: list[Any],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    script(ip, action("a", "a", "data_a"), action("b", "b", "data_b"))
+
+    def reach() -> dict[str, str]:
+        reply(server, action("$data_a", "a") + action("$data_b", "b"), "<response>ok</response>")
+        run = cell(ip, "Go.")
+        return {key: node.status for key, node in run.actions.items()}
+
+    assert reach() == {"a": "done", "b": "done"}
+    ip.run_line_magic("cortex", "hide data_*")
+    assert reach() == {"a": "failed", "b": "failed"}
+    capsys.readouterr()
+    ip.run_line_magic("cortex", "vars")
+    out = capsys.readouterr().out
+    assert "data_a = 'peeked: a'  (hidden with %cortex hide data_*)" in out
+
+    ip.run_line_magic("cortex", "expose data_*")
+    ip.run_line_magic("cortex", "hide data_b")
+    assert reach() == {"a": "done", "b": "failed"}
+    ip.run_line_magic("cortex", "vars")
+    out = capsys.readouterr().out
+    assert "data_a = 'peeked: a'  (bound by cortex run" in out
+    assert "data_b = 'peeked: b'  (hidden with %cortex hide data_b)" in out
+    assert "(the latest match decides): expose data_*, hide data_b" in out

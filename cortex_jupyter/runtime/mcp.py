@@ -58,6 +58,7 @@ from .capture import Capture, current
 from .errors import CortexRuntimeError, InvalidArguments
 from .prompt import truncate
 from .registry import Registry, ToolSpec, default_registry
+from .schema import Kinds, schema_kinds
 from .secrets import CREDENTIAL_NAME, redact, secrets
 
 if TYPE_CHECKING:
@@ -541,6 +542,11 @@ class McpTool(ToolSpec):
         ):
             return missing, []
         return missing, [k for k in arguments if k not in properties]
+
+    def wants(self, name: str) -> Kinds | None:
+        """The JSON types the input schema declares for ``name`` (None: unchecked)."""
+        properties = self.parameters.get("properties")
+        return schema_kinds(properties.get(name)) if isinstance(properties, Mapping) else None
 
     def takes(self) -> str:
         """The parameters from the schema, e.g. ``a: integer, n: integer = 2``."""
