@@ -48,14 +48,13 @@ and VS Code rows follow from their documented behaviour, not from a test.
 from __future__ import annotations
 
 import base64
-import html
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from cortex_jupyter.runtime.secrets import REDACTED, redact, redact_value, secrets
+from cortex_jupyter.runtime.secrets import redact, redact_value
 
 from .markdown import render_markdown
 from .state import NodeView, ViewState
@@ -70,6 +69,7 @@ from .theme import (
     clean,
     esc,
     fmt_duration,
+    redact_markup,
     shorten,
     style_for,
 )
@@ -379,16 +379,6 @@ def static_text(
 ) -> str:
     """The same snapshot as text/plain (``values`` fill ``$name`` in the response)."""
     return redact(render_text(state, now, values))
-
-
-def redact_markup(text: str) -> str:
-    """``redact`` for HTML: also a secret as HTML escaping wrote it (``a&amp;b``)."""
-    text = redact(text)
-    for value in secrets.values():
-        for escaped in {html.escape(value, quote=True), html.escape(value, quote=False)}:
-            if escaped != value and escaped in text:
-                text = text.replace(escaped, REDACTED)
-    return text
 
 
 # ---- what a finished run leaves in the cell -------------------------------------------
