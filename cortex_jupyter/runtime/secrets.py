@@ -155,7 +155,9 @@ class Secrets:
         text = self.redact(text)
         if len(text) <= limit:
             return text
-        return self.head(text, max(limit - len(marker), 0)) + marker
+        if limit < len(marker):
+            return self.head(text, limit)
+        return self.head(text, limit - len(marker)) + marker
 
     def hide_edges(self, text: str, *, start: bool = True, end: bool = True) -> str:
         """``text`` (a piece cut out of a longer text) with the part of a secret that a
