@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from cortex_jupyter.runtime import capture, mcp
+from cortex_jupyter.runtime.feeds import FeedSet, FeedSpec
+from cortex_jupyter.runtime.graph import ActionNode
 from cortex_jupyter.runtime.secrets import REDACTED, Repr, Secrets
 
 ENV = {
@@ -129,3 +132,50 @@ def test_a_value_changed_in_place_is_seen() -> None:
     assert secrets.redact("first-value-0001") == REDACTED
     env["APP_TOKEN"] = "other-value-0002"
     assert secrets.redact("first-value-0001 other-value-0002") == f"first-value-0001 {REDACTED}"
+
+
+# ---- every place that cuts ---------------------------------------------------------------------
+
+#: A credential-looking environment value for the sites that read this process's secrets.
+SITE_TOKEN = "tok-ZQXWVUTSRPONMLKJ-hgij"
+
+
+@pytest.fixture
+def site_token(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("SITE_TOKEN", SITE_TOKEN)
+    return SITE_TOKEN
+
+
+def edge_parts(text: str) -> list[str]:
+    """What a cut can leave of ``SITE_TOKEN``: its first or last four characters or more."""
+    return [
+        part
+        for size in range(4, len(SITE_TOKEN))
+        for part in (SITE_TOKEN[:size], SITE_TOKEN[-size:])
+        if part in text
+    ]
+
+
+def test_a_feed_cut_to_its_tokens_keeps_no_part_of_a_secret(site_token: str) -> None:
+    feeds = FeedSet([FeedSpec("log", params={"text": "." * 6 + site_token}, max_tokens=3)])
+    shown = feeds.text("log")  # cut at 12 characters: 6 of them the token's
+    assert "[truncated" in shown and edge_parts(shown) == []
+
+
+def test_captured_text_cut_at_its_limit_keeps_no_part_of_a_secret(
+    site_token: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(capture, "MAX_KEPT", 30)
+    node = ActionNode(id="a", name="noisy")
+    capture.Capture(node, lambda: None).write("stdout", "." * 20 + site_token)
+    assert len(node.stdout) <= 30 and edge_parts(node.stdout) == []
+
+
+def test_an_mcp_servers_long_stderr_line_keeps_no_part_of_a_secret(
+    site_token: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mcp, "KEPT_LINE_CHARS", 30)
+    lines = mcp._Lines()
+    lines.feed(f"{'.' * 20}{site_token}\n")
+    lines.add("." * 22 + site_token)
+    assert len(lines.lines()) == 2 and edge_parts("\n".join(lines.lines())) == []
