@@ -1094,3 +1094,18 @@ def test_the_inspector_redacts_what_it_reads_from_the_run_record(
     assert "[redacted]" in inspector and "config" in inspector
     assert [fragments(text) for text in wire if fragments(text)] == []
     assert node.output["config"] == KEY  # the record keeps the value itself
+
+
+def test_a_thought_streamed_up_to_the_middle_of_a_secret_shows_none_of_it(
+    clock: Clock, wire: list[str]
+) -> None:
+    parser = Parser("cortex")
+    view = make_view(clock)
+    view.apply(parser.feed(f"<thought>The key is {KEY[:12]}"))
+    settle(view, clock)
+    thought = text_of(part(view, "cortex-thought"))
+    assert "The key is [redacted]" in thought and KEY[:4] not in thought
+    view.apply(parser.feed(f"{KEY[12:]}, it works.</thought>"))
+    settle(view, clock)
+    assert "The key is [redacted], it works." in text_of(part(view, "cortex-thought"))
+    assert [fragments(text) for text in wire if fragments(text)] == []
