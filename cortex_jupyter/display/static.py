@@ -55,6 +55,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from cortex_jupyter.runtime.secrets import redact, redact_value
+from cortex_jupyter.runtime.secrets import tail as secret_tail
 
 from .markdown import render_markdown
 from .state import NodeView, ViewState
@@ -336,7 +337,7 @@ def _json(value: Mapping[str, Any]) -> str:
 def _tail(text: str) -> str:
     """The last lines of ``text``, at most ``_TAIL_CHARS`` characters of them."""
     lines = text.rstrip("\n").split("\n")
-    kept = "\n".join(lines[-_TAIL_LINES:])[-_TAIL_CHARS:]
+    kept = secret_tail("\n".join(lines[-_TAIL_LINES:]), _TAIL_CHARS)  # redacted, then cut
     return kept if len(lines) <= _TAIL_LINES else f"…\n{kept}"
 
 
