@@ -252,6 +252,70 @@ def test_any_credential_looking_environment_value_is_redacted(
     )
 
 
+#: A model key and a password with no hex digits: a random id never looks like their part.
+CUT_KEY = "sk-proj-QXKEYqrstuvwxyzGHIJKLMNOPmnop"
+CUT_PASSWORD = "pw-MNOPQRSTUVWXYZ-ghijklmnqrs"
+
+
+def edge_parts(text: str) -> list[str]:
+    """What a cut can leave of ``CUT_KEY`` or ``CUT_PASSWORD`` in ``text``: a first or
+    last part of four characters or more."""
+    return [
+        part
+        for secret in (CUT_KEY, CUT_PASSWORD)
+        for size in range(4, len(secret))
+        for part in (secret[:size], secret[-size:])
+        if part in text
+    ]
+
+
+@pytest.fixture
+def dump(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """``dump(pad, which)``: a text whose secret starts after ``pad`` dots."""
+    monkeypatch.setenv("OPENAI_API_KEY", CUT_KEY)
+    monkeypatch.setenv("SERVICE_PASSWORD", CUT_PASSWORD)
+
+    @default_registry.tool(name="dump")
+    def dump_text(pad: int, which: str = "key") -> str:
+        """A debug dump."""
+        secret = CUT_KEY if which == "key" else CUT_PASSWORD
+        return "." * pad + secret + "." * 300
+
+    yield
+    default_registry.remove("tool", "dump")
+
+
+def test_no_limit_cuts_a_secret_into_what_the_model_or_the_transcript_gets(
+    ip: InteractiveShell,
+    server: FakeOpenAIServer,
+    seen: list[Any],
+    dump: None,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Each secret sits where a limit cuts: a result sent back (4,000 characters), an
+    # output's summary in the transcript (160), the parameters shown (600) and a $name
+    # described in the system prompt (300).
+    ip.run_cell(
+        f"note = '.' * 140 + {CUT_PASSWORD!r} + '.' * 400\n"
+        f"blob = '.' * 582 + {CUT_KEY!r} + '.' * 10"
+    )
+    calls = [("r1", 3990, "key"), ("r2", 3990, "password"), ("s1", 70, "key")]
+    actions = "".join(
+        f'<action id="{i}">{{"name": "dump", "parameters": {{"pad": {pad}, "which": "{w}"}}}}'
+        "</action>"
+        for i, pad, w in calls
+    )
+    reply(server, actions + action("$blob", id="p"), "<response>done</response>")
+    run = cell(ip, "Look at $note and $blob.")
+    assert [run.actions[i].status for i in ("r1", "r2", "s1", "p")] == ["done"] * 4
+    sent = json.dumps([request.json["messages"] for request in server.requests])
+    assert "$note: str, length" in sent and "[redacted]" in sent
+    assert edge_parts(sent) == []
+    assert edge_parts(run.to_jsonl()) == []
+    assert edge_parts(capsys.readouterr().out) == []  # the text view
+    assert seen == ["." * 582 + CUT_KEY + "." * 10]  # the tool got the value itself
+
+
 # ---- 3. bindings never clobber ----------------------------------------------------------------
 
 

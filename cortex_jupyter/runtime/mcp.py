@@ -681,12 +681,13 @@ class _Lines:
     def feed(self, text: str) -> None:
         with self._lock:
             *lines, self._partial = (self._partial + text).split("\n")
-            self._lines.extend(line.rstrip("\r")[:KEPT_LINE_CHARS] for line in lines)
+            # Cut lines keep no part of a secret (they are redacted again when read).
+            self._lines.extend(secrets.head(line.rstrip("\r"), KEPT_LINE_CHARS) for line in lines)
             self._partial = self._partial[: KEPT_LINE_CHARS * 4]
 
     def add(self, line: str) -> None:
         with self._lock:
-            self._lines.append(line[:KEPT_LINE_CHARS])
+            self._lines.append(secrets.head(line, KEPT_LINE_CHARS))
 
     def lines(self) -> list[str]:
         with self._lock:
