@@ -167,14 +167,25 @@ def _dollars(state: StateInline, silent: bool) -> bool:
 def _fill_values(state: StateCore) -> None:
     """Core rule: each ``$name`` reference becomes the text it shows, from
     ``env["cortex_values"]``; ``env["cortex_used"]`` records what each showed. Images
-    inside a link are marked (``meta["in_link"]``) for the renderer."""
+    inside a link are marked (``meta["in_link"]``) for the renderer. A paragraph that
+    is one rich value alone is that value's block, with no ``<p>`` around it (a table
+    inside a ``<p>`` would end the paragraph and leave its wrapper)."""
     values = state.env.get("cortex_values") or {}
     used = state.env.setdefault("cortex_used", {})
-    for token in state.tokens:
+    tokens = state.tokens
+    for index, token in enumerate(tokens):
         if token.type != "inline" or not token.children:
             continue
         if "$" in token.content:
             _fill_tokens(token.children, values, used)
+            alone = [t for t in token.children if t.type != "text" or t.content.strip()]
+            if (
+                len(alone) == 1
+                and alone[0].type == "cortex_rich"
+                and 0 < index < len(tokens) - 1
+                and tokens[index - 1].type == "paragraph_open"
+            ):
+                tokens[index - 1].hidden = tokens[index + 1].hidden = True
         if "![" in token.content:
             _mark_images_in_links(token.children)
 
@@ -273,8 +284,9 @@ def make_parser(highlight: bool = True) -> MarkdownIt:
     ) -> str:
         from .rich import rich_html  # sanitized: only inert tags, every text escaped
 
-        # Whatever `$` or `\\` a table holds is text: MathJax skips this class.
-        return f'<span class="{LITERAL_CLASS}">{rich_html(tokens[idx].meta["value"])}</span>'
+        # Whatever `$` or `\\` a table holds is text: MathJax skips this class. A block
+        # (a browser would end a <p> at the table anyway), so the class stays on it.
+        return f'<div class="{LITERAL_CLASS}">{rich_html(tokens[idx].meta["value"])}</div>'
 
     def link_open(
         self: Any, tokens: Sequence[Token], idx: int, options: OptionsDict, env: EnvType
