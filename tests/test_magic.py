@@ -406,3 +406,17 @@ def test_a_nested_agents_output_in_a_cell_is_its_filled_answer(ip: InteractiveSh
     finally:
         default_registry.remove("tool", "magic_five")
         default_registry.remove("agent", "magic_helper")
+
+
+def test_a_hermes_reply_without_a_think_opener_keeps_its_reasoning_out_of_the_answer(
+    ip: InteractiveShell,
+) -> None:
+    ip.user_ns["n"] = 4
+    run(
+        ip,
+        "--script --delay 0 --text --dialect hermes --chunk-size 3",
+        "The user asks for n. It is $n.\n</think>\n\nIt is **$n**.",
+    )
+    record = ip.user_ns["_cortex"]
+    assert record.thought == "The user asks for n. It is $n.\n"
+    assert record.answer == "It is **4**."
