@@ -155,6 +155,8 @@ class XmlParser(Parser):
         self._held_len = 0
         if self._opener_less:
             self._known = self._tables[TOP] | _THOUGHT_CLOSE
+            # Only a hermes parser pays for the hold, and only until it is decided.
+            self._emit = self._hold_leading  # type: ignore[method-assign]
         self._state = S_TEXT
         self._fast = 0  # see _update_fast
         self._pending = tag_set(self._known)  # for a tag still arriving
@@ -353,19 +355,18 @@ class XmlParser(Parser):
         self._enter(RESPONSE)
         return found[1]
 
-    def _emit(self, text: str, out: list[Event]) -> None:
-        if self._opener_less and self._sink == TOP:
-            self._held_parts.append(text)
-            self._held_len += len(text)
-            if self._held_len > OPENERLESS_HOLD:
-                self._decide_opener_less(False, out)
-            return
-        super()._emit(text, out)
+    def _hold_leading(self, text: str, out: list[Event]) -> None:
+        """``_emit`` while a hermes reply's leading text is undecided."""
+        self._held_parts.append(text)
+        self._held_len += len(text)
+        if self._held_len > OPENERLESS_HOLD:
+            self._decide_opener_less(False, out)
 
     def _decide_opener_less(self, thought: bool, out: list[Event]) -> None:
         """The held leading text of a hermes reply is now known: the thought (a lone
         ``</think>`` came) or loose text, the response."""
         self._opener_less = False
+        del self._emit  # the class's own again
         held = "".join(self._held_parts)
         self._held_parts, self._held_len = [], 0
         if thought and held.strip():
@@ -373,7 +374,7 @@ class XmlParser(Parser):
         else:
             self._known = self._tables[self._sink]
         if held:
-            super()._emit(held, out)
+            self._emit(held, out)
 
     def _on_tag(self, tag: Tag, out: list[Event]) -> int:
         if self._opener_less:
