@@ -437,13 +437,14 @@ class ViewState:
         node = self.nodes.get(parent)
         if node is None or kind == "text":
             return
-        # A new block of the sub-run's (after one ended) is a new paragraph.
-        gap = "\n\n" if (parent, kind) in self._nested_ended else ""
-        self._nested_ended.discard((parent, kind))
+        if (parent, kind) in self._nested_ended:  # a new block of the sub-run's: a paragraph
+            self._nested_ended.discard((parent, kind))
+            if getattr(node, kind, ""):
+                text = "\n\n" + text
         if kind == "thought" and len(node.thought) < _MAX_NESTED_TEXT:
-            node.thought += (gap if node.thought else "") + text
+            node.thought += text
         elif kind == "response" and len(node.response) < _MAX_NESTED_TEXT:
-            node.response += (gap if node.response else "") + text
+            node.response += text
         else:
             return
         self._changed(node, "graph")

@@ -58,15 +58,21 @@ def value_text(value: Any, where: str = "", limit: int = VALUE_LIMIT) -> str:
     try:
         if isinstance(value, list | tuple | dict | set | frozenset):
             text = _short.repr(value)
+        elif isinstance(value, bytes | bytearray):  # never the repr of 200 MB
+            text = _short.repr(bytes(value[:200])) + (
+                f" ({len(value):,} bytes)" * (len(value) > 200)
+            )
         else:
             text = str(value)
     except Exception as exc:  # a broken __str__ must not break the answer
         text = f"<{type(value).__name__} (str failed: {type(exc).__name__})>"
-    text = redact(text)
     if len(text) <= limit:
-        return text
+        return redact(text)
+    # Redacted before the cut (a secret is never half shown), and only the head of a
+    # huge text is scanned: redaction never shortens it by as much as ``limit``.
+    shown = redact(text[: 2 * limit])[:limit]
     home = f"; the whole value is {where}" if where else ""
-    return f"{text[:limit]}… [{len(text) - limit:,} more characters{home}]"
+    return f"{shown}… [{len(text) - limit:,} more characters{home}]"
 
 
 def fill(text: str, values: Mapping[str, Any]) -> str:

@@ -188,6 +188,7 @@ def test_short_str_is_whole_up_to_a_generous_limit_and_says_what_it_cut() -> Non
     words = " ".join(f"word{i}" for i in range(120))
     assert short_str(words) == words
     assert len(short_str(list(range(100_000)))) <= 200  # containers: a short repr
+    assert short_str(b"x" * 10_000_000).endswith("(10,000,000 bytes)")  # never all of it
     huge = short_str("y" * (VALUE_LIMIT + 1234), where="report")
     assert huge.startswith("y" * VALUE_LIMIT)
     assert huge.endswith("… [1,234 more characters; the whole value is report]")
