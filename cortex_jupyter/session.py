@@ -155,9 +155,10 @@ class _View(Protocol):
 class _TextView:
     """Streams the run to stdout: IPython in a terminal, or a shell with no widget front end."""
 
-    def __init__(self, model: str, approvals: Approvals) -> None:
+    def __init__(self, model: str, approvals: Approvals, record: Run | None = None) -> None:
         from cortex_jupyter.display import TextRenderer
 
+        self._record = record
         self._out = sys.stdout
         self._renderer = TextRenderer(self._write, model=model)
         self._approvals = approvals
@@ -196,6 +197,13 @@ class _TextView:
 
     def close(self) -> None:
         self._out.write("\n")
+        # The stream showed the raw text; when names were filled in, the answer as
+        # _cortex.answer has it (and as the view shows it) follows.
+        from cortex_jupyter.display.theme import clean  # no terminal control characters
+
+        record = self._record
+        if record is not None and record.answer != record.final_response:
+            self._write(f"[answer] {clean(record.answer)}\n")
         self._out.flush()
 
 
@@ -609,7 +617,7 @@ class Session:
 
     def _view(self, model: str, run: Run, display: str, scope: Scope) -> _View:
         if display == "text" or (display == "auto" and not self._has_widgets()):
-            return _TextView(model, self.approvals)
+            return _TextView(model, self.approvals, run)
         scopes: list[Mapping[str, Any]] = [run.variables]
         if self.feeds is not None:
             scopes.append(self.feeds)

@@ -102,6 +102,72 @@ def test_multi_turn_script_feeds_results_back(ip: InteractiveShell, tools: None)
     assert (record.status, record.turns, record.response) == ("completed", 2, "Two.")
 
 
+def test_the_answer_is_the_final_reply_with_names_filled_whole_in_python_and_text(
+    ip: InteractiveShell, tools: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Issue 18 items 1, 2 and 7g, issue 19 item 13, through a real cell.
+    essay = " ".join(f"word{i}" for i in range(120))
+    ip.user_ns.update(sevenB=7, essay=essay)
+    run(
+        ip,
+        "--script --delay 0 --text",
+        '<action id="s">{"name": "magic_add", "parameters": {"a": 2, "b": 3}, '
+        '"output_key": "fiveA"}</action>\n'
+        '<response final="false">Adding first…</response>\n'
+        "--- next turn ---\n"
+        "<response>Totals: $fiveA and **$sevenB**\n\n$essay</response>",
+    )
+    record = ip.user_ns["_cortex"]
+    assert record.answer == f"Totals: 5 and **7**\n\n{essay}"
+    assert record.response == "Adding first…\n\nTotals: $fiveA and **$sevenB**\n\n$essay"
+    out = capsys.readouterr().out
+    assert f"[answer] Totals: 5 and **7**\n\n{essay}\n" in out
+    # Two response blocks of one reply: separate paragraphs, never glued together.
+    run(ip, "--script --delay 0 --text", "<response>One.</response><response>Two.</response>")
+    assert ip.user_ns["_cortex"].response == "One.\n\nTwo."
+
+
+def test_a_nested_agents_output_in_a_cell_is_its_filled_answer(ip: InteractiveShell) -> None:
+    ip.run_cell(
+        "import cortex_jupyter\n"
+        "@cortex_jupyter.tool(name='magic_five')\n"
+        "def five() -> int:\n"
+        "    return 5\n"
+        "helper = cortex_jupyter.Agent('magic_helper', tools=['magic_five'])\n"
+    )
+    try:
+        run(
+            ip,
+            "--script --delay 0 --text",
+            '<action type="agent" id="h">{"name": "magic_helper", "parameters": '
+            '{"task": "five?"}, "output_key": "said"}</action>\n'
+            "--- next turn ---\n<response>$said</response>\n"
+            "--- reply to h ---\n"
+            '<response final="false">Looking…</response>'
+            '<action id="f">{"name": "magic_five", "output_key": "five"}</action>\n'
+            "--- next turn ---\n<response>It is $five.</response>",
+        )
+        assert ip.user_ns["said"] == "It is 5."
+        assert ip.user_ns["_cortex"].answer == "It is 5."
+    finally:
+        default_registry.remove("tool", "magic_five")
+        default_registry.remove("agent", "magic_helper")
+
+
+def test_a_hermes_reply_without_a_think_opener_keeps_its_reasoning_out_of_the_answer(
+    ip: InteractiveShell,
+) -> None:
+    ip.user_ns["n"] = 4
+    run(
+        ip,
+        "--script --delay 0 --text --dialect hermes --chunk-size 3",
+        "The user asks for n. It is $n.\n</think>\n\nIt is **$n**.",
+    )
+    record = ip.user_ns["_cortex"]
+    assert record.thought == "The user asks for n. It is $n.\n"
+    assert record.answer == "It is **4**."
+
+
 def test_a_failed_action_ends_the_cell_with_one_line_not_an_exception(
     ip: InteractiveShell, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from cortex_jupyter.runtime.answer import fill_references
+from cortex_jupyter.runtime.answer import value_text as short_str
+
 from .inspector import inspector_html
-from .markdown import IncrementalMarkdown, fill_references, render_markdown, short_str
+from .markdown import IncrementalMarkdown, render_markdown
 from .rich import rich_html, sanitize_html
 from .state import PARTS, NodeView, Segment, ViewState, from_run, reduce
 from .static import (

@@ -318,7 +318,8 @@ def _nested(state: ViewState, node: NodeView, now: float | None, live: bool) -> 
     if node.thought:
         parts.append(_section("subthought", "Its thought", pre(node.thought), opened=False))
     if node.response:
-        parts.append(_section("subresponse", "Its answer", pre(node.response)))
+        # Every reply as written, interim ones too; its answer is the node's output.
+        parts.append(_section("subresponse", "Its replies", pre(node.response)))
     return "".join(parts)
 
 

@@ -8,23 +8,11 @@ to send notebook data to a server) becomes a link with its alt text, ``🖼 char
 is highlighted by Pygments into inline styles, so a saved notebook shows colours with no
 stylesheet.
 
-Dollars (the rule, also in ``fill_references`` for plain text; the README states it):
-
-- Math, kept as written, never filled:
-  ``$...$`` when the opening ``$`` has a non-space character right after it and the next
-  ``$`` (not ``\$``) a non-space character right before it and no digit right after it
-  (pandoc's rule: ``$x$``, ``the $n$th`` are math; ``$5 and $10``, ``$5-$10``,
-  ``US$ 3`` are not); ``$$...$$`` when a closing ``$$`` follows in the same paragraph,
-  not followed by a letter, digit or ``_``; ``\(...\)`` and ``\[...\]`` (as in a Jupyter
-  markdown cell). A formula never holds a blank line, a backtick (code wins) or ``](``
-  (a link wins), and one that starts with a digit never holds a space followed by a
-  letter (that is prices: ``$10 versus US$ 8``; ``$2x + 1$`` is math).
-- A ``$$`` that opens no display math is a literal ``$`` (the protocol's escape:
-  ``$$HOME``, ``costs $$5``); ``\$`` is a literal ``$``.
-- Otherwise ``$name`` / ``$name.key`` (``REFERENCE``, the runtime's pattern) shows the
-  value's short ``str`` when ``values`` has it (the longest resolvable part of a dotted
-  path, so ``see $report.`` works) and stays as written when not.
-- Code spans and blocks are never math and never filled.
+Dollars: ``$name`` is filled before math is read, by the runtime's one rule
+(``cortex_jupyter.runtime.answer``, which the run record's ``.answer`` and the terminal
+use too): this module only renders each span it finds. A value is text (escaped, never
+parsed or typeset), except a rich object (a DataFrame, a figure), which shows its rich
+form, sanitized as the inspector sanitizes it (``rich.rich_html``).
 
 Math in the HTML: each formula is ``<span class="cortex-math">`` holding the formula with
 its own delimiters (``$x$``, ``$$E=mc^2$$``, ``\(x\)``), which JupyterLab / Notebook 7's
@@ -50,11 +38,9 @@ equals a full render at every step; the tests check that over many chunkings.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from markdown_it import MarkdownIt
 from markdown_it.common.utils import escapeHtml
@@ -68,8 +54,7 @@ from pygments.lexer import Lexer
 from pygments.lexers import get_lexer_by_name
 from pygments.util import ClassNotFound
 
-from cortex_jupyter.runtime.secrets import Repr, shorten
-from cortex_jupyter.runtime.variables import REFERENCE, resolve
+from cortex_jupyter.runtime.answer import lookup, rich_value, scan, show
 
 from . import theme
 from .theme import clean, esc
@@ -91,7 +76,6 @@ _SAFE_IMAGE_DATA = re.compile(r"^data:image/(?:gif|png|jpeg|webp);", re.IGNORECA
 _HAS_SCHEME = re.compile(r"^[a-z][a-z0-9+.\-]*:", re.IGNORECASE)
 _MAYBE_DEFINITION = re.compile(r"^ {0,3}\[", re.MULTILINE)
 _MAX_HIGHLIGHT = 200_000  # characters; beyond this a code block is shown plain
-_VALUE_LIMIT = 200
 
 _PRE_CODE_STYLE = "background:none;color:inherit;padding:0"
 _PRE_STYLE = (
@@ -104,201 +88,7 @@ _CODE_STYLE = (
 )
 _LINK_REL = "noopener noreferrer nofollow"
 
-_short = Repr()  # secrets redacted before its cuts
-_short.maxstring = _short.maxother = _VALUE_LIMIT
-_short.maxlist = _short.maxdict = _short.maxtuple = _short.maxset = 10
-
-
-def short_str(value: Any, limit: int = _VALUE_LIMIT) -> str:
-    """The text a ``$name`` shows: ``str`` of strings and scalars, a short repr of
-    containers (never the ``str`` of a million-item list), cut to ``limit``."""
-    try:
-        if isinstance(value, str | int | float | bool) or value is None:
-            text = str(value)
-        elif isinstance(value, list | tuple | dict | set | frozenset):
-            text = _short.repr(value)
-        else:
-            text = str(value)
-    except Exception as exc:  # a broken __str__ must not break the response
-        text = f"<{type(value).__name__} (str failed: {type(exc).__name__})>"
-    return shorten(text, limit)  # secrets redacted before the cut
-
-
 # --------------------------------------------------------------------------- dollars
-
-# What ends the search for a closing delimiter: the delimiter, or what a formula never
-# holds: a backtick (a code span wins over math around it) or `](` (nor does a link:
-# in `[see $x](u?q=$x)` the second `$` belongs to the URL). Escapes are skipped.
-_DOLLAR_OR_ESCAPE = re.compile(r"\\[\s\S]|\$|`|\]\(")
-_DOUBLE_OR_ESCAPE = re.compile(r"\\[\s\S]|\$\$|`|\]\(")
-_ESCAPE = re.compile(r"\\[\s\S]|`|\]\(")
-_BLANK_LINE = re.compile(r"\n[ \t]*\n")
-_SPACE_LETTER = re.compile(r"\s[^\W\d_]")
-_SPECIAL = re.compile(r"[$\\]|`+|\]\([^)\s]*")
-_BRACKETS = {"(": "\\)", "[": "\\]"}
-
-
-@dataclass(frozen=True, slots=True)
-class _Span:
-    """What a ``$`` or ``\\`` at some position starts, and where that ends."""
-
-    kind: Literal["math", "literal", "reference"]
-    end: int
-    opener: str = ""  # math: its delimiters and the formula between them
-    closer: str = ""
-    formula: str = ""
-    name: str = ""  # reference: ``$name`` and its ``.path``
-    path: str = ""
-
-
-def _scan(src: str, pos: int, end: int) -> _Span | None:
-    """The math, literal ``$`` or reference starting at ``src[pos]`` (a ``$`` or a
-    backslash) within ``src[:end]``; ``None`` when it starts none of them (a lone ``$``,
-    an ordinary backslash escape)."""
-    if src[pos] == "\\":
-        return _bracket_math(src, pos, end)
-    if pos + 1 < end and src[pos + 1] == "$":
-        close = _display_close(src, pos + 2, end)
-        if close is None:
-            return _Span("literal", pos + 2)  # the protocol's `$$`: a literal `$`
-        return _Span("math", close + 2, "$$", "$$", src[pos + 2 : close])
-    close = _inline_close(src, pos + 1, end)
-    if close is not None:
-        return _Span("math", close + 1, "$", "$", src[pos + 1 : close])
-    match = REFERENCE.match(src, pos, end)
-    if match is not None and match.group(1):
-        return _Span("reference", match.end(), name=match.group(1), path=match.group(2))
-    return None
-
-
-def _inline_close(src: str, start: int, end: int) -> int | None:
-    """Where the ``$`` closing inline math opened just before ``start`` is: pandoc's
-    rule (no space inside either delimiter, no digit after the closing one), and a
-    formula that starts with a digit has no space followed by a letter (prices)."""
-    if start >= end or src[start].isspace():
-        return None
-    for match in _DOLLAR_OR_ESCAPE.finditer(src, start, end):
-        if match.group() != "$":
-            if match.group()[0] == "\\":
-                continue  # an escaped character, `\$` included
-            return None
-        at = match.start()
-        after = src[at + 1] if at + 1 < end else ""
-        if src[at - 1].isspace() or "0" <= after <= "9" or _BLANK_LINE.search(src, start, at):
-            return None
-        if _price(src, start, at):
-            return None
-        return at
-    return None
-
-
-def _price(src: str, start: int, end: int) -> bool:
-    """Whether a formula ``src[start:end]`` is rather prose about prices: it starts with
-    a digit and has a space followed by a letter (``$10 versus US$``, ``$$5; a $$``)."""
-    return "0" <= src[start] <= "9" and _SPACE_LETTER.search(src, start, end) is not None
-
-
-def _display_close(src: str, start: int, end: int) -> int | None:
-    """Where the ``$$`` closing display math opened just before ``start`` is."""
-    for match in _DOUBLE_OR_ESCAPE.finditer(src, start, end):
-        if match.group() != "$$":
-            if match.group()[0] == "\\":
-                continue
-            return None
-        at = match.start()
-        after = src[at + 2] if at + 2 < end else ""
-        formula = src[start:at]
-        if not formula.strip() or after.isalnum() or after == "_" or _BLANK_LINE.search(formula):
-            return None
-        if _price(src, start, at):
-            return None
-        return at
-    return None
-
-
-def _bracket_math(src: str, pos: int, end: int) -> _Span | None:
-    r"""``\(...\)`` or ``\[...\]`` starting at ``pos``. The search stops at the next
-    opener, so a text full of unclosed ``\(`` costs linear time, not quadratic."""
-    closer = _BRACKETS.get(src[pos + 1]) if pos + 1 < end else None
-    if closer is None:
-        return None
-    for match in _ESCAPE.finditer(src, pos + 2, end):
-        pair = match.group()
-        if pair == closer:
-            formula = src[pos + 2 : match.start()]
-            if not formula.strip() or _BLANK_LINE.search(formula):
-                return None
-            return _Span("math", match.end(), src[pos : pos + 2], closer, formula)
-        if pair in ("\\(", "\\[", "`", "]("):
-            return None
-    return None
-
-
-def fill_references(text: str, values: Mapping[str, Any]) -> tuple[str, dict[str, str | None]]:
-    """``text`` (plain text, not HTML) with each ``$name[.path]`` that ``values`` can
-    resolve replaced, by the same rule as the HTML: math, code (backtick spans and
-    fences) and link addresses stay as written, a ``$$`` that opens no display math is
-    ``$``, ``\\$`` and other escapes are kept.
-
-    Returns the new text and what each reference showed (``None``: left as written),
-    which is how a cache knows when a value change makes its HTML stale. The longest
-    resolvable part of a dotted path is used, so ``see $report.`` or
-    ``$report.Then`` still show ``report``.
-    """
-    used: dict[str, str | None] = {}
-    out: list[str] = []
-    done = pos = 0
-    end = len(text)
-    while (found := _SPECIAL.search(text, pos)) is not None:
-        at = found.start()
-        if text[at] == "`":  # code (a span, or a fenced block): skipped whole
-            close = _backticks(len(found.group())).search(text, found.end())
-            pos = found.end() if close is None else close.end()
-            continue
-        if text[at] == "]":  # a link's address: kept as written
-            pos = found.end()
-            continue
-        span = _scan(text, at, end)
-        if span is None:
-            pos = at + (2 if text[at] == "\\" else 1)  # an escape pair is kept as it is
-            continue
-        if span.kind == "literal":
-            out += [text[done:at], "$"]
-            done = span.end
-        elif span.kind == "reference":
-            out += [text[done:at], _show(span.name, span.path, values, used)]
-            done = span.end
-        pos = span.end
-    out.append(text[done:])
-    return "".join(out), used
-
-
-@functools.lru_cache(maxsize=16)
-def _backticks(count: int) -> re.Pattern[str]:
-    """A run of exactly ``count`` backticks: what closes a code span opened by one."""
-    return re.compile(rf"(?<!`)`{{{count}}}(?!`)")
-
-
-def _show(name: str, path: str, values: Mapping[str, Any], used: dict[str, str | None]) -> str:
-    """What ``$name.path`` shows: the value of its longest resolvable part, then the
-    rest of the path as written; the reference as written when nothing resolves."""
-    parts = path.split(".")[1:]
-    for keep in range(len(parts), -1, -1):
-        ref = ".".join([name, *parts[:keep]])
-        shown = _lookup(ref, values)
-        used[ref] = shown
-        if shown is not None:
-            return shown + "".join("." + p for p in parts[keep:])
-    return f"${name}{path}"
-
-
-def _lookup(ref: str, values: Mapping[str, Any]) -> str | None:
-    if ref.split(".", 1)[0] not in values:
-        return None
-    try:
-        return short_str(resolve("$" + ref, [values]))
-    except Exception:  # BadReference, or a property that raised: show the name as written
-        return None
 
 
 def _math_html(opener: str, formula: str, closer: str) -> str:
@@ -355,7 +145,9 @@ def _dollars(state: StateInline, silent: bool) -> bool:
     src, pos = state.src, state.pos
     if src[pos] != "$" and src[pos] != "\\":
         return False
-    span = _scan(src, pos, state.posMax)
+    values = state.env.get("cortex_values") or {}
+    used = state.env.setdefault("cortex_used", {})
+    span = scan(src, pos, state.posMax, values, used)
     if span is None:
         return False
     if not silent:
@@ -375,14 +167,25 @@ def _dollars(state: StateInline, silent: bool) -> bool:
 def _fill_values(state: StateCore) -> None:
     """Core rule: each ``$name`` reference becomes the text it shows, from
     ``env["cortex_values"]``; ``env["cortex_used"]`` records what each showed. Images
-    inside a link are marked (``meta["in_link"]``) for the renderer."""
+    inside a link are marked (``meta["in_link"]``) for the renderer. A paragraph that
+    is one rich value alone is that value's block, with no ``<p>`` around it (a table
+    inside a ``<p>`` would end the paragraph and leave its wrapper)."""
     values = state.env.get("cortex_values") or {}
     used = state.env.setdefault("cortex_used", {})
-    for token in state.tokens:
+    tokens = state.tokens
+    for index, token in enumerate(tokens):
         if token.type != "inline" or not token.children:
             continue
         if "$" in token.content:
             _fill_tokens(token.children, values, used)
+            alone = [t for t in token.children if t.type != "text" or t.content.strip()]
+            if (
+                len(alone) == 1
+                and alone[0].type == "cortex_rich"
+                and 0 < index < len(tokens) - 1
+                and tokens[index - 1].type == "paragraph_open"
+            ):
+                tokens[index - 1].hidden = tokens[index + 1].hidden = True
         if "![" in token.content:
             _mark_images_in_links(token.children)
 
@@ -393,7 +196,12 @@ def _fill_tokens(
     for token in tokens:
         if token.type == "cortex_ref":
             token.type = "text"  # shown as text: escaped, never parsed or typeset
-            token.content = _show(token.meta["name"], token.meta["path"], values, used)
+            name, path = token.meta["name"], token.meta["path"]
+            token.content = show(name, path, values, used)
+            rich = rich_value(name, path, values)
+            if rich is not None:  # a DataFrame, a figure: shown as a notebook shows it
+                token.type = "cortex_rich"
+                token.meta["value"] = rich
         elif token.children:  # an image's alt text
             _fill_tokens(token.children, values, used)
 
@@ -471,6 +279,15 @@ def make_parser(highlight: bool = True) -> MarkdownIt:
         token = tokens[idx]
         return _math_html(token.markup, token.content, token.info)
 
+    def cortex_rich(
+        self: Any, tokens: Sequence[Token], idx: int, options: OptionsDict, env: EnvType
+    ) -> str:
+        from .rich import rich_html  # sanitized: only inert tags, every text escaped
+
+        # Whatever `$` or `\\` a table holds is text: MathJax skips this class. A block
+        # (a browser would end a <p> at the table anyway), so the class stays on it.
+        return f'<div class="{LITERAL_CLASS}">{rich_html(tokens[idx].meta["value"])}</div>'
+
     def link_open(
         self: Any, tokens: Sequence[Token], idx: int, options: OptionsDict, env: EnvType
     ) -> str:
@@ -507,6 +324,7 @@ def make_parser(highlight: bool = True) -> MarkdownIt:
         ("code_inline", code_inline),
         ("text", text),
         ("math", math),
+        ("cortex_rich", cortex_rich),
         ("link_open", link_open),
         ("image", image),
     ):
@@ -594,7 +412,7 @@ class IncrementalMarkdown:
         return html
 
     def _stale(self, values: Mapping[str, Any]) -> bool:
-        return any(_lookup(ref, values) != shown for ref, shown in self._used.items())
+        return any(lookup(ref, values) != shown for ref, shown in self._used.items())
 
     def _render_tail(self, text: str, values: Mapping[str, Any]) -> str | None:
         tail = text[len(self._done_src) :]

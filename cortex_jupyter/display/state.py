@@ -244,6 +244,7 @@ class ViewState:
     _block_open: dict[str, bool] = field(default_factory=dict, repr=False)
     _open_tag: Segment | None = field(default=None, repr=False)
     _scopes: dict[str, _Scope] = field(default_factory=lambda: {"": _Scope()}, repr=False)
+    _nested_ended: set[tuple[str, str]] = field(default_factory=set, repr=False)
 
     # ---- text ---------------------------------------------------------------------
 
@@ -437,6 +438,10 @@ class ViewState:
         node = self.nodes.get(parent)
         if node is None or kind == "text":
             return
+        if (parent, kind) in self._nested_ended:  # a new block of the sub-run's: a paragraph
+            self._nested_ended.discard((parent, kind))
+            if getattr(node, kind, ""):
+                text = "\n\n" + text
         if kind == "thought" and len(node.thought) < _MAX_NESTED_TEXT:
             node.thought = _nested_kept(node.thought + text)
         elif kind == "response" and len(node.response) < _MAX_NESTED_TEXT:
@@ -458,6 +463,7 @@ class ViewState:
 
     def _on_block_end(self, event: Any, at: float, scope: _Scope) -> None:
         if scope.parent is not None:
+            self._nested_ended.add((scope.parent, _kind(event).removesuffix("_end")))
             return
         kind = _kind(event)
         if kind == "thought_end":

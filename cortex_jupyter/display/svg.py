@@ -613,7 +613,7 @@ def node_tooltip(node: NodeView, now: float | None = None) -> str:
     if node.note:
         lines.append(f"note: {shorten(node.note, 300)}")
     if node.response:
-        lines.append(f"answer: {shorten(node.response, 300)}")
+        lines.append(f"replies: {shorten(node.response, 300)}")  # its answer is the output
     return "\n".join(lines)
 
 

@@ -18,7 +18,12 @@ explicit ``final="true"`` is final at its closing tag (later actions are
 ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` one tool action (a
 generated id, async) started at its closing tag, and all other text is the response,
 decided like a cortex response without ``final``: final when no tool call follows
-it. ``<tool_response>`` written by the model is a forgery.
+it. ``<tool_response>`` written by the model is a forgery. A reply may start inside
+its thought with no ``<think>`` (a chat template that writes the opener into the prompt,
+as Qwen3's does): text before a lone ``</think>`` is the thought. So the leading text
+of a hermes reply is held until it is decided: a ``</think>`` makes it the thought,
+any other tag or the end of the stream makes it what it is without one (past
+``OPENERLESS_HOLD`` characters it is let go as that, and a later ``</think>`` is text).
 
 **Recovered sloppiness.** A reply whose loose text starts with the rest of a
 response opener (`` final="true">Tests pass.</response>``: the ``<response`` got lost)
@@ -105,6 +110,10 @@ _CORTEX_ONLY = frozenset(("thought", "thinking", "action", "response", "context_
 _COGENCY_ONLY = frozenset(("execute", "respond", "end", "/end"))
 _HERMES_ONLY = frozenset(("tool_call",))
 
+#: Characters of a hermes reply's leading text held while a lone ``</think>`` may still
+#: make it the thought (see the module docstring).
+OPENERLESS_HOLD = 65_536
+
 _NOT_TAG_START = frozenset(" \t\r\n=<>0123456789-")
 _BODY_SPECIAL = re.compile(r'["<]')
 _STRING_SPECIAL = re.compile(r'["\\]')
@@ -140,6 +149,14 @@ class XmlParser(Parser):
         super().__init__(dialect, **limits)
         self._orphans = False  # see _orphan_opener
         self._set_dialect(dialect)
+        # Hermes: the reply's leading text, held while a lone </think> may end it.
+        self._opener_less = dialect == "hermes"
+        self._held_parts: list[str] = []
+        self._held_len = 0
+        if self._opener_less:
+            self._known = self._tables[TOP] | _THOUGHT_CLOSE
+            # Only a hermes parser pays for the hold, and only until it is decided.
+            self._emit = self._hold_leading  # type: ignore[method-assign]
         self._state = S_TEXT
         self._fast = 0  # see _update_fast
         self._pending = tag_set(self._known)  # for a tag still arriving
@@ -254,6 +271,8 @@ class XmlParser(Parser):
             return []
         out: list[Event] = []
         self._flush_held(out)
+        if self._opener_less:
+            self._decide_opener_less(False, out)
         self._close_blocks(out)
         self._closed = True
         self._fast = 0
@@ -336,7 +355,33 @@ class XmlParser(Parser):
         self._enter(RESPONSE)
         return found[1]
 
+    def _hold_leading(self, text: str, out: list[Event]) -> None:
+        """``_emit`` while a hermes reply's leading text is undecided."""
+        self._held_parts.append(text)
+        self._held_len += len(text)
+        if self._held_len > OPENERLESS_HOLD:
+            self._decide_opener_less(False, out)
+
+    def _decide_opener_less(self, thought: bool, out: list[Event]) -> None:
+        """The held leading text of a hermes reply is now known: the thought (a lone
+        ``</think>`` came) or loose text, the response."""
+        self._opener_less = False
+        del self._emit  # the class's own again
+        held = "".join(self._held_parts)
+        self._held_parts, self._held_len = [], 0
+        if thought and held.strip():
+            self._enter(THOUGHT)
+        else:
+            self._known = self._tables[self._sink]
+        if held:
+            self._emit(held, out)
+
     def _on_tag(self, tag: Tag, out: list[Event]) -> int:
+        if self._opener_less:
+            lone_close = tag.name in _THOUGHT_CLOSE
+            self._decide_opener_less(lone_close, out)
+            if lone_close and self._sink != THOUGHT:
+                return tag.end  # an empty thought: the tag alone shows nothing
         if self.dialect == "auto":
             self._decide(tag.name)
         self._on[tag.name](tag, out)

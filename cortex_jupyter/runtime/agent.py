@@ -173,6 +173,7 @@ class Agent:
         if names is None:
             names = [n for n in find_references(prompt) if n in space and n not in feeds]
         scheduler = self._scheduler(model, space, feeds, hooks or RunHooks(), run)
+        scheduler.run.reach = ChainMap(feeds, space)  # type: ignore[arg-type]
         loop = Loop(
             self,
             model=model,
@@ -238,6 +239,7 @@ class Agent:
         node.subrun = child
         space = scheduler.namespace
         feeds = self.feeds if self.feeds is not None else FeedSet()
+        child.reach = ChainMap(feeds, space)  # type: ignore[arg-type]
         nested = Scheduler(
             registry=self.callable(),
             namespace=space,
@@ -274,7 +276,7 @@ class Agent:
             await loop.go(task)
         if child.status != "completed":
             raise AgentDidNotAnswer(self.name or "agent", child.status, child.reason)
-        return child.response
+        return child.answer  # as the caller's run is answered: final reply, $name filled
 
     # ---- helpers ----------------------------------------------------------------------
 

@@ -183,7 +183,7 @@ class TurnEnd:
     continued) or ``failed`` (the model failed in a way asking again cannot fix).
     ``reason`` says why, in words; ``finish`` is the model's finish reason. ``answer`` is
     true when the reply was plain text with no response block and no actions: that text
-    is the run's answer (``run.response``).
+    is the run's answer (``run.answer``).
     """
 
     number: int

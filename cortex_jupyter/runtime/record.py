@@ -15,7 +15,8 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections import ChainMap
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -34,6 +35,7 @@ from cortex_jupyter.protocol.events import (
     event_to_dict,
 )
 
+from .answer import fill
 from .errors import TranscriptError
 from .events import RUN_EVENT_TYPES, AnyEvent, Metric, Nested, Progress, Turn, TurnEnd
 from .graph import STATUSES, ActionNode
@@ -43,6 +45,7 @@ TRANSCRIPT_FORMAT = "cortex_jupyter.run"
 TRANSCRIPT_VERSION = 1
 MAX_JSON_OUTPUT = 1 << 20
 _TURN_BREAK = "\n\n"  # between the text of one agent turn and the next
+_BLOCK_BREAK = "\n\n"  # between two response blocks: separate paragraphs
 
 _PARSER_EVENT_TYPES: dict[str, type[Any]] = {
     cls.kind: cls
@@ -106,9 +109,24 @@ def to_json_value(value: Any) -> tuple[Any, bool]:
     return json.loads(text), False
 
 
+@dataclass(eq=False)
+class _Block:
+    """One response block (or a plain-text answer): its text and whether it was final
+    (``None`` while nothing has said so)."""
+
+    parts: list[str] = field(default_factory=list)
+    final: bool | None = None
+
+
 @dataclass(eq=False, repr=False)
 class Run:
-    """One run: its events, action nodes, text and variables (the notebook's ``_cortex``)."""
+    """One run: its events, action nodes, text and variables (the notebook's ``_cortex``).
+
+    ``answer`` is what a person reads as the run's answer; ``response`` the raw text the
+    model wrote in response blocks. ``reach`` is what ``$name`` in the answer may show
+    besides the run's own outputs (the names the model could reach, and the context
+    feeds); the runtime sets it when the run starts.
+    """
 
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     actions: dict[str, ActionNode] = field(default_factory=dict)
@@ -129,6 +147,9 @@ class Run:
     _text: list[str] = field(default_factory=list, repr=False)
     _breaks: list[list[str]] = field(default_factory=list, repr=False)
     _turn_text: list[str] = field(default_factory=list, repr=False)
+    _blocks: list[_Block] = field(default_factory=list, repr=False)
+    _open: _Block | None = field(default=None, repr=False)
+    reach: Mapping[str, Any] | None = field(default=None, repr=False)
 
     @property
     def thought(self) -> str:
@@ -136,7 +157,32 @@ class Run:
 
     @property
     def response(self) -> str:
+        """The raw text of every response block, interim ones included, as the model
+        wrote it (``$name`` unfilled); blocks are separate paragraphs. The answer a
+        person reads is ``answer``."""
         return joined(self._response)
+
+    @property
+    def final_response(self) -> str:
+        """The answer as the model wrote it (``$name`` not filled): ``answer``'s source."""
+        finals = [b for b in self._blocks if b.final]
+        if not finals and self._blocks and self._blocks[-1].final is None:
+            finals = self._blocks[-1:]  # cut off before anything decided: what arrived
+        return _BLOCK_BREAK.join(t for t in (joined(b.parts).strip() for b in finals) if t)
+
+    @property
+    def answer(self) -> str:
+        """The final answer as the view shows it: the final response blocks (interim
+        replies of earlier turns, and a response followed by actions, left out), or the
+        reply itself when it was plain text, with each ``$name`` that has a value
+        filled in whole (``runtime.answer``'s rule: math stays math)."""
+        source = self.final_response
+        if "$" not in source:
+            return source
+        values: Mapping[str, Any] = self.variables
+        if self.reach is not None:
+            values = ChainMap(self.variables, self.reach)  # type: ignore[arg-type]
+        return fill(source, values)
 
     @property
     def text(self) -> str:
@@ -163,26 +209,43 @@ class Run:
         if isinstance(event, ThoughtDelta):
             self._append(self._thought, event.text)
         elif isinstance(event, ResponseDelta):
-            self._append(self._response, event.text)
+            self._response_text(event.text)
         elif isinstance(event, TextDelta):
             self._append(self._text, event.text)
             self._turn_text.append(event.text)
         elif isinstance(event, ResponseEnd):
             self.final = event.final
+            if self._open is not None:
+                self._open.final = event.final
+                self._open = None
         elif isinstance(event, ProtocolError):
             self.errors.append(event)
         elif isinstance(event, Turn):
             self.turns = max(self.turns, event.number)
             if event.model is not None:
                 self.model = event.model
-            self._breaks = [self._thought, self._response, self._text]
+            self._breaks = [self._thought, self._text]
             self._turn_text = []
+            self._open = None
         elif isinstance(event, TurnEnd) and event.answer:
             # A plain-text reply is the answer: the text becomes the response as well.
             answer = "".join(self._turn_text).strip()
             if answer:
-                self._append(self._response, answer)
+                self._response_text(answer)
+                assert self._open is not None
+                self._open.final, self._open = True, None
                 self.final = True
+
+    def _response_text(self, text: str) -> None:
+        """A response delta: the first one of a block opens it, a paragraph after the
+        blocks before it (of this turn or an earlier one)."""
+        if self._open is None:
+            self._open = _Block()
+            self._blocks.append(self._open)
+            if any(self._response):
+                self._response.append(_BLOCK_BREAK)
+        self._open.parts.append(text)
+        self._response.append(text)
 
     def _append(self, parts: list[str], text: str) -> None:
         # The first text of a new turn in this field: a blank line after earlier turns'.

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from cortex_jupyter.display import IncrementalMarkdown, fill_references, render_markdown, short_str
 from cortex_jupyter.display.markdown import LITERAL_CLASS, MATH_CLASS
+from cortex_jupyter.runtime.answer import VALUE_LIMIT
 
 BLOCKS = [
     "# Heading $x",
@@ -182,9 +183,15 @@ def test_filled_values_are_escaped_and_code_is_left_alone() -> None:
     assert ">$x</code>" in html and ">$x\n</code></pre>" in html
 
 
-def test_short_str_is_short_and_safe() -> None:
-    assert len(short_str(list(range(100_000)))) <= 200
-    assert short_str("y" * 1000).endswith("…")
+def test_short_str_is_whole_up_to_a_generous_limit_and_says_what_it_cut() -> None:
+    # Issue 18 item 2: a 120-word text reaches the answer whole (it was cut at 200).
+    words = " ".join(f"word{i}" for i in range(120))
+    assert short_str(words) == words
+    assert len(short_str(list(range(100_000)))) <= 200  # containers: a short repr
+    assert short_str(b"x" * 10_000_000).endswith("(10,000,000 bytes)")  # never all of it
+    huge = short_str("y" * (VALUE_LIMIT + 1234), where="report")
+    assert huge.startswith("y" * VALUE_LIMIT)
+    assert huge.endswith("… [1,234 more characters; the whole value is report]")
 
     class Broken:
         def __str__(self) -> str:

@@ -145,6 +145,20 @@ def test_nested_agent_events_are_namespaced_under_the_parent() -> None:
     assert state.thought == ""  # a sub-run's text stays on its node
 
 
+def test_two_response_blocks_are_separate_paragraphs_in_the_view_and_a_nested_node() -> None:
+    # Issue 18 item 7g: two blocks were glued together ("One.Two.") on a nested node.
+    state = ViewState()
+    feed(state, parse('<action type="agent" id="a1">{"name": "helper"}</action>'))
+    two = "<thought>a</thought><thought>b</thought>"
+    two += "<response>One.</response><response>Two.</response>"
+    for event in parse(two):
+        state.apply(Nested("a1", event), 3.0)
+    assert state.nodes["a1"].response == "One.\n\nTwo."
+    assert state.nodes["a1"].thought == "a\n\nb"
+    feed(state, parse(two))
+    assert state.body == "One.\n\nTwo."
+
+
 def test_metrics_turn_interrupt() -> None:
     state = ViewState(model="m")
     state.apply(Metric("prompt_tokens", 100, 1.0))

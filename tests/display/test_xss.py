@@ -13,6 +13,7 @@ from cortex_jupyter.display import (
     IncrementalMarkdown,
     ViewState,
     details_html,
+    fill_references,
     graph_svg,
     header_html,
     render_markdown,
@@ -20,8 +21,15 @@ from cortex_jupyter.display import (
     thought_html,
     timeline_svg,
 )
-from cortex_jupyter.display.markdown import MATH_CLASS
-from cortex_jupyter.protocol import Action, ActionReady, ActionStart, ProtocolError
+from cortex_jupyter.display.markdown import LITERAL_CLASS, MATH_CLASS
+from cortex_jupyter.protocol import (
+    Action,
+    ActionReady,
+    ActionStart,
+    ProtocolError,
+    ResponseDelta,
+    ResponseEnd,
+)
 from cortex_jupyter.runtime import Nested
 
 from .helpers import feed, parse, status
@@ -225,3 +233,35 @@ def test_a_value_is_shown_as_text_never_interpreted(value: str) -> None:
         assert MATH_CLASS not in out and "<strong>" not in out and "<b>" not in out
         assert out.count("<a ") <= 1 and "<img" not in out and "SHOULD NOT" not in out
         assert value in htmllib.unescape(re.sub(r"<[^>]*>", "", out))
+
+
+class Frame:
+    """A DataFrame-like value: a text form and an HTML table that carries a payload."""
+
+    def __str__(self) -> str:
+        return "   a\n0  1"
+
+    def _repr_html_(self) -> str:
+        return (
+            '<table onclick="alert(1)"><tr><th>a</th></tr><tr><td>$1 and $2</td></tr></table>'
+            "<script>alert(1)</script><img src=x onerror=alert(1)>"
+        )
+
+
+def test_a_rich_value_shows_its_rich_form_sanitized_in_the_view_and_the_copy() -> None:
+    # Issue 18 item 2: a DataFrame in the answer is a table, as a notebook shows it.
+    state = ViewState(model="m")
+    feed(state, [ResponseDelta("The table:\n\n$frame\n\nDone.", True), ResponseEnd(True)])
+    values = {"frame": Frame()}
+    live, copy = (
+        IncrementalMarkdown().render(state.body, values),
+        static_html(state, values, now=300.0),
+    )
+    for out in (live, copy):
+        # A block of its own (no <p> around it), whose `$` MathJax never reads.
+        assert f'<p>The table:</p>\n<div class="{LITERAL_CLASS}"><div ' in out
+        assert "<table><tr><th>a</th></tr><tr><td>$1 and $2</td></tr></table></div></div>" in out
+        assert "<script" not in out and "onclick" not in out and "onerror" not in out
+    assert live == render_markdown(state.body, values)
+    # The answer in Python and the copy's text show its text form.
+    assert fill_references("See $frame", values)[0] == "See    a\n0  1"

@@ -12,6 +12,7 @@ from cortex_jupyter.protocol import (
     ThoughtEnd,
 )
 from cortex_jupyter.protocol.events import Event
+from cortex_jupyter.protocol.xml import OPENERLESS_HOLD
 
 
 def kinds(events: list[Event]) -> list[str]:
@@ -121,6 +122,8 @@ def test_a_response_without_final_is_final_when_the_stream_ends() -> None:
 
 def test_hermes_text_is_the_response_as_it_arrives_and_calls_start_at_their_close() -> None:
     parser = Parser("hermes")
+    # (The reply's leading text is held until it is decided: see the next test.)
+    assert parser.feed("<think>Look it up.</think>") == [ThoughtDelta("Look it up."), ThoughtEnd()]
     assert parser.feed("Let me look") == [ResponseDelta("Let me look", False)]
     events = parser.feed('.<tool_call>{"name": "a", "arguments": {}}')
     assert events == [
@@ -129,6 +132,32 @@ def test_hermes_text_is_the_response_as_it_arrives_and_calls_start_at_their_clos
         ActionStart("auto-1", "tool", "async", False),
     ]
     assert kinds(parser.feed("</tool_call>")) == ["action"]
+
+
+def test_hermes_text_before_a_lone_think_close_is_the_thought() -> None:
+    # Issue 18 item 7f: a chat template that writes <think> into the prompt (Qwen3's)
+    # leaves the reply with only the closing tag; that was shown as the answer.
+    parser = Parser("hermes")
+    assert parser.feed("The user wants 2 + 2.\n") == []  # held: a </think> may follow
+    assert parser.feed("</think>\n\nIt is 4.") == [
+        ThoughtDelta("The user wants 2 + 2.\n"),
+        ThoughtEnd(),
+        ResponseDelta("It is 4.", False),
+    ]
+    assert parser.close() == [ResponseEnd(True)]
+    # Without a </think>, the held text is the response once anything decides it.
+    parser = Parser("hermes")
+    assert parser.feed("Just 4.") == []
+    assert parser.close() == [ResponseDelta("Just 4.", False), ResponseEnd(True)]
+    parser = Parser("hermes")
+    parser.feed("Checking.")
+    assert kinds(parser.feed('<tool_call>{"name": "a"}</tool_call>')) == [
+        "response", "response_end", "action_start", "action",
+    ]  # fmt: skip
+    # Past the hold limit the text goes out as the response, and streams from there.
+    parser = Parser("hermes")
+    assert texts(parser.feed("x" * (OPENERLESS_HOLD + 1))) == "x" * (OPENERLESS_HOLD + 1)
+    assert parser.feed("y") == [ResponseDelta("y", False)]
 
 
 def test_a_possible_lost_response_opener_is_held_only_while_it_may_be_one() -> None:

@@ -256,6 +256,29 @@ async def test_a_nested_agent_runs_its_own_loop_with_its_own_tools(registry: Reg
     assert any(isinstance(e, Nested) and e.parent == "ag" for e in seen)
 
 
+async def test_a_nested_agents_output_is_its_answer_interim_left_out_names_filled(
+    registry: Registry,
+) -> None:
+    # Issue 18 item 4: the output was every response joined, with $five left raw.
+    inner = Scripted(
+        reply(
+            '<response final="false">Adding first…</response><action id="x">'
+            '{"name": "add", "parameters": {"a": 2, "b": 3}, "output_key": "five"}</action>'
+        ),
+        reply("<response>The sum is **$five** (and $x^2$ stays math).</response>"),
+    )
+    Agent("calc", instructions="You add numbers.", model=inner, registry=registry, tools=["add"])
+    outer = ScriptModel(
+        '<action type="agent" id="ag">{"name": "calc", "parameters": {"task": "2+3"}, '
+        '"output_key": "said"}</action>\n--- next turn ---\n<response>It says: $said</response>'
+    )
+    run = await Agent(model=outer, registry=registry).run("go")
+    node = run.actions["ag"]
+    assert node.output == "The sum is **5** (and $x^2$ stays math)."
+    assert node.subrun is not None and node.subrun.answer == node.output
+    assert run.answer == "It says: The sum is **5** (and $x^2$ stays math)."
+
+
 async def test_a_nested_agent_that_does_not_answer_fails_its_node(registry: Registry) -> None:
     loops = Scripted(*[reply('<action>{"name": "add", "parameters": {"a": 1}}</action>')] * 2)
     Agent("busy", instructions="Never finish.", model=loops, registry=registry, max_turns=2)

@@ -25,6 +25,8 @@ from cortex_jupyter.runtime import (
     load_events,
     run_stream,
 )
+from cortex_jupyter.runtime.answer import VALUE_LIMIT
+from cortex_jupyter.runtime.events import Turn, TurnEnd
 from cortex_jupyter.runtime.model import Message
 from cortex_jupyter.runtime.record import OutputRepr, summarize, to_json_value
 
@@ -175,3 +177,83 @@ async def test_each_node_keeps_the_exact_text_the_model_wrote_for_it() -> None:
     ).run("go")
     assert run.actions["e"].source == written
     assert Run.from_jsonl(run.to_jsonl()).actions["e"].source == written
+
+
+# ---- the answer (issue 18 items 1, 2 and 7g) -----------------------------------------------
+
+
+def record_all(run: Run, *events: Any) -> Run:
+    for event in events:
+        run.record(event)
+    return run
+
+
+def test_the_answer_leaves_out_interim_replies_and_fills_names() -> None:
+    run = Run(variables={"fiveA": 5})
+    run.reach = {"sevenB": 7, "nope_": "never shown: not named"}
+    record_all(
+        run,
+        Turn(1, 0.0),
+        ResponseDelta("Checking the totals first…", False),
+        ResponseEnd(False),
+        TurnEnd(1, 0.1, "results", "a response with final=false"),
+        Turn(2, 0.2),
+        ResponseDelta("Totals: $fiveA and ", True),
+        ResponseDelta("**$sevenB**, unknown $gone, math $x^2$.", True),
+        ResponseEnd(True),
+        TurnEnd(2, 0.3, "final", "a final response"),
+    )
+    assert run.answer == "Totals: 5 and **7**, unknown $gone, math $x^2$."
+    # ``response`` stays the raw text of every block, interim ones too.
+    assert run.response == (
+        "Checking the totals first…\n\nTotals: $fiveA and **$sevenB**, unknown $gone, math $x^2$."
+    )
+
+
+def test_a_response_followed_by_actions_in_the_same_reply_is_not_the_answer() -> None:
+    run = record_all(
+        Run(),
+        Turn(1, 0.0),
+        ResponseDelta("Let me look.", False),
+        ResponseEnd(False),
+        TurnEnd(1, 0.1, "results", "actions"),
+        Turn(2, 0.2),
+        ResponseDelta("Found it.", False),
+        ResponseEnd(True),
+    )
+    assert run.answer == "Found it."
+
+
+def test_two_response_blocks_are_separate_paragraphs() -> None:
+    run = record_all(
+        Run(),
+        ResponseDelta("First part.", True),
+        ResponseEnd(True),
+        ResponseDelta("Second part.", True),
+        ResponseEnd(True),
+    )
+    assert run.response == "First part.\n\nSecond part."
+    assert run.answer == "First part.\n\nSecond part."
+
+
+def test_a_plain_text_answer_counts_and_is_filled() -> None:
+    run = record_all(
+        Run(variables={"n": 3}),
+        Turn(1, 0.0),
+        TextDelta("There are $n rows."),
+        TurnEnd(1, 0.1, "final", "plain text", None, True),
+    )
+    assert run.answer == "There are 3 rows."
+
+
+def test_a_value_is_filled_whole_up_to_a_generous_limit() -> None:
+    words = " ".join(f"word{i}" for i in range(120))
+    huge = "z" * (VALUE_LIMIT + 10)
+    run = record_all(
+        Run(variables={"summary": words, "huge": huge}),
+        ResponseDelta("Summary: $summary\n\nAll: $huge", True),
+        ResponseEnd(True),
+    )
+    summary, rest = run.answer.split("\n\n")
+    assert summary == f"Summary: {words}"
+    assert rest == f"All: {'z' * VALUE_LIMIT}… [10 more characters; the whole value is huge]"

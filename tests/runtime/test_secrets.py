@@ -179,3 +179,16 @@ def test_an_mcp_servers_long_stderr_line_keeps_no_part_of_a_secret(
     lines.feed(f"{'.' * 20}{site_token}\n")
     lines.add("." * 22 + site_token)
     assert len(lines.lines()) == 2 and edge_parts("\n".join(lines.lines())) == []
+
+
+def test_a_value_filled_into_the_answer_and_cut_at_its_limit_keeps_no_part_of_a_secret(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from cortex_jupyter.runtime.answer import VALUE_LIMIT, value_text
+
+    key = "sk-proj-CUTTHROUGHabcdefghijk"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    for left in (4, 9, len(key) - 2):  # the limit falls inside the key
+        shown = value_text("." * (VALUE_LIMIT - left) + key + " tail", where="dump")
+        assert key[:4] not in shown, left
+        assert "more characters; the whole value is dump]" in shown
