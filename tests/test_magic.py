@@ -190,15 +190,41 @@ def test_a_dropped_stream_fails_the_cell_briefly_keeps_everything_and_can_contin
     assert SECRET not in record.to_jsonl()
     assert SECRET not in (record.reason or "")
 
-    server.script(Stream([*texts("<response>Three, done.</response>", 6), finish()]))
+    server.script(Stream([*texts(": three, done.</response>", 6), finish()]))
     ip.run_line_magic("cortex", "continue")
     again = ip.user_ns["_cortex"]
-    assert (again.status, again.response) == ("completed", "Three, done.")
+    # Read on inside the response the dropped stream left open.
+    assert (again.status, again.response) == ("completed", "So far: three, done.")
     note = server.requests[-1].json["messages"][-1]["content"]
     assert "So far" in note
 
     ip.run_line_magic("cortex", f"save {tmp_path / 'run.jsonl'}")
     assert SECRET not in (tmp_path / "run.jsonl").read_text()
+
+
+def test_a_cut_answer_continued_is_the_whole_answer_and_the_header_says_truncated(
+    ip: InteractiveShell, server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server.script(
+        Stream([*texts("<response>This answer starts here ", 5), finish("length")]),
+        Stream([*texts("and ends here.</response>", 5), finish()]),
+    )
+    with pytest.raises(CortexRunError, match="cut off at its token limit"):
+        run(ip, "--model gpt-test --max-tokens 8", "Explain.")
+    out = capsys.readouterr().out
+    assert "[truncated] token limit" in out and "[interrupted]" not in out
+    assert out.rstrip().splitlines()[-1].startswith("[end]")
+    assert "truncated" in out.rstrip().splitlines()[-1]
+
+    ip.run_line_magic("cortex", "continue")
+    again = ip.user_ns["_cortex"]
+    assert (again.status, again.response) == (
+        "completed",
+        "This answer starts here and ends here.",
+    )
+    out = capsys.readouterr().out
+    assert "[response] This answer starts here and ends here.\n" in out
+    assert "</response>" not in out
 
 
 def test_stop_cancels_quickly_keeps_the_kernel_usable(ip: InteractiveShell, tools: None) -> None:

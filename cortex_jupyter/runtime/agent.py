@@ -37,7 +37,7 @@ from .prompt import describe_variables
 from .record import Run
 from .registry import AgentSpec, Registry, default_registry
 from .scheduler import InternalPolicy, RetryPolicy, Scheduler
-from .transcript import RunSource, continue_note, load_runs
+from .transcript import RunSource, continue_note, cut_reply, load_runs
 from .variables import find_references
 
 if TYPE_CHECKING:
@@ -152,6 +152,7 @@ class Agent:
         run: Run | None = None,
         variables: Iterable[str] | None = None,
         taken_ids: Iterable[str] = (),
+        resume: str = "",
     ) -> Run:
         """Run ``prompt``: turns of model replies and actions until a final answer.
 
@@ -161,6 +162,8 @@ class Agent:
         and the results are appended to it. ``variables`` are the names described in
         the system prompt (by default those the prompt refers to as ``$name`` that
         exist in ``namespace``). ``taken_ids`` are action ids of earlier runs.
+        ``resume`` is the text of a reply that was cut off, which the first reply goes
+        on from (``continue_run`` passes it; see ``runtime.resume``).
 
         Returns the run record; a failing model does not raise (the run then ends
         ``interrupted``, ``failed`` or ``truncated``; ``run.reason`` says why), only a
@@ -184,7 +187,7 @@ class Agent:
         )
         active = feeds.active(registry=scheduler.registry, namespace=space, model=model)
         async with scheduler, active:
-            await loop.go(prompt)
+            await loop.go(prompt, resume=resume)
         return scheduler.run
 
     async def continue_run(
@@ -200,7 +203,10 @@ class Agent:
         as a new run.
 
         The model is told where its reply stopped and is given the results of the actions
-        that already ran, so it neither repeats text nor actions. ``conversation`` is the
+        that already ran, so it neither repeats text nor actions. A reply that was cut
+        off is read on from where it stopped: the continuation's text goes on inside the
+        block the cut left open, so the answer is the first part plus the rest
+        (``runtime.resume``). ``conversation`` is the
         memory the earlier run used (rebuilt from ``previous`` when ``None``). The earlier
         run's outputs stay reachable as ``$name`` and its action ids stay taken.
         """
@@ -218,6 +224,7 @@ class Agent:
             hooks=hooks,
             run=run,
             taken_ids=set(before.actions),
+            resume=cut_reply(before),
         )
 
     def run_sync(self, prompt: str, **options: Any) -> Run:

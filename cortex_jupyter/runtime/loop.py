@@ -76,6 +76,7 @@ from .mcp import NativeNames
 from .model import complete
 from .prompt import format_results, result_text, system_prompt
 from .record import Run
+from .resume import Resume
 from .scheduler import Scheduler, error_text
 from .secrets import redact, redact_value
 from .transcript import RunSource, load_runs, run_messages
@@ -89,6 +90,8 @@ MAX_TURNS = 10
 RESULT_LIMIT = 4000
 #: Consecutive text chunks closer together than this are kept as one ``chunk`` event.
 COALESCE_SECONDS = 0.05
+# The events of a cut reply's text that a continued run keeps (``Loop._carry``).
+_TEXT_EVENTS = (ThoughtDelta, ThoughtEnd, ResponseDelta, ResponseEnd, TextDelta)
 # Where the list dialects' turn markers can end: reading stops right after one.
 _PIECES = re.compile(r"[^>:\n]+[>:\n]?|[>:\n]")
 
@@ -217,6 +220,10 @@ class _TurnState:
     reasoning: bool = False
     finish: str | None = None
     error: Exception | None = None
+    #: The cut reply this turn's reply continues (``runtime.resume``), until the first
+    #: characters of the continuation say how the two join; what is held meanwhile.
+    resume: Resume | None = None
+    held: list[str] = field(default_factory=list)
 
 
 class _ChunkRecorder:
@@ -342,8 +349,12 @@ class Loop:
         # The native names of the tools the current turn offers (``fs__read_file`` for
         # ``fs.read_file``), so a native call maps back to the registered name.
         self._natives = NativeNames()
+        self._resume: Resume | None = None
 
-    async def go(self, user_text: str) -> None:
+    async def go(self, user_text: str, *, resume: str = "") -> None:
+        """Run the turns, from the prompt ``user_text``; ``resume`` is the text of a cut
+        reply that the first reply goes on from (``Agent.continue_run``)."""
+        self._resume = Resume(resume) if resume else None
         self._start = self.conversation.begin()
         self._say({"role": "user", "content": user_text})
         number = 0
@@ -509,6 +520,9 @@ class Loop:
 
     async def _stream(self, turn: _TurnState, messages: list[Message]) -> None:
         parser = Parser(self.dialect, taken_ids=self.taken | set(self.run.actions))
+        turn.resume, self._resume = self._resume, None
+        if turn.resume is not None:
+            self._carry(turn, parser, turn.resume.ready)
         stream = self.model.stream(
             messages,
             tools=self._tools(),
@@ -532,6 +546,8 @@ class Loop:
             if aclose is not None:
                 await aclose()
         self._end_reasoning(turn)
+        if turn.resume is not None:
+            self._hold(turn, parser, "", end=True)
         for event in parser.close():
             self._submit(turn, event)
         if turn.refused:
@@ -546,6 +562,8 @@ class Loop:
             return False
         if isinstance(chunk, TextChunk):
             self._end_reasoning(turn)
+            if turn.resume is not None:
+                return self._hold(turn, parser, chunk.text)
             return self._feed(turn, parser, chunk.text)
         if isinstance(chunk, ReasoningChunk):
             turn.reasoning = True
@@ -584,6 +602,28 @@ class Loop:
                 turn.boundary = parser.boundary
                 return True
         return False
+
+    def _hold(self, turn: _TurnState, parser: Parser, text: str, *, end: bool = False) -> bool:
+        """The first text of a reply that continues a cut one: held until it says how the
+        two join, then the rest of the cut text and the continuation are read."""
+        assert turn.resume is not None
+        turn.held.append(text)
+        head = "".join(turn.held)
+        if not turn.resume.decided(head, end=end):
+            return False
+        rest, continuation = turn.resume.join(head)
+        turn.resume, turn.held = None, []
+        self._carry(turn, parser, rest)
+        # The conversation keeps what the model wrote; a re-opened tag is not read again.
+        turn.text.append(head[: len(head) - len(continuation)])
+        return self._feed(turn, parser, continuation)
+
+    def _carry(self, turn: _TurnState, parser: Parser, text: str) -> None:
+        """Read text of the cut reply: its thought and response text belong to this run's
+        answer; its actions ran (or were refused) in the run that was cut."""
+        for event in parser.feed(text) if text else ():
+            if isinstance(event, _TEXT_EVENTS):
+                self._submit(turn, event)
 
     def _refuse(self, turn: _TurnState, text: str) -> None:
         """A refusal is the model's answer, shown as the response and marked as a

@@ -525,7 +525,8 @@ async def test_a_dropped_stream_keeps_text_and_actions_and_can_be_continued(
         "These actions of that reply already ran; do not run them again:\n\n"
         '<results>\n<result id="a1" name="slow" status="done">kept</result>\n</results>'
     )
-    assert after.status == "completed" and after.response == "two."
+    # Read on inside the response the drop left open: the answer is whole.
+    assert after.status == "completed" and after.response == "The answer is forty two."
 
 
 async def test_a_model_error_asking_again_cannot_fix_fails_the_run(registry: Registry) -> None:
@@ -579,7 +580,15 @@ async def test_a_stream_that_fails_at_once_is_interrupted_with_nothing_to_keep(
 async def test_continue_run_reaches_earlier_outputs_and_keeps_ids_taken(
     registry: Registry,
 ) -> None:
-    run = await run_agent("x", model=Scripted([*PARTIAL[:2], PARTIAL[-1]]), registry=registry)
+    first = Scripted(
+        [
+            TextChunk('<action id="a1">{"name": "slow", "parameters": {"seconds": 0.01}}</action>'),
+            Finish("stop"),
+        ],
+        [TextChunk("<response>The answer "), PARTIAL[-1]],
+    )
+    run = await run_agent("x", model=first, registry=registry)
+    assert run.status == "interrupted" and run.actions["a1"].status == "done"
     model = ScriptModel(
         '<action id="a1">{"name": "echo", "parameters": {"value": 1}}</action>'
         '<action id="b">{"name": "echo", "parameters": {"value": "$a1_out"}}</action>'
