@@ -14,6 +14,7 @@ actions, skips pending ones and keeps everything already finished.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import statistics
@@ -630,11 +631,30 @@ class Scheduler:
                 await gen.aclose()
             return last
 
+        # A timeout or Stop abandons the worker thread of a running step: closing the
+        # generator under it raises "generator already executing". Whichever side comes
+        # last closes it: this coroutine when no step runs, else the step as it returns.
+        lock = threading.Lock()
+        state = {"stepping": False, "stopped": False}
+
         def step() -> Any:
+            with lock:
+                if state["stopped"]:
+                    return (done, None)
+                state["stepping"] = True
             try:
                 return next(gen)
             except StopIteration as stop:
                 return (done, stop.value)
+            finally:
+                stepped()
+
+        def stepped() -> None:
+            with lock:
+                state["stepping"] = False
+                last_one = state["stopped"]
+            if last_one:
+                _close_abandoned(gen)
 
         try:
             while True:
@@ -648,7 +668,11 @@ class Scheduler:
                     capture.node.output = item
                     capture.partial(summarize(item))
         finally:
-            gen.close()
+            with lock:
+                state["stopped"] = True
+                running = state["stepping"]
+            if not running:
+                gen.close()
 
     # ---- captured output ------------------------------------------------------------
 
@@ -781,6 +805,13 @@ class Scheduler:
         self.run.record(event, at if isinstance(at, float) else None)
         if self._on_event is not None:
             self._on_event(event)
+
+
+def _close_abandoned(gen: Any) -> None:
+    """Close a generator whose run stopped waiting for it (in the thread of its last
+    step): nothing is left to report a failure to."""
+    with contextlib.suppress(Exception):
+        gen.close()
 
 
 def dispatch_latencies(run: Run) -> list[float]:
