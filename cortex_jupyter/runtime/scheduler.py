@@ -28,7 +28,7 @@ from collections.abc import (
     Mapping,
     MutableMapping,
 )
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Any
 
@@ -292,6 +292,14 @@ class Scheduler:
             await self._idle.wait()
 
     def _add_action(self, action: Action, source: str = "") -> None:
+        taken = self.run.actions.get(action.id)
+        if taken is not None and taken.parent is not None:
+            # A workflow's step holds the id (``w.2``): the model's action is its own.
+            free = self._free_id(action.id)
+            action = replace(action, id=free)
+            note = f"id {taken.id!r} is a step of workflow {taken.parent!r}; it runs as {free!r}"
+        else:
+            note = None
         if action.id in self.run.actions:
             self.submit(
                 ProtocolError(
@@ -306,6 +314,7 @@ class Scheduler:
             action.id, action.name, action.type, action.mode, action, submitted=time.monotonic()
         )
         node.source = source
+        node.note = note
         if action.original_id is not None:
             node.note = (
                 f"the model reused id {action.original_id!r} from an earlier turn; "
@@ -317,12 +326,13 @@ class Scheduler:
 
     def _add_rejected(self, error: ProtocolError) -> None:
         assert error.id is not None
-        if error.id in self.run.actions:
+        taken = self.run.actions.get(error.id)
+        if taken is not None and taken.parent is None:
             return
         start = self._starts.get(error.id)
         now = time.monotonic()
         node = ActionNode(
-            error.id,
+            self._free_id(error.id),  # a workflow's step may hold the id
             name="?",
             type=start.type if start else "tool",
             mode=start.mode if start else "async",
@@ -766,8 +776,17 @@ class Scheduler:
                     self._settle(node, "skipped", now, f"workflow {spec.name!r} stopped before it")
         return output
 
+    def _free_id(self, wanted: str) -> str:
+        """``wanted``, or ``wanted~N`` when a node of the run already has that id."""
+        candidate, n = wanted, 1
+        while candidate in self.run.actions:
+            n += 1
+            candidate = f"{wanted}~{n}"
+        return candidate
+
     def _step_node(self, parent: ActionNode, index: int, step: Step) -> ActionNode:
-        step_id = f"{parent.id}.{index}"
+        # ``w.2``, unless the model named an action of its own so.
+        step_id = self._free_id(f"{parent.id}.{index}")
         action = Action(
             id=step_id,
             name=step.name,
