@@ -367,6 +367,19 @@ def test_a_refused_key_fails_the_run_without_offering_to_continue_it(
         ip.run_line_magic("cortex", "continue")
 
 
+def test_a_cell_run_again_after_a_failed_run_sends_its_prompt_once(
+    ip: InteractiveShell, server: FakeOpenAIServer
+) -> None:
+    server.script(Error(401, {"error": {"message": "Incorrect API key provided"}}))
+    with pytest.raises(CortexRunError):
+        run(ip, "--model gpt-test", "What is 2 + 2?")
+    server.script(Stream([*texts("<response>Four.</response>", 6), finish()]))
+    run(ip, "--model gpt-test", "What is 2 + 2?")
+    assert ip.user_ns["_cortex"].response == "Four."
+    sent = [m["content"] for m in server.requests[-1].json["messages"] if m["role"] == "user"]
+    assert sent == ["What is 2 + 2?"]
+
+
 def test_a_script_run_cannot_be_continued_and_says_why(ip: InteractiveShell) -> None:
     run(ip, "--script --delay 0 --max-turns 1", '<action id="a">{"name": "nope"}</action>')
     with pytest.raises(CortexRunError, match="a --script run cannot be continued"):

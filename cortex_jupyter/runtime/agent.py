@@ -152,7 +152,6 @@ class Agent:
         run: Run | None = None,
         variables: Iterable[str] | None = None,
         taken_ids: Iterable[str] = (),
-        resume: str = "",
     ) -> Run:
         """Run ``prompt``: turns of model replies and actions until a final answer.
 
@@ -161,14 +160,38 @@ class Agent:
         is the memory to continue (a fresh one when ``None``); the prompt, the replies
         and the results are appended to it. ``variables`` are the names described in
         the system prompt (by default those the prompt refers to as ``$name`` that
-        exist in ``namespace``). ``taken_ids`` are action ids of earlier runs.
-        ``resume`` is the text of a reply that was cut off, which the first reply goes
-        on from (``continue_run`` passes it; see ``runtime.resume``).
+        exist in ``namespace``). ``taken_ids`` are action ids of earlier runs. An
+        exchange of ``conversation`` the model never answered (its run failed before
+        any reply) is dropped first, so a prompt tried again is sent once.
 
         Returns the run record; a failing model does not raise (the run then ends
         ``interrupted``, ``failed`` or ``truncated``; ``run.reason`` says why), only a
         failing runtime or a cancelled run. Pass ``run=Run()`` to keep a handle.
         """
+        return await self._run(
+            prompt,
+            namespace=namespace,
+            conversation=conversation,
+            hooks=hooks,
+            run=run,
+            variables=variables,
+            taken_ids=taken_ids,
+        )
+
+    async def _run(
+        self,
+        prompt: str,
+        *,
+        namespace: Mapping[str, Any] | None = None,
+        conversation: Conversation | None = None,
+        hooks: RunHooks | None = None,
+        run: Run | None = None,
+        variables: Iterable[str] | None = None,
+        taken_ids: Iterable[str] = (),
+        resume: str | None = None,
+    ) -> Run:
+        """``run``; ``resume`` is set when the run continues the last one (the text of
+        its cut reply, "" when there is none; see ``Loop.go``)."""
         model = self._model(None)
         space: Mapping[str, Any] = namespace if namespace is not None else {}
         feeds = self.feeds if self.feeds is not None else FeedSet()
@@ -217,7 +240,7 @@ class Agent:
         # The notebook first: a value the user changed since wins over the earlier output.
         notebook: Mapping[str, Any] = namespace if namespace is not None else {}
         space = ChainMap(dict(notebook), dict(before.variables))
-        return await self.run(
+        return await self._run(
             note,
             namespace=space,
             conversation=conversation,

@@ -132,6 +132,23 @@ class Conversation:
             self.starts.append(start)
         return start
 
+    def drop_unanswered(self) -> bool:
+        """Forget the last exchange if the model never answered it: its run failed (or
+        was stopped) before the model wrote anything, so all it holds is the prompt.
+        Kept, the next cell's prompt would follow it, and a prompt tried again would be
+        sent twice. An exchange the model answered, even in part, is kept whole (what
+        ran, ran). True when one was dropped."""
+        if not self.starts:
+            return False
+        start = self.starts[-1]
+        if any(m["role"] == "assistant" for m in self._messages[start:]):
+            return False
+        del self._messages[start:]
+        self.starts.pop()
+        self.marks = {i: mark for i, mark in self.marks.items() if i < start}
+        self.summaries = {k: v for k, v in self.summaries.items() if k[1] <= start}
+        return True
+
     def reset(self) -> None:
         """Forget every message: the next run starts a fresh conversation."""
         self._messages.clear()
@@ -351,10 +368,13 @@ class Loop:
         self._natives = NativeNames()
         self._resume: Resume | None = None
 
-    async def go(self, user_text: str, *, resume: str = "") -> None:
-        """Run the turns, from the prompt ``user_text``; ``resume`` is the text of a cut
-        reply that the first reply goes on from (``Agent.continue_run``)."""
+    async def go(self, user_text: str, *, resume: str | None = None) -> None:
+        """Run the turns, from the prompt ``user_text``. ``resume`` (``Agent.continue_run``)
+        is set when this run continues the last one: the text of its cut reply, which the
+        first reply goes on from ("" when it was not cut)."""
         self._resume = Resume(resume) if resume else None
+        if resume is None:  # a new prompt: one the model never answered is not kept
+            self.conversation.drop_unanswered()
         self._start = self.conversation.begin()
         self._say({"role": "user", "content": user_text})
         number = 0

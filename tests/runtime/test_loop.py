@@ -657,3 +657,51 @@ async def test_timing_a_run_of_many_turns_is_quick(registry: Registry) -> None:
                           registry=registry)  # fmt: skip
     assert run.status == "completed" and run.turns == 10
     assert time.monotonic() - started < 2.0
+
+
+class _Refused(Exception):
+    """A model failure asking again cannot fix (as a refused key)."""
+
+    continuable = False
+
+
+async def test_a_prompt_the_model_never_answered_is_sent_once_by_the_next_run(
+    registry: Registry,
+) -> None:
+    """A failed run's prompt was left dangling: tried again, the request held it twice.
+    An exchange the model never answered is dropped when the next prompt starts; one it
+    answered, even in part, is kept whole."""
+    conversation = Conversation()
+    model = Scripted(
+        [TextChunk("<response>Hi.</response>"), Finish("stop")],
+        [_Refused("the key was refused")],
+        [TextChunk("<response>Done.</response>"), Finish("stop")],
+    )
+    agent = Agent(model=model, registry=registry)
+    await agent.run("Hello", conversation=conversation)
+    failed = await agent.run("Go", conversation=conversation)
+    assert failed.status == "failed"
+    again = await agent.run("Go", conversation=conversation)
+    assert again.status == "completed"
+    sent = [(m["role"], m["content"]) for m in model.calls[-1] if m["role"] != "system"]
+    assert sent == [
+        ("user", "Hello"),
+        ("assistant", "<response>Hi.</response>"),
+        ("user", "Go"),
+    ]
+    assert conversation.starts == [0, 2]
+
+
+async def test_continuing_a_run_that_got_no_reply_keeps_its_prompt(registry: Registry) -> None:
+    conversation = Conversation()
+    model = Scripted(
+        [StreamDropped("m", "http://127.0.0.1:1", 0, 0)],
+        [TextChunk("<response>Done.</response>"), Finish("stop")],
+    )
+    agent = Agent(model=model, registry=registry)
+    first = await agent.run("Go", conversation=conversation)
+    assert first.status == "interrupted"
+    after = await agent.continue_run(first, conversation=conversation)
+    assert after.status == "completed"
+    users = [m["content"] for m in model.calls[-1] if m["role"] == "user"]
+    assert users[0] == "Go" and len(users) == 2  # the prompt, then the note that goes on
