@@ -393,3 +393,30 @@ def test_the_turn_limit_is_one_line_naming_the_option(
     with pytest.raises(CortexRunError, match=r"after 1 turns without a final answer.*--max-turns"):
         run(ip, "--model gpt-test --max-turns 1", "Go")
     assert ip.user_ns["_cortex"].status == "turn_limit"
+
+
+@pytest.mark.parametrize("async_cell", [False, True], ids=["terminal", "kernel-async-cell"])
+def test_variables_on_the_cell_line_are_expanded_on_both_paths(
+    ip: InteractiveShell, async_cell: bool
+) -> None:
+    """``{var}`` and ``$var`` on the ``%%cortex`` line expand as IPython expands a magic's
+    line, whether the cell runs through ``run_cell_magic`` (a terminal) or as the async
+    cell a kernel makes of it (``as_async_cell``); the body is the prompt, left as written."""
+    from cortex_jupyter.magic import as_async_cell
+
+    ip.user_ns.update(turns=1, size=4)
+    if async_cell:
+        ip.input_transformers_cleanup.append(as_async_cell)
+    try:
+        result = ip.run_cell(
+            "%%cortex --script --delay 0 --max-turns {turns} --chunk-size $size\n"
+            "<response>Cost: {price} and $$5.</response>"
+        )
+    finally:
+        if async_cell:
+            ip.input_transformers_cleanup.remove(as_async_cell)
+    assert result.error_in_exec is None and result.error_before_exec is None
+    record = ip.user_ns["_cortex"]
+    assert (record.status, record.response) == ("completed", "Cost: {price} and $$5.")
+    texts = [e.text for e in record.events if e.kind == "chunk" and e.type == "text"]
+    assert "".join(texts).strip() == "<response>Cost: {price} and $$5.</response>"

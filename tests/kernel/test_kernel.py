@@ -230,3 +230,16 @@ def test_an_action_cut_by_an_interrupt_is_not_left_looking_live(kernel: Kernel) 
     )
     final = [dict(NODE.findall(svg)) for _, svg in run.part_values("cortex-graph")][-1]
     assert final["long"] not in ("pending", "starting", "running"), final
+
+
+def test_variables_on_the_cell_line_are_expanded_as_in_a_terminal(kernel: Kernel) -> None:
+    """A kernel runs ``%%cortex`` as an async cell (``magic.as_async_cell``): its line's
+    ``{var}`` and ``$var`` expand as ``run_cell_magic`` expands them in a terminal; the
+    body, the prompt, is left as written."""
+    kernel.execute("kt_turns, kt_size = 1, 4")
+    kernel.execute(
+        "%%cortex --script --delay 0 --max-turns {kt_turns} --chunk-size $kt_size\n"
+        "<response>Cost: {price} and $$5.</response>"
+    )
+    assert kernel.evaluate("_cortex.status") == "'completed'"
+    assert kernel.evaluate("_cortex.response") == "'Cost: {price} and $$5.'"
