@@ -96,9 +96,10 @@ class Resume:
         match = _HEAD.match(stripped)
         if match is None or _FAMILIES.get(match.group(1).lower()) != _FAMILIES[self._open.name]:
             return True
-        # The cut block re-opened: enough of it to tell going on from starting again.
-        need = len(self._before()[:_SAME_START])
-        return len(stripped[closing + 1 :].lstrip()) >= need
+        # The cut block re-opened: enough of it to tell going on from starting again
+        # (it already differs from the cut block's start, or repeats all of it).
+        start, inner = self._before()[:_SAME_START], stripped[closing + 1 :].lstrip()
+        return not start.startswith(inner) or len(inner) >= len(start)
 
     def join(self, head: str) -> tuple[str, str]:
         """``(rest of the cut text, continuation)`` to read after ``ready``."""
