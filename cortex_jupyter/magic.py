@@ -593,9 +593,11 @@ def as_async_cell(lines: list[str]) -> list[str]:
     if head != "%%cortex" or first.endswith("?"):
         return lines
     body = "".join(lines[1:])
+    # ``{var}`` and ``$var`` on the line are expanded as IPython expands a magic's line
+    # (``run_cell_magic``): in the user's namespace, from the cell's own frame.
     return [
         "await __import__('cortex_jupyter.magic', fromlist=['_']).run_cell_async("
-        f"get_ipython(), {line!r}, {body!r})\n"
+        f"get_ipython(), get_ipython().var_expand({line!r}), {body!r})\n"
     ]
 
 

@@ -256,15 +256,41 @@ def test_a_dropped_stream_fails_the_cell_briefly_keeps_everything_and_can_contin
     assert SECRET not in record.to_jsonl()
     assert SECRET not in (record.reason or "")
 
-    server.script(Stream([*texts("<response>Three, done.</response>", 6), finish()]))
+    server.script(Stream([*texts(": three, done.</response>", 6), finish()]))
     ip.run_line_magic("cortex", "continue")
     again = ip.user_ns["_cortex"]
-    assert (again.status, again.response) == ("completed", "Three, done.")
+    # Read on inside the response the dropped stream left open.
+    assert (again.status, again.response) == ("completed", "So far: three, done.")
     note = server.requests[-1].json["messages"][-1]["content"]
     assert "So far" in note
 
     ip.run_line_magic("cortex", f"save {tmp_path / 'run.jsonl'}")
     assert SECRET not in (tmp_path / "run.jsonl").read_text()
+
+
+def test_a_cut_answer_continued_is_the_whole_answer_and_the_header_says_truncated(
+    ip: InteractiveShell, server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server.script(
+        Stream([*texts("<response>This answer starts here ", 5), finish("length")]),
+        Stream([*texts("and ends here.</response>", 5), finish()]),
+    )
+    with pytest.raises(CortexRunError, match="cut off at its token limit"):
+        run(ip, "--model gpt-test --max-tokens 8", "Explain.")
+    out = capsys.readouterr().out
+    assert "[truncated] token limit" in out and "[interrupted]" not in out
+    assert out.rstrip().splitlines()[-1].startswith("[end]")
+    assert "truncated" in out.rstrip().splitlines()[-1]
+
+    ip.run_line_magic("cortex", "continue")
+    again = ip.user_ns["_cortex"]
+    assert (again.status, again.response) == (
+        "completed",
+        "This answer starts here and ends here.",
+    )
+    out = capsys.readouterr().out
+    assert "[response] This answer starts here and ends here.\n" in out
+    assert "</response>" not in out
 
 
 def test_stop_cancels_quickly_keeps_the_kernel_usable(ip: InteractiveShell, tools: None) -> None:
@@ -407,6 +433,19 @@ def test_a_refused_key_fails_the_run_without_offering_to_continue_it(
         ip.run_line_magic("cortex", "continue")
 
 
+def test_a_cell_run_again_after_a_failed_run_sends_its_prompt_once(
+    ip: InteractiveShell, server: FakeOpenAIServer
+) -> None:
+    server.script(Error(401, {"error": {"message": "Incorrect API key provided"}}))
+    with pytest.raises(CortexRunError):
+        run(ip, "--model gpt-test", "What is 2 + 2?")
+    server.script(Stream([*texts("<response>Four.</response>", 6), finish()]))
+    run(ip, "--model gpt-test", "What is 2 + 2?")
+    assert ip.user_ns["_cortex"].response == "Four."
+    sent = [m["content"] for m in server.requests[-1].json["messages"] if m["role"] == "user"]
+    assert sent == ["What is 2 + 2?"]
+
+
 def test_a_script_run_cannot_be_continued_and_says_why(ip: InteractiveShell) -> None:
     run(ip, "--script --delay 0 --max-turns 1", '<action id="a">{"name": "nope"}</action>')
     with pytest.raises(CortexRunError, match="a --script run cannot be continued"):
@@ -420,3 +459,30 @@ def test_the_turn_limit_is_one_line_naming_the_option(
     with pytest.raises(CortexRunError, match=r"after 1 turns without a final answer.*--max-turns"):
         run(ip, "--model gpt-test --max-turns 1", "Go")
     assert ip.user_ns["_cortex"].status == "turn_limit"
+
+
+@pytest.mark.parametrize("async_cell", [False, True], ids=["terminal", "kernel-async-cell"])
+def test_variables_on_the_cell_line_are_expanded_on_both_paths(
+    ip: InteractiveShell, async_cell: bool
+) -> None:
+    """``{var}`` and ``$var`` on the ``%%cortex`` line expand as IPython expands a magic's
+    line, whether the cell runs through ``run_cell_magic`` (a terminal) or as the async
+    cell a kernel makes of it (``as_async_cell``); the body is the prompt, left as written."""
+    from cortex_jupyter.magic import as_async_cell
+
+    ip.user_ns.update(turns=1, size=4)
+    if async_cell:
+        ip.input_transformers_cleanup.append(as_async_cell)
+    try:
+        result = ip.run_cell(
+            "%%cortex --script --delay 0 --max-turns {turns} --chunk-size $size\n"
+            "<response>Cost: {price} and $$5.</response>"
+        )
+    finally:
+        if async_cell:
+            ip.input_transformers_cleanup.remove(as_async_cell)
+    assert result.error_in_exec is None and result.error_before_exec is None
+    record = ip.user_ns["_cortex"]
+    assert (record.status, record.response) == ("completed", "Cost: {price} and $$5.")
+    texts = [e.text for e in record.events if e.kind == "chunk" and e.type == "text"]
+    assert "".join(texts).strip() == "<response>Cost: {price} and $$5.</response>"

@@ -52,6 +52,13 @@ PARTS: tuple[str, ...] = ("header", "thought", "graph", "details", "response")
 
 # Error codes that concern an action id but not the node already shown under that id.
 _NOT_THE_NODE = frozenset(("duplicate_id",))
+# The header's word for a run a limit stopped, by its end status or its interrupt's reason.
+_STOPPED = {
+    "truncated": "truncated",
+    "token limit": "truncated",
+    "turn_limit": "turn limit",
+    "turn limit": "turn limit",
+}
 _MAX_NESTED_TEXT = 4000
 #: Characters of a node's captured stdout and of its stderr the view keeps (the newest).
 KEEP_TEXT = 16_000
@@ -222,6 +229,7 @@ class ViewState:
     final: bool | None = None
     end_status: str | None = None
     interrupted: str | None = None
+    _stopped_by: str | None = field(default=None, repr=False)  # the interrupt's reason
     ended: float | None = None
     stream_open: bool = True
     clock: float | None = None
@@ -277,6 +285,10 @@ class ViewState:
         """The header's state word."""
         if self.end_status == "failed":  # a failed model interrupts the run first
             return "failed"
+        # A run the token limit or the turn limit stopped says so: nothing interrupted it.
+        stopped = _STOPPED.get(self.end_status or "") or _STOPPED.get(self._stopped_by or "")
+        if stopped is not None:
+            return stopped
         if self.interrupted is not None or self.end_status in ("cancelled", "interrupted"):
             return "interrupted"
         if self.end_status is not None:
@@ -699,6 +711,7 @@ class ViewState:
         if scope.parent is not None:
             return
         reason = str(getattr(event, "reason", "interrupted"))
+        self._stopped_by = reason
         error = getattr(event, "error", None)
         self.interrupted = f"{reason}: {error}" if error else reason
         self.stream_open = False

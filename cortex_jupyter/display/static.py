@@ -102,6 +102,8 @@ _PHASE_STATUS = {
     "done": "done",
     "failed": "failed",
     "interrupted": "cancelled",
+    "truncated": "cancelled",
+    "turn limit": "cancelled",
 }
 
 # Hides the copy where the live view shows in the same cell, and a widget output that

@@ -124,7 +124,7 @@ class TextRenderer:
             self._error(inner, prefix, depth)
         elif depth == 0 and kind == "interrupt":
             self._release()
-            self._line(f"[interrupted] {clean(self.state.interrupted or '')}")
+            self._line(f"[{self.state.phase}] {clean(self.state.interrupted or '')}")
         elif depth == 0 and kind == "end":
             for node in list(self.state.nodes.values()):
                 self._flush_output(node)

@@ -262,9 +262,7 @@ class ReplyAssembler:
 
     def feed(self, chunk: object) -> list[ModelChunk]:
         self.chunks += 1
-        usage = _field(chunk, "usage")
-        if usage is not None:  # the last report wins: some servers send one every chunk
-            self.usage = Usage(_tokens(usage, "prompt_tokens"), _tokens(usage, "completion_tokens"))
+        self.count_usage(chunk)
         out: list[ModelChunk] = []
         for choice in _items(_field(chunk, "choices")):
             if (_field(choice, "index") or 0) != 0:
@@ -280,6 +278,14 @@ class ReplyAssembler:
                 self.finish_reason = str(reason)
         self.failure = _failure_in(chunk) or self.failure
         return out
+
+    def count_usage(self, chunk: object) -> None:
+        """Keep the ``usage`` a chunk reports (the last report wins: some servers send one
+        every chunk). Also for a chunk that is not fed: the SDK raises on one with an
+        ``error`` key (OpenRouter's), which can carry the tokens the failed reply spent."""
+        usage = _field(chunk, "usage")
+        if usage is not None:
+            self.usage = Usage(_tokens(usage, "prompt_tokens"), _tokens(usage, "completion_tokens"))
 
     def close(self) -> list[ModelChunk]:
         """What the end of a clean stream adds: the last calls, usage, ``Finish``."""

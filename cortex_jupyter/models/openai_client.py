@@ -18,13 +18,14 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, Literal, cast
 from urllib.parse import urlsplit
 
 import anyio
 import anyio.to_thread
 import openai
+from openai._streaming import ServerSentEvent, SSEBytesDecoder, SSEDecoder
 
 from ..runtime.chunks import Message, ModelChunk, ToolDefinition
 from ._redact import endpoint_of, host_port, redact
@@ -149,14 +150,21 @@ class OpenAIModel:
         client = await anyio.to_thread.run_sync(self._new_client)
         response: openai.AsyncStream[Any] | None = None
         self._call_ids |= call_ids_in(cast(Sequence[Mapping[str, Any]], messages))
+        assembler = ReplyAssembler(self._call_ids)
         try:
             response = await self._open(client, messages, tools, temperature, max_tokens)
-            assembler = ReplyAssembler(self._call_ids)
-            while (raw := await self._next(response, assembler)) is not _END:
-                for chunk in assembler.feed(raw):
-                    yield chunk
-                if assembler.failure is not None:  # raised after what arrived with it
-                    raise self._reported(assembler.failure)
+            try:
+                while (raw := await self._next(response, assembler, client)) is not _END:
+                    for chunk in assembler.feed(raw):
+                        yield chunk
+                    if assembler.failure is not None:  # raised after what arrived with it
+                        raise self._reported(assembler.failure)
+            except ModelError:
+                # The failed reply still cost tokens (OpenRouter reports them in the
+                # chunk that carries its error): the run counts them.
+                if assembler.usage is not None:
+                    yield assembler.usage
+                raise
             if not assembler.chunks:
                 raise UnexpectedReply(self.model, self.endpoint, "it sent no events at all")
             for chunk in assembler.close():
@@ -168,15 +176,17 @@ class OpenAIModel:
                     await response.close()
                 await client.close()
 
-    def _new_client(self) -> openai.AsyncOpenAI:
-        return openai.AsyncOpenAI(
+    def _new_client(self) -> _Client:
+        return _Client(
             api_key=self._key.reveal(),
             base_url=self._base_url,
             max_retries=self.max_retries,
             timeout=openai.Timeout(self.timeout, connect=min(self.timeout, _CONNECT_TIMEOUT)),
         )
 
-    async def _next(self, response: openai.AsyncStream[Any], assembler: ReplyAssembler) -> Any:
+    async def _next(
+        self, response: openai.AsyncStream[Any], assembler: ReplyAssembler, client: _Client
+    ) -> Any:
         """The server's next chunk, ``_END`` at the end; a failure as a ``ModelError``."""
         try:
             return await response.__anext__()
@@ -185,6 +195,9 @@ class OpenAIModel:
         except openai.APIError as err:
             if assembler.finish_reason is not None:
                 return _END  # the reply was complete; only its tail (usage, [DONE]) was lost
+            if not isinstance(err, openai.APIConnectionError):
+                # The SDK raised on an event's `error` key and dropped the rest of it.
+                assembler.count_usage(client.last_event())
             raise self._mid_reply_error(err, assembler) from _cause(err)
         except json.JSONDecodeError as err:
             what = f"an event is not JSON: {self._said(err.doc[:80])!r}"
@@ -306,6 +319,43 @@ def _cause(err: openai.OpenAIError) -> BaseException | None:
     (which carries the ``Authorization`` header), so they are not chained.
     """
     return err if isinstance(err, openai.APIConnectionError) else None
+
+
+class _Client(openai.AsyncOpenAI):
+    """The SDK's client, keeping the last server-sent event each stream decoded.
+
+    The SDK raises on an event whose data has an ``error`` key and hands over only that
+    error: OpenRouter's error chunk also carries ``usage``, the tokens the failed reply
+    cost, and this is where they are read from.
+    """
+
+    _last: ServerSentEvent | None = None
+
+    def _make_sse_decoder(self) -> SSEDecoder | SSEBytesDecoder:
+        return _Recording(super()._make_sse_decoder(), self)
+
+    def last_event(self) -> Any:
+        """The last event's data as JSON (``None`` when there is none, or it is not JSON)."""
+        try:
+            return json.loads(self._last.data) if self._last is not None else None
+        except ValueError:
+            return None
+
+
+class _Recording:
+    """An SSE decoder that tells its client about each event it decodes."""
+
+    def __init__(self, inner: SSEDecoder | SSEBytesDecoder, client: _Client) -> None:
+        self._inner = inner
+        self._client = client
+
+    def iter_bytes(self, iterator: Iterator[bytes]) -> Iterator[ServerSentEvent]:
+        return self._inner.iter_bytes(iterator)
+
+    async def aiter_bytes(self, iterator: AsyncIterator[bytes]) -> AsyncIterator[ServerSentEvent]:
+        async for event in self._inner.aiter_bytes(iterator):
+            self._client._last = event
+            yield event
 
 
 def _server_message(body: object) -> str:

@@ -37,7 +37,7 @@ from .prompt import describe_variables
 from .record import Run
 from .registry import AgentSpec, Registry, default_registry
 from .scheduler import InternalPolicy, RetryPolicy, Scheduler
-from .transcript import RunSource, continue_note, load_runs
+from .transcript import RunSource, continue_note, cut_reply, load_runs
 from .variables import find_references
 
 if TYPE_CHECKING:
@@ -160,12 +160,38 @@ class Agent:
         is the memory to continue (a fresh one when ``None``); the prompt, the replies
         and the results are appended to it. ``variables`` are the names described in
         the system prompt (by default those the prompt refers to as ``$name`` that
-        exist in ``namespace``). ``taken_ids`` are action ids of earlier runs.
+        exist in ``namespace``). ``taken_ids`` are action ids of earlier runs. An
+        exchange of ``conversation`` the model never answered (its run failed before
+        any reply) is dropped first, so a prompt tried again is sent once.
 
         Returns the run record; a failing model does not raise (the run then ends
         ``interrupted``, ``failed`` or ``truncated``; ``run.reason`` says why), only a
         failing runtime or a cancelled run. Pass ``run=Run()`` to keep a handle.
         """
+        return await self._run(
+            prompt,
+            namespace=namespace,
+            conversation=conversation,
+            hooks=hooks,
+            run=run,
+            variables=variables,
+            taken_ids=taken_ids,
+        )
+
+    async def _run(
+        self,
+        prompt: str,
+        *,
+        namespace: Mapping[str, Any] | None = None,
+        conversation: Conversation | None = None,
+        hooks: RunHooks | None = None,
+        run: Run | None = None,
+        variables: Iterable[str] | None = None,
+        taken_ids: Iterable[str] = (),
+        resume: str | None = None,
+    ) -> Run:
+        """``run``; ``resume`` is set when the run continues the last one (the text of
+        its cut reply, "" when there is none; see ``Loop.go``)."""
         model = self._model(None)
         space: Mapping[str, Any] = namespace if namespace is not None else {}
         feeds = self.feeds if self.feeds is not None else FeedSet()
@@ -185,7 +211,7 @@ class Agent:
         )
         active = feeds.active(registry=scheduler.registry, namespace=space, model=model)
         async with scheduler, active:
-            await loop.go(prompt)
+            await loop.go(prompt, resume=resume)
         return scheduler.run
 
     async def continue_run(
@@ -201,7 +227,10 @@ class Agent:
         as a new run.
 
         The model is told where its reply stopped and is given the results of the actions
-        that already ran, so it neither repeats text nor actions. ``conversation`` is the
+        that already ran, so it neither repeats text nor actions. A reply that was cut
+        off is read on from where it stopped: the continuation's text goes on inside the
+        block the cut left open, so the answer is the first part plus the rest
+        (``runtime.resume``). ``conversation`` is the
         memory the earlier run used (rebuilt from ``previous`` when ``None``). The earlier
         run's outputs stay reachable as ``$name`` and its action ids stay taken.
         """
@@ -212,13 +241,14 @@ class Agent:
         # The notebook first: a value the user changed since wins over the earlier output.
         notebook: Mapping[str, Any] = namespace if namespace is not None else {}
         space = ChainMap(dict(notebook), dict(before.variables))
-        return await self.run(
+        return await self._run(
             note,
             namespace=space,
             conversation=conversation,
             hooks=hooks,
             run=run,
             taken_ids=set(before.actions),
+            resume=cut_reply(before),
         )
 
     def run_sync(self, prompt: str, **options: Any) -> Run:

@@ -52,6 +52,7 @@ MESSAGE_OVERHEAD = 4
 CONDENSED_LINE = 100
 
 _RESULT = re.compile(r"(<result\b[^>]*>)(.*?)(</result>)", re.DOTALL)
+_HERMES_RESULT = re.compile(r"(<tool_response>\s*)(.*?)(\s*</tool_response>)", re.DOTALL)
 _SIGIL_RESULT = re.compile(r"^(\[[^\]\n]+\] [^\n]*?: )(.*)$", re.MULTILINE)
 
 
@@ -104,12 +105,35 @@ def condense(message: ChatMessage) -> ChatMessage:
     out: ChatMessage = dict(message)  # type: ignore[assignment]
     if message["role"] == "tool":
         out["content"] = _one_line(content)
-    elif message["role"] == "user" and content.lstrip().startswith(("<results>", "§RESULTS:")):
+    elif message["role"] == "user" and content.lstrip().startswith(_RESULTS_OPENERS):
         if content.lstrip().startswith("<results>"):
             out["content"] = _RESULT.sub(lambda m: m[1] + _one_line(m[2]) + m[3], content)
+        elif content.lstrip().startswith("<tool_response>"):
+            out["content"] = _HERMES_RESULT.sub(lambda m: m[1] + _hermes_line(m[2]) + m[3], content)
         else:
             out["content"] = _SIGIL_RESULT.sub(lambda m: m[1] + _one_line(m[2]), content)
     return out
+
+
+#: How a results message starts, per dialect (cortex, hermes, sigil).
+_RESULTS_OPENERS = ("<results>", "<tool_response>", "§RESULTS:")
+
+
+def _hermes_line(body: str) -> str:
+    """A hermes ``<tool_response>`` body (``{"id", "name", "status", "content"}`` as
+    JSON) with its ``content`` cut to one line; the rest stays for the model to read."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return _one_line(body)
+    if not isinstance(data, dict) or "content" not in data:
+        return body  # an error report: short, and JSON the model should still read
+    content = data["content"]
+    text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+    line = _one_line(text)
+    if line == text:
+        return body
+    return json.dumps({**data, "content": line}, ensure_ascii=False)
 
 
 def _one_line(text: str) -> str:
@@ -127,7 +151,7 @@ def plain_summary(messages: Sequence[ChatMessage], limit_chars: int) -> str:
     lines = []
     for message in messages:
         content = (message.get("content") or "").strip()
-        if not content or message["role"] == "tool" or content.startswith(("<results>", "§")):
+        if not content or message["role"] == "tool" or content.startswith((*_RESULTS_OPENERS, "§")):
             continue
         who = "User" if message["role"] == "user" else "You"
         lines.append(f"- {who}: {_one_line(content)}")

@@ -76,6 +76,7 @@ from .mcp import NativeNames
 from .model import complete
 from .prompt import format_results, result_text, system_prompt
 from .record import Run
+from .resume import Resume
 from .scheduler import Scheduler, error_text
 from .secrets import head, redact, redact_value
 from .transcript import RunSource, load_runs, run_messages
@@ -89,6 +90,8 @@ MAX_TURNS = 10
 RESULT_LIMIT = 4000
 #: Consecutive text chunks closer together than this are kept as one ``chunk`` event.
 COALESCE_SECONDS = 0.05
+# The events of a cut reply's text that a continued run keeps (``Loop._carry``).
+_TEXT_EVENTS = (ThoughtDelta, ThoughtEnd, ResponseDelta, ResponseEnd, TextDelta)
 # Where the list dialects' turn markers can end: reading stops right after one.
 _PIECES = re.compile(r"[^>:\n]+[>:\n]?|[>:\n]")
 
@@ -128,6 +131,23 @@ class Conversation:
         if start not in self.starts:
             self.starts.append(start)
         return start
+
+    def drop_unanswered(self) -> bool:
+        """Forget the last exchange if the model never answered it: its run failed (or
+        was stopped) before the model wrote anything, so all it holds is the prompt.
+        Kept, the next cell's prompt would follow it, and a prompt tried again would be
+        sent twice. An exchange the model answered, even in part, is kept whole (what
+        ran, ran). True when one was dropped."""
+        if not self.starts:
+            return False
+        start = self.starts[-1]
+        if any(m["role"] == "assistant" for m in self._messages[start:]):
+            return False
+        del self._messages[start:]
+        self.starts.pop()
+        self.marks = {i: mark for i, mark in self.marks.items() if i < start}
+        self.summaries = {k: v for k, v in self.summaries.items() if k[1] <= start}
+        return True
 
     def reset(self) -> None:
         """Forget every message: the next run starts a fresh conversation."""
@@ -217,6 +237,10 @@ class _TurnState:
     reasoning: bool = False
     finish: str | None = None
     error: Exception | None = None
+    #: The cut reply this turn's reply continues (``runtime.resume``), until the first
+    #: characters of the continuation say how the two join; what is held meanwhile.
+    resume: Resume | None = None
+    held: list[str] = field(default_factory=list)
 
 
 class _ChunkRecorder:
@@ -342,8 +366,15 @@ class Loop:
         # The native names of the tools the current turn offers (``fs__read_file`` for
         # ``fs.read_file``), so a native call maps back to the registered name.
         self._natives = NativeNames()
+        self._resume: Resume | None = None
 
-    async def go(self, user_text: str) -> None:
+    async def go(self, user_text: str, *, resume: str | None = None) -> None:
+        """Run the turns, from the prompt ``user_text``. ``resume`` (``Agent.continue_run``)
+        is set when this run continues the last one: the text of its cut reply, which the
+        first reply goes on from ("" when it was not cut)."""
+        self._resume = Resume(resume) if resume else None
+        if resume is None:  # a new prompt: one the model never answered is not kept
+            self.conversation.drop_unanswered()
         self._start = self.conversation.begin()
         self._say({"role": "user", "content": user_text})
         number = 0
@@ -509,6 +540,9 @@ class Loop:
 
     async def _stream(self, turn: _TurnState, messages: list[Message]) -> None:
         parser = Parser(self.dialect, taken_ids=self.taken | set(self.run.actions))
+        turn.resume, self._resume = self._resume, None
+        if turn.resume is not None:
+            self._carry(turn, parser, turn.resume.ready)
         stream = self.model.stream(
             messages,
             tools=self._tools(),
@@ -532,6 +566,8 @@ class Loop:
             if aclose is not None:
                 await aclose()
         self._end_reasoning(turn)
+        if turn.resume is not None:
+            self._hold(turn, parser, "", end=True)
         for event in parser.close():
             self._submit(turn, event)
         if turn.refused:
@@ -546,6 +582,8 @@ class Loop:
             return False
         if isinstance(chunk, TextChunk):
             self._end_reasoning(turn)
+            if turn.resume is not None:
+                return self._hold(turn, parser, chunk.text)
             return self._feed(turn, parser, chunk.text)
         if isinstance(chunk, ReasoningChunk):
             turn.reasoning = True
@@ -584,6 +622,28 @@ class Loop:
                 turn.boundary = parser.boundary
                 return True
         return False
+
+    def _hold(self, turn: _TurnState, parser: Parser, text: str, *, end: bool = False) -> bool:
+        """The first text of a reply that continues a cut one: held until it says how the
+        two join, then the rest of the cut text and the continuation are read."""
+        assert turn.resume is not None
+        turn.held.append(text)
+        head = "".join(turn.held)
+        if not turn.resume.decided(head, end=end):
+            return False
+        rest, continuation = turn.resume.join(head)
+        turn.resume, turn.held = None, []
+        self._carry(turn, parser, rest)
+        # The conversation keeps what the model wrote; a re-opened tag is not read again.
+        turn.text.append(head[: len(head) - len(continuation)])
+        return self._feed(turn, parser, continuation)
+
+    def _carry(self, turn: _TurnState, parser: Parser, text: str) -> None:
+        """Read text of the cut reply: its thought and response text belong to this run's
+        answer; its actions ran (or were refused) in the run that was cut."""
+        for event in parser.feed(text) if text else ():
+            if isinstance(event, _TEXT_EVENTS):
+                self._submit(turn, event)
 
     def _refuse(self, turn: _TurnState, text: str) -> None:
         """A refusal is the model's answer, shown as the response and marked as a

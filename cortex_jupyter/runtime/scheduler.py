@@ -14,6 +14,7 @@ actions, skips pending ones and keeps everything already finished.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import statistics
@@ -27,7 +28,7 @@ from collections.abc import (
     Mapping,
     MutableMapping,
 )
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Any
 
@@ -292,6 +293,14 @@ class Scheduler:
             await self._idle.wait()
 
     def _add_action(self, action: Action, source: str = "") -> None:
+        taken = self.run.actions.get(action.id)
+        if taken is not None and taken.parent is not None:
+            # A workflow's step holds the id (``w.2``): the model's action is its own.
+            free = self._free_id(action.id)
+            action = replace(action, id=free)
+            note = f"id {taken.id!r} is a step of workflow {taken.parent!r}; it runs as {free!r}"
+        else:
+            note = None
         if action.id in self.run.actions:
             self.submit(
                 ProtocolError(
@@ -306,6 +315,7 @@ class Scheduler:
             action.id, action.name, action.type, action.mode, action, submitted=time.monotonic()
         )
         node.source = source
+        node.note = note
         if action.original_id is not None:
             node.note = (
                 f"the model reused id {action.original_id!r} from an earlier turn; "
@@ -317,12 +327,13 @@ class Scheduler:
 
     def _add_rejected(self, error: ProtocolError) -> None:
         assert error.id is not None
-        if error.id in self.run.actions:
+        taken = self.run.actions.get(error.id)
+        if taken is not None and taken.parent is None:
             return
         start = self._starts.get(error.id)
         now = time.monotonic()
         node = ActionNode(
-            error.id,
+            self._free_id(error.id),  # a workflow's step may hold the id
             name="?",
             type=start.type if start else "tool",
             mode=start.mode if start else "async",
@@ -646,11 +657,30 @@ class Scheduler:
                 await gen.aclose()
             return last
 
+        # A timeout or Stop abandons the worker thread of a running step: closing the
+        # generator under it raises "generator already executing". Whichever side comes
+        # last closes it: this coroutine when no step runs, else the step as it returns.
+        lock = threading.Lock()
+        state = {"stepping": False, "stopped": False}
+
         def step() -> Any:
+            with lock:
+                if state["stopped"]:
+                    return (done, None)
+                state["stepping"] = True
             try:
                 return next(gen)
             except StopIteration as stop:
                 return (done, stop.value)
+            finally:
+                stepped()
+
+        def stepped() -> None:
+            with lock:
+                state["stepping"] = False
+                last_one = state["stopped"]
+            if last_one:
+                _close_abandoned(gen)
 
         try:
             while True:
@@ -664,7 +694,11 @@ class Scheduler:
                     capture.node.output = item
                     capture.partial(summarize(item))
         finally:
-            gen.close()
+            with lock:
+                state["stopped"] = True
+                running = state["stepping"]
+            if not running:
+                gen.close()
 
     # ---- captured output ------------------------------------------------------------
 
@@ -758,8 +792,17 @@ class Scheduler:
                     self._settle(node, "skipped", now, f"workflow {spec.name!r} stopped before it")
         return output
 
+    def _free_id(self, wanted: str) -> str:
+        """``wanted``, or ``wanted~N`` when a node of the run already has that id."""
+        candidate, n = wanted, 1
+        while candidate in self.run.actions:
+            n += 1
+            candidate = f"{wanted}~{n}"
+        return candidate
+
     def _step_node(self, parent: ActionNode, index: int, step: Step) -> ActionNode:
-        step_id = f"{parent.id}.{index}"
+        # ``w.2``, unless the model named an action of its own so.
+        step_id = self._free_id(f"{parent.id}.{index}")
         action = Action(
             id=step_id,
             name=step.name,
@@ -797,6 +840,13 @@ class Scheduler:
         self.run.record(event, at if isinstance(at, float) else None)
         if self._on_event is not None:
             self._on_event(event)
+
+
+def _close_abandoned(gen: Any) -> None:
+    """Close a generator whose run stopped waiting for it (in the thread of its last
+    step): nothing is left to report a failure to."""
+    with contextlib.suppress(Exception):
+        gen.close()
 
 
 def dispatch_latencies(run: Run) -> list[float]:

@@ -27,6 +27,7 @@ from .secrets import tail as secret_tail
 __all__ = [
     "TurnRecord",
     "continue_note",
+    "cut_reply",
     "load_run",
     "load_runs",
     "run_messages",
@@ -151,6 +152,21 @@ def continue_note(run: Run, *, dialect: str = "cortex", limit: int = 4000) -> st
         return head
     block = format_results(nodes, last.errors, dialect=dialect, limit=limit)
     return f"{head} These actions of that reply already ran; do not run them again:\n\n{block}"
+
+
+def cut_reply(run: Run) -> str:
+    """The text of the reply ``run`` stopped in the middle of ("" when its last reply
+    was whole): a reply cut at the token limit, broken off by a dropped stream, or
+    stopped before the model finished writing it. A continued run reads on from it
+    (``runtime.resume``)."""
+    turns = turns_of(run)
+    if not turns or run.status not in ("truncated", "interrupted", "cancelled"):
+        return ""
+    last = turns[-1]
+    finished = any(chunk.kind == "finish" for _, chunk in last.chunks)
+    if run.status == "cancelled" and finished:
+        return ""  # the reply was whole: the run was stopped while its actions ran
+    return last.assistant
 
 
 def load_runs(sources: Iterable[RunSource]) -> list[Run]:

@@ -178,6 +178,20 @@ def test_metrics_turn_interrupt() -> None:
     assert state.phase == "interrupted"
 
 
+@pytest.mark.parametrize(
+    ("reason", "status", "phase"),
+    [("token limit", "truncated", "truncated"), ("turn limit", "turn_limit", "turn limit")],
+)
+def test_a_run_a_limit_stopped_is_not_called_interrupted(
+    reason: str, status: str, phase: str
+) -> None:
+    state = ViewState()
+    state.apply(Interrupt(reason, 4.0))
+    assert state.phase == phase  # as soon as the limit stops it
+    state.apply(End(status, 5.0))
+    assert state.phase == phase
+
+
 def test_the_runtime_turn_events() -> None:
     from cortex_jupyter.runtime.events import Turn, TurnEnd
 

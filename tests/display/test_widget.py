@@ -286,12 +286,19 @@ def test_stream_closed_then_end_move_the_state_word(clock: Clock) -> None:
 
 
 @pytest.mark.parametrize(
-    ("event", "phase"),
-    [(End("failed", 101.0), "failed"), (Interrupt("cancelled", 101.0), "interrupted")],
+    ("events", "phase"),
+    [
+        ([End("failed", 101.0)], "failed"),
+        ([Interrupt("cancelled", 101.0)], "interrupted"),
+        # A limit stopped it: the header says which, not "interrupted".
+        ([Interrupt("token limit", 101.0), End("truncated", 101.0)], "truncated"),
+        ([Interrupt("turn limit", 101.0), End("turn_limit", 101.0)], "turn limit"),
+        ([Interrupt("stream failed", 101.0), End("interrupted", 101.0)], "interrupted"),
+    ],
 )
-def test_failed_and_interrupted_runs_say_so(clock: Clock, event: Any, phase: str) -> None:
+def test_failed_and_interrupted_runs_say_so(clock: Clock, events: list[Any], phase: str) -> None:
     view = make_view(clock)
-    view.apply([event])
+    view.apply(events)
     view.redraw()
     assert f'data-phase="{phase}"' in part(view, "cortex-header").value
 

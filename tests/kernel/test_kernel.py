@@ -268,3 +268,16 @@ def test_no_part_of_a_secret_reaches_the_front_end(kernel: Kernel) -> None:
     parts += [KT_TOKEN[-n:] for n in range(4, len(KT_TOKEN))]
     assert [part for part in parts if part in sent] == []
     assert kernel.evaluate("kt_dump.endswith(os.environ['KT_SERVICE_TOKEN'])") == "True"
+
+
+def test_variables_on_the_cell_line_are_expanded_as_in_a_terminal(kernel: Kernel) -> None:
+    """A kernel runs ``%%cortex`` as an async cell (``magic.as_async_cell``): its line's
+    ``{var}`` and ``$var`` expand as ``run_cell_magic`` expands them in a terminal; the
+    body, the prompt, is left as written."""
+    kernel.execute("kt_turns, kt_size = 1, 4")
+    kernel.execute(
+        "%%cortex --script --delay 0 --max-turns {kt_turns} --chunk-size $kt_size\n"
+        "<response>Cost: {price} and $$5.</response>"
+    )
+    assert kernel.evaluate("_cortex.status") == "'completed'"
+    assert kernel.evaluate("_cortex.response") == "'Cost: {price} and $$5.'"

@@ -141,6 +141,31 @@ async def test_openrouters_error_chunk_ends_the_reply_after_what_arrived(
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("with_error_key", [True, False])
+async def test_the_tokens_a_failed_reply_spent_are_kept(
+    server: FakeOpenAIServer, with_error_key: bool
+) -> None:
+    # OpenRouter: the chunk that carries the error also carries `usage`, what the failed
+    # reply cost (the SDK raises on the `error` key; a proxy that drops the key passes
+    # finish_reason "error" on): the run counts those tokens.
+    failed = openrouter_chunk(
+        choices=[{"index": 0, "delta": {"content": ""}, "finish_reason": "error"}],
+        usage={"prompt_tokens": 120, "completion_tokens": 7, "total_tokens": 127},
+    )
+    if with_error_key:
+        failed["error"] = {"code": 502, "message": "Provider returned error"}
+    server.script(Stream([role(), text("<response>Half an an"), failed]))
+    got, error = await collect_until_error(model_for(server))
+    assert got == [TextChunk("<response>Half an an"), Usage(120, 7)]
+    assert isinstance(error, ServerError)
+
+    server.script(Stream([role(), text("<response>Half an an"), failed]))
+    run = await Agent(model=model_for(server), registry=Registry(builtins=False)).run("Hi")
+    assert run.status == "interrupted"
+    assert run.usage == {"prompt_tokens": 120, "completion_tokens": 7}
+
+
+@pytest.mark.anyio
 async def test_an_error_the_request_causes_is_not_continuable(server: FakeOpenAIServer) -> None:
     # OpenRouter relays a provider's refusal mid-stream with the provider's HTTP status
     # as `code`: asking again with the same conversation gets the same error.

@@ -205,7 +205,96 @@ async def test_a_reply_cut_at_the_token_limit_ends_truncated_and_continues(
     note = model.calls[1][-1]["content"]
     assert note.startswith("Your previous reply was cut off at your token limit after:")
     assert "The first half of a long ans" in note
-    assert after.status == "completed" and after.response == "wer, and the rest."
+    # The model re-opened the block to go on: the answer is the first half plus the rest.
+    assert after.status == "completed"
+    assert after.response == "The first half of a long answer, and the rest."
+
+
+@pytest.mark.parametrize(
+    ("continuation", "answer"),
+    [
+        # Goes on where the cut left off, closing the block it was cut inside.
+        ("and ends here.</response>", "This answer starts here and ends here."),
+        ("and ends", "This answer starts here and ends"),  # cut again: both parts kept
+        # Re-opens the block to go on: the repeated tag is not part of the answer.
+        ("<response>and ends here.</response>", "This answer starts here and ends here."),
+        # Writes the block again from its start: the new one replaces the cut one.
+        (
+            "<response>This answer starts here and ends here.</response>",
+            "This answer starts here and ends here.",
+        ),
+    ],
+)
+async def test_a_continued_reply_is_read_on_from_where_it_was_cut(
+    registry: Registry, continuation: str, answer: str
+) -> None:
+    model = Scripted(
+        reply("<thought>Plan.</thought><response>This answer starts here ", finish="length"),
+        reply(continuation),
+    )
+    agent = Agent(model=model, registry=registry, max_tokens=20)
+    after = await agent.continue_run(await agent.run("Explain."))
+    assert after.response == answer
+    assert "</response>" not in after.response and "<response>" not in after.response
+    assert after.thought == "Plan."  # the cut reply's thought is the continued run's too
+    # The conversation keeps each reply as the model wrote it.
+    assert model.calls[1][-2] == {
+        "role": "assistant",
+        "content": "<thought>Plan.</thought><response>This answer starts here ",
+    }
+
+
+async def test_a_continued_reply_cut_inside_an_action_runs_it_once_whole(
+    registry: Registry,
+) -> None:
+    """The cut action never ran (truncated_action); the continuation completes its body,
+    and then it runs. Actions that ran before the cut are not run again."""
+    calls: list[int] = []
+
+    @registry.tool
+    def count(n: int) -> int:
+        """Count."""
+        calls.append(n)
+        return n
+
+    model = Scripted(
+        reply(
+            '<action id="a">{"name": "count", "parameters": {"n": 1}}</action>'
+            '<action id="b">{"name": "count", "parameters": {"n":',
+            finish="length",
+        ),
+        # ...and writes the action that already ran again: not run twice.
+        reply(
+            ' 2}}</action><action id="a">{"name": "count", "parameters": {"n": 1}}</action>'
+            "<response>Counted.</response>"
+        ),
+    )
+    agent = Agent(model=model, registry=registry, max_tokens=20)
+    run = await agent.run("Count.")
+    assert run.actions["a"].output == 1 and calls == [1]
+    after = await agent.continue_run(run)
+    assert calls == [1, 2]
+    assert [(n.output, n.status) for n in after.actions.values() if n.status != "failed"] == [
+        (2, "done")
+    ]
+    assert [error.code for error in after.errors] == ["duplicate_id"]
+    assert (after.status, after.response) == ("completed", "Counted.")
+
+
+async def test_a_continuation_that_moves_on_closes_the_cut_block(registry: Registry) -> None:
+    model = Scripted(
+        reply("<response>Let me check", finish="length"),
+        reply(
+            '<action id="x">{"name": "add", "parameters": {"a": 2, "b": 3}}</action>'
+            "<response>Five.</response>"
+        ),
+        reply("<response>It is five.</response>"),
+    )
+    agent = Agent(model=model, registry=registry, max_tokens=20)
+    after = await agent.continue_run(await agent.run("Add."))
+    assert after.status == "completed"
+    assert after.actions["x"].output == 5
+    assert "Let me check" in after.response and "<action" not in after.response
 
 
 async def test_a_tool_that_exits_fails_only_its_own_node(registry: Registry) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from cortex_jupyter.runtime.context import (
@@ -68,6 +69,36 @@ def test_condensing_cuts_results_and_tool_messages_to_a_line_and_keeps_the_rest(
     }
     said: Any = {"role": "assistant", "content": "z" * 900}
     assert condense(said) == said  # what the model wrote is never cut
+
+
+def test_condensing_cuts_hermes_tool_responses_to_a_line() -> None:
+    from cortex_jupyter.protocol.events import ProtocolError
+    from cortex_jupyter.runtime.graph import ActionNode
+    from cortex_jupyter.runtime.prompt import format_results
+
+    page = ActionNode(
+        "a1", "fetch", "tool", "async", status="done", output="line one\n" + "x" * 500
+    )
+    table = ActionNode(
+        "a2", "rows", "tool", "async", status="done", output=[{"n": i} for i in range(80)]
+    )
+    forged = ProtocolError("forged_result", "results come only from the runtime")
+    content = format_results([page, table], [forged], dialect="hermes")
+    message: Any = {"role": "user", "content": content}
+    short = condense(message)["content"]
+    assert len(short) < len(content) // 3
+    blocks = short.split("</tool_response>\n")
+    assert len(blocks) == 3 and all(b.startswith("<tool_response>\n") for b in blocks)
+    first = json.loads(blocks[0].removeprefix("<tool_response>\n"))
+    assert first == {
+        "id": "a1",
+        "name": "fetch",
+        "status": "done",
+        "content": "line one … [501 characters cut to fit the context]",
+    }
+    second = json.loads(blocks[1].removeprefix("<tool_response>\n"))
+    assert second["id"] == "a2" and "characters cut to fit the context" in second["content"]
+    assert "forged_result" in blocks[2]  # a short block stays as it was
 
 
 def test_everything_fits_so_nothing_changes() -> None:

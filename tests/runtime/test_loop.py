@@ -525,7 +525,8 @@ async def test_a_dropped_stream_keeps_text_and_actions_and_can_be_continued(
         "These actions of that reply already ran; do not run them again:\n\n"
         '<results>\n<result id="a1" name="slow" status="done">kept</result>\n</results>'
     )
-    assert after.status == "completed" and after.response == "two."
+    # Read on inside the response the drop left open: the answer is whole.
+    assert after.status == "completed" and after.response == "The answer is forty two."
 
 
 async def test_a_model_error_asking_again_cannot_fix_fails_the_run(registry: Registry) -> None:
@@ -579,7 +580,15 @@ async def test_a_stream_that_fails_at_once_is_interrupted_with_nothing_to_keep(
 async def test_continue_run_reaches_earlier_outputs_and_keeps_ids_taken(
     registry: Registry,
 ) -> None:
-    run = await run_agent("x", model=Scripted([*PARTIAL[:2], PARTIAL[-1]]), registry=registry)
+    first = Scripted(
+        [
+            TextChunk('<action id="a1">{"name": "slow", "parameters": {"seconds": 0.01}}</action>'),
+            Finish("stop"),
+        ],
+        [TextChunk("<response>The answer "), PARTIAL[-1]],
+    )
+    run = await run_agent("x", model=first, registry=registry)
+    assert run.status == "interrupted" and run.actions["a1"].status == "done"
     model = ScriptModel(
         '<action id="a1">{"name": "echo", "parameters": {"value": 1}}</action>'
         '<action id="b">{"name": "echo", "parameters": {"value": "$a1_out"}}</action>'
@@ -648,3 +657,51 @@ async def test_timing_a_run_of_many_turns_is_quick(registry: Registry) -> None:
                           registry=registry)  # fmt: skip
     assert run.status == "completed" and run.turns == 10
     assert time.monotonic() - started < 2.0
+
+
+class _Refused(Exception):
+    """A model failure asking again cannot fix (as a refused key)."""
+
+    continuable = False
+
+
+async def test_a_prompt_the_model_never_answered_is_sent_once_by_the_next_run(
+    registry: Registry,
+) -> None:
+    """A failed run's prompt was left dangling: tried again, the request held it twice.
+    An exchange the model never answered is dropped when the next prompt starts; one it
+    answered, even in part, is kept whole."""
+    conversation = Conversation()
+    model = Scripted(
+        [TextChunk("<response>Hi.</response>"), Finish("stop")],
+        [_Refused("the key was refused")],
+        [TextChunk("<response>Done.</response>"), Finish("stop")],
+    )
+    agent = Agent(model=model, registry=registry)
+    await agent.run("Hello", conversation=conversation)
+    failed = await agent.run("Go", conversation=conversation)
+    assert failed.status == "failed"
+    again = await agent.run("Go", conversation=conversation)
+    assert again.status == "completed"
+    sent = [(m["role"], m["content"]) for m in model.calls[-1] if m["role"] != "system"]
+    assert sent == [
+        ("user", "Hello"),
+        ("assistant", "<response>Hi.</response>"),
+        ("user", "Go"),
+    ]
+    assert conversation.starts == [0, 2]
+
+
+async def test_continuing_a_run_that_got_no_reply_keeps_its_prompt(registry: Registry) -> None:
+    conversation = Conversation()
+    model = Scripted(
+        [StreamDropped("m", "http://127.0.0.1:1", 0, 0)],
+        [TextChunk("<response>Done.</response>"), Finish("stop")],
+    )
+    agent = Agent(model=model, registry=registry)
+    first = await agent.run("Go", conversation=conversation)
+    assert first.status == "interrupted"
+    after = await agent.continue_run(first, conversation=conversation)
+    assert after.status == "completed"
+    users = [m["content"] for m in model.calls[-1] if m["role"] == "user"]
+    assert users[0] == "Go" and len(users) == 2  # the prompt, then the note that goes on

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import anyio
@@ -551,3 +552,65 @@ async def test_end_metrics_report_dispatch_latency(act: Act, run_events: RunEven
     assert 0 <= metrics["dispatch_latency_median"] <= metrics["dispatch_latency_max"] < 0.05
     assert dispatch_latencies(run) and all(0 <= v < 0.05 for v in dispatch_latencies(run))
     assert metrics["elapsed"] == pytest.approx(run.ended - run.started)  # type: ignore[operator]
+
+
+# ---- generator tools ---------------------------------------------------------------------
+
+
+async def test_a_sync_generator_cut_by_its_timeout_fails_cleanly_and_is_closed_later(
+    registry: Registry, act: Act, run_events: RunEvents
+) -> None:
+    """Its step still runs in an abandoned worker thread when the timeout ends the
+    attempt: closing it then raised "generator already executing". The node fails with
+    the timeout's line, and the generator is closed once that step returns."""
+    release, stepping, closed = threading.Event(), threading.Event(), threading.Event()
+
+    @registry.tool
+    def stuck_rows(n: int) -> Iterator[int]:
+        """Yields a row, then blocks in its next step."""
+        try:
+            yield 1
+            stepping.set()
+            release.wait(10)
+            yield 2
+        finally:
+            closed.set()
+
+    run = await run_events([act("g", "stuck_rows", parameters={"n": 2}, timeout=0.2)])
+    node = run.actions["g"]
+    assert stepping.is_set()
+    assert node.status == "failed"
+    assert "generator already executing" not in (node.error or "")
+    assert "timed out" in (node.error or "")
+    assert not closed.is_set()  # its step is still running: it is not closed under it
+    release.set()
+    assert await anyio.to_thread.run_sync(closed.wait, 5)
+
+
+async def test_a_sync_generator_stopped_mid_step_is_cancelled_and_closed_later(
+    registry: Registry, act: Act, run_events: RunEvents
+) -> None:
+    release, stepping, closed = threading.Event(), threading.Event(), threading.Event()
+
+    @registry.tool
+    def stuck_rows(n: int) -> Iterator[int]:
+        """Yields a row, then blocks in its next step."""
+        try:
+            yield 1
+            stepping.set()
+            release.wait(10)
+            yield 2
+        finally:
+            closed.set()
+
+    record = Run()
+    async with anyio.create_task_group() as group:
+        group.start_soon(
+            lambda: run_events([act("g", "stuck_rows", parameters={"n": 2})], run=record)
+        )
+        await anyio.to_thread.run_sync(stepping.wait, 5)
+        group.cancel_scope.cancel()  # what Stop does
+    assert record.actions["g"].status == "cancelled"
+    assert not closed.is_set()
+    release.set()
+    assert await anyio.to_thread.run_sync(closed.wait, 5)

@@ -126,6 +126,29 @@ async def test_a_failed_step_fails_the_workflow_and_skips_the_rest(
     assert run.actions["w.3"].error == "workflow 'broken' stopped before it"
 
 
+@pytest.mark.parametrize("model_first", [False, True])
+async def test_an_action_with_a_workflow_steps_id_shows_and_runs_too(
+    act: Act, workflow_registry: Registry, model_first: bool
+) -> None:
+    """A model may call an action ``w.2``, the id a workflow ``w`` gives its second step:
+    neither the step nor the model's action is lost (the later one takes a free id)."""
+    mine = act("w.2", "echo", parameters={"value": "mine"}, depends_on=[] if model_first else ["w"])
+    flow = act("w", "shout", type="workflow", parameters={"name": "ada"})
+    run = await run_stream(
+        [mine, flow] if model_first else [flow, mine],
+        registry=workflow_registry,
+        namespace={"greeting": "hi"},
+    )
+    assert run.errors == []
+    assert run.actions["w"].output == "HI, ADA"
+    steps = [n for n in run.actions.values() if n.parent == "w"]
+    assert [(s.name, s.status) for s in steps] == [("echo", "done"), ("upper", "done")]
+    (own,) = [n for n in run.actions.values() if n.output == "mine"]
+    assert own.parent is None and own.status == "done" and own.name == "echo"
+    assert len({s.id for s in steps} | {own.id, "w"}) == 4  # every node has its own id
+    assert own.note is None if model_first else "w.2" in (own.note or "")
+
+
 async def test_function_workflow(act: Act, workflow_registry: Registry) -> None:
     run = await run_stream(
         [act("w", "pipeline", type="workflow", parameters={"n": 4})], registry=workflow_registry
@@ -218,7 +241,7 @@ async def test_agent_runs_a_nested_run_under_its_node(
     )
     node = run.actions["ag"]
     assert node.status == "done", node.error
-    assert node.output == "the sum is $sum"
+    assert node.output == "the sum is 5"  # its answer, $sum filled (issue 18 §4)
     assert node.subrun is not None
     assert node.subrun.thought.startswith("working on 2+3")
     assert node.subrun.actions["x"].output == 5

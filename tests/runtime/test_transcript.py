@@ -16,7 +16,13 @@ from cortex_jupyter.models.replay import ReplayModel
 from cortex_jupyter.runtime import Registry, Run
 from cortex_jupyter.runtime.chunks import Message, ModelChunk, TextChunk
 from cortex_jupyter.runtime.loop import Conversation
-from cortex_jupyter.runtime.transcript import continue_note, load_run, run_messages, turns_of
+from cortex_jupyter.runtime.transcript import (
+    continue_note,
+    cut_reply,
+    load_run,
+    run_messages,
+    turns_of,
+)
 from tests.agents import continue_run, run_agent
 
 pytestmark = pytest.mark.anyio
@@ -153,6 +159,19 @@ async def test_an_interrupted_run_is_continued_from_its_transcript(
     after = await continue_run(path, model=model, registry=registry)
     assert after.status == "completed"
     assert Conversation.from_run(after).history[0]["content"] == note
+    # Written again from its start: the new block replaces the cut one (not doubled).
+    assert after.response == "Half an answer, now whole."
+    assert cut_reply(load_run(path)).endswith("<response>Half an ans")
+
+
+async def test_only_a_reply_that_was_cut_is_read_on_from(registry: Registry) -> None:
+    whole = await run_agent(
+        "go", model=ScriptModel("<response>Done.</response>"), registry=registry
+    )
+    assert whole.status == "completed" and cut_reply(whole) == ""
+    assert turns_of(whole)[-1].assistant == "<response>Done.</response>"
+    whole.status = "cancelled"  # stopped while its actions ran: the reply itself was whole
+    assert cut_reply(whole) == ""
 
 
 async def test_the_api_key_never_appears_in_a_run(

@@ -1,0 +1,51 @@
+"""How a continuation joins the reply that was cut (``runtime.resume``): pure, no I/O."""
+
+from __future__ import annotations
+
+import pytest
+
+from cortex_jupyter.runtime.resume import Resume
+
+CUT = "<thought>Plan.</thought><response>This answer starts here "
+
+
+def test_the_part_before_the_open_block_is_read_at_once() -> None:
+    assert Resume(CUT).ready == "<thought>Plan.</thought>"
+    whole = "<response>Done.</response>"  # cut between blocks: nothing to wait for
+    assert Resume(whole).ready == whole and Resume(whole).join("more") == ("", "more")
+
+
+@pytest.mark.parametrize(
+    ("head", "joined"),
+    [
+        (
+            "and ends here.</response>",
+            ("<response>This answer starts here ", "and ends here.</response>"),
+        ),
+        (
+            "<response>and ends.</response>",
+            ("<response>This answer starts here ", "and ends.</response>"),
+        ),
+        (
+            "<response>This answer starts here and ends.</response>",
+            ("", "<response>This answer starts here and ends.</response>"),
+        ),
+        (
+            '<action id="a">{}</action>',
+            ("<response>This answer starts here </response>", '<action id="a">{}</action>'),
+        ),
+        ("<b>bold</b> words", ("<response>This answer starts here ", "<b>bold</b> words")),
+    ],
+    ids=["goes-on", "re-opens", "starts-again", "moves-on", "other-tag"],
+)
+def test_the_first_characters_decide_how_the_two_join(head: str, joined: tuple[str, str]) -> None:
+    resume = Resume(CUT)
+    assert resume.decided(head)
+    assert resume.join(head) == joined
+
+
+@pytest.mark.parametrize("head", ["", "   ", "<resp", "<response>", "<response>This ans"])
+def test_too_little_of_the_continuation_waits(head: str) -> None:
+    resume = Resume(CUT)
+    assert not resume.decided(head)
+    assert resume.decided(head, end=True)  # the stream ended: decide with what there is
