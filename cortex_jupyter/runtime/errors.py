@@ -81,7 +81,7 @@ class InvalidVariableName(CortexRuntimeError):
         self.reason = reason
         super().__init__(
             f"output_key {name!r} was not bound in the notebook: {reason}; "
-            f"the value stays reachable as run.variables[{name!r}]"
+            f"the value stays reachable as _cortex.variables[{name!r}]"
         )
 
 
