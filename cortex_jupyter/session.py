@@ -10,12 +10,11 @@ and keeps the kernel's Stop button working. After every cell the notebook variab
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
 import threading
 import time
 from collections import ChainMap
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -80,6 +79,9 @@ class NotebookRun(Run):
     #: Runs a no-op on the loop that runs the actions: once it returns, a step of that
     #: loop which settled an action has also bound its variable.
     _barrier: Callable[[], object] | None = None
+    #: The unexpected exception that failed the run, if one did (``%cortex debug``
+    #: prints its traceback); an action's own failure is on its node, ``.exception``.
+    error: BaseException | None = None
 
     def wait(self, timeout: float | None = 30.0) -> NotebookRun:
         """Block until every action has ended, ``fire_and_forget`` ones too (their
@@ -341,7 +343,10 @@ class Session:
         return await self._execute_async(*self._cell(prompt, options))
 
     def _cell(self, prompt: str, options: CellOptions) -> tuple[Job, NotebookRun, str, str, Scope]:
-        agent = self._agent(prompt, options)
+        try:
+            agent = self._agent(prompt, options)
+        except ValueError as exc:  # a setting the agent refuses (it says which, and why)
+            raise CortexRunError(redact(str(exc))) from None
         if options.fresh:
             self.conversation.reset()
         # A script or a replay is its own little conversation: it must not leak into the
@@ -514,16 +519,24 @@ class Session:
         self, job: Job, run: NotebookRun, model: str, display: str, scope: Scope
     ) -> NotebookRun:
         bridge, view = self._prepare(job, run, model, display, scope)
-        with self._outcome(run, view):
+        failure: BaseException | None = None
+        try:
             bridge.run()
+        except (KeyboardInterrupt, Exception) as exc:
+            failure = exc
+        self._outcome(run, view, failure)
         return run
 
     async def _execute_async(
         self, job: Job, run: NotebookRun, model: str, display: str, scope: Scope
     ) -> NotebookRun:
         bridge, view = self._prepare(job, run, model, display, scope)
-        with self._outcome(run, view):
+        failure: BaseException | None = None
+        try:
             await bridge.run_async()
+        except (KeyboardInterrupt, Exception) as exc:
+            failure = exc
+        self._outcome(run, view, failure)
         return run
 
     def _prepare(
@@ -547,13 +560,16 @@ class Session:
         view.stop = bridge.request_stop
         return bridge, view
 
-    @contextlib.contextmanager
-    def _outcome(self, run: NotebookRun, view: _View) -> Iterator[None]:
+    def _outcome(self, run: NotebookRun, view: _View, failure: BaseException | None) -> None:
         """End the cell however the run ended: the view's final frame and static copy,
-        and one line (or ``CortexInterrupt``/``CortexRunError``) for what went wrong."""
-        try:
-            yield
-        except KeyboardInterrupt:
+        and one line (or ``CortexInterrupt``/``CortexRunError``) for what went wrong.
+
+        Called after the ``except`` that caught ``failure``, never inside it: an error
+        raised while handling another carries it as its context, and IPython prints a
+        whole traceback for any error whose context holds a task group's
+        ``ExceptionGroup``, whatever its ``_render_traceback_`` says.
+        """
+        if isinstance(failure, KeyboardInterrupt):
             _close_quietly(view)
             how = (
                 "run the cell again"
@@ -565,16 +581,20 @@ class Session:
                 f"cancelled; what arrived is on _cortex ({how}).",
                 file=sys.stderr,
             )
-            raise CortexInterrupt() from None
-        except Exception as exc:  # a bug of ours or a host's: still no traceback wall
+            raise CortexInterrupt()
+        if failure is None:
+            failure = _closed(view)
+        else:
             _close_quietly(view)
-            if run.status == "running":
-                run.status = "failed"
-            run.reason = run.reason or _failure(exc)
+        if failure is not None:  # a bug of ours or a host's: still no traceback wall
+            error = _innermost(failure)
+            run.error = error
+            run.status = "failed"
+            run.reason = run.reason or _failure(error)
             raise CortexRunError(
-                f"the run failed: {_failure(exc)}. What arrived is on _cortex."
-            ) from None
-        view.close()
+                f"the run failed: {_failure(error)}. What arrived is on _cortex; "
+                "%cortex debug shows the traceback."
+            )
         self._report(run)
 
     def _background_loop(self) -> Loop:
@@ -709,23 +729,39 @@ def _is_pattern(name: str) -> bool:
     return any(c in name for c in "*?[")
 
 
-def _failure(exc: BaseException) -> str:
-    """One line for an unexpected failure: the innermost error of a task group's
-    ``ExceptionGroup``, with its type, secrets redacted."""
+def _innermost(exc: BaseException) -> BaseException:
+    """The error a task group's ``ExceptionGroup`` wraps (its first, at any depth)."""
     # A (Base)ExceptionGroup (3.10 has only the backport, so no isinstance here).
     while (inner := getattr(exc, "exceptions", None)) and isinstance(inner, tuple):
         exc = inner[0]
+    return exc
+
+
+def _failure(exc: BaseException) -> str:
+    """One line for an unexpected failure: the innermost error of a task group's
+    ``ExceptionGroup``, with its type, secrets redacted."""
+    exc = _innermost(exc)
     text = " ".join(str(exc).split())
+    if len(text) > 300:
+        text = text[:299] + "…"
     return redact(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
+
+
+def _closed(view: _View) -> Exception | None:
+    """Close the view (its final frame and static copy); the error, if that failed."""
+    try:
+        view.close()
+    except Exception as exc:
+        return exc
+    return None
 
 
 def _close_quietly(view: _View) -> None:
     """Close the view (its final frame and static copy) even after a failure; a view that
     cannot close must not hide the failure that brought us here."""
-    try:
-        view.close()
-    except Exception as exc:
-        print(f"cortex: the view could not show its final frame: {exc!r}", file=sys.stderr)
+    failure = _closed(view)
+    if failure is not None:
+        print(f"cortex: the view could not show its final frame: {failure!r}", file=sys.stderr)
 
 
 class Approvals:
