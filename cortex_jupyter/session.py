@@ -741,10 +741,10 @@ def _failure(exc: BaseException) -> str:
     """One line for an unexpected failure: the innermost error of a task group's
     ``ExceptionGroup``, with its type, secrets redacted."""
     exc = _innermost(exc)
-    text = " ".join(str(exc).split())
+    text = redact(" ".join(str(exc).split()))  # before the cut: no part of a secret stays
     if len(text) > 300:
         text = text[:299] + "…"
-    return redact(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _closed(view: _View) -> Exception | None:

@@ -93,6 +93,23 @@ def test_an_unexpected_failure_is_one_line_and_the_traceback_is_one_command_away
     assert "in failing" in printed and printed.rstrip().endswith("RuntimeError: parser broke")
 
 
+def test_the_line_for_a_long_failure_is_cut_after_secrets_are_redacted(
+    ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("BAD_INPUT_API_KEY", KEY)
+
+    def failing(self: xml.XmlParser, chunk: str) -> Any:
+        raise RuntimeError("x" * 295 + KEY)  # the cut falls inside the key
+
+    monkeypatch.setattr(xml.XmlParser, "feed", failing)
+    ip.run_cell("%%cortex --script --delay 0\n<response>hi</response>")
+    shown = capsys.readouterr()
+    line = next(line for line in shown.out.splitlines() if line.startswith("cortex:"))
+    assert "x" * 295 + "[red…" in line  # 300 characters at most
+    assert KEY[:4] not in shown.out + shown.err
+    assert ip.user_ns["_cortex"].reason.endswith("x[redacted]")
+
+
 def test_debug_says_when_there_is_nothing_to_show_and_shows_an_actions_exception(
     ip: InteractiveShell, capsys: pytest.CaptureFixture[str]
 ) -> None:
