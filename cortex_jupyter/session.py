@@ -518,9 +518,10 @@ class Session:
     def _execute(
         self, job: Job, run: NotebookRun, model: str, display: str, scope: Scope
     ) -> NotebookRun:
-        bridge, view = self._prepare(job, run, model, display, scope)
+        view: _View | None = None
         failure: BaseException | None = None
         try:
+            bridge, view = self._prepare(job, run, model, display, scope)
             bridge.run()
         except (KeyboardInterrupt, Exception) as exc:
             failure = exc
@@ -530,9 +531,10 @@ class Session:
     async def _execute_async(
         self, job: Job, run: NotebookRun, model: str, display: str, scope: Scope
     ) -> NotebookRun:
-        bridge, view = self._prepare(job, run, model, display, scope)
+        view: _View | None = None
         failure: BaseException | None = None
         try:
+            bridge, view = self._prepare(job, run, model, display, scope)
             await bridge.run_async()
         except (KeyboardInterrupt, Exception) as exc:
             failure = exc
@@ -560,7 +562,7 @@ class Session:
         view.stop = bridge.request_stop
         return bridge, view
 
-    def _outcome(self, run: NotebookRun, view: _View, failure: BaseException | None) -> None:
+    def _outcome(self, run: NotebookRun, view: _View | None, failure: BaseException | None) -> None:
         """End the cell however the run ended: the view's final frame and static copy,
         and one line (or ``CortexInterrupt``/``CortexRunError``) for what went wrong.
 
@@ -590,6 +592,7 @@ class Session:
             error = _innermost(failure)
             run.error = error
             run.status = "failed"
+            run.ended = run.ended or time.monotonic()
             run.reason = run.reason or _failure(error)
             raise CortexRunError(
                 f"the run failed: {_failure(error)}. What arrived is on _cortex; "
@@ -747,8 +750,11 @@ def _failure(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _closed(view: _View) -> Exception | None:
-    """Close the view (its final frame and static copy); the error, if that failed."""
+def _closed(view: _View | None) -> Exception | None:
+    """Close the view (its final frame and static copy); the error, if that failed.
+    ``None``: the view could not even be made."""
+    if view is None:
+        return None
     try:
         view.close()
     except Exception as exc:
@@ -756,7 +762,7 @@ def _closed(view: _View) -> Exception | None:
     return None
 
 
-def _close_quietly(view: _View) -> None:
+def _close_quietly(view: _View | None) -> None:
     """Close the view (its final frame and static copy) even after a failure; a view that
     cannot close must not hide the failure that brought us here."""
     failure = _closed(view)

@@ -19,6 +19,7 @@ from IPython.core.magics import config as config_magics
 from traitlets import TraitError
 
 from cortex_jupyter import default_registry
+from cortex_jupyter.display.text import TextRenderer
 from cortex_jupyter.magic import CortexMagics, as_async_cell
 from cortex_jupyter.protocol import xml
 from cortex_jupyter.runtime import Run
@@ -44,23 +45,38 @@ def async_cells(ip: InteractiveShell, request: pytest.FixtureRequest) -> Iterato
 
 
 @pytest.fixture
-def broken_parser(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A bug in the middle of a run: the parser raises on a chunk holding "boom"."""
-    feed = xml.XmlParser.feed
+def broken(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A bug in the middle of a run, where the test asks: the parser raises on a chunk
+    holding "boom" (inside the run's task group), or the view raises on the response
+    (in the cell's own thread)."""
+    where = str(request.param)
+    if where == "parser":
+        feed = xml.XmlParser.feed
 
-    def failing(self: xml.XmlParser, chunk: str) -> Any:
-        if "boom" in chunk:
-            raise RuntimeError("parser broke")
-        return feed(self, chunk)
+        def failing(self: xml.XmlParser, chunk: str) -> Any:
+            if "boom" in chunk:
+                raise RuntimeError("parser broke")
+            return feed(self, chunk)
 
-    monkeypatch.setattr(xml.XmlParser, "feed", failing)
+        monkeypatch.setattr(xml.XmlParser, "feed", failing)
+    else:
+        show = TextRenderer.feed
+
+        def failing_view(self: TextRenderer, event: Any, now: float) -> Any:
+            if event.kind == "response":
+                raise RuntimeError("view broke")
+            return show(self, event, now)
+
+        monkeypatch.setattr(TextRenderer, "feed", failing_view)
+    return where
 
 
+@pytest.mark.parametrize("broken", ["parser", "view"], indirect=True)
 @pytest.mark.parametrize("async_cells", [False, True], indirect=True, ids=["sync", "async"])
 def test_an_unexpected_failure_is_one_line_and_the_traceback_is_one_command_away(
     ip: InteractiveShell,
     async_cells: bool,
-    broken_parser: None,
+    broken: str,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     result = ip.run_cell(
@@ -73,24 +89,22 @@ def test_an_unexpected_failure_is_one_line_and_the_traceback_is_one_command_away
     assert "Traceback" not in shown.out + shown.err
     failure = [line for line in lines if line.startswith("cortex:")]
     assert failure == [
-        "cortex: the run failed: RuntimeError: parser broke. What arrived is on _cortex; "
+        f"cortex: the run failed: RuntimeError: {broken} broke. What arrived is on _cortex; "
         "%cortex debug shows the traceback."
     ]
-    # Everything else is the kept view: its thought, its interruption and its end line.
-    assert [line.split("]")[0] for line in lines if line not in failure] == [
-        "[thought",
-        "[interrupted",
-        "[end",
-    ]
+    # Everything else is the kept view: what it had shown when the failure came.
+    kept = ["[thought", "[interrupted", "[end"] if broken == "parser" else ["[thought"]
+    assert [line.split("]")[0] for line in lines if line not in failure] == kept
     run = ip.user_ns["_cortex"]
     assert run.thought == "Thinking it over."
-    assert (run.status, run.reason) == ("failed", "RuntimeError: parser broke")
-    assert isinstance(run.error, RuntimeError) and str(run.error) == "parser broke"
+    assert (run.status, run.reason) == ("failed", f"RuntimeError: {broken} broke")
+    assert isinstance(run.error, RuntimeError) and str(run.error) == f"{broken} broke"
 
     ip.run_line_magic("cortex", "debug")
     printed = capsys.readouterr().out
     assert printed.startswith("Traceback (most recent call last):")
-    assert "in failing" in printed and printed.rstrip().endswith("RuntimeError: parser broke")
+    assert "in failing" in printed
+    assert printed.rstrip().endswith(f"RuntimeError: {broken} broke")
 
 
 def test_the_line_for_a_long_failure_is_cut_after_secrets_are_redacted(
