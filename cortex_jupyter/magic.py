@@ -393,7 +393,7 @@ class CortexMagics(Magics):
         print(f"Saved the run's transcript to {path} ({len(run.events)} events).")
 
     def _cmd_debug(self, args: list[str]) -> None:
-        """The traceback of the last run's unexpected failure, or of action ID's error."""
+        """Full traceback: of _cortex.error (an unexpected failure), or %cortex debug ID."""
         if len(args) > 1:
             raise UsageError("%cortex debug: give at most one action id, e.g. %cortex debug a1")
         run = self.session.last

@@ -4,7 +4,10 @@ The magic parses arguments and calls ``Session.run_cell``; everything else happe
 here. The run itself is async and goes to a worker thread through the bridge, while
 the cell's own thread shows its events (widgets in a notebook, plain text elsewhere)
 and keeps the kernel's Stop button working. After every cell the notebook variable
-``_cortex`` is the run record, even when the run was stopped or failed.
+``_cortex`` is the run record, even when the run was stopped or failed. An unexpected
+failure (a bug, ours or a host's) ends the cell with one ``cortex:`` line; the run is
+``failed`` with the reason, the exception is ``_cortex.error`` and ``%cortex debug``
+prints its traceback.
 """
 
 from __future__ import annotations
