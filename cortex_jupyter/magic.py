@@ -388,7 +388,7 @@ class CortexMagics(Magics):
         try:
             path = run.save(args[0])
         except OSError as exc:  # a directory, a missing folder, no permission, a full disk
-            why = exc.strerror or type(exc).__name__
+            why = exc.strerror or str(exc) or type(exc).__name__
             raise UsageError(f"%cortex save: cannot write {args[0]!r}: {why}.") from None
         print(f"Saved the run's transcript to {path} ({len(run.events)} events).")
 
