@@ -82,7 +82,9 @@ def expose(*names: str) -> None:
 
 
 def hide(*names: str) -> None:
-    """Take these names out of what models may reach (``%cortex hide``)."""
+    """Take these names out of what models may reach (``%cortex hide``); glob patterns
+    such as ``"data_*"`` hide every name they match, bound by runs or exposed. The latest
+    ``expose`` or ``hide`` that matches a name decides for it."""
     from cortex_jupyter.session import current_session
 
     current_session("hide").hide(names)

@@ -213,7 +213,12 @@ class CortexMagics(Magics):
     def cortex_line(self, line: str) -> Any:
         """``%cortex COMMAND``: tools, vars, expose, hide, history, reset, prompt,
         continue, stop, replay, save, debug, config, mcp, cluster; ``%cortex help`` says
-        what each does."""
+        what each does.
+
+        ``expose`` and ``hide`` take names or glob patterns (``data_*``); a pattern covers
+        every name it matches, and the latest expose or hide that matches a name decides
+        (``expose data_*`` then ``hide data_b`` leaves data_b hidden). A name a run bound
+        is visible while it holds what the run bound; once you assign it, it is yours."""
         words = shlex.split(line)
         if not words or words[0] not in COMMANDS:
             given = f" {words[0]!r}" if words else ""
@@ -285,31 +290,41 @@ class CortexMagics(Magics):
                     print("    " + json.dumps(parameters, ensure_ascii=False))
 
     def _cmd_vars(self, args: list[str]) -> None:
-        """What a model may reach with $name, and why (besides what a cell's prompt names)."""
+        """What a model may reach with $name and why; what it may not (hidden, yours)."""
         session = self.session
-        visible = session.scope("").reasons()
+        scope = session.scope("")
         namespace = session.shell.user_ns
+
+        def show(name: str, why: str) -> None:
+            text = redact(repr(namespace.get(name)))
+            text = text if len(text) <= 70 else text[:67] + "..."
+            print(f"  {name} = {text}  ({why})")
+
+        visible = scope.reasons()
         if visible:
             print("A model may reach these notebook names (and any a cell writes as $name):")
             for name, why in visible.items():
-                text = redact(repr(namespace.get(name)))
-                text = text if len(text) <= 70 else text[:67] + "..."
-                run = session.bound.get(name)
-                where = f", run {run}" if run and why.startswith("bound") else ""
-                print(f"  {name} = {text}  ({why}{where})")
+                show(name, why)
         else:
             print(
                 "A model reaches no notebook name but those a cell writes as $name (and the "
                 "outputs of its own run). %cortex expose NAME gives it more."
             )
-        patterns = [p for p in session.exposed if any(c in p for c in "*?[")]
-        if patterns:
-            print(f"Exposed patterns: {', '.join(patterns)}")
-        if session.hidden:
-            print(f"Hidden: {', '.join(sorted(session.hidden))}")
+        withheld = scope.withheld()
+        if withheld:
+            print("Not visible to models (unless a cell writes them as $name):")
+            for name, why in withheld.items():
+                show(name, why)
+        if session.rules:
+            rules = ", ".join(str(rule) for rule in session.rules)
+            print(f"Expose and hide, oldest first (the latest match decides): {rules}")
 
     def _cmd_expose(self, args: list[str]) -> None:
-        """Let models reach notebook names: %cortex expose NAME [NAME ...] (patterns: df_*)."""
+        """Let models reach notebook names: %cortex expose NAME|PATTERN [...] (e.g. df_*).
+
+        A pattern covers every name it matches. Expose and hide apply in order: the latest
+        one whose name or pattern matches a name decides (expose data_* then hide data_b
+        leaves data_b hidden; hide data_* then expose data_a shows data_a)."""
         if not args:
             raise UsageError("%cortex expose: name the variables, e.g. %cortex expose df report")
         refused = self.session.expose(args)
@@ -320,7 +335,11 @@ class CortexMagics(Magics):
             print(f"Exposed to models: {', '.join(taken)} (%cortex hide NAME takes it back).")
 
     def _cmd_hide(self, args: list[str]) -> None:
-        """Take names out of what models may reach: %cortex hide NAME [NAME ...]."""
+        """Take names out of what models may reach: %cortex hide NAME|PATTERN [...].
+
+        A pattern hides every name it matches: exposed ones and ones cortex runs bound,
+        also those bound later, until a later expose matches them (the latest expose or
+        hide that matches a name decides). A cell that writes $name still passes it."""
         if not args:
             raise UsageError("%cortex hide: name the variables, e.g. %cortex hide df")
         self.session.hide(args)

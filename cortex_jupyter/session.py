@@ -37,8 +37,8 @@ from cortex_jupyter.runtime.approval import Decision
 from cortex_jupyter.runtime.errors import InvalidVariableName
 from cortex_jupyter.runtime.feeds import FeedSet
 from cortex_jupyter.runtime.loop import Conversation
-from cortex_jupyter.runtime.scope import Scope, never_visible
-from cortex_jupyter.runtime.secrets import redact
+from cortex_jupyter.runtime.scope import Binding, Rule, Scope, add_rule, is_pattern, never_visible
+from cortex_jupyter.runtime.secrets import redact, shorten
 from cortex_jupyter.runtime.variables import find_references
 
 if TYPE_CHECKING:
@@ -321,12 +321,11 @@ class Session:
         self.last: NotebookRun | None = None
         self.last_options: CellOptions | None = None
         self.last_prompt = ""
-        #: notebook names bound by runs -> the id of the run that bound them
-        self.bound: dict[str, str] = {}
-        #: names and glob patterns the user exposed to models (``%cortex expose``)
-        self.exposed: list[str] = []
-        #: names the user hid again (``%cortex hide``): not visible through bound/exposed
-        self.hidden: set[str] = set()
+        #: notebook names bound by runs -> the run and the object it bound (the name is
+        #: the run's while it holds that object; see ``runtime.scope``)
+        self.bound: dict[str, Binding] = {}
+        #: ``%cortex expose`` and ``%cortex hide``, oldest first: the latest match decides
+        self.rules: list[Rule] = []
         #: Approval questions of running actions, answered in the cell's thread.
         self.approvals = Approvals()
         #: Made for the first run whose fire_and_forget actions may outlive their cell.
@@ -420,38 +419,47 @@ class Session:
         """The notebook names a run of ``prompt`` may reach with ``$name``: the ones the
         prompt writes, the ones cortex runs bound, the ones exposed (ARCHITECTURE.md,
         "Scope"). For a ``--script`` cell ``prompt`` is the script, the user's own text."""
+        self._release_taken_back()
         return Scope(
             self.shell.user_ns,
             prompt=find_references(prompt),
             bound=self.bound,
-            exposed=self.exposed,
-            hidden=self.hidden,
+            rules=self.rules,
             script=script,
         )
 
+    def _release_taken_back(self) -> None:
+        """Forget the objects of names the user assigned since a run bound them (the
+        name is theirs now), and the bindings of names deleted since."""
+        namespace = self.shell.user_ns
+        for name, binding in list(self.bound.items()):
+            if name not in namespace:
+                del self.bound[name]
+            elif not binding.holds(namespace, name):
+                self.bound[name] = binding.released()
+
     def expose(self, names: Iterable[str]) -> list[str]:
         """Let models reach ``names`` (names or glob patterns such as ``df_*``); returns
-        the ones that can never be exposed, with why (IPython's own names, modules)."""
+        the ones that can never be exposed, with why (IPython's own names, modules).
+        A pattern covers every name it matches, also names a later ``hide`` named
+        before: the latest expose or hide that matches a name decides."""
         refused = []
         for name in names:
             value = self.shell.user_ns.get(name)
-            why = never_visible(name, value) if not _is_pattern(name) else None
+            why = never_visible(name, value) if not is_pattern(name) else None
             if why is not None:
                 refused.append(why)
                 continue
-            self.hidden.discard(name)
-            if name not in self.exposed:
-                self.exposed.append(name)
+            self.rules = add_rule(self.rules, Rule(name, expose=True))
         return refused
 
     def hide(self, names: Iterable[str]) -> None:
-        """Take ``names`` out of what models may reach (exposed, or bound by runs); a
-        prompt that writes ``$name`` still reaches it: the user wrote it there."""
+        """Take ``names`` (names or glob patterns) out of what models may reach: every
+        name a pattern matches, exposed or bound by a run, now or bound later, until a
+        later ``expose`` matches it. A prompt that writes ``$name`` still reaches it:
+        the user wrote it there."""
         for name in names:
-            if name in self.exposed:
-                self.exposed.remove(name)
-            if not _is_pattern(name):
-                self.hidden.add(name)
+            self.rules = add_rule(self.rules, Rule(name, expose=False))
 
     def _agent(self, body: str, options: CellOptions) -> Agent:
         """The agent a cell runs: the session's defaults (the cell's options, the
@@ -644,14 +652,22 @@ class Session:
 
     def _bind(self, run: Run, name: str, value: Any, overwrite: bool) -> None:
         namespace = self.shell.user_ns
-        if name in namespace and name not in self.bound and not overwrite:
-            raise InvalidVariableName(
-                name,
-                f"the notebook already has {name!r}, which cortex did not bind "
-                "(%%cortex --overwrite replaces it on purpose)",
-            )
+        binding = self.bound.get(name)
+        if name in namespace and not overwrite:
+            if binding is None:
+                raise InvalidVariableName(
+                    name,
+                    f"the notebook already has {name!r}, which cortex did not bind "
+                    "(%%cortex --overwrite replaces it on purpose)",
+                )
+            if not binding.holds(namespace, name):
+                raise InvalidVariableName(
+                    name,
+                    f"the notebook's {name!r} is yours: you assigned it after cortex run "
+                    f"{binding.run} bound it (%%cortex --overwrite replaces it on purpose)",
+                )
         namespace[name] = value
-        self.bound[name] = run.id
+        self.bound[name] = Binding(run.id, value)
 
     def _report(self, run: NotebookRun) -> None:
         """End the cell: a short line for failed actions, an error for a missing answer."""
@@ -731,10 +747,6 @@ def _model_name(agent: Agent) -> str:
     return str(getattr(agent.model, "name", "") or "model")
 
 
-def _is_pattern(name: str) -> bool:
-    return any(c in name for c in "*?[")
-
-
 def _innermost(exc: BaseException) -> BaseException:
     """The error a task group's ``ExceptionGroup`` wraps (its first, at any depth)."""
     # A (Base)ExceptionGroup (3.10 has only the backport, so no isinstance here).
@@ -747,9 +759,7 @@ def _failure(exc: BaseException) -> str:
     """One line for an unexpected failure: the innermost error of a task group's
     ``ExceptionGroup``, with its type, secrets redacted."""
     exc = _innermost(exc)
-    text = redact(" ".join(str(exc).split()))  # before the cut: no part of a secret stays
-    if len(text) > 300:
-        text = text[:299] + "…"
+    text = shorten(" ".join(str(exc).split()), 300)  # redacted first, no part of a secret
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 

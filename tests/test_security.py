@@ -194,7 +194,7 @@ def test_modules_and_ipython_names_are_never_exposed(
     ip.run_cell("df_sales = 1\ndf_costs = 2\nunrelated = 3")
     ip.run_line_magic("cortex", "vars")
     out = capsys.readouterr().out
-    assert "df_sales = 1  (exposed with %cortex expose)" in out
+    assert "df_sales = 1  (exposed with %cortex expose df_*)" in out
     assert "df_costs" in out and "unrelated" not in out and "os =" not in out
     with pytest.raises(ValueError, match="modules are never visible"):
         import cortex_jupyter
@@ -252,6 +252,70 @@ def test_any_credential_looking_environment_value_is_redacted(
     )
 
 
+#: A model key and a password with no hex digits: a random id never looks like their part.
+CUT_KEY = "sk-proj-QXKEYqrstuvwxyzGHIJKLMNOPmnop"
+CUT_PASSWORD = "pw-MNOPQRSTUVWXYZ-ghijklmnqrs"
+
+
+def edge_parts(text: str) -> list[str]:
+    """What a cut can leave of ``CUT_KEY`` or ``CUT_PASSWORD`` in ``text``: a first or
+    last part of four characters or more."""
+    return [
+        part
+        for secret in (CUT_KEY, CUT_PASSWORD)
+        for size in range(4, len(secret))
+        for part in (secret[:size], secret[-size:])
+        if part in text
+    ]
+
+
+@pytest.fixture
+def dump(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """``dump(pad, which)``: a text whose secret starts after ``pad`` dots."""
+    monkeypatch.setenv("OPENAI_API_KEY", CUT_KEY)
+    monkeypatch.setenv("SERVICE_PASSWORD", CUT_PASSWORD)
+
+    @default_registry.tool(name="dump")
+    def dump_text(pad: int, which: str = "key") -> str:
+        """A debug dump."""
+        secret = CUT_KEY if which == "key" else CUT_PASSWORD
+        return "." * pad + secret + "." * 300
+
+    yield
+    default_registry.remove("tool", "dump")
+
+
+def test_no_limit_cuts_a_secret_into_what_the_model_or_the_transcript_gets(
+    ip: InteractiveShell,
+    server: FakeOpenAIServer,
+    seen: list[Any],
+    dump: None,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Each secret sits where a limit cuts: a result sent back (4,000 characters), an
+    # output's summary in the transcript (160), the parameters shown (600) and a $name
+    # described in the system prompt (300).
+    ip.run_cell(
+        f"note = '.' * 140 + {CUT_PASSWORD!r} + '.' * 400\n"
+        f"blob = '.' * 582 + {CUT_KEY!r} + '.' * 10"
+    )
+    calls = [("r1", 3990, "key"), ("r2", 3990, "password"), ("s1", 70, "key")]
+    actions = "".join(
+        f'<action id="{i}">{{"name": "dump", "parameters": {{"pad": {pad}, "which": "{w}"}}}}'
+        "</action>"
+        for i, pad, w in calls
+    )
+    reply(server, actions + action("$blob", id="p"), "<response>done</response>")
+    run = cell(ip, "Look at $note and $blob.")
+    assert [run.actions[i].status for i in ("r1", "r2", "s1", "p")] == ["done"] * 4
+    sent = json.dumps([request.json["messages"] for request in server.requests])
+    assert "$note: str, length" in sent and "[redacted]" in sent
+    assert edge_parts(sent) == []
+    assert edge_parts(run.to_jsonl()) == []
+    assert edge_parts(capsys.readouterr().out) == []  # the text view
+    assert seen == ["." * 582 + CUT_KEY + "." * 10]  # the tool got the value itself
+
+
 # ---- 3. bindings never clobber ----------------------------------------------------------------
 
 
@@ -291,4 +355,77 @@ def test_overwrite_replaces_on_purpose_and_cortex_names_can_be_rebound(
     reply(server, action("z", output_key="frame"), "<response>ok</response>")
     cell(ip, "Again.")
     assert ip.user_ns["frame"] == "peeked: z"
-    assert session_for(ip).bound["frame"] == ip.user_ns["_cortex"].id
+    assert session_for(ip).bound["frame"].run == ip.user_ns["_cortex"].id
+
+
+# ---- 4. a name the user takes back, and hiding by pattern (issue 18) -------------------------
+
+
+def script(ip: InteractiveShell, *actions: str, line: str = "--script --delay 0 --text") -> Any:
+    return cell(ip, "".join(actions) + "\n<response>done</response>", line)
+
+
+def test_a_name_the_user_assigns_after_a_run_bound_it_is_theirs_again(
+    ip: InteractiveShell,
+    server: FakeOpenAIServer,
+    seen: list[Any],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    first = script(ip, action("x", output_key="lookup"))
+    reply(server, action("$lookup"), "<response>ok</response>")
+    assert cell(ip, "Go.").actions["a"].status == "done"  # the run's: the model reaches it
+
+    ip.run_cell("lookup = 'mine'")
+    reply(server, action("$lookup"), "<response>no</response>")
+    run = cell(ip, "Go.")
+    assert run.actions["a"].status == "failed" and "mine" not in seen
+    assert f"$lookup is yours again: cortex run {first.id} bound it" in (
+        run.actions["a"].error or ""
+    )
+    # a later run's output_key leaves it alone, and says why
+    again = script(ip, action("y", output_key="lookup"))
+    assert ip.user_ns["lookup"] == "mine"
+    assert "is yours: you assigned it after cortex run" in (again.actions["a"].note or "")
+    assert "--overwrite" in (again.actions["a"].note or "")
+    capsys.readouterr()
+    ip.run_line_magic("cortex", "vars")
+    out = capsys.readouterr().out
+    assert f"lookup = 'mine'  (yours: you assigned it after cortex run {first.id} bound it)" in out
+
+    taken = script(
+        ip, action("z", output_key="lookup"), line="--script --delay 0 --text --overwrite"
+    )
+    assert ip.user_ns["lookup"] == "peeked: z"
+    ip.run_line_magic("cortex", "vars")
+    assert f"lookup = 'peeked: z'  (bound by cortex run {taken.id})" in capsys.readouterr().out
+
+
+def test_hide_with_a_pattern_hides_every_name_it_matches_and_the_latest_rule_decides(
+    ip: InteractiveShell,
+    server: FakeOpenAIServer,
+    seen: list[Any],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    script(ip, action("a", "a", "data_a"), action("b", "b", "data_b"))
+
+    def reach() -> dict[str, str]:
+        reply(server, action("$data_a", "a") + action("$data_b", "b"), "<response>ok</response>")
+        run = cell(ip, "Go.")
+        return {key: node.status for key, node in run.actions.items()}
+
+    assert reach() == {"a": "done", "b": "done"}
+    ip.run_line_magic("cortex", "hide data_*")
+    assert reach() == {"a": "failed", "b": "failed"}
+    capsys.readouterr()
+    ip.run_line_magic("cortex", "vars")
+    out = capsys.readouterr().out
+    assert "data_a = 'peeked: a'  (hidden with %cortex hide data_*)" in out
+
+    ip.run_line_magic("cortex", "expose data_*")
+    ip.run_line_magic("cortex", "hide data_b")
+    assert reach() == {"a": "done", "b": "failed"}
+    ip.run_line_magic("cortex", "vars")
+    out = capsys.readouterr().out
+    assert "data_a = 'peeked: a'  (bound by cortex run" in out
+    assert "data_b = 'peeked: b'  (hidden with %cortex hide data_b)" in out
+    assert "(the latest match decides): expose data_*, hide data_b" in out

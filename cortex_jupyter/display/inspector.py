@@ -22,12 +22,23 @@ from __future__ import annotations
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
+from cortex_jupyter.runtime import secrets
 from cortex_jupyter.runtime.variables import find_references
 
 from .rich import pre, rich_html, tree_html
 from .state import NodeView, ViewState
 from .svg import subgraph_svg
-from .theme import BORDER_VAR, FG_VAR, FONT, MUTED_VAR, esc, fmt_duration, shorten, style_for
+from .theme import (
+    BORDER_VAR,
+    FG_VAR,
+    FONT,
+    MUTED_VAR,
+    esc,
+    fmt_duration,
+    redact_markup,
+    shorten,
+    style_for,
+)
 
 #: Characters of each captured stream the inspector shows (the newest).
 SHOWN_TEXT = 16_000
@@ -76,7 +87,8 @@ def inspector_html(
         _source(node),
         _nested(state, node, now, live),
     ]
-    return (
+    # Secrets redacted (the record's objects are exact: a tool's output may hold a key).
+    return redact_markup(
         f'<div class="cxj-inspector" data-id="{esc(node.id)}" style="font-family:{esc(FONT)};'
         f"font-size:12.5px;color:{FG_VAR};border:1px solid {BORDER_VAR};border-radius:6px;"
         f'padding:4px 10px 6px;margin:4px 0;line-height:1.45">' + "".join(sections) + "</div>"
@@ -232,7 +244,7 @@ def _output(node: NodeView, full: Any, cache: MutableMapping[Any, str] | None) -
         key = (node.id, id(value))
         shown = cache.get(key) if cache is not None else None
         if shown is None:
-            shown = rich_html(value)
+            shown = redact_markup(rich_html(value))
             if cache is not None:
                 cache[key] = shown
         return _section("output", f"Output ({type(value).__name__})", shown)
@@ -282,9 +294,10 @@ def _captured(node: NodeView, full: Any) -> str:
 
 
 def _tail(text: str, dropped: int) -> str:
+    text = secrets.redact(text)  # before the cut: no part of a secret stays at its edge
     if len(text) > SHOWN_TEXT:
         dropped += len(text) - SHOWN_TEXT
-        text = text[-SHOWN_TEXT:]
+        text = secrets.tail(text, SHOWN_TEXT)
     note = f"… {dropped:,} earlier characters\n" if dropped else ""
     return pre(note + text)
 
@@ -313,7 +326,7 @@ def waiting_html(node: NodeView) -> str:
     """One line of the approvals bar: what waits, with the parameters it would run with."""
     style = style_for("awaiting")
     params = shorten(node.resolved or "", 600) if node.resolved else "(no parameters)"
-    return (
+    return redact_markup(
         f'<div style="font-family:{esc(FONT)};font-size:12.5px;color:{style.ink};'
         f"background:{style.fill};border-left:3px solid {style.stroke};padding:2px 8px;"
         f'line-height:1.5;white-space:pre-wrap;word-break:break-word">{style.icon} '

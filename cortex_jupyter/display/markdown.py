@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import functools
 import re
-import reprlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -69,6 +68,7 @@ from pygments.lexer import Lexer
 from pygments.lexers import get_lexer_by_name
 from pygments.util import ClassNotFound
 
+from cortex_jupyter.runtime.secrets import Repr, shorten
 from cortex_jupyter.runtime.variables import REFERENCE, resolve
 
 from . import theme
@@ -104,7 +104,7 @@ _CODE_STYLE = (
 )
 _LINK_REL = "noopener noreferrer nofollow"
 
-_short = reprlib.Repr()
+_short = Repr()  # secrets redacted before its cuts
 _short.maxstring = _short.maxother = _VALUE_LIMIT
 _short.maxlist = _short.maxdict = _short.maxtuple = _short.maxset = 10
 
@@ -121,7 +121,7 @@ def short_str(value: Any, limit: int = _VALUE_LIMIT) -> str:
             text = str(value)
     except Exception as exc:  # a broken __str__ must not break the response
         text = f"<{type(value).__name__} (str failed: {type(exc).__name__})>"
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return shorten(text, limit)  # secrets redacted before the cut
 
 
 # --------------------------------------------------------------------------- dollars

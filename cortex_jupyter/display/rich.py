@@ -32,10 +32,11 @@ import base64
 import binascii
 import io
 import re
-import reprlib
 from collections.abc import Callable, Mapping
 from html.parser import HTMLParser
 from typing import Any
+
+from cortex_jupyter.runtime.secrets import Repr, head, redact
 
 from .theme import MONO, MUTED, esc, shorten
 
@@ -69,7 +70,7 @@ _ATTRIBUTES = frozenset(("colspan", "rowspan", "title", "align", "valign", "abbr
 _NUMBER = re.compile(r"^\d{1,4}$")
 _BASE64 = re.compile(r"^[A-Za-z0-9+/=\s]+$")
 
-_repr = reprlib.Repr()
+_repr = Repr()  # secrets redacted before its cuts
 _repr.maxstring = 400
 _repr.maxother = 400
 _repr.maxlevel = 3
@@ -160,17 +161,19 @@ def rich_html(value: Any) -> str:
 def safe_repr(value: Any) -> str:
     """``repr(value)``, shortened for containers, never raising."""
     try:
-        return _repr.repr(value) if isinstance(value, Mapping | list | tuple | set) else repr(value)
+        if isinstance(value, Mapping | list | tuple | set):
+            return _repr.repr(value)
+        return redact(repr(value))
     except Exception as exc:
         return f"<{type(value).__name__}: repr failed with {type(exc).__name__}>"
 
 
 def pre(text: str, limit: int = MAX_TEXT) -> str:
     """Text in a ``<pre>`` block: escaped, wrapped, cut after ``limit`` characters."""
-    cut = ""
+    cut, text = "", redact(text)  # before the cut: no part of a secret stays at its edge
     if len(text) > limit:
         cut = f"\n… {len(text) - limit:,} more characters"
-        text = text[:limit]
+        text = head(text, limit)
     return (
         f'<pre style="font-family:{esc(MONO)};font-size:11.5px;white-space:pre-wrap;'
         f'word-break:break-word;margin:2px 0;max-height:24em;overflow:auto">{esc(text)}'
@@ -255,7 +258,7 @@ def _markdown(value: Any) -> str | None:
         return None
     from .markdown import render_markdown  # raw HTML off: the markdown's text is escaped
 
-    return render_markdown(text[:MAX_TEXT])
+    return render_markdown(head(text, MAX_TEXT))
 
 
 # ---- a collapsible tree ----------------------------------------------------------------

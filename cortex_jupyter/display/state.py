@@ -39,6 +39,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from cortex_jupyter.runtime import secrets
 from cortex_jupyter.runtime.events import Progress
 from cortex_jupyter.runtime.graph import FINAL_STATUSES
 from cortex_jupyter.runtime.record import joined
@@ -437,9 +438,9 @@ class ViewState:
         if node is None or kind == "text":
             return
         if kind == "thought" and len(node.thought) < _MAX_NESTED_TEXT:
-            node.thought += text
+            node.thought = _nested_kept(node.thought + text)
         elif kind == "response" and len(node.response) < _MAX_NESTED_TEXT:
-            node.response += text
+            node.response = _nested_kept(node.response + text)
         else:
             return
         self._changed(node, "graph")
@@ -631,7 +632,7 @@ class ViewState:
                 kept = getattr(node, stream) + text
                 if len(kept) > KEEP_TEXT:
                     node.dropped[stream] = node.dropped.get(stream, 0) + len(kept) - KEEP_TEXT
-                    kept = kept[-KEEP_TEXT:]
+                    kept = secrets.tail(kept, KEEP_TEXT)  # no part of a secret at the cut
                 setattr(node, stream, kept)
                 node.last_line = _last_line(text) or node.last_line
         logs = [str(line) for line in getattr(event, "logs", ()) or ()]
@@ -811,11 +812,20 @@ def _add_attempt(node: NodeView, attempt: int, error: str) -> None:
         node.attempts.append((attempt, error))
 
 
+def _nested_kept(text: str) -> str:
+    """A nested agent's text as kept: past the limit no more is added, so its end is a
+    cut (secrets redacted, none of one left at it)."""
+    if len(text) < _MAX_NESTED_TEXT:
+        return text
+    return secrets.hide_edges(secrets.redact(text), start=False)
+
+
 def _last_line(text: str) -> str:
-    """The newest non-blank line of ``text``, cut for a box in the graph."""
-    for line in reversed(text.splitlines()):
+    """The newest non-blank line of ``text`` (a piece of a stream, which may start or
+    end inside a secret), cut for a box in the graph; no part of a secret shown."""
+    for line in reversed(secrets.hide_edges(secrets.redact(text)).splitlines()):
         if line.strip():
-            return line.strip()[:_LAST_LINE]
+            return secrets.head(line.strip(), _LAST_LINE)
     return ""
 
 

@@ -48,14 +48,14 @@ and VS Code rows follow from their documented behaviour, not from a test.
 from __future__ import annotations
 
 import base64
-import html
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from cortex_jupyter.runtime.secrets import REDACTED, redact, redact_value, secrets
+from cortex_jupyter.runtime.secrets import redact, redact_value
+from cortex_jupyter.runtime.secrets import tail as secret_tail
 
 from .markdown import render_markdown
 from .state import NodeView, ViewState
@@ -70,6 +70,7 @@ from .theme import (
     clean,
     esc,
     fmt_duration,
+    redact_markup,
     shorten,
     style_for,
 )
@@ -176,7 +177,11 @@ def response_html(state: ViewState, values: Mapping[str, Any] | None = None) -> 
 
 
 def _response_box(inner: str) -> str:
-    return f'<div style="font-family:{esc(FONT)};color:{FG_VAR};line-height:1.5">{inner}</div>'
+    # overflow-wrap: a long URL or hash wraps rather than widening the cell.
+    return (
+        f'<div style="font-family:{esc(FONT)};color:{FG_VAR};line-height:1.5;'
+        f'overflow-wrap:anywhere">{inner}</div>'
+    )
 
 
 # ---- pictures -------------------------------------------------------------------------
@@ -336,7 +341,7 @@ def _json(value: Mapping[str, Any]) -> str:
 def _tail(text: str) -> str:
     """The last lines of ``text``, at most ``_TAIL_CHARS`` characters of them."""
     lines = text.rstrip("\n").split("\n")
-    kept = "\n".join(lines[-_TAIL_LINES:])[-_TAIL_CHARS:]
+    kept = secret_tail("\n".join(lines[-_TAIL_LINES:]), _TAIL_CHARS)  # redacted, then cut
     return kept if len(lines) <= _TAIL_LINES else f"…\n{kept}"
 
 
@@ -379,16 +384,6 @@ def static_text(
 ) -> str:
     """The same snapshot as text/plain (``values`` fill ``$name`` in the response)."""
     return redact(render_text(state, now, values))
-
-
-def redact_markup(text: str) -> str:
-    """``redact`` for HTML: also a secret as HTML escaping wrote it (``a&amp;b``)."""
-    text = redact(text)
-    for value in secrets.values():
-        for escaped in {html.escape(value, quote=True), html.escape(value, quote=False)}:
-            if escaped != value and escaped in text:
-                text = text.replace(escaped, REDACTED)
-    return text
 
 
 # ---- what a finished run leaves in the cell -------------------------------------------

@@ -31,7 +31,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from .state import NodeView, ViewState
-from .theme import EDGE, FONT, MONO, MUTED, TEXT, esc, fmt_duration, shorten, style_for
+from .theme import (
+    EDGE,
+    FONT,
+    MONO,
+    MUTED,
+    TEXT,
+    esc,
+    fmt_duration,
+    shorten,
+    shorten_middle,
+    style_for,
+)
 
 BOX_W, BOX_H = 184, 74
 COL_GAP, ROW_GAP = 44, 14
@@ -49,6 +60,8 @@ ALWAYS_SHOWN = frozenset(("failed", "awaiting"))
 SELECTED = "#1f6feb"
 _MAX_CHIPS = (BOX_W - 16) // (CHIP_W + CHIP_GAP) - 1
 _NAME_CHARS = 22
+#: Characters of the 11 px line under the name (the box is 184 px wide).
+_LINE_CHARS = 30
 _GRID_CHIP = 12
 _GRID_STEP = _GRID_CHIP + 3
 _GRID_COLS = (BOX_W - 20) // _GRID_STEP
@@ -334,8 +347,8 @@ def box(
         f'<rect x="{x}" y="{y}" width="{BOX_W}" height="{BOX_H}" rx="6" fill="{style.fill}" '
         f'stroke="{style.stroke}" stroke-width="{width}"{dash}/>',
         f'<rect x="{x}" y="{y}" width="5" height="{BOX_H}" rx="2" fill="{style.stroke}"/>',
-        _text(x + 12, y + 19, shorten(node.label, _NAME_CHARS), 13, TEXT, bold=True),
-        _text(x + 12, y + 35, f"{node.type} · {node.mode}  {shorten(node.id, 12)}", 11, MUTED),
+        _text(x + 12, y + 19, shorten_middle(node.label, _NAME_CHARS), 13, TEXT, bold=True),
+        _text(x + 12, y + 35, _kind_line(node), 11, MUTED),
         _text(x + 12, y + 51, status + tail, 11, style.ink, extra=ticking),
     ]
     if node.children:
@@ -413,7 +426,14 @@ def _group(item: Item, now: float | None, *, live: bool, selected: str | None) -
         f'<rect x="{x}" y="{y}" width="{BOX_W}" height="{h}" rx="6" fill="{style.fill}" '
         f'stroke="{style.stroke}" stroke-width="1.5"/>',
         f'<rect x="{x}" y="{y}" width="5" height="{h}" rx="2" fill="{style.stroke}"/>',
-        _text(x + 12, y + 19, f"{shorten(first.label, 15)} ×{len(members)}", 13, TEXT, bold=True),
+        _text(
+            x + 12,
+            y + 19,
+            f"{shorten_middle(first.label, 17)} ×{len(members)}",
+            13,
+            TEXT,
+            bold=True,
+        ),
         _text(x + 12, y + 35, f"{first.type} · {first.mode}  group", 11, MUTED),
         _text(x + 12, y + 51, shorten(summary, 30), 11, style.ink),
     ]
@@ -496,6 +516,13 @@ def _chips(
         rest = len(children) - len(shown)
         out.append(_text(x + len(shown) * (CHIP_W + CHIP_GAP), y + CHIP_H, f"+{rest}", 10, MUTED))
     return out
+
+
+def _kind_line(node: NodeView) -> str:
+    """``tool · async  fetch_page_12``: the id keeps its end (where ids of one tool differ)
+    and as much of the line as type and mode leave it, never fewer than 10 characters."""
+    kind = f"{node.type} · {node.mode}  "
+    return kind + shorten_middle(node.id, max(10, _LINE_CHARS - len(kind)))
 
 
 def _text(

@@ -17,6 +17,8 @@ import math
 import re
 from dataclasses import dataclass
 
+from cortex_jupyter.runtime import secrets
+
 
 @dataclass(frozen=True, slots=True)
 class StatusStyle:
@@ -87,11 +89,31 @@ def esc(text: object) -> str:
 
 
 def shorten(text: str, limit: int) -> str:
-    """``text`` on one line, cut to ``limit`` characters with an ellipsis."""
+    """``text`` on one line, cut to ``limit`` characters with an ellipsis; secrets
+    redacted before the cut, none of one left at it (``secrets.shorten``)."""
     flat = " ".join(text.split()) if ("\n" in text or "\t" in text or "\r" in text) else text
+    return secrets.shorten(flat, limit)
+
+
+def redact_markup(text: str) -> str:
+    """``redact`` for HTML: also a secret as HTML escaping wrote it (``a&amp;b``). What
+    the live view sends, the inspector and the static copy pass through it."""
+    text = secrets.redact(text)
+    for value in secrets.secrets.values():
+        for escaped in {html.escape(value, quote=True), html.escape(value, quote=False)}:
+            if escaped != value and escaped in text:
+                text = text.replace(escaped, secrets.REDACTED)
+    return text
+
+
+def shorten_middle(text: str, limit: int) -> str:
+    """``text`` on one line, cut to ``limit`` characters in its middle: names and ids
+    of one tool often differ only at their end (``fetch_page_11``, ``fetch_page_12``)."""
+    flat = shorten(text, len(text))
     if len(flat) <= limit:
         return flat
-    return flat[: max(limit - 1, 0)] + "…"
+    tail = (limit - 1) // 2
+    return flat[: limit - 1 - tail] + "…" + flat[len(flat) - tail :]
 
 
 def fmt_duration(seconds: float | None) -> str:

@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from cortex_jupyter.runtime import secrets
+
 from .state import NodeView, ViewState, from_run
 from .theme import (
     EDGE,
@@ -180,7 +182,7 @@ def _mark_row(marks: Iterable[Mark], y: float, x: Callable[[float], float], t0: 
         px, last = x(group[-1].time), group[-1]
         what = {"output": "printed", "stderr": "stderr / log", "progress": "progress"}[kind]
         lines = "".join(m.text for m in group).rstrip("\n").split("\n")[-_TIP_LINES:]
-        tip = f"{what} at {last.time - t0:.2f} s:\n" + "\n".join(lines)[-600:]
+        tip = f"{what} at {last.time - t0:.2f} s:\n" + secrets.tail("\n".join(lines), 600)
         if kind == "progress":
             tip = f"progress {shorten(last.text, 200)} at {last.time - t0:.2f} s"
             parts.append(

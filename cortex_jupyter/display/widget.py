@@ -53,6 +53,12 @@ widget messages meanwhile) and after:
 Buttons are ipywidgets' own (they work even where the graph's front-end module could
 not load). What a click draws goes out at once, charged to the budget (a person's
 click is worth a message or two over it).
+
+**Secrets never reach the page** (runtime/secrets.py): every text the view sends (each
+part, each piece of the graph and of a growing text, the inspector, a tooltip) has the
+API key and credential-looking environment values redacted, as the static copy does;
+texts cut to a length are redacted before the cut. The run's own objects (an
+``output_key`` variable, ``_cortex.actions[id].output``) stay exact.
 """
 
 from __future__ import annotations
@@ -68,6 +74,8 @@ from ipywidgets.widgets.widget_string import (  # not re-exported at the top
     HTMLStyle,
 )
 
+from cortex_jupyter.runtime import secrets
+
 from .inspector import inspector_html, waiting_html
 from .live_graph import LiveGraph, frame, patch
 from .markdown import IncrementalMarkdown
@@ -81,7 +89,7 @@ from .static import (
     saved_copy,
 )
 from .svg import ARROW_DEFS, Picture, arrange, details_html, draw
-from .theme import BORDER_VAR, MUTED_VAR, esc
+from .theme import BORDER_VAR, MUTED_VAR, esc, redact_markup
 
 #: Messages a second one view sends (the server's cap is 1,000 for everyone). With the
 #: burst, no second of a streaming run holds more than 26 (issue 6, section 8: 30).
@@ -195,7 +203,7 @@ class WidgetView:
         self._math_style = HTMLMathStyle()
         self._plain = ipywidgets.Layout(margin="0", flex="0 0 auto")
         self._header = ipywidgets.HTML(
-            value=header_html(self.state, now),
+            value=redact_markup(header_html(self.state, now)),
             layout=self._plain,
             style=self._style,
             _dom_classes=("cortex-header",),
@@ -423,7 +431,10 @@ class WidgetView:
             if not value:
                 return 0
             widget = ipywidgets.HTML(
-                value=value, layout=self._plain, style=self._style, _dom_classes=(f"cortex-{part}",)
+                value=redact_markup(value),
+                layout=self._plain,
+                style=self._style,
+                _dom_classes=(f"cortex-{part}",),
             )
             return 1 + self._attach(part, widget)
         return _set(widget, value=value)
@@ -471,7 +482,7 @@ class WidgetView:
         box's new status goes first). Durations are left to the page's clock."""
         drawn = draw(self.state, picture, None, live=True, selected=self._selected)
         pieces = {"defs": ARROW_DEFS.replace("<defs>", '<defs data-key="defs">', 1)}
-        pieces.update((k, v) for k, v in drawn.items() if not k.startswith("e:"))
+        pieces.update((k, redact_markup(v)) for k, v in drawn.items() if not k.startswith("e:"))
         pieces.update((k, v) for k, v in drawn.items() if k.startswith("e:"))
         return pieces
 
@@ -553,7 +564,7 @@ class WidgetView:
             if not value:
                 return 0
             self._inspector = ipywidgets.HTML(
-                value=value,
+                value=redact_markup(value),
                 layout=self._plain,
                 style=self._style,
                 _dom_classes=("cortex-inspector",),
@@ -606,7 +617,7 @@ class WidgetView:
     def _row(self, node_id: str) -> ipywidgets.HBox:
         node = self.state.nodes[node_id]
         text = ipywidgets.HTML(
-            value=waiting_html(node),
+            value=redact_markup(waiting_html(node)),
             layout=self._plain,
             style=self._style,
             _dom_classes=("cortex-approval-text",),
@@ -659,7 +670,7 @@ class WidgetView:
             assert self._decide is not None
             answered = self._decide(node_id, approved)
         except Exception as exc:
-            answered, button.tooltip = False, f"could not answer: {exc!r}"
+            answered, button.tooltip = False, secrets.redact(f"could not answer: {exc!r}")
         word = ("Approved" if approved else "Denied") if answered is not False else "Not waiting"
         for child in row.children[1:] if row is not None else (button,):
             self.sent += _set(child, disabled=True)
@@ -700,7 +711,9 @@ class WidgetView:
     def _draw_thought(self, now: float, allowance: float) -> int:
         if not self._has_content("thought"):
             return 0
-        text = self.state.thought.lstrip("\n")
+        text = secrets.redact(self.state.thought.lstrip("\n"))
+        if self.state.stream_open:  # its end may be the first characters of a secret
+            text = secrets.hide_edges(text, start=False)
         sent = 0
         if self._thought is None:
             self._thought = _Pieces(_THOUGHT_STYLE, style=self._style, layout=self._plain)
@@ -724,6 +737,13 @@ class WidgetView:
         if len(text) - cut > _LONG_LINE:
             cut = text.rfind(" ", cut, len(text) - FREEZE_CHARS) + 1 or cut
         room = _NO_FREEZE if self._finishing else allowance - sent
+        if self._finishing and "thought" in self._parts:
+            # Finished, it is read from its first line: pinned to its newest line (which
+            # the live stream wanted), a thought taller than the box hid its beginning.
+            layout = self._parts["thought"].layout
+            if layout.flex_flow != "column":
+                layout.flex_flow = "column"
+                sent += 1
         return sent + self._thought.show(esc(text[:cut]), esc(text[cut:]), now, room)
 
     def _draw_response(self, now: float, allowance: float) -> int:
@@ -737,7 +757,8 @@ class WidgetView:
             # HTMLMath: the front end's MathJax typesets the formulas markdown.py keeps
             # (each other $ is marked for MathJax to ignore). Its own style: one message.
             self._response = _Pieces(
-                "line-height:var(--jp-content-line-height,1.6)",
+                # A long URL or hash wraps rather than widening the cell.
+                "line-height:var(--jp-content-line-height,1.6);overflow-wrap:anywhere",
                 style=self._math_style,
                 layout=self._plain,
                 classes=("jp-RenderedHTMLCommon",),  # Lab's markdown look, in either theme
@@ -862,7 +883,10 @@ class _Pieces:
 
     def _piece(self, value: str) -> ipywidgets.HTML:
         return self._widget(
-            value=value, layout=self._layout, style=self._html_style, _dom_classes=self._classes
+            value=redact_markup(value),
+            layout=self._layout,
+            style=self._html_style,
+            _dom_classes=self._classes,
         )
 
 
@@ -887,7 +911,9 @@ class _Budget:
 
 
 def _set(widget: ipywidgets.Widget, **traits: Any) -> int:
-    """Set the traits that differ, in one message; returns how many messages (0 or 1)."""
+    """Set the traits that differ, in one message; returns how many messages (0 or 1).
+    Texts are sent with secrets redacted."""
+    traits = {k: redact_markup(v) if isinstance(v, str) else v for k, v in traits.items()}
     changes = {name: value for name, value in traits.items() if getattr(widget, name) != value}
     if not changes:
         return 0

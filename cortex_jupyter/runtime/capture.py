@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
 from .events import ActionOutput, Progress
+from .secrets import head
 
 if TYPE_CHECKING:
     from .graph import ActionNode
@@ -129,7 +130,7 @@ class Capture:
             return ""
         if len(text) > room:
             self._dropped[stream] += len(text) - room
-            text = text[:room]
+            text = head(text, room)  # (secrets redacted: none of one is left at the cut)
         if stream == "stdout":
             node.stdout += text
         elif stream == "stderr":

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .chunks import ChatMessage
+from .secrets import head, redact, shorten
 
 __all__ = [
     "DEFAULT_BUDGET",
@@ -112,9 +113,10 @@ def condense(message: ChatMessage) -> ChatMessage:
 
 
 def _one_line(text: str) -> str:
+    text = redact(text)  # before the cut: no part of a secret stays at its edge
     first = text.strip().split("\n", 1)[0]
     if len(first) > CONDENSED_LINE:
-        first = first[:CONDENSED_LINE].rstrip()
+        first = head(first, CONDENSED_LINE).rstrip()
     cut = len(text.strip()) - len(first)
     return f"{first} … [{cut:,} characters cut to fit the context]" if cut > 0 else first
 
@@ -130,7 +132,7 @@ def plain_summary(messages: Sequence[ChatMessage], limit_chars: int) -> str:
         who = "User" if message["role"] == "user" else "You"
         lines.append(f"- {who}: {_one_line(content)}")
     text = "\n".join(lines)
-    return text if len(text) <= limit_chars else text[: max(limit_chars - 1, 0)] + "…"
+    return shorten(text, limit_chars)
 
 
 SUMMARY_HEAD = "Summary of the earlier conversation (condensed to fit the context):"
@@ -293,7 +295,7 @@ def _summary_message(
     if text is None:
         text = plain_summary([history[i] for i in folded], limit)
     elif len(text) > limit:
-        text = text[: max(limit - 1, 0)] + "…"
+        text = shorten(text, limit)
     if not text.strip():
         return None
     return {"role": "user", "content": f"{SUMMARY_HEAD}\n{text}"}

@@ -273,3 +273,19 @@ class ToolExited(CortexRuntimeError):
         if isinstance(exc, SystemExit):
             hint = " (the tool called sys.exit, as argparse and click do on bad arguments)"
         super().__init__(f"the tool raised {what}{hint}; the run went on without it")
+
+
+class ParameterTypeError(CortexRuntimeError):
+    """Raised when a ``$name`` value does not have the type its parameter declares and
+    cannot be converted to it without losing information (see ``runtime.coerce``)."""
+
+    def __init__(self, tool: str, parameter: str, reference: str, wants: str, got: str) -> None:
+        self.tool = tool
+        self.parameter = parameter
+        self.reference = reference
+        self.wants = wants
+        self.got = got
+        super().__init__(
+            f"parameter {parameter!r} of {tool!r} wants {wants}, but {reference} is a {got} "
+            "that cannot become one without loss; the action was not run"
+        )

@@ -40,6 +40,7 @@ from .prompt import render_value
 from .record import Run
 from .registry import Registry
 from .scheduler import Scheduler
+from .secrets import head, redact
 
 __all__ = [
     "FEED_SOURCES",
@@ -328,11 +329,11 @@ class FeedSet(MutableMapping[str, Any]):
         state = self._state[id]
         if not state.has_value:
             return f"[unavailable: {state.error}]" if state.error else "[not refreshed yet]"
-        text = render_value(state.value)
+        text = redact(render_value(state.value))  # before the cut: no part of a secret
         if spec.max_tokens is not None and len(text) > spec.max_tokens * CHARS_PER_TOKEN:
             cut = spec.max_tokens * CHARS_PER_TOKEN
             text = (
-                f"{text[:cut]}\n[truncated to about {spec.max_tokens} tokens: "
+                f"{head(text, cut)}\n[truncated to about {spec.max_tokens} tokens: "
                 f"{len(text) - cut:,} more characters]"
             )
         return text

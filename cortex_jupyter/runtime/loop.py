@@ -77,7 +77,7 @@ from .model import complete
 from .prompt import format_results, result_text, system_prompt
 from .record import Run
 from .scheduler import Scheduler, error_text
-from .secrets import redact, redact_value
+from .secrets import head, redact, redact_value
 from .transcript import RunSource, load_runs, run_messages
 
 if TYPE_CHECKING:
@@ -172,8 +172,8 @@ class Conversation:
         lines = []
         for index, message in enumerate(self._messages):
             content = message.get("content") or ""
-            if len(content) > 600:
-                content = content[:600] + f" … [{len(content) - 600:,} more characters]"
+            if len(content) > 600:  # (already redacted: ``_say``; a cut hides the rest)
+                content = head(content, 600) + f" … [{len(content) - 600:,} more characters]"
             calls = message.get("tool_calls")
             if calls:
                 content += "".join(

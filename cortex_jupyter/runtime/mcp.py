@@ -58,6 +58,7 @@ from .capture import Capture, current
 from .errors import CortexRuntimeError, InvalidArguments
 from .prompt import truncate
 from .registry import Registry, ToolSpec, default_registry
+from .schema import Kinds, schema_kinds
 from .secrets import CREDENTIAL_NAME, redact, secrets
 
 if TYPE_CHECKING:
@@ -542,6 +543,11 @@ class McpTool(ToolSpec):
             return missing, []
         return missing, [k for k in arguments if k not in properties]
 
+    def wants(self, name: str) -> Kinds | None:
+        """The JSON types the input schema declares for ``name`` (None: unchecked)."""
+        properties = self.parameters.get("properties")
+        return schema_kinds(properties.get(name)) if isinstance(properties, Mapping) else None
+
     def takes(self) -> str:
         """The parameters from the schema, e.g. ``a: integer, n: integer = 2``."""
         properties = self.parameters.get("properties")
@@ -675,12 +681,13 @@ class _Lines:
     def feed(self, text: str) -> None:
         with self._lock:
             *lines, self._partial = (self._partial + text).split("\n")
-            self._lines.extend(line.rstrip("\r")[:KEPT_LINE_CHARS] for line in lines)
+            # Cut lines keep no part of a secret (they are redacted again when read).
+            self._lines.extend(secrets.head(line.rstrip("\r"), KEPT_LINE_CHARS) for line in lines)
             self._partial = self._partial[: KEPT_LINE_CHARS * 4]
 
     def add(self, line: str) -> None:
         with self._lock:
-            self._lines.append(line[:KEPT_LINE_CHARS])
+            self._lines.append(secrets.head(line, KEPT_LINE_CHARS))
 
     def lines(self) -> list[str]:
         with self._lock:

@@ -13,7 +13,6 @@ The text is inspectable (``system_prompt(...)``) and pinned by golden files in
 from __future__ import annotations
 
 import json
-import reprlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +20,7 @@ from cortex_jupyter.protocol.events import ProtocolError
 
 from .graph import ActionNode
 from .registry import Registry
+from .secrets import Repr, head, redact
 
 if TYPE_CHECKING:
     from .feeds import FeedSet
@@ -317,7 +317,7 @@ def _entry(schema: Mapping[str, Any]) -> str:
 
 # ---- values as text ---------------------------------------------------------------------
 
-_short = reprlib.Repr()
+_short = Repr()  # secrets redacted before its cuts
 _short.maxstring = _REPR_LIMIT
 _short.maxother = _REPR_LIMIT
 _short.maxlist = _short.maxtuple = _short.maxset = _short.maxdict = 12
@@ -325,10 +325,12 @@ _short.maxlevel = 3
 
 
 def truncate(text: str, limit: int) -> str:
-    """``text`` cut to ``limit`` characters, with a note saying how much was left out."""
+    """``text`` cut to ``limit`` characters, with a note saying how much was left out;
+    secrets redacted first, none of one left at the cut."""
+    text = redact(text)
     if len(text) <= limit:
         return text
-    return f"{text[:limit]}\n[truncated: {len(text) - limit:,} more characters]"
+    return f"{head(text, limit)}\n[truncated: {len(text) - limit:,} more characters]"
 
 
 def render_value(value: Any) -> str:
@@ -374,14 +376,14 @@ def _shape(value: Any) -> str:
 def describe_value(value: Any, limit: int = _REPR_LIMIT) -> str:
     """Type, shape or length, and a short repr of ``value`` (never the whole value)."""
     size = _shape(value)
-    head = _type_name(value) + (f", {size}" if size else "")
+    kind = _type_name(value) + (f", {size}" if size else "")
     shown = _safe_repr(value)
     if len(shown) > limit:
-        shown = shown[:limit] + " ..."
+        shown = head(shown, limit) + " ..."
     lines = shown.splitlines() or [""]
     if len(lines) > 12:
         lines = [*lines[:12], "..."]
-    return head + "\n  " + "\n  ".join(lines)
+    return kind + "\n  " + "\n  ".join(lines)
 
 
 def describe_variables(namespace: Mapping[str, Any], names: Iterable[str]) -> str:

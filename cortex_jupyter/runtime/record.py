@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import reprlib
 import time
 import uuid
 from collections.abc import Iterator
@@ -39,7 +38,7 @@ from cortex_jupyter.protocol.events import (
 from .errors import TranscriptError
 from .events import RUN_EVENT_TYPES, AnyEvent, Metric, Nested, Progress, Turn, TurnEnd
 from .graph import STATUSES, ActionNode
-from .secrets import redact, redact_value
+from .secrets import Repr, redact_value, shorten
 
 TRANSCRIPT_FORMAT = "cortex_jupyter.run"
 TRANSCRIPT_VERSION = 1
@@ -60,7 +59,7 @@ _PARSER_EVENT_TYPES: dict[str, type[Any]] = {
         ProtocolError,
     )
 }
-_repr = reprlib.Repr()
+_repr = Repr()  # secrets redacted before its cuts
 _repr.maxstring = 160
 _repr.maxother = 160
 _repr.maxlist = _repr.maxdict = _repr.maxtuple = _repr.maxset = 8
@@ -72,9 +71,9 @@ _NODE_FIELDS = (
 
 def summarize(value: Any) -> str:
     """A short one-line repr of any value (for events and non-JSON outputs), secrets
-    redacted: it is what the view shows of an output."""
+    redacted before it is cut: it is what the view shows of an output."""
     try:
-        return redact(_repr.repr(value).replace("\n", " "))
+        return _repr.repr(value).replace("\n", " ")
     except Exception as exc:  # a broken __repr__ must not break the run record
         return f"<{type(value).__name__} (repr failed: {type(exc).__name__})>"
 
@@ -86,8 +85,7 @@ def brief_json(value: Any, limit: int = 600) -> str:
         text = json.dumps(value, ensure_ascii=False, default=summarize, allow_nan=True)
     except (TypeError, ValueError, RecursionError):
         text = summarize(value)
-    text = redact(text)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return shorten(text, limit)
 
 
 class OutputRepr(str):

@@ -17,7 +17,7 @@ from typing import Any, TypeVar, overload
 
 from .errors import InvalidArguments, RegistrationError, UnknownAction, UnknownFeed
 from .relics import CacheRelic
-from .schema import function_schema
+from .schema import Kinds, function_schema, hint_kinds, resolved_hints, schema_kinds
 
 REGISTRY_TYPES: tuple[str, ...] = ("tool", "agent", "relic", "workflow", "llm", "internal")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -52,6 +52,16 @@ class ToolSpec:
     @functools.cached_property
     def signature(self) -> inspect.Signature:
         return inspect.signature(self.func)
+
+    @functools.cached_property
+    def hints(self) -> dict[str, Any]:
+        return resolved_hints(self.func)
+
+    def wants(self, name: str) -> Kinds | None:
+        """The classes parameter ``name`` accepts by its annotation (None: any value);
+        a ``$name`` value is fitted to them (``runtime.coerce``)."""
+        hint = self.hints.get(name)
+        return None if hint is None else hint_kinds(hint)
 
     def takes(self) -> str:
         """The parameters as the model passes them, e.g. ``a: int, b: int = 0``."""
@@ -135,6 +145,10 @@ class AgentSpec:
             "required": ["task"],
             "additionalProperties": False,
         }
+
+    def wants(self, name: str) -> Kinds | None:
+        """The JSON types parameter ``name`` declares (``task`` is a string)."""
+        return schema_kinds(self.parameters["properties"].get(name))
 
     def check(self, params: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
         missing = [] if "task" in params else ["task"]

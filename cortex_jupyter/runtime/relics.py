@@ -15,7 +15,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,9 +56,17 @@ class CacheRelic:
     relic costs nothing. ``path`` defaults to ``default_cache_path()`` read at first use.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, *, busy_timeout: float = 10.0):
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        busy_timeout: float = 10.0,
+        clock: Callable[[], float] = time.time,
+    ):
         self._path = Path(path) if path is not None else None
         self._busy_timeout = busy_timeout
+        #: The wall clock expiry times are read on (injectable for tests).
+        self._clock = clock
         self._local = threading.local()
         self._lock = threading.Lock()
         self._connections: list[sqlite3.Connection] = []
@@ -124,10 +132,10 @@ class CacheRelic:
         if row is None:
             return default
         value, expires_at = row
-        if expires_at is not None and expires_at <= time.time():
+        if expires_at is not None and expires_at <= self._clock():
             with self._write() as conn:
                 conn.execute(
-                    "DELETE FROM cache WHERE key = ? AND expires_at <= ?", (key, time.time())
+                    "DELETE FROM cache WHERE key = ? AND expires_at <= ?", (key, self._clock())
                 )
             return default
         return json.loads(value)
@@ -138,7 +146,7 @@ class CacheRelic:
             text = json.dumps(value, allow_nan=False)
         except (TypeError, ValueError):
             raise CacheValueError(key, type(value).__name__) from None
-        expires_at = time.time() + ttl if ttl is not None else None
+        expires_at = self._clock() + ttl if ttl is not None else None
         with self._write() as conn:
             conn.execute(
                 "INSERT INTO cache (key, value, expires_at) VALUES (?, ?, ?) "

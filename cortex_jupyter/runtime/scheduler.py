@@ -48,6 +48,7 @@ from cortex_jupyter.protocol.events import (
 from .approval import Approver, approver_for
 from .capture import FLUSH_HZ, Capture, capturing, current
 from .chunks import StreamingModel, text_client
+from .coerce import fit
 from .errors import (
     ActionTimeout,
     AgentDepthExceeded,
@@ -578,6 +579,7 @@ class Scheduler:
         if action.type not in ("tool", "relic", "workflow", "llm", "agent", "internal"):
             raise UnknownAction(action.type, action.name, ())
         spec = self.registry.get(action.type, action.name)
+        params = self._fit_references(node, action, spec, params)
         args, kwargs = spec.check(params)
         if isinstance(spec, AgentSpec):
             return functools.partial(self._run_agent, node, spec, kwargs)
@@ -589,6 +591,20 @@ class Scheduler:
         if spec.type == "internal":
             kwargs["feeds"] = self.feeds
         return functools.partial(self._call, spec, args, kwargs)
+
+    def _fit_references(
+        self, node: ActionNode, action: Action, spec: Any, params: dict[str, Any]
+    ) -> dict[str, Any]:
+        """``$name`` values fitted to the types the entry declares (``runtime.coerce``);
+        each conversion is noted on the node."""
+        wants = getattr(spec, "wants", None)
+        if wants is None or not isinstance(action.parameters, Mapping):
+            return params
+        fitted, notes = fit(action.name, action.parameters, params, wants)
+        if notes:
+            node.resolved = fitted
+            self._note(node, "; ".join(filter(None, [node.note, *notes])))
+        return fitted
 
     async def _call(self, spec: ToolSpec, args: list[Any], kwargs: dict[str, Any]) -> Any:
         try:

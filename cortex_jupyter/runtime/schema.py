@@ -83,7 +83,7 @@ def _union_schema(args: tuple[Any, ...]) -> dict[str, Any]:
 
 
 def _dataclass_schema(cls: type[Any]) -> dict[str, Any]:
-    hints = _hints(cls)
+    hints = resolved_hints(cls)
     props: dict[str, Any] = {}
     required: list[str] = []
     for f in dataclasses.fields(cls):
@@ -96,7 +96,8 @@ def _dataclass_schema(cls: type[Any]) -> dict[str, Any]:
     return out
 
 
-def _hints(obj: Any) -> dict[str, Any]:
+def resolved_hints(obj: Any) -> dict[str, Any]:
+    """``obj``'s type hints, resolved; none when a forward reference does not resolve."""
     try:
         return typing.get_type_hints(obj)
     except Exception:  # unresolvable forward references: fall back to "any value"
@@ -108,7 +109,7 @@ def function_schema(
 ) -> tuple[str, dict[str, Any]]:
     """(description, parameters schema) of ``func``; ``skip`` names injected parameters."""
     signature = inspect.signature(func)
-    hints = _hints(func)
+    hints = resolved_hints(func)
     description, param_docs = parse_docstring(inspect.getdoc(func) or "")
     props: dict[str, Any] = {}
     required: list[str] = []
@@ -224,3 +225,49 @@ def _numpy_items(lines: list[str], section_indent: int) -> dict[str, str]:
         else:
             break
     return {k: " ".join(v) for k, v in items.items()}
+
+
+# ---- what a parameter accepts, for fitting ``$name`` values (runtime.coerce) -----------
+
+#: What a parameter accepts: JSON type names (from a schema) or Python classes (from
+#: annotations); a value fits when it fits one of them.
+Kinds = tuple[str | type, ...]
+
+#: JSON schema types cortex can check a value against.
+JSON_TYPES = frozenset(("string", "integer", "number", "boolean", "array", "object", "null"))
+
+
+def schema_kinds(prop: Any) -> tuple[str, ...] | None:
+    """The JSON types a property schema declares (``"type": "string"`` or a list of
+    types), or None when it declares none cortex can check (no ``type``, ``anyOf``...)."""
+    if not isinstance(prop, Mapping):
+        return None
+    declared = prop.get("type")
+    kinds = [declared] if isinstance(declared, str) else declared
+    if not isinstance(kinds, list) or not kinds or not all(k in JSON_TYPES for k in kinds):
+        return None
+    return tuple(kinds)
+
+
+def hint_kinds(hint: Any) -> tuple[type, ...] | None:
+    """The classes a type hint accepts (``Optional[str]`` -> ``(str, NoneType)``,
+    ``list[int]`` -> ``(list,)``), or None when it cannot be told by class (``Any``, a
+    ``Literal``, a type variable, a string that did not resolve)."""
+    if hint is None or hint is type(None):
+        return (type(None),)
+    if hint is Any or hint is inspect.Parameter.empty:
+        return None
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is typing.Annotated:
+        return hint_kinds(args[0])
+    if origin is typing.Union or origin is types.UnionType:
+        parts = [hint_kinds(arg) for arg in args]
+        if any(part is None for part in parts):
+            return None
+        return tuple(kind for part in parts if part is not None for kind in part)
+    if isinstance(origin, type):
+        return (origin,)
+    if isinstance(hint, type) and origin is None:
+        return (hint,)
+    return None

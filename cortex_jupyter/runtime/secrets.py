@@ -12,24 +12,50 @@ user's data, not something cortex shows.
 Only exact values are replaced (no guessing from patterns here: "sk-learn" is not a
 key). Values shorter than 8 characters are not secrets worth the damage of replacing
 them everywhere ("none", "ollama" are placeholders, not keys).
+
+**Redact before cutting.** Text shortened to a limit is redacted first, then cut, and
+the part of a secret the cut leaves at its edge (the first characters of a key cut at
+the end, the last ones of a key cut at the start, ``MIN_FRAGMENT`` or more) is hidden
+too: ``head``, ``tail`` and ``shorten`` do it for a text, ``Repr`` for ``reprlib``'s
+short reprs (which cut in the middle). Every place that shortens what it shows, saves
+or sends goes through one of them.
 """
 
 from __future__ import annotations
 
+import builtins
 import os
 import re
+import reprlib
 import threading
 from collections.abc import Mapping
 from typing import Any
 
 from cortex_jupyter.protocol import MAX_JSON_DEPTH
 
-__all__ = ["CREDENTIAL_NAME", "REDACTED", "Secrets", "redact", "redact_value", "secrets"]
+__all__ = [
+    "CREDENTIAL_NAME",
+    "MIN_FRAGMENT",
+    "REDACTED",
+    "Repr",
+    "Secrets",
+    "head",
+    "hide_edges",
+    "redact",
+    "redact_value",
+    "secrets",
+    "shorten",
+    "tail",
+]
 
 REDACTED = "[redacted]"
 #: Environment variable names whose values are treated as secrets.
 CREDENTIAL_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 MIN_SECRET = 8
+#: The shortest part of a secret a cut may leave at its edge that is still hidden.
+MIN_FRAGMENT = 4
+# Where ``Repr`` cut (reprlib's fill value while it works): never in a repr of a string.
+_CUT = "\x00\ufdd0cut\ufdd0\x00"
 
 
 class Secrets:
@@ -40,6 +66,7 @@ class Secrets:
         self._added: set[str] = set()
         self._lock = threading.Lock()
         self._cache: tuple[tuple[str, ...], re.Pattern[str] | None] = ((), None)
+        self._environment: tuple[dict[Any, Any], tuple[str, ...], int] = ({}, (), -1)
 
     def add(self, value: str | None) -> None:
         """Treat ``value`` as a secret from now on (a model client's API key)."""
@@ -50,14 +77,23 @@ class Secrets:
     def values(self) -> tuple[str, ...]:
         """Every secret now, longest first (so a key containing another goes whole)."""
         environ = self._environ if self._environ is not None else os.environ
-        found = {
+        # Reading the environment costs ~100 µs (each name and value decoded); the view
+        # redacts every piece it sends, so its raw form is compared first (~1 µs).
+        raw = dict(getattr(environ, "_data", environ))
+        with self._lock:
+            seen, found, added = self._environment
+            if raw != seen or added != len(self._added):
+                found = tuple(sorted(self._read(environ) | self._added, key=_longest_first))
+                self._environment = (raw, found, len(self._added))
+        return found
+
+    @staticmethod
+    def _read(environ: Mapping[str, str]) -> set[str]:
+        return {
             value
             for name, value in list(environ.items())
             if len(value) >= MIN_SECRET and CREDENTIAL_NAME.search(name)
         }
-        with self._lock:
-            found |= self._added
-        return tuple(sorted(found, key=lambda v: (-len(v), v)))
 
     def _pattern(self) -> re.Pattern[str] | None:
         values = self.values()
@@ -81,6 +117,143 @@ class Secrets:
         if pattern is None:
             return value
         return _walk(value, pattern)
+
+    # ---- cutting ----------------------------------------------------------------------
+
+    def head(self, text: str, limit: int) -> str:
+        """The first ``limit`` characters (at most) of ``text`` redacted, without the
+        part of a secret the cut leaves at the end (no marker added)."""
+        text = self.redact(text)
+        if len(text) <= limit:
+            return text
+        kept = text[: max(limit, 0)]
+        cut = max((_prefix_at_end(kept, v) for v in self.values()), default=0)
+        if not cut:
+            return kept
+        if limit < len(REDACTED):
+            return kept[: len(kept) - cut]
+        # Where the fragment was, ``[redacted]``: the text before it gives up the room.
+        kept = kept[: min(len(kept) - cut, limit - len(REDACTED))]
+        return self.hide_edges(kept, start=False) + REDACTED
+
+    def tail(self, text: str, limit: int) -> str:
+        """The last ``limit`` characters (at most) of ``text`` redacted, without the
+        part of a secret the cut leaves at the start (no marker added)."""
+        text = self.redact(text)
+        if len(text) <= limit:
+            return text
+        kept = text[len(text) - max(limit, 0) :]
+        cut = max((_suffix_at_start(kept, v) for v in self.values()), default=0)
+        if not cut:
+            return kept
+        if limit < len(REDACTED):
+            return kept[cut:]
+        kept = kept[max(cut, len(kept) - (limit - len(REDACTED))) :]
+        return REDACTED + self.hide_edges(kept, end=False)
+
+    def shorten(self, text: str, limit: int, marker: str = "…") -> str:
+        """``text`` redacted and, when longer than ``limit``, cut to ``limit``
+        characters ending with ``marker``, no part of a secret at the cut."""
+        text = self.redact(text)
+        if len(text) <= limit:
+            return text
+        if limit < len(marker):
+            return self.head(text, limit)
+        return self.head(text, limit - len(marker)) + marker
+
+    def hide_edges(self, text: str, *, start: bool = True, end: bool = True) -> str:
+        """``text`` (a piece cut out of a longer text) with the part of a secret that a
+        cut left at its ``end`` (a secret's first characters) or ``start`` (its last
+        characters) replaced by ``[redacted]``, when ``MIN_FRAGMENT`` or more are left."""
+        values = self.values()
+        if not values or len(text) < MIN_FRAGMENT:
+            return text
+        if end:
+            cut = max((_prefix_at_end(text, v) for v in values), default=0)
+            if cut:
+                text = text[: len(text) - cut] + REDACTED
+        if start:
+            cut = max((_suffix_at_start(text, v) for v in values), default=0)
+            if cut:
+                text = REDACTED + text[cut:]
+        return text
+
+
+def _prefix_at_end(text: str, secret: str) -> int:
+    """The length of the longest proper prefix of ``secret`` (``MIN_FRAGMENT`` or more
+    characters) that ``text`` ends with, or 0."""
+    for size in range(min(len(secret) - 1, len(text)), MIN_FRAGMENT - 1, -1):
+        if text.endswith(secret[:size]):
+            return size
+    return 0
+
+
+def _suffix_at_start(text: str, secret: str) -> int:
+    """The length of the longest proper suffix of ``secret`` (``MIN_FRAGMENT`` or more
+    characters) that ``text`` starts with, or 0."""
+    for size in range(min(len(secret) - 1, len(text)), MIN_FRAGMENT - 1, -1):
+        if text.startswith(secret[len(secret) - size :]):
+            return size
+    return 0
+
+
+class Repr(reprlib.Repr):
+    """``reprlib``'s short repr, secrets redacted before any cut and the part of a
+    secret a cut leaves hidden (configure it as a ``reprlib.Repr``: ``maxstring``...).
+
+    A string is redacted before it is cut; anything else is cut from its redacted
+    ``repr``. Every cut is then checked on both sides (``Secrets.hide_edges``).
+    """
+
+    def __init__(self, owner: Secrets | None = None) -> None:
+        super().__init__()
+        self._owner = owner
+        self.fillvalue = _CUT
+
+    @property
+    def secrets(self) -> Secrets:
+        return self._owner if self._owner is not None else secrets
+
+    def repr(self, x: Any) -> str:
+        pieces = super().repr(x).split(_CUT)
+        if len(pieces) == 1:
+            return self.secrets.redact(pieces[0])
+        hide = self.secrets.hide_edges
+        last = len(pieces) - 1
+        return "...".join(
+            hide(self.secrets.redact(piece), start=i > 0, end=i < last)
+            for i, piece in enumerate(pieces)
+        )
+
+    def repr_str(self, x: str, level: int) -> str:
+        return str(super().repr_str(self.secrets.redact(x), level))
+
+    def repr_instance(self, x: Any, level: int) -> str:
+        try:
+            text = builtins.repr(x)
+        except Exception:
+            return f"<{x.__class__.__name__} instance at {id(x):#x}>"
+        return _middle(self.secrets.redact(text), self.maxother)
+
+    def repr_int(self, x: int, level: int) -> str:
+        try:
+            text = builtins.repr(x)
+        except ValueError:  # more digits than Python converts
+            return f"<int of {x.bit_length():,} bits>"
+        return _middle(self.secrets.redact(text), self.maxlong)
+
+
+def _middle(text: str, limit: int) -> str:
+    """``text`` cut in the middle to ``limit`` characters, as reprlib cuts (with ``_CUT``)."""
+    if len(text) <= limit:
+        return text
+    i = max(0, (limit - 3) // 2)
+    j = max(0, limit - 3 - i)
+    return text[:i] + _CUT + text[len(text) - j :]
+
+
+def _longest_first(value: str) -> tuple[int, str]:
+    return (-len(value), value)
 
 
 #: Containers nested deeper than this are not walked (Python's stack would overflow):
@@ -119,3 +292,23 @@ def redact(text: str) -> str:
 def redact_value(value: Any) -> Any:
     """``secrets.redact_value(value)``."""
     return secrets.redact_value(value)
+
+
+def head(text: str, limit: int) -> str:
+    """``secrets.head(text, limit)``."""
+    return secrets.head(text, limit)
+
+
+def tail(text: str, limit: int) -> str:
+    """``secrets.tail(text, limit)``."""
+    return secrets.tail(text, limit)
+
+
+def hide_edges(text: str, *, start: bool = True, end: bool = True) -> str:
+    """``secrets.hide_edges(text, start=start, end=end)``."""
+    return secrets.hide_edges(text, start=start, end=end)
+
+
+def shorten(text: str, limit: int, marker: str = "…") -> str:
+    """``secrets.shorten(text, limit, marker)``."""
+    return secrets.shorten(text, limit, marker)

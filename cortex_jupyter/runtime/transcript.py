@@ -21,6 +21,8 @@ from .chunks import ChatMessage, ModelChunk
 from .events import ActionStatus, ChatEntry, Chunk, Interrupt, Turn, TurnEnd
 from .prompt import format_results
 from .record import Run
+from .secrets import redact
+from .secrets import tail as secret_tail
 
 __all__ = [
     "TurnRecord",
@@ -131,7 +133,8 @@ def continue_note(run: Run, *, dialect: str = "cortex", limit: int = 4000) -> st
     text = last.assistant.strip()
     how = "was cut off at your token limit" if run.status == "truncated" else "was interrupted"
     if text:
-        tail = text if len(text) <= _TAIL else "…" + text[-_TAIL:]
+        text = redact(text)  # before the cut: no part of a secret stays at its edge
+        tail = text if len(text) <= _TAIL else "…" + secret_tail(text, _TAIL)
         head = (
             f"Your previous reply {how} after:\n\n{tail}\n\nContinue from there, "
             "without repeating what you already wrote."

@@ -251,3 +251,18 @@ def test_a_sub_runs_graph_for_the_inspector() -> None:
     boxes = [g.get("data-id") for g in root.iter(f"{SVG}g") if g.get("class") == "cxj-node"]
     assert boxes == ["ag/s1", "ag/s2"] and len(root.findall(f"{SVG}path")) == 1
     assert subgraph_svg(state, "nobody") == ""
+
+
+def test_nodes_of_one_tool_with_long_ids_and_names_stay_told_apart() -> None:
+    """Ids and names of one tool often differ only at their end: they are cut in the
+    middle, never to the same text (issue 19 §15)."""
+    state = ViewState()
+    ids = ("fetch_customer_page_11", "fetch_customer_page_12")
+    names = ("warehouse.inventory_by_region", "warehouse.inventory_by_country")
+    for node_id, name in zip(ids, names, strict=True):
+        state.apply(status(node_id, "done", 1.0, name=name))
+    root = ET.fromstring(graph_svg(state, now=None))
+    shown = [[t.text or "" for t in g.iter(f"{SVG}text")] for g in root.findall(f"{SVG}g")]
+    assert shown[0][0] != shown[1][0] and shown[0][1] != shown[1][1]
+    assert shown[0][1].endswith("_11") and shown[1][1].endswith("_12")
+    assert shown[0][0].startswith("warehouse.") and shown[0][0].endswith("region")

@@ -17,7 +17,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import comm
@@ -176,6 +176,32 @@ def test_a_run_fills_every_part(clock: Clock) -> None:
     graph = picture(view)
     assert all(f'data-id="{i}"' in graph for i in ("a1", "a2", "a3"))
     assert 'data-phase="running actions"' in header.value  # the final response closed it
+
+
+def test_a_finished_thought_reads_from_its_first_line(clock: Clock) -> None:
+    """While it streams the thought box is pinned to its newest line; a finished one that
+    stayed pinned hid its beginning (issue 19 §17)."""
+    view = make_view(clock)
+    lines = "".join(f"step {i} of a long plan\n" for i in range(40))
+    view.apply(parse(f"<thought>{lines}</thought><response>ok</response>"))
+    settle(view, clock)
+    box = part(view, "cortex-thought")
+    assert box.layout.flex_flow == "column-reverse"  # live: the newest line shows
+    view.finish()
+    assert box.layout.flex_flow == "column"  # finished: the first line shows
+    assert "step 0 of a long plan" in text_of(box)
+
+
+def test_a_long_unbroken_token_wraps_in_the_response(clock: Clock) -> None:
+    """A URL or a hash longer than the cell is wide wraps (issue 19 §14)."""
+    url = "https://example.org/" + "a1b2c3d4" * 40
+    view = make_view(clock)
+    view.apply(parse(f"<response>See {url}</response>"))
+    settle(view, clock)
+    shown = text_of(part(view, "cortex-response"))
+    assert "overflow-wrap:anywhere" in shown
+    saved = view.finish().static[0]["text/html"]
+    assert "overflow-wrap:anywhere" in saved
 
 
 def test_model_text_is_escaped_in_the_thought(clock: Clock) -> None:
@@ -994,3 +1020,118 @@ def test_the_final_frame_places_new_parts_at_once_and_leaves_text_whole(
     box = part(view, "cortex-thought")
     (tail,) = html_values(box)
     assert "line 119 of a long thought" in tail and "line 0 of a long thought" in tail
+
+
+# ----------------------------------------------------------------------------- secrets
+
+#: The model's key and a credential-looking environment value: neither may reach the page.
+#: (No hex digits: random widget ids must not look like a part of one.)
+KEY = "sk-qz-KEYVALUEghijkmnopqrstuvw"
+TOKEN = "ghp_TOKENVALUEmnopqrstuvwxyz"
+
+
+def fragments(text: str) -> set[str]:
+    """The parts of ``KEY`` and ``TOKEN`` (four characters or more) that ``text`` holds."""
+    pieces = {secret[i : i + 4] for secret in (KEY, TOKEN) for i in range(len(secret) - 3)}
+    return pieces & {text[i : i + 4] for i in range(len(text) - 3)}
+
+
+@pytest.fixture
+def wire(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every comm message the widgets would send, as the JSON the kernel would send."""
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    sent: list[str] = []
+
+    class WireComm(BaseComm):  # type: ignore[misc]
+        def publish_msg(self, msg_type: str, data: Any = None, *args: Any, **kw: Any) -> None:
+            sent.append(json.dumps(data, ensure_ascii=False))
+
+    monkeypatch.setattr(comm, "create_comm", WireComm)
+    return sent
+
+
+def secret_run(view: WidgetView, clock: Clock) -> None:
+    """A run whose actions were called with, returned, printed, logged and failed with
+    the secrets, some of them cut at the view's limits; the answer names ``$dump``."""
+    view.apply(
+        parse(
+            f"<thought>Checking the config.</thought>"
+            f'<action id="a1">{{"name": "peek", "parameters": {{"q": "{KEY}"}}, '
+            f'"output_key": "dump"}}</action>'
+            f'<action id="a2">{{"name": "fail", "parameters": {{"q": "$dump"}}}}</action>'
+            f"<response>The config: $dump and {TOKEN}.</response>"
+        )
+    )
+    settle(view, clock)
+    half = len(TOKEN) // 2
+    view.apply(
+        [
+            status("a1", "running", clock.now, attempt=1, parameters=f'{{"q": "{KEY}"}}'),
+            # a stream piece that ends inside the token, then the rest of it
+            ActionOutput("a1", clock.now, stdout=f"token={TOKEN[:half]}"),
+            ActionOutput("a1", clock.now, stdout=f"{TOKEN[half:]}\n", logs=(f"using {KEY}",)),
+            # so much stderr that the view keeps only its newest part, which cuts the key
+            ActionOutput("a1", clock.now, stderr=KEY + "." * 16_000),
+            ActionOutput("a1", clock.now, partial=f"'{KEY}'"),
+            status("a1", "done", clock.now, attempt=1, output=f"'config: {KEY}'"),
+            status("a2", "running", clock.now, attempt=1, parameters=f'{{"q": "{KEY}"}}'),
+            status("a2", "failed", clock.now, attempt=1, error=f"ValueError: no {TOKEN}"),
+            End("completed", clock.now),
+        ]
+    )
+    settle(view, clock)
+    for node_id in ("a1", "a2", None):
+        view.select(node_id)
+        settle(view, clock)
+
+
+def test_the_live_view_sends_no_part_of_a_secret(clock: Clock, wire: list[str]) -> None:
+    # ``$dump`` in the answer is filled from the notebook: cut at its limit in the key.
+    values = {"dump": "." * 195 + KEY}
+    view = make_view(clock, values=lambda: values)
+    secret_run(view, clock)
+    saved = view.finish()
+    text, html_copy = saved.static[0]["text/plain"], saved.static[0]["text/html"]
+    html_copy = re.sub(r"base64,[\w+/=]+", "", html_copy)  # (its pictures, redacted before)
+    shown = [*wire, *html_values(view.widget), picture(view), text, html_copy]
+    assert any("[redacted]" in text for text in wire)
+    assert [fragments(text) for text in shown if fragments(text)] == []
+    assert values["dump"].endswith(KEY)  # the notebook's own value stays exact
+
+
+def test_the_inspector_redacts_what_it_reads_from_the_run_record(
+    clock: Clock, wire: list[str]
+) -> None:
+    node = SimpleNamespace(
+        status="done",
+        output={"config": KEY, "long": "." * 390 + TOKEN},
+        resolved={"q": KEY, "token": "." * 490 + TOKEN},
+        stdout=f"key={KEY}\n" + "." * 16_000 + TOKEN,
+        stderr=TOKEN,
+        logs=[f"using {KEY}"],
+    )
+    record = SimpleNamespace(actions={"a1": node})
+    view = make_view(clock, record=lambda: record)
+    secret_run(view, clock)
+    view.select("a1")
+    settle(view, clock)
+    inspector = part(view, "cortex-inspector").value
+    assert "[redacted]" in inspector and "config" in inspector
+    assert [fragments(text) for text in wire if fragments(text)] == []
+    assert node.output["config"] == KEY  # the record keeps the value itself
+
+
+def test_a_thought_streamed_up_to_the_middle_of_a_secret_shows_none_of_it(
+    clock: Clock, wire: list[str]
+) -> None:
+    parser = Parser("cortex")
+    view = make_view(clock)
+    view.apply(parser.feed(f"<thought>The key is {KEY[:12]}"))
+    settle(view, clock)
+    thought = text_of(part(view, "cortex-thought"))
+    assert "The key is [redacted]" in thought and KEY[:4] not in thought
+    view.apply(parser.feed(f"{KEY[12:]}, it works.</thought>"))
+    settle(view, clock)
+    assert "The key is [redacted], it works." in text_of(part(view, "cortex-thought"))
+    assert [fragments(text) for text in wire if fragments(text)] == []

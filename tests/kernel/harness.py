@@ -19,6 +19,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,16 @@ class Message:
     time: float
     size: int
     raw: dict[str, Any] = field(repr=False)
+
+    @property
+    def sent(self) -> float:
+        """When the kernel made the message (its header's date, in seconds): what the
+        view's message budget governs. Arrival times bunch up when this test process
+        waits for a core, so rates are measured on these."""
+        date = self.raw["header"]["date"]
+        if isinstance(date, str):
+            date = datetime.fromisoformat(date)
+        return float(date.timestamp())
 
     @property
     def comm_id(self) -> str | None:

@@ -9,6 +9,7 @@ variables are there for the next request; an interrupt ends a slow run at once.
 from __future__ import annotations
 
 import base64
+import json
 import re
 import time
 from collections.abc import Callable
@@ -104,9 +105,9 @@ def test_the_message_rate_and_traffic_are_bounded(streamed: Execution) -> None:
     assert len(creation) <= 40, [m.type for m in creation]
     # After it: the view's budget (MAX_MESSAGES a second, BURST at once), plus what goes
     # out unbudgeted: header updates for a new state word or node counts, and the final
-    # frame. This cell measures 33-34; the issue's stricter "<= 30 a second" is measured by
-    # bench/kernel_bench.py, which reports it.
-    per_second = max_per_window(m.time for m in updates)
+    # frame. The issue's stricter "<= 30 a second" is measured by bench/kernel_bench.py,
+    # which reports it. Counted by when the kernel sent them, not when they arrived.
+    per_second = max_per_window(m.sent for m in updates)
     assert per_second <= MAX_MESSAGES + BURST + 6, per_second
     assert len(updates) < CHUNKS / 2  # coalesced: far fewer messages than chunks
     assert streamed.total_bytes() < 250_000
@@ -230,3 +231,40 @@ def test_an_action_cut_by_an_interrupt_is_not_left_looking_live(kernel: Kernel) 
     )
     final = [dict(NODE.findall(svg)) for _, svg in run.part_values("cortex-graph")][-1]
     assert final["long"] not in ("pending", "starting", "running"), final
+
+
+LEAKY_TOOL = '''
+import os
+from cortex_jupyter import default_registry
+
+os.environ["KT_SERVICE_TOKEN"] = "kt-QRSTUVWXYZmnopqrs-yz"
+
+@default_registry.tool(name="kt_leak")
+def kt_leak(pad: int) -> str:
+    """A debug dump that prints and returns the service's token."""
+    token = os.environ["KT_SERVICE_TOKEN"]
+    print(f"using {token}")
+    return "." * pad + token
+'''
+KT_TOKEN = "kt-QRSTUVWXYZmnopqrs-yz"
+
+
+def test_no_part_of_a_secret_reaches_the_front_end(kernel: Kernel) -> None:
+    """A tool prints and returns a credential-looking environment value; its summary
+    (160 characters) cuts through it: nothing the kernel sends holds a part of it."""
+    kernel.execute(LEAKY_TOOL)
+    run = kernel.execute(
+        '%%cortex --script --delay 0\n<action id="leak">{"name": "kt_leak", '
+        '"parameters": {"pad": 70}, "output_key": "kt_dump"}</action>'
+        "<response>The dump: $kt_dump</response>"
+    )
+    graph = run.comm_of_class("cortex-graph")
+    assert graph is not None
+    clicked = kernel.send_comm(graph, {"act": "select", "id": "leak"})
+    inspector = [m.state["value"] for m in clicked if "cxj-inspector" in str(m.state.get("value"))]
+    assert inspector and "using [redacted]" in inspector[-1]
+    sent = json.dumps([m.raw["content"] for m in [*run.messages, *clicked]])
+    parts = [KT_TOKEN[:n] for n in range(4, len(KT_TOKEN))]
+    parts += [KT_TOKEN[-n:] for n in range(4, len(KT_TOKEN))]
+    assert [part for part in parts if part in sent] == []
+    assert kernel.evaluate("kt_dump.endswith(os.environ['KT_SERVICE_TOKEN'])") == "True"

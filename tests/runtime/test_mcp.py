@@ -279,6 +279,33 @@ async def test_invalid_arguments_are_refused_before_the_call(demo: McpManager) -
 
 
 @pytest.mark.anyio
+async def test_a_name_value_is_fitted_to_the_input_schema_or_fails_naming_the_types(
+    demo: McpManager,
+) -> None:
+    run = await run_actions(
+        demo.registry,
+        action("loud", "demo.shout", {"text": "$product"}),
+        action("sum", "demo.add", {"a": "$half", "b": "$count"}),
+        action("bad", "demo.add", {"a": 1, "b": "$word"}),
+        action("own", "demo.shout", {"text": 42}),  # the model's literal: the schema's check
+        namespace={"product": 42, "half": 2.0, "count": "3", "word": "three"},
+    )
+    assert statuses(run) == {"loud": "done", "sum": "done", "bad": "failed", "own": "failed"}
+    assert run.actions["loud"].output == "42"
+    assert run.actions["loud"].note == "$product (int) was passed to 'text' as string"
+    assert run.actions["sum"].output == 5
+    assert run.actions["sum"].note == (
+        "$half (float) was passed to 'a' as integer; $count (str) was passed to 'b' as integer"
+    )
+    bad = run.actions["bad"]
+    assert bad.started is None and bad.error == (
+        "parameter 'b' of 'demo.add' wants integer, but $word is a str that cannot become "
+        "one without loss; the action was not run"
+    )
+    assert "42 is not of type 'string'" in (run.actions["own"].error or "")
+
+
+@pytest.mark.anyio
 async def test_log_messages_and_progress_reach_the_node(demo: McpManager) -> None:
     run = await run_actions(demo.registry, action("talk", "demo.chatty", {"n": 3}))
     node = run.actions["talk"]

@@ -6,7 +6,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -33,13 +32,16 @@ def test_set_get_delete(cache: CacheRelic) -> None:
     assert cache.get("k") is None
 
 
-def test_ttl_expires(cache: CacheRelic) -> None:
+def test_ttl_expires(tmp_path: Path) -> None:
+    now = [1_000.0]
+    cache = CacheRelic(tmp_path / "cache.sqlite3", clock=lambda: now[0])
     cache.set("short", "v", ttl=0.05)
     cache.set("long", "v", ttl=60)
     assert cache.get("short") == "v"
-    time.sleep(0.08)
+    now[0] += 0.08
     assert cache.get("short") is None
     assert cache.get("long") == "v"
+    cache.close()
 
 
 def test_non_json_values_are_refused(cache: CacheRelic) -> None:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from cortex_jupyter.runtime.secrets import REDACTED, Secrets
+import pytest
+
+from cortex_jupyter.runtime import capture, mcp
+from cortex_jupyter.runtime.feeds import FeedSet, FeedSpec
+from cortex_jupyter.runtime.graph import ActionNode
+from cortex_jupyter.runtime.secrets import REDACTED, Repr, Secrets
 
 ENV = {
     "OPENAI_API_KEY": "sk-proj-abcdefgh12345678",
@@ -44,3 +49,133 @@ def test_redact_value_walks_json_like_values_and_leaves_the_original_alone() -> 
         REDACTED: ("x", REDACTED),
     }
     assert original["a"][0] == "hunter2hunter2"
+
+
+# ---- redact before cutting ---------------------------------------------------------------
+
+KEY = ENV["OPENAI_API_KEY"]
+TOKEN = ENV["GITHUB_TOKEN"]
+
+
+def parts_of_secrets(text: str) -> list[str]:
+    """Every piece (four characters or more) of ``KEY`` or ``TOKEN`` that ``text`` holds."""
+    return [
+        secret[i : i + 4]
+        for secret in (KEY, TOKEN)
+        for i in range(len(secret) - 3)
+        if secret[i : i + 4] in text
+    ]
+
+
+@pytest.mark.parametrize("secret", [KEY, TOKEN])
+def test_no_cut_through_a_secret_leaves_a_part_of_it(secret: str) -> None:
+    secrets = Secrets(ENV)
+    text = "." * 30 + secret + "." * 30
+    for limit in range(len(text)):  # every cut: before, through and after the secret
+        for shortened in (
+            secrets.head(text, limit),
+            secrets.tail(text, limit),
+            secrets.shorten(text, limit),
+        ):
+            assert parts_of_secrets(shortened) == [], (limit, shortened)
+            assert len(shortened) <= limit
+
+
+def test_a_text_that_fits_is_only_redacted() -> None:
+    secrets = Secrets(ENV)
+    assert secrets.shorten(f"key {KEY}", 100) == f"key {REDACTED}"
+    assert secrets.head("short", 10) == "short" and secrets.tail("short", 10) == "short"
+    assert secrets.shorten("." * 20, 10) == "." * 9 + "…"
+
+
+def test_hide_edges_hides_what_a_cut_left_of_a_secret_at_either_end() -> None:
+    secrets = Secrets(ENV)
+    assert secrets.hide_edges("result: " + KEY[:9]) == f"result: {REDACTED}"
+    assert secrets.hide_edges(TOKEN[-6:] + " and more") == f"{REDACTED} and more"
+    # three characters are no secret's part worth hiding: "sk-" is a prefix of many words
+    assert secrets.hide_edges("result: sk-") == "result: sk-"
+    assert secrets.hide_edges("  sk-proj-x") == "  sk-proj-x"  # not how the key goes on
+
+
+def test_repr_redacts_before_it_cuts_strings_containers_and_objects() -> None:
+    secrets = Secrets(ENV)
+    short = Repr(secrets)
+    short.maxstring = short.maxother = 40
+
+    class Config:
+        def __repr__(self) -> str:
+            return "Config(" + "." * 12 + KEY + "." * 40 + ")"
+
+    for value in ("." * 12 + KEY + "." * 40, ["." * 12 + TOKEN + "." * 40], Config()):
+        shown = short.repr(value)
+        assert "..." in shown and parts_of_secrets(shown) == [], shown
+
+
+def test_repr_hides_a_part_of_a_secret_its_cut_leaves() -> None:
+    # A value whose text holds only a part of the key (cut before it got here): the
+    # repr's cut lands next to that part, which is hidden too.
+    secrets = Secrets(ENV)
+    short = Repr(secrets)
+    short.maxother = 30
+
+    class Partial:
+        def __repr__(self) -> str:
+            return KEY[:13] + "." * 60 + KEY[-14:]  # reprlib keeps 13 and 14 of 30
+
+    shown = short.repr(Partial())
+    assert parts_of_secrets(shown) == [] and shown.count(REDACTED) == 2, shown
+
+
+def test_a_value_changed_in_place_is_seen() -> None:
+    env = {"APP_TOKEN": "first-value-0001"}
+    secrets = Secrets(env)
+    assert secrets.redact("first-value-0001") == REDACTED
+    env["APP_TOKEN"] = "other-value-0002"
+    assert secrets.redact("first-value-0001 other-value-0002") == f"first-value-0001 {REDACTED}"
+
+
+# ---- every place that cuts ---------------------------------------------------------------------
+
+#: A credential-looking environment value for the sites that read this process's secrets.
+SITE_TOKEN = "tok-ZQXWVUTSRPONMLKJ-hgij"
+
+
+@pytest.fixture
+def site_token(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("SITE_TOKEN", SITE_TOKEN)
+    return SITE_TOKEN
+
+
+def edge_parts(text: str) -> list[str]:
+    """What a cut can leave of ``SITE_TOKEN``: its first or last four characters or more."""
+    return [
+        part
+        for size in range(4, len(SITE_TOKEN))
+        for part in (SITE_TOKEN[:size], SITE_TOKEN[-size:])
+        if part in text
+    ]
+
+
+def test_a_feed_cut_to_its_tokens_keeps_no_part_of_a_secret(site_token: str) -> None:
+    feeds = FeedSet([FeedSpec("log", params={"text": "." * 6 + site_token}, max_tokens=3)])
+    shown = feeds.text("log")  # cut at 12 characters: 6 of them the token's
+    assert "[truncated" in shown and edge_parts(shown) == []
+
+
+def test_captured_text_cut_at_its_limit_keeps_no_part_of_a_secret(
+    site_token: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(capture, "MAX_KEPT", 30)
+    node = ActionNode(id="a", name="noisy")
+    capture.Capture(node, lambda: None).write("stdout", "." * 20 + site_token)
+    assert len(node.stdout) <= 30 and edge_parts(node.stdout) == []
+
+
+def test_an_mcp_servers_long_stderr_line_keeps_no_part_of_a_secret(
+    site_token: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mcp, "KEPT_LINE_CHARS", 30)
+    lines = mcp._Lines()
+    lines.feed(f"{'.' * 20}{site_token}\n")
+    lines.add("." * 22 + site_token)
+    assert len(lines.lines()) == 2 and edge_parts("\n".join(lines.lines())) == []
