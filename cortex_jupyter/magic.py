@@ -14,6 +14,7 @@ import json
 import re
 import shlex
 import sys
+import traceback
 from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
@@ -26,7 +27,8 @@ from IPython.core.magic_arguments import (
     parse_argstring,
 )
 from traitlets import Any as AnyTrait
-from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode, observe
+from traitlets import Bool, CaselessStrEnum, Float, Int, TraitError, Unicode, observe, validate
+from traitlets.config.loader import LazyConfigValue
 
 from cortex_jupyter.runtime.errors import CortexRuntimeError
 from cortex_jupyter.runtime.mcp import DEFAULT_TIMEOUT
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
     from cortex_jupyter.runtime.mcp import ServerStatus
 
 DIALECTS = ("cortex", "sigil", "cogency", "hermes", "auto")
+APPROVALS = ("ask", "allow", "deny")
 COMMANDS = (
     "tools",
     "vars",
@@ -51,6 +54,7 @@ COMMANDS = (
     "stop",
     "replay",
     "save",
+    "debug",
     "config",
     "mcp",
     "cluster",
@@ -82,18 +86,19 @@ class CortexMagics(Magics):
     dialect = CaselessStrEnum(DIALECTS, "cortex", help="Protocol dialect the model writes.").tag(
         config=True
     )
-    max_turns = Int(10, help="Most model turns one cell may take.").tag(config=True)
-    temperature = Float(None, allow_none=True, help="Sampling temperature (server default).").tag(
-        config=True
-    )
-    chunk_size = Int(16, help="Characters per chunk in --script mode.").tag(config=True)
-    delay = Float(0.02, help="Seconds between chunks in --script mode.").tag(config=True)
+    max_turns = Int(10, min=1, help="Most model turns one cell may take.").tag(config=True)
+    temperature = Float(
+        None, allow_none=True, min=0.0, help="Sampling temperature (server default)."
+    ).tag(config=True)
+    chunk_size = Int(16, min=1, help="Characters per chunk in --script mode.").tag(config=True)
+    delay = Float(0.02, min=0.0, help="Seconds between chunks in --script mode.").tag(config=True)
     native_tools = Bool(False, help="Also offer tools as the endpoint's native tools=.").tag(
         config=True
     )
     context_tokens = Int(
         None,
         allow_none=True,
+        min=256,
         help="Context budget in tokens (default: the model's window where known, else 32,000).",
     ).tag(config=True)
     approve = AnyTrait(
@@ -117,6 +122,41 @@ class CortexMagics(Magics):
         help='Dask scheduler for executor="dask" tools (tcp://host:8786); None: '
         "DASK_SCHEDULER_ADDRESS, or else a local cluster started on first use.",
     ).tag(config=True)
+
+    @validate("approve")
+    def _check_approve(self, proposal: Bunch) -> Any:
+        value = proposal["value"]
+        if callable(value) or value in APPROVALS:
+            return value
+        raise TraitError(
+            f"CortexMagics.approve must be 'ask', 'allow', 'deny' or a function "
+            f"(node) -> bool, not {value!r}"
+        )
+
+    @validate("approve_timeout")
+    def _check_approve_timeout(self, proposal: Bunch) -> Any:
+        value = proposal["value"]
+        if value is None or value > 0:
+            return value
+        raise TraitError(
+            f"CortexMagics.approve_timeout must be a number of seconds above 0, or None "
+            f"(wait as long as it takes), not {value!r}"
+        )
+
+    @validate("max_turns", "chunk_size", "context_tokens")
+    def _check_whole_number(self, proposal: Bunch) -> Any:
+        value = proposal["value"]
+        if isinstance(value, bool):  # an int to traitlets, never a count to a person
+            name = proposal["trait"].name
+            raise TraitError(f"CortexMagics.{name} must be a whole number, not {value!r}")
+        return value
+
+    @validate("model")
+    def _check_model(self, proposal: Bunch) -> Any:
+        value = proposal["value"]
+        if value.strip():
+            return value
+        raise TraitError(f"CortexMagics.model must name a model, not {value!r}")
 
     @observe("dask_address")
     def _dask_address_changed(self, change: Bunch) -> None:
@@ -172,8 +212,8 @@ class CortexMagics(Magics):
     @line_magic("cortex")  # type: ignore[arg-type]  # IPython types the named form as Never
     def cortex_line(self, line: str) -> Any:
         """``%cortex COMMAND``: tools, vars, expose, hide, history, reset, prompt,
-        continue, stop, replay, save, config, mcp, cluster; ``%cortex help`` says what
-        each does.
+        continue, stop, replay, save, debug, config, mcp, cluster; ``%cortex help`` says
+        what each does.
 
         ``expose`` and ``hide`` take names or glob patterns (``data_*``); a pattern covers
         every name it matches, and the latest expose or hide that matches a name decides
@@ -364,8 +404,36 @@ class CortexMagics(Magics):
         run = self.session.last
         if run is None:
             raise UsageError("%cortex save: there is no run to save yet.")
-        path = run.save(args[0])
+        try:
+            path = run.save(args[0])
+        except OSError as exc:  # a directory, a missing folder, no permission, a full disk
+            why = exc.strerror or str(exc) or type(exc).__name__
+            raise UsageError(f"%cortex save: cannot write {args[0]!r}: {why}.") from None
         print(f"Saved the run's transcript to {path} ({len(run.events)} events).")
+
+    def _cmd_debug(self, args: list[str]) -> None:
+        """Full traceback: of _cortex.error (an unexpected failure), or %cortex debug ID."""
+        if len(args) > 1:
+            raise UsageError("%cortex debug: give at most one action id, e.g. %cortex debug a1")
+        run = self.session.last
+        if run is None:
+            raise UsageError("%cortex debug: there is no run yet.")
+        if args:
+            node = run.actions.get(args[0])
+            if node is None:
+                known = ", ".join(run.actions) or "none"
+                raise UsageError(
+                    f"%cortex debug: the last run has no action {args[0]!r} ({known})."
+                )
+            error, what = node.exception, f"action {node.id!r} ({node.status})"
+        else:
+            error, what = run.error, f"the last run ({run.status})"
+        if error is None:
+            failed = [n.id for n in run.actions.values() if n.exception is not None]
+            hint = f"; %cortex debug ID shows an action's: {', '.join(failed)}" if failed else ""
+            print(f"cortex: {what} raised no exception to show{hint}.")
+            return
+        print(redact("".join(traceback.format_exception(error))).rstrip())
 
     def _cmd_config(self, args: list[str]) -> None:
         """Show the defaults, or set some: %cortex config model=gpt-4o max_turns=5."""
@@ -376,8 +444,11 @@ class CortexMagics(Magics):
                 raise UsageError(f"%cortex config: {item!r} is not name=value; names: {known}.")
             try:
                 setattr(self, key, _coerce(self.traits()[key], value))
-            except Exception as exc:  # traitlets' own message says what was wrong
-                raise UsageError(f"%cortex config: {key}={value!r} was refused: {exc}") from None
+            except (TraitError, ValueError) as exc:  # the message says what was wrong
+                raise UsageError(
+                    f"%cortex config: {key}={value!r} was refused: {exc} (it stays "
+                    f"{getattr(self, key)!r})."
+                ) from None
         for name in self._config_names():
             print(f"{name} = {getattr(self, name)!r}")
 
@@ -554,26 +625,61 @@ def _number(
     return value
 
 
+_BOOLEANS = {"1": True, "true": True, "yes": True, "on": True}
+_BOOLEANS.update({"0": False, "false": False, "no": False, "off": False})
+
+
 def _coerce(trait: Any, value: str) -> Any:
+    """The text of ``%cortex config name=value`` as the trait's type; ``ValueError``
+    saying what the trait takes."""
     if getattr(trait, "allow_none", False) and value.lower() in ("", "none"):
         return None
     if isinstance(trait, Bool):
-        return value.lower() in ("1", "true", "yes", "on")
-    if isinstance(trait, Int):
-        return int(value)
-    if isinstance(trait, Float):
-        return None if value.lower() == "none" else float(value)
-    return value
+        if value.lower() not in _BOOLEANS:
+            raise ValueError("it takes true or false")
+        return _BOOLEANS[value.lower()]
+    kind = int if isinstance(trait, Int) else float if isinstance(trait, Float) else None
+    if kind is None:
+        return value
+    try:
+        return kind(value)
+    except ValueError:
+        noun = "a whole number" if kind is int else "a number"
+        empty = " or none" if getattr(trait, "allow_none", False) else ""
+        raise ValueError(f"it takes {noun}{empty}") from None
 
 
 def register(shell: InteractiveShell) -> None:
     """Add the ``%%cortex`` magics to a shell; in a kernel, ``%%cortex`` cells also run as
     async cells (see ``as_async_cell``)."""
+    _drop_refused_settings(shell)
     shell.register_magics(CortexMagics)
     if getattr(shell, "kernel", None) is not None and as_async_cell not in (
         shell.input_transformers_cleanup
     ):
         shell.input_transformers_cleanup.append(as_async_cell)
+
+
+def _drop_refused_settings(shell: InteractiveShell) -> None:
+    """Take out of the shell's config the ``CortexMagics`` settings the magics refuse,
+    with one line each, so that loading the extension never fails on them.
+
+    ``%config`` keeps a value it refused in the shell's config (only the magics refused
+    it), as may an ``ipython_config.py``; without this, the next ``%reload_ext`` would
+    fail on it with a traceback.
+    """
+    section = shell.config.get(CortexMagics.__name__)
+    if not section:
+        return
+    probe = CortexMagics()  # defaults, no shell: each setting is tried on it alone
+    for name, value in list(section.items()):
+        if name not in probe.traits(config=True) or isinstance(value, LazyConfigValue):
+            continue  # traitlets reports unknown names itself
+        try:
+            setattr(probe, name, value)
+        except TraitError as exc:
+            del section[name]
+            _complain(f"a setting was ignored: {exc}")
 
 
 def as_async_cell(lines: list[str]) -> list[str]:
@@ -641,7 +747,7 @@ def unregister(shell: InteractiveShell) -> None:
 
 def _approval(value: Any) -> Any:
     """The approval policy, checked: a mistyped word must not quietly mean "ask"."""
-    if callable(value) or value in ("ask", "allow", "deny"):
+    if callable(value) or value in APPROVALS:
         return value
     raise UsageError(
         f"CortexMagics.approve must be 'ask', 'allow', 'deny' or a function (node) -> bool, "

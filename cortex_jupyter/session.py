@@ -4,18 +4,20 @@ The magic parses arguments and calls ``Session.run_cell``; everything else happe
 here. The run itself is async and goes to a worker thread through the bridge, while
 the cell's own thread shows its events (widgets in a notebook, plain text elsewhere)
 and keeps the kernel's Stop button working. After every cell the notebook variable
-``_cortex`` is the run record, even when the run was stopped or failed.
+``_cortex`` is the run record, even when the run was stopped or failed. An unexpected
+failure (a bug, ours or a host's) ends the cell with one ``cortex:`` line; the run is
+``failed`` with the reason, the exception is ``_cortex.error`` and ``%cortex debug``
+prints its traceback.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
 import threading
 import time
 from collections import ChainMap
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -36,7 +38,7 @@ from cortex_jupyter.runtime.errors import InvalidVariableName
 from cortex_jupyter.runtime.feeds import FeedSet
 from cortex_jupyter.runtime.loop import Conversation
 from cortex_jupyter.runtime.scope import Binding, Rule, Scope, add_rule, is_pattern, never_visible
-from cortex_jupyter.runtime.secrets import redact
+from cortex_jupyter.runtime.secrets import redact, shorten
 from cortex_jupyter.runtime.variables import find_references
 
 if TYPE_CHECKING:
@@ -80,6 +82,9 @@ class NotebookRun(Run):
     #: Runs a no-op on the loop that runs the actions: once it returns, a step of that
     #: loop which settled an action has also bound its variable.
     _barrier: Callable[[], object] | None = None
+    #: The unexpected exception that failed the run, if one did (``%cortex debug``
+    #: prints its traceback); an action's own failure is on its node, ``.exception``.
+    error: BaseException | None = None
 
     def wait(self, timeout: float | None = 30.0) -> NotebookRun:
         """Block until every action has ended, ``fire_and_forget`` ones too (their
@@ -348,7 +353,10 @@ class Session:
         return await self._execute_async(*self._cell(prompt, options))
 
     def _cell(self, prompt: str, options: CellOptions) -> tuple[Job, NotebookRun, str, str, Scope]:
-        agent = self._agent(prompt, options)
+        try:
+            agent = self._agent(prompt, options)
+        except ValueError as exc:  # a setting the agent refuses (it says which, and why)
+            raise CortexRunError(redact(str(exc))) from None
         if options.fresh:
             self.conversation.reset()
         # A script or a replay is its own little conversation: it must not leak into the
@@ -529,17 +537,27 @@ class Session:
     def _execute(
         self, job: Job, run: NotebookRun, model: str, display: str, scope: Scope
     ) -> NotebookRun:
-        bridge, view = self._prepare(job, run, model, display, scope)
-        with self._outcome(run, view):
+        view: _View | None = None
+        failure: BaseException | None = None
+        try:
+            bridge, view = self._prepare(job, run, model, display, scope)
             bridge.run()
+        except (KeyboardInterrupt, Exception) as exc:
+            failure = exc
+        self._outcome(run, view, failure)
         return run
 
     async def _execute_async(
         self, job: Job, run: NotebookRun, model: str, display: str, scope: Scope
     ) -> NotebookRun:
-        bridge, view = self._prepare(job, run, model, display, scope)
-        with self._outcome(run, view):
+        view: _View | None = None
+        failure: BaseException | None = None
+        try:
+            bridge, view = self._prepare(job, run, model, display, scope)
             await bridge.run_async()
+        except (KeyboardInterrupt, Exception) as exc:
+            failure = exc
+        self._outcome(run, view, failure)
         return run
 
     def _prepare(
@@ -563,13 +581,16 @@ class Session:
         view.stop = bridge.request_stop
         return bridge, view
 
-    @contextlib.contextmanager
-    def _outcome(self, run: NotebookRun, view: _View) -> Iterator[None]:
+    def _outcome(self, run: NotebookRun, view: _View | None, failure: BaseException | None) -> None:
         """End the cell however the run ended: the view's final frame and static copy,
-        and one line (or ``CortexInterrupt``/``CortexRunError``) for what went wrong."""
-        try:
-            yield
-        except KeyboardInterrupt:
+        and one line (or ``CortexInterrupt``/``CortexRunError``) for what went wrong.
+
+        Called after the ``except`` that caught ``failure``, never inside it: an error
+        raised while handling another carries it as its context, and IPython prints a
+        whole traceback for any error whose context holds a task group's
+        ``ExceptionGroup``, whatever its ``_render_traceback_`` says.
+        """
+        if isinstance(failure, KeyboardInterrupt):
             _close_quietly(view)
             how = (
                 "run the cell again"
@@ -581,16 +602,21 @@ class Session:
                 f"cancelled; what arrived is on _cortex ({how}).",
                 file=sys.stderr,
             )
-            raise CortexInterrupt() from None
-        except Exception as exc:  # a bug of ours or a host's: still no traceback wall
+            raise CortexInterrupt()
+        if failure is None:
+            failure = _closed(view)
+        else:
             _close_quietly(view)
-            if run.status == "running":
-                run.status = "failed"
-            run.reason = run.reason or _failure(exc)
+        if failure is not None:  # a bug of ours or a host's: still no traceback wall
+            error = _innermost(failure)
+            run.error = error
+            run.status = "failed"
+            run.ended = run.ended or time.monotonic()
+            run.reason = run.reason or _failure(error)
             raise CortexRunError(
-                f"the run failed: {_failure(exc)}. What arrived is on _cortex."
-            ) from None
-        view.close()
+                f"the run failed: {_failure(error)}. What arrived is on _cortex; "
+                "%cortex debug shows the traceback."
+            )
         self._report(run)
 
     def _background_loop(self) -> Loop:
@@ -729,23 +755,40 @@ def _model_name(agent: Agent) -> str:
     return str(getattr(agent.model, "name", "") or "model")
 
 
-def _failure(exc: BaseException) -> str:
-    """One line for an unexpected failure: the innermost error of a task group's
-    ``ExceptionGroup``, with its type, secrets redacted."""
+def _innermost(exc: BaseException) -> BaseException:
+    """The error a task group's ``ExceptionGroup`` wraps (its first, at any depth)."""
     # A (Base)ExceptionGroup (3.10 has only the backport, so no isinstance here).
     while (inner := getattr(exc, "exceptions", None)) and isinstance(inner, tuple):
         exc = inner[0]
-    text = " ".join(str(exc).split())
-    return redact(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
+    return exc
 
 
-def _close_quietly(view: _View) -> None:
-    """Close the view (its final frame and static copy) even after a failure; a view that
-    cannot close must not hide the failure that brought us here."""
+def _failure(exc: BaseException) -> str:
+    """One line for an unexpected failure: the innermost error of a task group's
+    ``ExceptionGroup``, with its type, secrets redacted."""
+    exc = _innermost(exc)
+    text = shorten(" ".join(str(exc).split()), 300)  # redacted first, no part of a secret
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _closed(view: _View | None) -> Exception | None:
+    """Close the view (its final frame and static copy); the error, if that failed.
+    ``None``: the view could not even be made."""
+    if view is None:
+        return None
     try:
         view.close()
     except Exception as exc:
-        print(f"cortex: the view could not show its final frame: {exc!r}", file=sys.stderr)
+        return exc
+    return None
+
+
+def _close_quietly(view: _View | None) -> None:
+    """Close the view (its final frame and static copy) even after a failure; a view that
+    cannot close must not hide the failure that brought us here."""
+    failure = _closed(view)
+    if failure is not None:
+        print(f"cortex: the view could not show its final frame: {failure!r}", file=sys.stderr)
 
 
 class Approvals:

@@ -101,13 +101,22 @@ def test_a_callable_policy_from_config(ip: InteractiveShell, tools: list[str]) -
         ip.run_line_magic("config", "CortexMagics.approve = 'ask'")
 
 
-def test_a_mistyped_policy_is_a_usage_error(ip: InteractiveShell, tools: list[str]) -> None:
-    from IPython.core.error import UsageError
+def test_a_mistyped_policy_is_refused_when_set_and_the_old_one_stays(
+    ip: InteractiveShell, tools: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from IPython.core.magics import config as config_magics
 
+    refused: list[Exception] = []
+    monkeypatch.setattr(config_magics, "error", refused.append)  # what %config prints
     ip.run_line_magic("config", "CortexMagics.approve = 'maybe'")
     try:
-        with pytest.raises(UsageError, match=r"CortexMagics\.approve must be 'ask', 'allow'"):
-            cell(ip)
+        assert [str(e) for e in refused] == [
+            "CortexMagics.approve must be 'ask', 'allow', 'deny' or a function "
+            "(node) -> bool, not 'maybe'"
+        ]
+        monkeypatch.setattr(builtins, "input", lambda question: "n")
+        run = cell(ip)  # still "ask": the question is asked, and answered no
+        assert run.actions["mail"].error == "denied by the user"
     finally:
         ip.run_line_magic("config", "CortexMagics.approve = 'ask'")
 

@@ -180,7 +180,7 @@ def test_an_unexpected_failure_still_closes_the_view_with_one_line(
     text = raised.value._render_traceback_()
     assert text == [
         "cortex: the run failed: RuntimeError: a bug of ours holding [redacted]. "
-        "What arrived is on _cortex."
+        "What arrived is on _cortex; %cortex debug shows the traceback."
     ]
     assert ip.user_ns["_cortex"].status == "failed"
 

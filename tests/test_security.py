@@ -341,7 +341,7 @@ def test_output_key_never_replaces_a_users_name_or_a_builtin(
     assert "--overwrite" in (run.actions["a"].note or "")
     assert "shadow Python's builtin 'print'" in (run.actions["b"].note or "")
     err = capsys.readouterr().err
-    assert "run.variables['frame']" in err
+    assert "_cortex.variables['frame']" in err
 
 
 def test_overwrite_replaces_on_purpose_and_cortex_names_can_be_rebound(

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
+from ..protocol.actions import too_deep
 from ..runtime.chunks import (
     Finish,
     ModelChunk,
@@ -414,9 +415,15 @@ def _arguments(value: object) -> str:
 
 
 def _is_object(text: str) -> bool:
+    """Whether balanced call text is a whole JSON object; text nested too deep to decode
+    counts as whole (it is complete, and the runtime refuses it with a clear error)."""
+    if too_deep(text):
+        return True
     try:
         return isinstance(json.loads(text), dict)
-    except (ValueError, RecursionError):
+    except RecursionError:
+        return True
+    except ValueError:
         return False
 
 

@@ -7,6 +7,7 @@ semantics.
 
 from __future__ import annotations
 
+from .actions import MAX_JSON_DEPTH
 from .auto import AutoParser
 from .base import MAX_ACTION_CHARS, MAX_TEXT_CHARS, Parser, ParserClosedError
 from .events import (
@@ -46,6 +47,7 @@ __all__ = [
     "ACTION_TYPES",
     "ERROR_CODES",
     "MAX_ACTION_CHARS",
+    "MAX_JSON_DEPTH",
     "MAX_TEXT_CHARS",
     "Action",
     "ActionReady",

@@ -29,6 +29,7 @@ some servers send them.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -41,6 +42,13 @@ from .events import (
 )
 
 _QUOTE_LIMIT = 120
+#: Deepest nesting of arrays and objects in an action's JSON. Real calls are a few
+#: levels deep; a body nested a thousand deep would overflow Python's stack while
+#: decoding it, and again in every later step that walks parameters.
+MAX_JSON_DEPTH = 100
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_EMPTY_PAIR = re.compile(r"\[\]|\{\}")
 #: How much of a refused block too large to keep is kept in ``ProtocolError.source``.
 SOURCE_HEAD = 200
 _ARGUMENT_KEYS = ("args", "arguments", "parameters")
@@ -83,6 +91,33 @@ def strip_fence(body: str) -> str:
     return text
 
 
+def too_deep(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether the JSON ``text`` nests arrays and objects more than ``limit`` deep.
+
+    Checked on the text, before decoding: a body of a thousand ``[`` must not reach
+    ``json.loads``. Brackets inside strings are data. Cheap for ordinary bodies (there
+    cannot be more levels than brackets); otherwise one pass per level, in C.
+    """
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    for _ in range(limit):
+        inner = _EMPTY_PAIR.sub("", brackets)  # one level: the innermost pairs
+        if inner == brackets:  # empty, or unbalanced: json.loads says what is wrong
+            return False
+        brackets = inner
+    return bool(brackets)
+
+
+def _too_deep_error(who: str, body: str, action_id: str | None) -> ProtocolError:
+    return ProtocolError(
+        "too_large",
+        f"{who}: the JSON is nested too deep (over {MAX_JSON_DEPTH} levels of arrays and "
+        f"objects): {quote(body)}. It was not run.",
+        action_id,
+    )
+
+
 def _json_kind(value: Any) -> str:
     if isinstance(value, list):
         return "array"
@@ -108,8 +143,12 @@ def parse_body(
             '{"name": "search", "parameters": {"q": "..."}}. It was not run.',
             action_id,
         )
+    if too_deep(body):
+        return _too_deep_error(who, body, action_id)
     try:
         value = json.loads(body, strict=False)
+    except RecursionError:  # the stack was already deep where this was called
+        return _too_deep_error(who, body, action_id)
     except json.JSONDecodeError as exc:
         return ProtocolError(
             "invalid_json",
@@ -184,8 +223,12 @@ def call_fields(
         return fields, key
     if not value.strip():
         return {**fields, key: {}}, key
+    if too_deep(value):
+        return _too_deep_error(f"action {action_id!r}: {key!r}", value, action_id)
     try:
         decoded = json.loads(value, strict=False)
+    except RecursionError:
+        return _too_deep_error(f"action {action_id!r}: {key!r}", value, action_id)
     except json.JSONDecodeError:
         decoded = value
     if not isinstance(decoded, dict):

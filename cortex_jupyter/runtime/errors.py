@@ -51,6 +51,18 @@ class BadReference(CortexRuntimeError):
             super().__init__(f"${reference}: a {value_type} has no key or attribute {part!r}")
 
 
+class NestedTooDeep(CortexRuntimeError):
+    """Raised when an action's parameters nest lists and mappings deeper than ``limit``
+    levels (walking them would overflow Python's stack)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        super().__init__(
+            f"its parameters are nested too deep (over {limit} levels of lists and "
+            "mappings), so it was not run"
+        )
+
+
 class NotVisible(CortexRuntimeError):
     """Raised when a ``$name`` names a notebook object the model may not see (a variable
     the prompt never mentioned, IPython's history, a module)."""
@@ -69,7 +81,7 @@ class InvalidVariableName(CortexRuntimeError):
         self.reason = reason
         super().__init__(
             f"output_key {name!r} was not bound in the notebook: {reason}; "
-            f"the value stays reachable as run.variables[{name!r}]"
+            f"the value stays reachable as _cortex.variables[{name!r}]"
         )
 
 

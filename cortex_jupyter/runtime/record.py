@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+from cortex_jupyter.protocol.actions import too_deep
 from cortex_jupyter.protocol.events import (
     Action,
     ActionReady,
@@ -97,14 +98,15 @@ class OutputRepr(str):
 
 
 def to_json_value(value: Any) -> tuple[Any, bool]:
-    """(value, False) when ``value`` is JSON (and not huge), else (short repr, True)."""
+    """(value, False) when ``value`` is JSON (and neither huge nor nested deeper than
+    ``MAX_JSON_DEPTH``), else (short repr, True)."""
     if isinstance(value, OutputRepr):
         return str(value), True
     try:
         text = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError, RecursionError):
         return summarize(value), True
-    if len(text) > MAX_JSON_OUTPUT:
+    if len(text) > MAX_JSON_OUTPUT or too_deep(text):
         return summarize(value), True
     return json.loads(text), False
 

@@ -110,7 +110,12 @@ class RetryPolicy:
 
 def error_text(exc: BaseException) -> str:
     """How a failure reads on a node: our own errors as they are, others with their type;
-    secrets redacted (an exception may quote a key)."""
+    secrets redacted (an exception may quote a key). A task group's ``ExceptionGroup``
+    of one error reads as that error."""
+    while (inner := getattr(exc, "exceptions", None)) and isinstance(inner, tuple):
+        if len(inner) != 1:
+            break
+        exc = inner[0]
     if isinstance(exc, CortexRuntimeError):
         return redact(str(exc))
     text = redact(str(exc))

@@ -31,6 +31,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from cortex_jupyter.protocol import MAX_JSON_DEPTH
+
 __all__ = [
     "CREDENTIAL_NAME",
     "MIN_FRAGMENT",
@@ -254,15 +256,27 @@ def _longest_first(value: str) -> tuple[int, str]:
     return (-len(value), value)
 
 
-def _walk(value: Any, pattern: re.Pattern[str]) -> Any:
+#: Containers nested deeper than this are not walked (Python's stack would overflow):
+#: they are replaced whole, so nothing in them can leak. Twice the deepest JSON a model
+#: may write, for the records such a value travels in.
+DEEPEST = 2 * MAX_JSON_DEPTH
+TOO_DEEP = f"[nested over {DEEPEST} levels deep: not kept]"
+
+
+def _walk(value: Any, pattern: re.Pattern[str], depth: int = 0) -> Any:
     if isinstance(value, str):
         return pattern.sub(REDACTED, value)
+    if not isinstance(value, Mapping | list | tuple):
+        return value
+    if depth >= DEEPEST:
+        return TOO_DEEP
+    depth += 1
     if isinstance(value, Mapping):
-        return {_walk(k, pattern): _walk(v, pattern) for k, v in value.items()}
+        return {_walk(k, pattern, depth): _walk(v, pattern, depth) for k, v in value.items()}
     if type(value) is list:
-        return [_walk(item, pattern) for item in value]
+        return [_walk(item, pattern, depth) for item in value]
     if type(value) is tuple:
-        return tuple(_walk(item, pattern) for item in value)
+        return tuple(_walk(item, pattern, depth) for item in value)
     return value
 
 

@@ -26,7 +26,15 @@ import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .errors import BadReference, InvalidVariableName, NotVisible, UnknownVariable
+from cortex_jupyter.protocol import MAX_JSON_DEPTH
+
+from .errors import (
+    BadReference,
+    InvalidVariableName,
+    NestedTooDeep,
+    NotVisible,
+    UnknownVariable,
+)
 
 #: One ``$name[.path]`` reference (group 1: the name, group 2: ``.path``), or ``$$``.
 #: The one place the pattern lives: the display fills the same references.
@@ -38,39 +46,46 @@ RESERVED_NAMES: frozenset[str] = frozenset(("In", "Out", "get_ipython", "exit", 
 
 
 def find_references(value: Any) -> set[str]:
-    """The top-level names referenced by ``$name`` anywhere inside ``value``."""
+    """The top-level names referenced by ``$name`` anywhere inside ``value`` (no deeper
+    than ``MAX_JSON_DEPTH``: ``resolve`` refuses deeper values)."""
     found: set[str] = set()
-    _collect(value, found)
+    _collect(value, found, 0)
     return found
 
 
-def _collect(value: Any, found: set[str]) -> None:
+def _collect(value: Any, found: set[str], depth: int) -> None:
     if isinstance(value, str):
         if "$" in value:
             found.update(m.group(1) for m in REFERENCE.finditer(value) if m.group(1))
+    elif depth >= MAX_JSON_DEPTH:
+        return
     elif isinstance(value, Mapping):
         for item in value.values():
-            _collect(item, found)
+            _collect(item, found, depth + 1)
     elif isinstance(value, list | tuple):
         for item in value:
-            _collect(item, found)
+            _collect(item, found, depth + 1)
 
 
-def resolve(value: Any, scopes: Sequence[Mapping[str, Any]]) -> Any:
+def resolve(value: Any, scopes: Sequence[Mapping[str, Any]], depth: int = 0) -> Any:
     """``value`` with every reference replaced, looked up in ``scopes`` in order.
 
-    Raises ``UnknownVariable`` (with the closest existing names) or ``BadReference``.
-    Values without references come back as the same objects.
+    Raises ``UnknownVariable`` (with the closest existing names), ``BadReference``, or
+    ``NestedTooDeep`` for containers nested deeper than ``MAX_JSON_DEPTH``. Values
+    without references come back as the same objects.
     """
     if isinstance(value, str):
         return _resolve_string(value, scopes) if "$" in value else value
+    if not isinstance(value, Mapping | list | tuple):
+        return value
+    if depth >= MAX_JSON_DEPTH:
+        raise NestedTooDeep(MAX_JSON_DEPTH)
+    depth += 1
     if isinstance(value, Mapping):
-        return {key: resolve(item, scopes) for key, item in value.items()}
+        return {key: resolve(item, scopes, depth) for key, item in value.items()}
     if isinstance(value, list):
-        return [resolve(item, scopes) for item in value]
-    if isinstance(value, tuple):
-        return tuple(resolve(item, scopes) for item in value)
-    return value
+        return [resolve(item, scopes, depth) for item in value]
+    return tuple(resolve(item, scopes, depth) for item in value)
 
 
 def _resolve_string(text: str, scopes: Sequence[Mapping[str, Any]]) -> Any:

@@ -145,3 +145,13 @@ def test_ids_reported_are_added_to_the_set_the_caller_passed() -> None:
     assert ids[0] != "call_0"
     assert ids[1] == "fresh"
     assert taken == {"call_0", *ids}
+
+
+def test_a_call_nested_too_deep_to_decode_is_ready_when_complete() -> None:
+    # Ready (so the runtime refuses it with one line while the reply goes on), not held
+    # until the reply ends because json.loads overflowed the stack on it.
+    arguments = '{"value": ' + "[" * 1500 + "]" * 1500 + "}"
+    assembler = ReplyAssembler()
+    assembler.feed(delta(tool_calls=[{"index": 0, "id": "c", "function": {"name": "f"}}]))
+    assert assembler.feed(fragment(arguments[:1000])) == []
+    assert assembler.feed(fragment(arguments[1000:])) == [ToolCallReady(0, "c", "f", arguments)]

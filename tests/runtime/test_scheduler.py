@@ -505,7 +505,7 @@ async def test_outputs_are_bound_and_bad_names_refused(act: Act, run_events: Run
     assert run.variables == {"good": 1, "In": 2}
     assert run.actions["b"].note == (
         "output_key 'In' was not bound in the notebook: it would overwrite IPython's own name; "
-        "the value stays reachable as run.variables['In']"
+        "the value stays reachable as _cortex.variables['In']"
     )
     assert run.notes == [f"b: {run.actions['b'].note}"]
 
