@@ -37,6 +37,11 @@ def _asset(name: str) -> str:
     return resources.files("cortex_jupyter.display").joinpath(name).read_text(encoding="utf-8")
 
 
+def _strip_comments(code: str) -> str:
+    """``code`` without its whole-line ``//`` comments (sent with every graph)."""
+    return "".join(line for line in code.splitlines(True) if not line.lstrip().startswith("//"))
+
+
 class GraphCode(ipywidgets.Widget):  # type: ignore[misc]
     """The graph component's front-end module and CSS, sent once per kernel session.
 
@@ -67,7 +72,7 @@ class LiveGraph(anywidget.AnyWidget):
     as a patch, for a front end that asks for the whole state. Its module is a loader;
     the real one is in ``code`` (``GraphCode``), sent once whatever the number of views."""
 
-    _esm = _asset("live_graph_loader.js")
+    _esm = _strip_comments(_asset("live_graph_loader.js"))
     value = traitlets.Unicode("").tag(sync=True)
     code = traitlets.Instance(GraphCode).tag(sync=True, **ipywidgets.widget_serialization)
 
