@@ -652,8 +652,7 @@ class Session:
         cell, label = _cell_of(self.shell)
         if cell is not None:  # the cell runs again: the view it replaces lets go
             for old in [v for v in self.views if v.cell == cell]:
-                self.views.remove(old)
-                old.release()
+                self._release(old)
         view = _WidgetView(model, values, self.approvals, run, cell=cell, label=label)
         self.views.append(view)
         self.release_views()
@@ -677,14 +676,19 @@ class Session:
             if excess <= 0:
                 break
             if view.released or view.finished:
-                self.views.remove(view)
                 excess -= 1
-                try:
-                    view.release()
-                    released += 1
-                except Exception as exc:  # one broken view must not keep the others
-                    print(f"cortex: a view could not let go: {exc!r}", file=sys.stderr)
+                released += self._release(view)
         return released
+
+    def _release(self, view: _WidgetView) -> int:
+        """Let one view go; 1 if it did (a broken view must not keep the others)."""
+        self.views.remove(view)
+        try:
+            view.release()
+        except Exception as exc:
+            print(f"cortex: a view could not let go: {exc!r}", file=sys.stderr)
+            return 0
+        return 1
 
     def _has_widgets(self) -> bool:
         """Whether a front end that renders widgets is attached (a kernel with comms)."""

@@ -109,6 +109,8 @@ def test_views_lists_and_closes_the_live_views(views_kernel: Kernel) -> None:
     assert len(closing.of("comm_close")) > 10 and live_widgets(kernel) == baseline
     assert all(m.content["data"] == {"text/plain": ""} for m in closing.of("update_display_data"))
     assert "No live view" in kernel.execute("%cortex views").stream("stdout")
+    wrong = kernel.execute("%cortex views shut", allow_error=True)
+    assert wrong.reply["ename"] == "UsageError" and "%cortex views close" in wrong.reply["evalue"]
 
 
 def test_the_graph_code_is_sent_once(views_kernel: Kernel) -> None:
