@@ -129,7 +129,7 @@ class Outputs:
         return len(nbformat.writes(notebook).encode()) + widget_state
 
 
-def kernel_part(cells: int, every: int) -> list[dict[str, Any]]:
+def kernel_part(cells: int, every: int, live_views: int | None = None) -> list[dict[str, Any]]:
     import psutil
 
     rows: list[dict[str, Any]] = []
@@ -137,6 +137,8 @@ def kernel_part(cells: int, every: int) -> list[dict[str, Any]]:
     with Kernel() as kernel:
         kernel.execute("%load_ext cortex_jupyter")
         kernel.execute(TOOL)
+        if live_views is not None:
+            kernel.execute(f"%config CortexMagics.live_views = {live_views}")
         where = kernel.evaluate("__import__('cortex_jupyter').__file__")
         print(f"the kernel's cortex_jupyter: {where}", flush=True)
         process = psutil.Process(kernel.pid)
@@ -179,7 +181,9 @@ VIEWS_JS = "() => document.querySelectorAll('.jp-NotebookPanel .cortex-view').le
 WIDGET_SETTINGS = "@jupyter-widgets/jupyterlab-manager/plugin.jupyterlab-settings"
 
 
-def browser_part(cells: int, every: int, text: bool = False) -> list[dict[str, Any]]:
+def browser_part(
+    cells: int, every: int, text: bool = False, live_views: int | None = None
+) -> list[dict[str, Any]]:
     from playwright.sync_api import sync_playwright
 
     from tests.browser.harness import (
@@ -201,6 +205,8 @@ def browser_part(cells: int, every: int, text: bool = False) -> list[dict[str, A
         setup = "%load_ext cortex_jupyter\n" + TOOL
         if text:  # the control: the same cells shown as text, no widget at all
             setup += '\n%config CortexMagics.display = "text"\n'
+        if live_views is not None:
+            setup += f"\n%config CortexMagics.live_views = {live_views}\n"
         path = write_notebook(server, "soak.ipynb", [setup] + [cell(i) for i in range(cells)])
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(
@@ -273,6 +279,12 @@ def main() -> None:
     parser.add_argument("--no-kernel", action="store_true", help="skip the kernel part")
     parser.add_argument("--no-browser", action="store_true", help="skip the browser part")
     parser.add_argument(
+        "--live-views",
+        type=int,
+        default=None,
+        help="CortexMagics.live_views in both parts (default: the setting's default)",
+    )
+    parser.add_argument(
         "--browser-control",
         action="store_true",
         help="also run the browser part with the cells shown as text (no widgets): what a "
@@ -281,11 +293,11 @@ def main() -> None:
     args = parser.parse_args()
     if not args.no_kernel:
         print(f"\n## Kernel: {args.cells} cells\n", flush=True)
-        rows = kernel_part(args.cells, args.every)
+        rows = kernel_part(args.cells, args.every, args.live_views)
         print("\n" + table(rows))
     if not args.no_browser:
         print(f"\n## JupyterLab: {args.browser_cells} cells\n", flush=True)
-        rows = browser_part(args.browser_cells, args.browser_every)
+        rows = browser_part(args.browser_cells, args.browser_every, live_views=args.live_views)
         print("\n" + table(rows))
     if args.browser_control:
         print(f"\n## JupyterLab, the same cells as text (control): {args.browser_cells}\n")
