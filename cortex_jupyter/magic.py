@@ -52,6 +52,7 @@ COMMANDS = (
     "prompt",
     "continue",
     "stop",
+    "views",
     "replay",
     "save",
     "debug",
@@ -115,6 +116,12 @@ class CortexMagics(Magics):
     ).tag(config=True)
     display = CaselessStrEnum(
         ("auto", "widgets", "text"), "auto", help="How runs are shown: widgets, text or auto."
+    ).tag(config=True)
+    live_views = Int(
+        10,
+        min=0,
+        help="How many finished views stay live (clickable); older ones show their static "
+        "copy and close their widgets, which frees what they held.",
     ).tag(config=True)
     dask_address = Unicode(
         None,
@@ -365,6 +372,34 @@ class CortexMagics(Magics):
             print(f"Cancelled {len(stopped)} running action(s): {', '.join(stopped)}.")
         else:
             print("No fire_and_forget action is running.")
+
+    def _cmd_views(self, args: list[str]) -> None:
+        """The live views (clickable widgets); %cortex views close lets them all go."""
+        session = self.session
+        if args not in ([], ["close"]):
+            raise UsageError("%cortex views: use %cortex views, or %cortex views close.")
+        if args == ["close"]:
+            released = session.release_views(keep=0)
+            kept = len(session.views)
+            print(
+                f"Closed {released} view(s): they show their static copy; _cortex and the "
+                "variables are kept."
+                + (f" {kept} still running stay(s) live until the run ends." if kept else "")
+            )
+            return
+        views = session.views
+        if not views:
+            print("No live view: finished runs show their static copy.")
+            return
+        print(
+            f"{len(views)} live view(s) (the newest {self.live_views} finished ones stay "
+            "live: CortexMagics.live_views):"
+        )
+        for view in views:
+            state = view.view.state
+            actions = len(state.nodes)
+            print(f"  {view.label:<9} {state.model}  {state.phase}, {actions} action(s)")
+        print("%cortex views close lets them go (each shows its static copy).")
 
     def _cmd_prompt(self, args: list[str]) -> None:
         """The system prompt the model is given (dialect, tools, feeds)."""

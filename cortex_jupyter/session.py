@@ -47,6 +47,8 @@ if TYPE_CHECKING:
     from cortex_jupyter.runtime.chunks import StreamingModel
 
 RUN_VARIABLE = "_cortex"
+#: How many finished widget views stay live by default (``CortexMagics.live_views``).
+LIVE_VIEWS = 10
 #: Run statuses that end a cell with an error line (the answer never came).
 UNFINISHED = frozenset(("interrupted", "failed", "turn_limit", "truncated"))
 #: Run statuses ``%cortex continue`` can pick up from.
@@ -239,11 +241,18 @@ class _WidgetView:
         values: Callable[[], Mapping[str, Any]],
         approvals: Approvals,
         record: Run | None = None,
+        cell: str | None = None,
+        label: str = "",
     ) -> None:
         from IPython.display import display
 
         from cortex_jupyter.display.widget import WidgetView
 
+        #: The notebook cell it runs in (the front end's ``cellId``), when known.
+        self.cell = cell
+        #: How ``%cortex views`` names it (its cell's execution count).
+        self.label = label
+        self._record_meta: dict[str, Any] | None = None  # the live output's metadata
         self.stop: Callable[[], None] | None = None
         # The run record gives the inspector the real objects (outputs, parameters).
         self.view = WidgetView(
@@ -269,13 +278,36 @@ class _WidgetView:
         return self.view.redraw()  # true: call again soon, parts wait for the budget
 
     def close(self) -> None:
+        if self.view.closed:
+            return
         self.view.stream_closed()
         saved = self.view.finish()
         self._show_copy(*saved.static)
         # The view's own output last: its update carries the run's record.
+        data, self._record_meta = saved.live
         if self._handle is not None:
-            data, metadata = saved.live
-            self._handle.update(data, metadata=metadata, raw=True)
+            self._handle.update(data, metadata=self._record_meta, raw=True)
+
+    @property
+    def finished(self) -> bool:
+        """Whether the run has ended and every action with it (nothing more to show)."""
+        return self._closed and self.view.settled
+
+    @property
+    def released(self) -> bool:
+        return self.view.closed
+
+    def release(self) -> int:
+        """Let the view go: its output keeps only the run's record (an empty text: the
+        static copy under it shows the run, as in a saved notebook), then every widget
+        closes and the view drops the run. Returns how many widgets were closed."""
+        if self.view.closed:
+            return 0
+        if self._handle is not None and self._record_meta is not None:
+            # First, so that the page never shows a closed widget's empty frame.
+            self._handle.update({"text/plain": ""}, metadata=self._record_meta, raw=True)
+        self._handle = None
+        return self.view.close()
 
     def _show_copy(self, data: dict[str, Any], metadata: dict[str, Any]) -> None:
         """Show the static copy under the view (in the cell), or update it (later)."""
@@ -299,6 +331,8 @@ class _WidgetView:
     def _show_late(self) -> None:  # the cell's thread, on the kernel's loop
         with self._lock:
             events, self._pending, self._scheduled = self._pending, [], False
+        if self.view.closed:  # released: the run record still takes the events
+            return
         try:
             self.view.apply(events)
             if self.view.settled:
@@ -340,6 +374,9 @@ class Session:
         self._loop: Loop | None = None
         #: Runs whose fire_and_forget actions went to that loop (pruned when they end).
         self._background_runs: list[Run] = []
+        #: The widget views still live, oldest first (``CortexMagics.live_views`` of them
+        #: once finished; older ones let go: ``release_views``).
+        self.views: list[_WidgetView] = []
 
     # ---- running a cell -----------------------------------------------------------
 
@@ -592,6 +629,8 @@ class Session:
         """
         if isinstance(failure, KeyboardInterrupt):
             _close_quietly(view)
+            if isinstance(view, _WidgetView):
+                self.release_views()
             how = (
                 "run the cell again"
                 if self.last_options is not None and self.last_options.script
@@ -607,6 +646,8 @@ class Session:
             failure = _closed(view)
         else:
             _close_quietly(view)
+        if isinstance(view, _WidgetView):
+            self.release_views()  # older finished views let go, however this one ended
         if failure is not None:  # a bug of ours or a host's: still no traceback wall
             error = _innermost(failure)
             run.error = error
@@ -652,7 +693,46 @@ class Session:
         def values() -> Mapping[str, Any]:
             return ChainMap(*scopes)  # type: ignore[arg-type]
 
-        return _WidgetView(model, values, self.approvals, run)
+        cell, label = _cell_of(self.shell)
+        if cell is not None:  # the cell runs again: the view it replaces lets go
+            for old in [v for v in self.views if v.cell == cell]:
+                self._release(old)
+        view = _WidgetView(model, values, self.approvals, run, cell=cell, label=label)
+        self.views.append(view)
+        self.release_views()
+        return view
+
+    @property
+    def live_views(self) -> int:
+        """How many finished widget views stay live (``CortexMagics.live_views``)."""
+        magics = getattr(getattr(self.shell, "magics_manager", None), "registry", {})
+        value = getattr(magics.get("CortexMagics"), "live_views", LIVE_VIEWS)
+        return value if isinstance(value, int) and value >= 0 else LIVE_VIEWS
+
+    def release_views(self, keep: int | None = None) -> int:
+        """Let finished views beyond the newest ``keep`` (default ``live_views``) go:
+        each shows its static copy and closes its widgets. Returns how many let go; a
+        view whose actions still run stays until they end."""
+        keep = self.live_views if keep is None else keep
+        excess = len(self.views) - keep
+        released = 0
+        for view in list(self.views):
+            if excess <= 0:
+                break
+            if view.released or view.finished:
+                excess -= 1
+                released += self._release(view)
+        return released
+
+    def _release(self, view: _WidgetView) -> int:
+        """Let one view go; 1 if it did (a broken view must not keep the others)."""
+        self.views.remove(view)
+        try:
+            view.release()
+        except Exception as exc:
+            print(f"cortex: a view could not let go: {exc!r}", file=sys.stderr)
+            return 0
+        return 1
 
     def _has_widgets(self) -> bool:
         """Whether a front end that renders widgets is attached (a kernel with comms)."""
@@ -749,6 +829,21 @@ def forget(shell: InteractiveShell) -> None:
     session = _SESSIONS.pop(id(shell), None)
     if session is not None:
         session.close()
+
+
+def _cell_of(shell: InteractiveShell) -> tuple[str | None, str]:
+    """The notebook cell running now, as its front end names it (the ``cellId`` that
+    JupyterLab and Notebook 7 put in an execute request's metadata), and its label for
+    ``%cortex views`` (the execution count)."""
+    label = f"In [{getattr(shell, 'execution_count', '?')}]"
+    kernel = getattr(shell, "kernel", None)
+    try:
+        parent = kernel.get_parent("shell") if kernel is not None else None
+    except Exception:
+        parent = None
+    metadata = parent.get("metadata") if isinstance(parent, Mapping) else None
+    cell = metadata.get("cellId") if isinstance(metadata, Mapping) else None
+    return (cell if isinstance(cell, str) and cell else None), label
 
 
 def _model_name(agent: Agent) -> str:

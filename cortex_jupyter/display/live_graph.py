@@ -12,7 +12,9 @@ A front end that asks for the whole state (a page reloaded while the run goes on
 second view of the output) gets the whole picture as one frame: ``get_state`` puts it
 in place of the last patch.
 
-The module text and the CSS are package data (``live_graph.js``, ``live_graph.css``).
+The module text and the CSS are package data (``live_graph.js``, ``live_graph.css``). They
+cross the wire once per kernel session, in one shared ``GraphCode`` widget; each graph's
+own ``_esm`` is a small loader (``live_graph_loader.js``) that imports them from it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from importlib import resources
 from typing import Any
 
 import anywidget
+import ipywidgets
 import traitlets
 
 from .theme import esc
@@ -34,16 +37,48 @@ def _asset(name: str) -> str:
     return resources.files("cortex_jupyter.display").joinpath(name).read_text(encoding="utf-8")
 
 
+def _strip_comments(code: str) -> str:
+    """``code`` without its whole-line ``//`` comments (sent with every graph)."""
+    return "".join(line for line in code.splitlines(True) if not line.lstrip().startswith("//"))
+
+
+class GraphCode(ipywidgets.Widget):  # type: ignore[misc]
+    """The graph component's front-end module and CSS, sent once per kernel session.
+
+    A plain widget model (no view) that every ``LiveGraph`` names in its ``code`` trait;
+    each graph's own module is a loader of a few hundred bytes that imports this code
+    once per page. Like any live widget it is in the widget state a notebook saves and
+    in what a reloaded page fetches from the kernel, so both still find the code.
+    """
+
+    code = traitlets.Unicode(_asset("live_graph.js")).tag(sync=True)
+    css = traitlets.Unicode(_asset("live_graph.css")).tag(sync=True)
+
+
+_shared: GraphCode | None = None
+
+
+def graph_code() -> tuple[GraphCode, bool]:
+    """The kernel's ``GraphCode``, and whether it was made now (one ``comm_open``)."""
+    global _shared
+    if _shared is not None and _shared.comm is not None:
+        return _shared, False
+    _shared = GraphCode()
+    return _shared, True
+
+
 class LiveGraph(anywidget.AnyWidget):
     """The graph widget (see the module docstring). ``full()`` returns the whole picture
-    as a patch, for a front end that asks for the whole state."""
+    as a patch, for a front end that asks for the whole state. Its module is a loader;
+    the real one is in ``code`` (``GraphCode``), sent once whatever the number of views."""
 
-    _esm = _asset("live_graph.js")
-    _css = _asset("live_graph.css")
+    _esm = _strip_comments(_asset("live_graph_loader.js"))
     value = traitlets.Unicode("").tag(sync=True)
+    code = traitlets.Instance(GraphCode).tag(sync=True, **ipywidgets.widget_serialization)
 
     def __init__(self, full: Callable[[], str], **kwargs: Any) -> None:
         self._full = full
+        kwargs.setdefault("code", graph_code()[0])
         super().__init__(**kwargs)
 
     def get_state(self, key: Any = None, drop_defaults: bool = False) -> dict[str, Any]:

@@ -87,6 +87,12 @@ RENDERERS: dict[str, str] = {
     "JupyterLab / Notebook 7, trusted, no kernel or restarted": (
         "the static copy; the widget output is hidden (no 'model not found')"
     ),
+    "JupyterLab / Notebook 7, the kernel restarted under an open page": (
+        "the static copy; the disconnected view is hidden"
+    ),
+    "JupyterLab / Notebook 7, an older view let go (CortexMagics.live_views)": (
+        "the static copy; the view's output is an empty text, hidden"
+    ),
     "JupyterLab / Notebook 7, untrusted (nbclient, papermill, received)": (
         "the static copy, sanitized (no <style>): the graph as a picture, the rest as text"
     ),
@@ -115,13 +121,25 @@ _PHASE_STATUS = {
 # the text "Loading widget..." or "Error displaying widget: model not found" (seen in
 # JupyterLab 4.6 with @jupyter-widgets/jupyterlab-manager 5). ``:has()`` may not nest,
 # and one invalid selector drops its whole rule: one rule per case.
+#
+# A view is *live* while its widgets are connected to a kernel. After a kernel restart
+# the front end keeps the old views on the page, each marked with ipywidgets' class
+# ``jupyter-widgets-disconnected`` (the broken-link icon; clicks then throw "Cannot
+# send"): such a view is hidden and the copy shows, as in a saved notebook. A view that
+# let go (``CortexMagics.live_views``) left an empty text output in its place: hidden
+# too, the copy shows.
 _WIDGET_OUTPUT = ".jp-OutputArea-output.lm-Panel:not([data-mime-type])"
+_DEAD = "jupyter-widgets-disconnected"
+_LIVE = f".{VIEW_CLASS}:not(.{_DEAD})"
+_COPY_AFTER = f":has(~.jp-OutputArea-child .{STATIC_CLASS})"
+_EMPTY_TEXT = '.jp-OutputArea-output[data-mime-type="text/plain"]>pre:empty'
 _HIDE = "{display:none}"
 SWITCH_CSS = (
-    f".jp-OutputArea-child:has(.{VIEW_CLASS})~.jp-OutputArea-child:has(.{STATIC_CLASS}){_HIDE}"
-    f".cell_container:has(.{VIEW_CLASS}) .output:has(.{STATIC_CLASS}){_HIDE}"
-    f".jp-OutputArea-child:has(>{_WIDGET_OUTPUT}):not(:has(.{VIEW_CLASS}))"
-    f":has(~.jp-OutputArea-child .{STATIC_CLASS}){_HIDE}"
+    f".jp-OutputArea-child:has({_LIVE})~.jp-OutputArea-child:has(.{STATIC_CLASS}){_HIDE}"
+    f".cell_container:has({_LIVE}) .output:has(.{STATIC_CLASS}){_HIDE}"
+    f".jp-OutputArea-child:has(>{_WIDGET_OUTPUT}):not(:has(.{VIEW_CLASS})){_COPY_AFTER}{_HIDE}"
+    f".jp-OutputArea-child:has(.{VIEW_CLASS}.{_DEAD}){_COPY_AFTER}{_HIDE}"
+    f".jp-OutputArea-child:has(>{_EMPTY_TEXT}){_COPY_AFTER}{_HIDE}"
 )
 
 # How much of a node's captured text the copy keeps (the run record keeps all of it).

@@ -77,7 +77,7 @@ from ipywidgets.widgets.widget_string import (  # not re-exported at the top
 from cortex_jupyter.runtime import secrets
 
 from .inspector import inspector_html, waiting_html
-from .live_graph import LiveGraph, frame, patch
+from .live_graph import LiveGraph, frame, graph_code, patch
 from .markdown import IncrementalMarkdown
 from .rich import pre
 from .state import PARTS, ViewState
@@ -194,6 +194,7 @@ class WidgetView:
         self._stale: list[ipywidgets.Widget] = []  # left the page; closed when the budget allows
         self._finishing = False  # drawing the final frame (``finish``)
         self._placed = True  # every part made is in the root box
+        self._closed = False  # ``close``: the widgets are closed, the run let go
 
         # One style and one plain layout shared by the parts that need nothing of their
         # own: every widget, layout and style is a comm_open when it is created.
@@ -248,6 +249,8 @@ class WidgetView:
 
     def apply(self, events: Sequence[Any]) -> None:
         """Reduce a batch of parser/runtime events, stamped with the clock's time."""
+        if self._closed:
+            return
         now = self._clock()
         for event in events:
             self.state.apply(event, now)
@@ -258,6 +261,8 @@ class WidgetView:
 
         Returns whether something is still waiting for the budget: redraw again soon.
         """
+        if self._closed:
+            return False
         now = self._clock()
         budget = self._budget
         budget.refill(now)
@@ -348,12 +353,50 @@ class WidgetView:
         for pieces in (self._thought, self._response):
             if pieces is not None:
                 self.sent += pieces.close_stale(None)
-        self.sent += self._close_stale(None)
+        # The Stop button leaves first, so that closing what left the page closes it too.
         self.sent += self._drop_stop()
+        self.sent += self._close_stale(None)
         self.sent += 2  # the view's display update, and the static copy's display
         bundle = self.widget._repr_mimebundle_()
         widget = bundle.get(WIDGET_MIME) if bundle else None
         return saved_copy(self.state, self._read_values(), now, widget=widget)
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close`` let the view go (its widgets are closed)."""
+        return self._closed
+
+    def close(self) -> int:
+        """Close every widget of the view and let go of the run; returns how many.
+
+        Each widget, its layout and its style is a comm of its own: closing one sends a
+        ``comm_close``, after which neither the kernel nor the front end holds its state.
+        The graph's shared code (``live_graph.GraphCode``) stays for the next view. The
+        view then drops the run record, the namespace and the reduced state, so what the
+        run produced is freed with the record the user holds, not kept by the view.
+        Closing twice does nothing; a closed view ignores further events.
+        """
+        if self._closed:
+            return 0
+        self._closed = True
+        roots: list[Any] = [self.widget, *self._parts.values(), *self._stale]
+        roots += [*self._rows.values(), self._stop_button, self._graph, self._inspector]
+        roots += [self._approvals, self._style, self._math_style, self._plain, self._rows_layout]
+        roots += [getattr(self, "_button_style", None), getattr(self, "_button_layout", None)]
+        for pieces in (self._thought, self._response):
+            if pieces is not None:
+                roots += [pieces.box, *pieces.widgets()]
+        widgets = _tree(roots)
+        for widget in widgets:
+            widget.close()
+        self._parts, self._stale, self._rows = {}, [], {}
+        self._graph = self._inspector = self._approvals = self._stop_button = self._top = None
+        self._thought = self._response = None
+        self._graph_sent, self._rich, self._selected = {}, {}, None
+        self._record, self._values, self._decide, self._stop = None, dict, None, None
+        self._markdown = IncrementalMarkdown()
+        self.state = ViewState(model=self.state.model, started=self.state.started)
+        return len(widgets)
 
     # ---- scheduling ---------------------------------------------------------------
 
@@ -462,14 +505,16 @@ class WidgetView:
             if not picture.items:
                 return 0
             self._graph_sent = dict(pieces)
+            code, made = graph_code()  # the module's code: once per kernel session
             self._graph = LiveGraph(
+                code=code,
                 full=self._graph_full,
                 value=self._graph_full(),
                 layout=self._plain,
                 _dom_classes=("cortex-graph",),
             )
             self._graph.on_msg(self._on_graph_message)
-            return 1 + self._attach("graph", self._graph)
+            return 1 + made + self._attach("graph", self._graph)
         head = frame("patch", *self._graph_size, self._since_start(now))
         value, self._graph_behind = patch(self._graph_sent, pieces, head)
         if not value:
@@ -776,6 +821,21 @@ class WidgetView:
             return {}
 
 
+def _tree(roots: Sequence[Any]) -> list[ipywidgets.Widget]:
+    """Every widget in ``roots`` and inside them (children, layouts, styles), once each."""
+    found: dict[int, ipywidgets.Widget] = {}
+    todo = [w for w in roots if isinstance(w, ipywidgets.Widget)]
+    while todo:
+        widget = todo.pop()
+        if id(widget) in found:
+            continue
+        found[id(widget)] = widget
+        inside = [*getattr(widget, "children", ())]
+        inside += [getattr(widget, "layout", None), getattr(widget, "style", None)]
+        todo += [w for w in inside if isinstance(w, ipywidgets.Widget)]
+    return list(found.values())
+
+
 def _cached_html(markdown: IncrementalMarkdown) -> str:
     """The HTML of the blocks ``markdown`` has cached: settled until its next restart.
 
@@ -850,6 +910,10 @@ class _Pieces:
             self._frozen, self._frozen_at = stable, now
             return sent
         return sent + _set(self._tail, value=self._wrap(stable[len(self._frozen) :] + rest))
+
+    def widgets(self) -> list[ipywidgets.HTML]:
+        """Every widget the text is made of: pieces, tail, and replaced pieces not closed."""
+        return [*self._pieces, self._tail, *self._stale]
 
     @property
     def stale(self) -> int:

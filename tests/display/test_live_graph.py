@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from importlib import resources
+from typing import Any
 
+import comm
+import pytest
+from comm.base_comm import BaseComm
+
+from cortex_jupyter.display import live_graph
 from cortex_jupyter.display.live_graph import LiveGraph, frame, patch
 
 
@@ -37,7 +44,9 @@ def test_the_whole_state_is_the_whole_picture() -> None:
     graph = LiveGraph(full=lambda: "WHOLE", value="the last patch")
     assert graph.get_state()["value"] == "WHOLE"  # a front end asking for everything
     assert graph.get_state("value") == {"value": "the last patch"}  # an update
-    assert "export default" in graph._esm and "data-cxj-act" in graph._esm
+    # Its own module is the loader; the real one is in the shared GraphCode it names.
+    assert "export default" in graph._esm and "data-cxj-act" in graph.code.code
+    assert graph.get_state()["code"] == f"IPY_MODEL_{graph.code.model_id}"
     assert graph.get_state()["_anywidget_id"].endswith("LiveGraph")
 
 
@@ -45,3 +54,26 @@ def test_the_front_end_files_are_package_data() -> None:
     folder = resources.files("cortex_jupyter.display")
     assert folder.joinpath("live_graph.js").read_text(encoding="utf-8").strip()
     assert folder.joinpath("live_graph.css").read_text(encoding="utf-8").strip()
+
+
+def test_the_graph_code_crosses_the_wire_once_per_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 19, item 2: each view used to re-send 7.8 KB of JavaScript and CSS."""
+    sent: list[str] = []
+
+    class RecordingComm(BaseComm):  # type: ignore[misc]
+        def publish_msg(self, msg_type: str, data: Any = None, *args: Any, **kw: Any) -> None:
+            sent.append(json.dumps(data))
+
+    monkeypatch.setattr(comm, "create_comm", RecordingComm)
+    monkeypatch.setattr(live_graph, "_shared", None)  # a fresh kernel
+    code = resources.files("cortex_jupyter.display").joinpath("live_graph.js").read_text()
+    marker = "function kernelNow()"
+    assert marker in code
+    graphs = [LiveGraph(full=lambda i=i: f"v{i}") for i in range(5)]
+    assert len({g.code.model_id for g in graphs}) == 1
+    assert sum(marker in message for message in sent) == 1  # the code: once, not five times
+    opens = [m for m in sent if '"value": "v' in m]  # the five graphs' own comm_opens
+    assert len(opens) == 5 and all(len(m) < 3000 for m in opens)
+    graphs[0].code.close()  # closed (Widget.close_all()): the next graph sends it again
+    LiveGraph(full=lambda: "", value="again")
+    assert sum(marker in message for message in sent) == 2

@@ -1144,3 +1144,57 @@ def test_a_thought_streamed_up_to_the_middle_of_a_secret_shows_none_of_it(
     settle(view, clock)
     assert "The key is [redacted], it works." in text_of(part(view, "cortex-thought"))
     assert [fragments(text) for text in wire if fragments(text)] == []
+
+
+# ------------------------------------------------------------------ letting go (issue 19)
+
+
+def live_widgets() -> set[str]:
+    """The model ids of every widget the kernel holds open."""
+    from ipywidgets.widgets.widget import _instances
+
+    return set(_instances)
+
+
+def test_a_fast_run_leaves_no_stop_button_behind(recorder: Recorder, clock: Clock) -> None:
+    """Issue 19, item 16: a run that ends before any redraw sees it end."""
+    view = make_view(clock, stop=lambda: None)
+    button = part(view, "cortex-stop")
+    view.apply(parse())
+    view.apply([End("completed", clock.now)])
+    view.finish()
+    assert maybe_part(view, "cortex-stop") is None
+    assert button.comm is None  # closed: a comm_close, and the kernel lets it go
+    assert view.sent == len(recorder.messages) + 3
+
+
+def test_closing_a_view_closes_every_widget_it_made(recorder: Recorder, clock: Clock) -> None:
+    """Issue 19, item 1: each widget, layout and style of the view is a comm of its own."""
+    from cortex_jupyter.display.live_graph import graph_code
+
+    graph_code()  # the graph's shared code: made once per kernel, not the view's
+    before = live_widgets()
+    record = object()
+    view = make_view(
+        clock, decide=lambda i, a: True, stop=lambda: None, record=lambda: record, values=dict
+    )
+    many(view, 20)
+    view.apply([status("fetch1", "awaiting", clock.now, parameters="{}")])
+    settle(view, clock)
+    view.apply(parse())
+    view.apply([status("fetch2", "failed", clock.now, error="x"), End("completed", clock.now)])
+    settle(view, clock)
+    part(view, "cortex-graph")._handle_custom_msg({"act": "select", "id": "fetch3"}, [])
+    view.finish()
+    made = live_widgets() - before
+    assert len(made) > 20  # the view, its parts, pieces, graph, inspector, layouts, styles
+    start = len(recorder.messages)
+    assert view.close() == len(made)
+    assert live_widgets() == before  # every one of them closed; the shared code stays
+    closes = [m for m in recorder.messages[start:] if m.type == "comm_close"]
+    assert len(closes) == len(made)  # a comm_close each, so the front end frees them too
+    # The view lets go of the run: nothing of it is reachable from the view any more.
+    assert view.closed and view._record is None and not view.state.nodes
+    assert view.close() == 0  # twice: nothing more
+    view.apply([status("fetch4", "done", clock.now)])  # a late event: ignored
+    assert view.redraw() is False and not view.state.nodes

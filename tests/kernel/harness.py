@@ -250,16 +250,31 @@ class Kernel:
         timeout: float = 60.0,
         on_message: Callable[[Message], None] | None = None,
         allow_error: bool = False,
+        cell_id: str | None = None,
     ) -> Execution:
         """Run ``code``; collect its iopub messages until the kernel is idle, and its reply.
 
         ``on_message`` sees each message as it arrives (e.g. to interrupt the kernel). A
         reply whose status is not ``ok`` raises ``AssertionError`` unless ``allow_error``.
+        ``cell_id`` is sent as JupyterLab sends it: ``cellId`` in the request's metadata.
         """
         kc = self.kc
         assert kc is not None, "the kernel is not started"
         sent = time.monotonic()
-        msg_id = kc.execute(code, user_expressions=user_expressions or {}, allow_stdin=False)
+        if cell_id is None:
+            msg_id = kc.execute(code, user_expressions=user_expressions or {}, allow_stdin=False)
+        else:
+            content = {
+                "code": code,
+                "silent": False,
+                "store_history": True,
+                "user_expressions": user_expressions or {},
+                "allow_stdin": False,
+                "stop_on_error": True,
+            }
+            request = kc.session.msg("execute_request", content, metadata={"cellId": cell_id})
+            kc.shell_channel.send(request)
+            msg_id = request["header"]["msg_id"]
         deadline = sent + timeout
         messages: list[Message] = []
         foreign = 0

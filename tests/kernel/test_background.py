@@ -91,9 +91,12 @@ def test_wait_blocks_until_the_late_action_ended_and_its_variable_is_bound(
     kernel: Kernel,
 ) -> None:
     kernel.execute(TOOL)
-    kernel.execute("log_note = None")
+    # Unbound, not reassigned: a name the user assigns is theirs (issue 18 §10).
+    kernel.execute("globals().pop('log_note', None)")
     kernel.execute(cell(0.5))
-    waited = kernel.execute("print(_cortex.wait().actions['log'].status, log_note)")
+    waited = kernel.execute(
+        "print(_cortex.wait().actions['log'].status, globals().get('log_note'))"
+    )
     assert waited.stream("stdout") == "done logged\n"
 
     kernel.execute(cell(30))
