@@ -107,8 +107,10 @@ def test_the_message_rate_and_traffic_are_bounded(streamed: Execution) -> None:
     # out unbudgeted: header updates for a new state word or node counts, and the final
     # frame. The issue's stricter "<= 30 a second" is measured by bench/kernel_bench.py,
     # which reports it. Counted by when the kernel sent them, not when they arrived.
+    # The unbudgeted part: header words and the final frame, which also closes the Stop
+    # button since a fast run left it behind (issue 19 §16): 7 messages at most.
     per_second = max_per_window(m.sent for m in updates)
-    assert per_second <= MAX_MESSAGES + BURST + 6, per_second
+    assert per_second <= MAX_MESSAGES + BURST + 7, per_second
     assert len(updates) < CHUNKS / 2  # coalesced: far fewer messages than chunks
     assert streamed.total_bytes() < 250_000
     assert streamed.foreign == 0
