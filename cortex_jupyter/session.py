@@ -159,15 +159,24 @@ class _TextView:
         from cortex_jupyter.display import TextRenderer
 
         self._out = sys.stdout
-        self._renderer = TextRenderer(self._write, model=model)
+        # What the renderer wrote since the last send: a tool printing 100,000 lines
+        # makes one write (and one redaction) per delivery, not one per line.
+        self._pending: list[str] = []
+        self._renderer = TextRenderer(self._pending.append, model=model)
         self._approvals = approvals
         self._names: dict[str, str] = {}
         # Text printed after its cell ended would land in whatever cell runs then.
         self.late: Callable[[list[Any]], None] | None = None
         self.stop: Callable[[], None] | None = None
 
-    def _write(self, text: str) -> None:
-        self._out.write(redact(text))
+    def _send(self) -> None:
+        """Write what gathered, redacted as one text (so a secret split across two
+        writes is redacted as well)."""
+        if self._pending:
+            text = "".join(self._pending)
+            self._pending.clear()
+            self._out.write(redact(text))
+        self._out.flush()
 
     def deliver(self, events: list[Any]) -> None:
         now = time.monotonic()
@@ -177,9 +186,9 @@ class _TextView:
             if isinstance(inner, ActionStatus):
                 self._names.setdefault(path + inner.id, inner.name or inner.id)
                 if inner.status == "awaiting":
-                    self._out.flush()
+                    self._send()
                     self._ask(path + inner.id, inner)
-        self._out.flush()
+        self._send()
 
     def _ask(self, node_id: str, event: ActionStatus) -> None:
         """Without widgets, "ask" is ``input()``, in the cell's thread (a kernel sends it
@@ -195,8 +204,8 @@ class _TextView:
         self._approvals.answer(node_id, answer.strip().lower() in ("y", "yes"))
 
     def close(self) -> None:
-        self._out.write("\n")
-        self._out.flush()
+        self._pending.append("\n")
+        self._send()
 
 
 def _unnest(event: Any) -> tuple[str, Any]:
