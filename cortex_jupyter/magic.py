@@ -28,6 +28,7 @@ from IPython.core.magic_arguments import (
 from traitlets import Any as AnyTrait
 from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode, observe
 
+from cortex_jupyter.runtime.bounded import bounded_repr
 from cortex_jupyter.runtime.errors import CortexRuntimeError
 from cortex_jupyter.runtime.mcp import DEFAULT_TIMEOUT
 from cortex_jupyter.runtime.secrets import redact
@@ -252,7 +253,10 @@ class CortexMagics(Magics):
         if visible:
             print("A model may reach these notebook names (and any a cell writes as $name):")
             for name, why in visible.items():
-                text = redact(repr(namespace.get(name)))
+                # Bounded (never the full repr of a huge value), one line, redacted
+                # before it is cut to fit; a repr that raises says so.
+                shown = bounded_repr(namespace.get(name), limit=400)
+                text = " ".join(redact(shown).split())
                 text = text if len(text) <= 70 else text[:67] + "..."
                 run = session.bound.get(name)
                 where = f", run {run}" if run and why.startswith("bound") else ""

@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import functools
 import re
-import reprlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -69,6 +68,7 @@ from pygments.lexer import Lexer
 from pygments.lexers import get_lexer_by_name
 from pygments.util import ClassNotFound
 
+from cortex_jupyter.runtime.bounded import BoundedRepr
 from cortex_jupyter.runtime.variables import REFERENCE, resolve
 
 from . import theme
@@ -104,9 +104,7 @@ _CODE_STYLE = (
 )
 _LINK_REL = "noopener noreferrer nofollow"
 
-_short = reprlib.Repr()
-_short.maxstring = _short.maxother = _VALUE_LIMIT
-_short.maxlist = _short.maxdict = _short.maxtuple = _short.maxset = 10
+_short = BoundedRepr(limit=_VALUE_LIMIT, items=10)
 
 
 def short_str(value: Any, limit: int = _VALUE_LIMIT) -> str:
@@ -115,8 +113,8 @@ def short_str(value: Any, limit: int = _VALUE_LIMIT) -> str:
     try:
         if isinstance(value, str | int | float | bool) or value is None:
             text = str(value)
-        elif isinstance(value, list | tuple | dict | set | frozenset):
-            text = _short.repr(value)
+        elif isinstance(value, list | tuple | dict | set | frozenset | bytes | bytearray):
+            text = _short.repr(value)  # never the str of a million items or bytes
         else:
             text = str(value)
     except Exception as exc:  # a broken __str__ must not break the response

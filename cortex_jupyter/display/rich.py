@@ -32,10 +32,11 @@ import base64
 import binascii
 import io
 import re
-import reprlib
 from collections.abc import Callable, Mapping
 from html.parser import HTMLParser
 from typing import Any
+
+from cortex_jupyter.runtime.bounded import BoundedRepr, failed
 
 from .theme import MONO, MUTED, esc, shorten
 
@@ -69,11 +70,9 @@ _ATTRIBUTES = frozenset(("colspan", "rowspan", "title", "align", "valign", "abbr
 _NUMBER = re.compile(r"^\d{1,4}$")
 _BASE64 = re.compile(r"^[A-Za-z0-9+/=\s]+$")
 
-_repr = reprlib.Repr()
-_repr.maxstring = 400
-_repr.maxother = 400
-_repr.maxlevel = 3
-_repr.maxlist = _repr.maxtuple = _repr.maxdict = _repr.maxset = 20
+_repr = BoundedRepr(limit=400, items=20)
+#: A value that is not a container shows up to ``MAX_TEXT`` characters of its repr.
+_long_repr = BoundedRepr(limit=MAX_TEXT, items=20)
 
 
 class _Rebuilder(HTMLParser):
@@ -158,11 +157,13 @@ def rich_html(value: Any) -> str:
 
 
 def safe_repr(value: Any) -> str:
-    """``repr(value)``, shortened for containers, never raising."""
+    """``repr(value)``, shortened for containers, bounded for everything (never the full
+    repr of a large value), never raising."""
+    shorter = _repr if isinstance(value, Mapping | list | tuple | set) else _long_repr
     try:
-        return _repr.repr(value) if isinstance(value, Mapping | list | tuple | set) else repr(value)
+        return shorter.repr(value)
     except Exception as exc:
-        return f"<{type(value).__name__}: repr failed with {type(exc).__name__}>"
+        return failed(value, "repr", exc)
 
 
 def pre(text: str, limit: int = MAX_TEXT) -> str:

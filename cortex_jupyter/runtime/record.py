@@ -11,9 +11,9 @@ to feed a display or a scheduler again.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
-import reprlib
 import time
 import uuid
 from collections.abc import Iterator
@@ -35,6 +35,7 @@ from cortex_jupyter.protocol.events import (
     event_to_dict,
 )
 
+from .bounded import BoundedRepr, failed
 from .errors import TranscriptError
 from .events import RUN_EVENT_TYPES, AnyEvent, Metric, Nested, Progress, Turn, TurnEnd
 from .graph import STATUSES, ActionNode
@@ -59,10 +60,7 @@ _PARSER_EVENT_TYPES: dict[str, type[Any]] = {
         ProtocolError,
     )
 }
-_repr = reprlib.Repr()
-_repr.maxstring = 160
-_repr.maxother = 160
-_repr.maxlist = _repr.maxdict = _repr.maxtuple = _repr.maxset = 8
+_repr = BoundedRepr(limit=160, items=8)
 _NODE_FIELDS = (
     "name", "type", "mode", "parent", "status", "error", "submitted", "started", "finished",
     "attempts", "note", "stdout", "stderr", "source",
@@ -71,22 +69,39 @@ _NODE_FIELDS = (
 
 def summarize(value: Any) -> str:
     """A short one-line repr of any value (for events and non-JSON outputs), secrets
-    redacted: it is what the view shows of an output."""
+    redacted: it is what the view shows of an output. Bounded: it never makes the full
+    repr of a large value (``runtime.bounded``)."""
     try:
         return redact(_repr.repr(value).replace("\n", " "))
     except Exception as exc:  # a broken __repr__ must not break the run record
-        return f"<{type(value).__name__} (repr failed: {type(exc).__name__})>"
+        return failed(value, "repr", exc)
 
 
 def brief_json(value: Any, limit: int = 600) -> str:
     """``value`` as JSON where it is JSON (a short repr for what is not), cut to
     ``limit`` characters, secrets redacted: how parameters are shown."""
     try:
-        text = json.dumps(value, ensure_ascii=False, default=summarize, allow_nan=True)
+        shown = _head(value, limit)
+        text = json.dumps(shown, ensure_ascii=False, default=summarize, allow_nan=True)
     except (TypeError, ValueError, RecursionError):
         text = summarize(value)
     text = redact(text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _head(value: Any, limit: int, depth: int = 0) -> Any:
+    """The part of a JSON-like ``value`` whose JSON starts as the whole value's does, for
+    its first ``limit`` characters: strings, lists and dicts cut to ``limit`` (so a
+    huge parameter is never dumped whole just to show its start)."""
+    if isinstance(value, str):
+        return str.__getitem__(value, slice(0, limit + 1))
+    if depth > 32:
+        return value
+    if isinstance(value, dict):
+        return {k: _head(v, limit, depth + 1) for k, v in itertools.islice(value.items(), limit)}
+    if isinstance(value, list | tuple):
+        return [_head(v, limit, depth + 1) for v in itertools.islice(value, limit)]
+    return value
 
 
 class OutputRepr(str):
@@ -99,6 +114,8 @@ def to_json_value(value: Any) -> tuple[Any, bool]:
     """(value, False) when ``value`` is JSON (and not huge), else (short repr, True)."""
     if isinstance(value, OutputRepr):
         return str(value), True
+    if isinstance(value, str) and len(value) > MAX_JSON_OUTPUT:
+        return summarize(value), True  # not a copy of all of it first
     try:
         text = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError, RecursionError):
