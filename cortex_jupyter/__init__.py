@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
+    from cortex_jupyter.models import OpenAIModel
     from cortex_jupyter.protocol import Parser
     from cortex_jupyter.runtime import (
         Agent,
@@ -27,6 +28,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Agent",
+    "OpenAIModel",
     "Parser",
     "Registry",
     "Run",
@@ -44,6 +46,7 @@ __all__ = [
 # Public names, imported on first use so ``import cortex_jupyter`` stays light.
 _LAZY = {
     "Agent": "cortex_jupyter.runtime",
+    "OpenAIModel": "cortex_jupyter.models",
     "Parser": "cortex_jupyter.protocol",
     "Registry": "cortex_jupyter.runtime",
     "Run": "cortex_jupyter.runtime",

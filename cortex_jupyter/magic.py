@@ -32,7 +32,7 @@ from traitlets.config.loader import LazyConfigValue
 
 from cortex_jupyter.runtime.errors import CortexRuntimeError
 from cortex_jupyter.runtime.mcp import DEFAULT_TIMEOUT
-from cortex_jupyter.runtime.secrets import redact
+from cortex_jupyter.runtime.secrets import Repr, redact, shorten
 from cortex_jupyter.session import CellOptions, Session, forget, session_for
 
 if TYPE_CHECKING:
@@ -71,6 +71,8 @@ MCP_USAGE = (
     "%cortex mcp remove NAME   close a server and unregister its tools"
 )
 #: ``$NAME`` in a header or env value: the environment variable, read when connecting.
+#: What ``%cortex vars`` shows of a value: bounded, secrets redacted before its cuts.
+_SHORT = Repr(limit=400, items=8)
 _ENV_REFERENCE = re.compile(r"\$(?=[A-Za-z_])([A-Za-z_][A-Za-z0-9_]*)")
 
 
@@ -303,9 +305,10 @@ class CortexMagics(Magics):
         namespace = session.shell.user_ns
 
         def show(name: str, why: str) -> None:
-            text = redact(repr(namespace.get(name)))
-            text = text if len(text) <= 70 else text[:67] + "..."
-            print(f"  {name} = {text}  ({why})")
+            # Bounded (never the full repr of a huge value), on one line, secrets
+            # redacted before the cut; a repr that raises says so.
+            text = " ".join(_SHORT.repr(namespace.get(name)).split())
+            print(f"  {name} = {shorten(text, 70)}  ({why})")
 
         visible = scope.reasons()
         if visible:

@@ -167,15 +167,24 @@ class _TextView:
 
         self._record = record
         self._out = sys.stdout
-        self._renderer = TextRenderer(self._write, model=model)
+        # What the renderer wrote since the last send: a tool printing 100,000 lines
+        # makes one write (and one redaction) per delivery, not one per line.
+        self._pending: list[str] = []
+        self._renderer = TextRenderer(self._pending.append, model=model)
         self._approvals = approvals
         self._names: dict[str, str] = {}
         # Text printed after its cell ended would land in whatever cell runs then.
         self.late: Callable[[list[Any]], None] | None = None
         self.stop: Callable[[], None] | None = None
 
-    def _write(self, text: str) -> None:
-        self._out.write(redact(text))
+    def _send(self) -> None:
+        """Write what gathered, redacted as one text (so a secret split across two
+        writes is redacted as well)."""
+        if self._pending:
+            text = "".join(self._pending)
+            self._pending.clear()
+            self._out.write(redact(text))
+        self._out.flush()
 
     def deliver(self, events: list[Any]) -> None:
         now = time.monotonic()
@@ -185,9 +194,9 @@ class _TextView:
             if isinstance(inner, ActionStatus):
                 self._names.setdefault(path + inner.id, inner.name or inner.id)
                 if inner.status == "awaiting":
-                    self._out.flush()
+                    self._send()
                     self._ask(path + inner.id, inner)
-        self._out.flush()
+        self._send()
 
     def _ask(self, node_id: str, event: ActionStatus) -> None:
         """Without widgets, "ask" is ``input()``, in the cell's thread (a kernel sends it
@@ -203,15 +212,15 @@ class _TextView:
         self._approvals.answer(node_id, answer.strip().lower() in ("y", "yes"))
 
     def close(self) -> None:
-        self._out.write("\n")
+        self._pending.append("\n")
         # The stream showed the raw text; when names were filled in, the answer as
         # _cortex.answer has it (and as the view shows it) follows.
         from cortex_jupyter.display.theme import clean  # no terminal control characters
 
         record = self._record
         if record is not None and record.answer != record.final_response:
-            self._write(f"[answer] {clean(record.answer)}\n")
-        self._out.flush()
+            self._pending.append(f"[answer] {clean(record.answer)}\n")
+        self._send()
 
 
 def _unnest(event: Any) -> tuple[str, Any]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import _thread
+import io
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -486,3 +488,40 @@ def test_variables_on_the_cell_line_are_expanded_on_both_paths(
     assert (record.status, record.response) == ("completed", "Cost: {price} and $$5.")
     texts = [e.text for e in record.events if e.kind == "chunk" and e.type == "text"]
     assert "".join(texts).strip() == "<response>Cost: {price} and $$5.</response>"
+
+
+class _CountingStream(io.StringIO):
+    writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        return super().write(text)
+
+
+def test_a_text_cell_shows_a_chatty_tool_in_a_few_writes(
+    ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 19 §5: the text view writes (and redacts) what gathered once per delivery,
+    not once a line: 5,000 printed lines all reach the cell, in a few writes."""
+
+    @default_registry.tool(name="magic_chatty")
+    def chatty(n: int) -> int:
+        """Print n lines."""
+        for i in range(n):
+            print(f"row {i}")
+        return n
+
+    out = _CountingStream()
+    monkeypatch.setattr(sys, "stdout", out)
+    try:
+        run(
+            ip,
+            "--script --text",
+            '<action id="c">{"name": "magic_chatty", "parameters": {"n": 5000}}</action>',
+        )
+    finally:
+        default_registry.remove("tool", "magic_chatty")
+    shown = out.getvalue()
+    assert all(f"row {i}\n" in shown for i in (0, 2500, 4999))
+    assert shown.count(" row ") == 5000
+    assert out.writes < 200

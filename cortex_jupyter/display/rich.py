@@ -36,6 +36,7 @@ from collections.abc import Callable, Mapping
 from html.parser import HTMLParser
 from typing import Any
 
+from cortex_jupyter.runtime.bounded import failed
 from cortex_jupyter.runtime.secrets import Repr, head, redact
 
 from .theme import MONO, MUTED, esc, shorten
@@ -70,11 +71,10 @@ _ATTRIBUTES = frozenset(("colspan", "rowspan", "title", "align", "valign", "abbr
 _NUMBER = re.compile(r"^\d{1,4}$")
 _BASE64 = re.compile(r"^[A-Za-z0-9+/=\s]+$")
 
-_repr = Repr()  # secrets redacted before its cuts
-_repr.maxstring = 400
-_repr.maxother = 400
-_repr.maxlevel = 3
-_repr.maxlist = _repr.maxtuple = _repr.maxdict = _repr.maxset = 20
+# Bounded (never the full repr of a large value), secrets redacted before their cuts.
+_repr = Repr(limit=400, items=20)
+#: A value that is not a container shows up to ``MAX_TEXT`` characters of its repr.
+_long_repr = Repr(limit=MAX_TEXT, items=20)
 
 
 class _Rebuilder(HTMLParser):
@@ -159,13 +159,13 @@ def rich_html(value: Any) -> str:
 
 
 def safe_repr(value: Any) -> str:
-    """``repr(value)``, shortened for containers, never raising."""
+    """``repr(value)``, shortened for containers, bounded for everything (never the full
+    repr of a large value), never raising."""
+    shorter = _repr if isinstance(value, Mapping | list | tuple | set) else _long_repr
     try:
-        if isinstance(value, Mapping | list | tuple | set):
-            return _repr.repr(value)
-        return redact(repr(value))
+        return shorter.repr(value)
     except Exception as exc:
-        return f"<{type(value).__name__}: repr failed with {type(exc).__name__}>"
+        return failed(value, "repr", exc)
 
 
 def pre(text: str, limit: int = MAX_TEXT) -> str:

@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from cortex_jupyter.runtime.bounded import bounded_repr, bounded_str
 from cortex_jupyter.runtime.secrets import redact, redact_value
 from cortex_jupyter.runtime.secrets import tail as secret_tail
 
@@ -353,9 +354,9 @@ def _field(name: str, value: str) -> str:
 
 def _json(value: Mapping[str, Any]) -> str:
     try:
-        return json.dumps(value, ensure_ascii=False, default=str)
-    except ValueError:  # a circular structure
-        return repr(value)
+        return json.dumps(value, ensure_ascii=False, default=bounded_str)
+    except (ValueError, RecursionError):  # a circular or very deep structure
+        return bounded_repr(value, limit=2000)
 
 
 def _tail(text: str) -> str:

@@ -4,7 +4,14 @@
 imports ``openai``); ``ScriptModel`` streams protocol text written by hand; ``ReplayModel``
 streams a saved run again with its timing. Failures are
 ``ModelError`` subclasses whose messages say what to do and never show an API key.
+
+``openai`` takes about half a second to import, and a ``--script`` cell never needs it:
+``OpenAIModel`` and ``DEFAULT_BASE_URL`` are imported on first use.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from .errors import (
     AuthenticationFailed,
@@ -24,7 +31,6 @@ from .errors import (
     UnexpectedReply,
     UnknownModel,
 )
-from .openai_client import DEFAULT_BASE_URL, OpenAIModel
 from .replay import ReplayExhausted, ReplayModel
 from .script import TURN_SEPARATOR, ScriptModel, split_replies, split_turns
 
@@ -54,3 +60,17 @@ __all__ = [
     "split_replies",
     "split_turns",
 ]
+
+if TYPE_CHECKING:
+    from .openai_client import DEFAULT_BASE_URL, OpenAIModel
+
+#: Names from ``openai_client``, imported (with ``openai``) only when asked for.
+_LAZY = frozenset(("DEFAULT_BASE_URL", "OpenAIModel"))
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from . import openai_client
+
+    return getattr(openai_client, name)

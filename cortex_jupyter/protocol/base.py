@@ -33,12 +33,12 @@ MAX_TEXT_CHARS = 10 << 20
 
 # Text deltas are most of the events; building them without the frozen dataclass's
 # __init__ halves their cost, and the result is the same frozen instance. The
-# hottest path of all (a plain chunk inside a thought, in XmlParser.feed) uses the
-# two calls inline, without even thought_delta's frame.
+# hottest paths of all (a plain chunk inside a thought or a response, in
+# XmlParser.feed) use the calls inline, without even thought_delta's frame.
 new_event = object.__new__
 set_thought_text = ThoughtDelta.__dict__["text"].__set__
-_set_response_text = ResponseDelta.__dict__["text"].__set__
-_set_response_final = ResponseDelta.__dict__["final"].__set__
+set_response_text = ResponseDelta.__dict__["text"].__set__
+set_response_final = ResponseDelta.__dict__["final"].__set__
 
 
 def thought_delta(text: str) -> ThoughtDelta:
@@ -49,8 +49,8 @@ def thought_delta(text: str) -> ThoughtDelta:
 
 def response_delta(text: str, final: bool) -> ResponseDelta:
     event: ResponseDelta = new_event(ResponseDelta)
-    _set_response_text(event, text)
-    _set_response_final(event, final)
+    set_response_text(event, text)
+    set_response_final(event, final)
     return event
 
 
@@ -122,7 +122,7 @@ class Parser:
         self._loose_response = False  # hermes: text outside any block is the response
         self._pending_response_end = False  # a response whose finality what follows decides
         self._feed_parts: list[str] = []
-        self._text_total = 0
+        self._text_room = max_text_chars  # of the run's text limit, still unused
         self._text_over = False
         self._max_text = max_text_chars
         self._max_action = max_action_chars
@@ -137,7 +137,7 @@ class Parser:
         """Read on where ``other`` stopped (``auto`` handing over to another dialect):
         the same ids, text budget and final answer."""
         self._ids = other._ids
-        self._text_total = other._text_total
+        self._text_room = other._text_room
         self._text_over = other._text_over
         self._final_seen = other._final_seen
 
@@ -162,9 +162,9 @@ class Parser:
                 if not body:
                     return
                 text = body
-        total = self._text_total + len(text)
-        self._text_total = total
-        if total > self._max_text:
+        room = self._text_room - len(text)
+        self._text_room = room
+        if room < 0:
             text = self._clip_text(text, out)
             if not text:
                 return
@@ -189,7 +189,7 @@ class Parser:
         if self._text_over:
             return ""
         self._text_over = True
-        room = self._max_text - (self._text_total - len(text))
+        room = self._text_room + len(text)  # what was left before this text
         kept = text[: max(room, 0)]
         if kept:
             self._emit_raw(kept, out)

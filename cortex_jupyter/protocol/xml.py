@@ -55,7 +55,8 @@ from .base import (
     TOP,
     Parser,
     new_event,
-    response_delta,
+    set_response_final,
+    set_response_text,
     set_thought_text,
 )
 from .calls import CallScanner
@@ -65,11 +66,22 @@ from .events import (
     ContextFeedEvent,
     Event,
     ProtocolError,
+    ResponseDelta,
     ResponseEnd,
     ThoughtDelta,
     ThoughtEnd,
 )
-from .tags import NEED, Closer, Tag, _Need, closer, orphan_final, scan_tag, tag_set
+from .tags import (
+    MAX_TAG,
+    NEED,
+    Closer,
+    Tag,
+    _Need,
+    closer,
+    orphan_final,
+    scan_tag,
+    tag_set,
+)
 
 # Parser states (where the next character goes).
 S_TEXT, S_ACTION, S_CALLS, S_FORGED = 0, 1, 2, 3
@@ -142,6 +154,31 @@ class _Draft:
     original_id: str | None = None
 
 
+#: Characters that continue a tag name, an attribute name or an unquoted value.
+_NAME_CHARS = re.compile(r"[\w:.-]+\Z")
+
+
+def _still_partial(buf: str, chunk: str, data: str) -> bool:
+    """Whether ``data`` (``buf``, a possible opening tag already found partial, plus
+    ``chunk``, which holds no ``<`` or ``>``) is still one, without the partial-tag
+    pattern (a regex over the whole tag on every character of it). Two cases are
+    certain: inside a double-quoted value (no single quote anywhere, an odd number of
+    double quotes; the chunk adds none), and name characters past the tag name
+    continuing a name or a value (not after a quote, a slash or whitespace).
+    Anything else is left to the pattern."""
+    if len(data) >= MAX_TAG or buf[1:2] == "/":
+        return False
+    if '"' not in chunk and "'" not in data and data.count('"') & 1:
+        return True
+    last = buf[-1]
+    return (
+        last not in "\"'/"
+        and not last.isspace()  # what a new word may be depends on the tag
+        and any(c.isspace() for c in buf)
+        and _NAME_CHARS.match(chunk) is not None
+    )
+
+
 class XmlParser(Parser):
     """Parser for the cortex, cogency and hermes dialects (and the start of ``auto``)."""
 
@@ -179,6 +216,7 @@ class XmlParser(Parser):
         self._feed_id = ""
         self._feed_open = ""
         self._response_deferred = False  # the open response's finality waits (see above)
+        self._tag_so_far: str | None = None  # a held tag the fast path found partial
         self._on: dict[str, Callable[[Tag, list[Event]], None]] = {
             **dict.fromkeys(_THOUGHT_OPEN, self._open_thought),
             **dict.fromkeys(_THOUGHT_CLOSE, self._close_thought),
@@ -209,20 +247,34 @@ class XmlParser(Parser):
         # response, and JSON inside an action body with nothing that could end it.
         fast = self._fast
         if fast and chunk.__class__ is str:
-            if fast < 3:
+            if fast == 1:  # thought text: most chunks of most replies
                 if "<" not in chunk and chunk:
-                    total = self._text_total + len(chunk)
-                    if total <= self._max_text:
-                        self._text_total = total
-                        if fast == 1:
-                            event = new_event(ThoughtDelta)
-                            set_thought_text(event, chunk)
-                            return [event]
-                        return [response_delta(chunk, self._response_final)]
+                    room = self._text_room - len(chunk)
+                    if room >= 0:
+                        self._text_room = room
+                        event = new_event(ThoughtDelta)
+                        set_thought_text(event, chunk)
+                        return [event]
+            elif fast == 2:
+                if "<" not in chunk and chunk:
+                    room = self._text_room - len(chunk)
+                    if room >= 0:
+                        self._text_room = room
+                        answer = new_event(ResponseDelta)
+                        set_response_text(answer, chunk)
+                        set_response_final(answer, self._response_final)
+                        return [answer]
             elif fast == 3:
                 # Without backslashes each quote flips "inside a string"; a "<" can
-                # only end the body outside one.
-                if "\\" not in chunk:
+                # only end the body outside one. Most chunks hold neither quote nor
+                # backslash (a model's JSON, one token at a time): they only add up.
+                if '"' not in chunk and "\\" not in chunk and ("<" not in chunk or self._in_str):
+                    size = self._act_len + len(chunk)
+                    if size <= self._max_action:
+                        self._act_len = size
+                        self._act_parts.append(chunk)
+                        return []
+                elif "\\" not in chunk:
                     quotes = chunk.count('"')
                     if "<" not in chunk or (not quotes and self._in_str):
                         size = self._act_len + len(chunk)
@@ -234,9 +286,12 @@ class XmlParser(Parser):
                             return []
             elif ">" not in chunk and "<" not in chunk:
                 # A tag still arriving: it stays a possible tag while it fits.
-                data = self._buf + chunk
-                if self._pending.is_partial(data, 0):
-                    self._buf = data
+                buf = self._buf
+                data = buf + chunk
+                if (buf is self._tag_so_far and _still_partial(buf, chunk, data)) or (
+                    self._pending.is_partial(data, 0)
+                ):
+                    self._buf = self._tag_so_far = data
                     return []
         if self._closed or chunk.__class__ is not str:
             self._check_open(chunk)

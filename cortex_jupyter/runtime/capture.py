@@ -39,7 +39,7 @@ from .events import ActionOutput, Progress
 from .secrets import head
 
 if TYPE_CHECKING:
-    from .graph import ActionNode
+    from .graph import ActionNode, CapturedText
 
 __all__ = ["FLUSH_HZ", "MAX_KEPT", "Capture", "capturing", "current", "install", "progress"]
 
@@ -73,34 +73,51 @@ class Capture:
     ``wake()`` asks the run to flush soon (the scheduler passes a thread-safe function);
     ``flush()`` (on the run's loop) returns the ``ActionOutput`` event of what gathered
     since the last flush, or None.
+
+    Printed text is the hot path (a tool may print 100,000 lines): a write appends to
+    the node's ``CapturedText`` and marks the capture dirty, without a lock (a list
+    append is atomic; the flusher clears ``dirty`` before it reads, and a writer sets it
+    after it appended, so nothing written is missed). The flusher sends the text past
+    what it sent last time. Only text that would pass ``MAX_KEPT``, log lines, progress
+    and partial values take the lock.
     """
 
     def __init__(self, node: ActionNode, wake: Callable[[], None]) -> None:
         self.node = node
         self._wake = wake
         self._lock = threading.Lock()
-        self._stdout: list[str] = []
-        self._stderr: list[str] = []
         self._logs: list[str] = []
         self._progress: Progress | None = None
         self._partial: str | None = None
         self._dirty = False
-        self._dropped = {"stdout": 0, "stderr": 0, "logs": 0}
+        # What the node holds already (an earlier attempt's output counts too) and how
+        # much of it was reported.
+        self._logs_kept = sum(map(len, node.logs))
+        self._sent = {"stdout": len(node.captured_stdout), "stderr": len(node.captured_stderr)}
 
     # ---- writers (any thread) --------------------------------------------------------
 
     def write(self, stream: str, text: str) -> None:
         if not text:
             return
-        with self._lock:
-            kept = self._keep(stream, text)
-            (self._stdout if stream == "stdout" else self._stderr).append(kept)
-            news = self._mark()
-        self._tell(news)
+        kept = self.node.captured_stdout if stream == "stdout" else self.node.captured_stderr
+        if len(kept) + len(text) > MAX_KEPT:
+            with self._lock:
+                # (secrets redacted first: none of one is left at the cut)
+                text = head(text, self._room(stream, len(kept), len(text)))
+        if text:
+            kept.append(text)
+        if not self._dirty:
+            self._dirty = True
+            self._wake()
 
     def log(self, line: str) -> None:
         with self._lock:
-            self._logs.append(self._keep("logs", line))
+            line = head(line, self._room("logs", self._logs_kept, len(line)))
+            if line:
+                self._logs_kept += len(line)
+                self.node.logs.append(line)
+                self._logs.append(line)
             news = self._mark()
         self._tell(news)
 
@@ -118,26 +135,14 @@ class Capture:
             news = self._mark()
         self._tell(news)
 
-    def _keep(self, stream: str, text: str) -> str:
-        """What of ``text`` the node keeps (``MAX_KEPT`` characters per stream)."""
-        node = self.node
-        have = len(node.stdout) if stream == "stdout" else len(node.stderr)
-        if stream == "logs":
-            have = sum(len(line) for line in node.logs)
-        room = MAX_KEPT - have
-        if room <= 0:
-            self._dropped[stream] += len(text)
-            return ""
-        if len(text) > room:
-            self._dropped[stream] += len(text) - room
-            text = head(text, room)  # (secrets redacted: none of one is left at the cut)
-        if stream == "stdout":
-            node.stdout += text
-        elif stream == "stderr":
-            node.stderr += text
-        elif text:
-            node.logs.append(text)
-        return text
+    def _room(self, stream: str, have: int, size: int) -> int:
+        """How many of ``size`` new characters fit under ``MAX_KEPT`` (under the lock);
+        the rest is counted in ``node.dropped``."""
+        room = max(MAX_KEPT - have, 0)
+        if size > room:
+            dropped = self.node.dropped
+            dropped[stream] = dropped.get(stream, 0) + size - room
+        return room
 
     def _mark(self) -> bool:
         """Marks the capture dirty (under the lock); True when it was clean."""
@@ -158,26 +163,32 @@ class Capture:
         return self._dirty
 
     def flush(self) -> ActionOutput | None:
-        with self._lock:
-            if not self._dirty:
-                return None
-            stdout, stderr, logs = "".join(self._stdout), "".join(self._stderr), self._logs
-            event = ActionOutput(
-                self.node.id,
-                time.monotonic(),
-                stdout=stdout,
-                stderr=stderr,
-                logs=tuple(line for line in logs if line),
-                progress=self._progress,
-                partial=self._partial,
-                parent=self.node.parent,
-            )
-            self._stdout, self._stderr, self._logs = [], [], []
-            self._progress = self._partial = None
-            self._dirty = False
-        if not (event.stdout or event.stderr or event.logs or event.progress or event.partial):
+        if not self._dirty:
             return None
-        return event
+        self._dirty = False  # before reading: a write after this point marks it again
+        with self._lock:
+            logs, progress, partial = tuple(self._logs), self._progress, self._partial
+            self._logs = []
+            self._progress = self._partial = None
+        stdout = self._unsent("stdout", self.node.captured_stdout)
+        stderr = self._unsent("stderr", self.node.captured_stderr)
+        if not (stdout or stderr or logs or progress or partial):
+            return None
+        return ActionOutput(
+            self.node.id,
+            time.monotonic(),
+            stdout=stdout,
+            stderr=stderr,
+            logs=logs,
+            progress=progress,
+            partial=partial,
+            parent=self.node.parent,
+        )
+
+    def _unsent(self, stream: str, kept: CapturedText) -> str:
+        text = kept.text()
+        sent, self._sent[stream] = self._sent[stream], len(text)
+        return text[sent:]
 
 
 @contextlib.contextmanager

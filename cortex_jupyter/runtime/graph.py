@@ -16,6 +16,7 @@ stream); a cycle is found the moment the action that closes it arrives.
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -36,6 +37,41 @@ FINAL_STATUSES: frozenset[str] = frozenset(("done", "failed", "skipped", "cancel
 _PAST = {"failed": "failed", "skipped": "was skipped", "cancelled": "was cancelled"}
 
 
+class CapturedText:
+    """Text written a piece at a time (what a tool prints), joined only when read.
+
+    Appending costs the piece, not a copy of everything so far (``str +=`` made 100,000
+    printed lines quadratic); a read joins the pieces once and keeps the result. One
+    writer at a time (the action's capture holds its lock) appends from worker threads
+    while readers on other threads join: ``list.append`` and slice assignment are each
+    atomic, and pieces appended during a join stay after it. Two threads of one tool
+    printing at once may each append (the capture takes no lock for a print); only the
+    size count can then lag, by what they raced on.
+    """
+
+    __slots__ = ("_pieces", "_read_lock", "_size")
+
+    def __init__(self, text: str = "") -> None:
+        self._read_lock = threading.Lock()
+        self._pieces: list[str] = [text] if text else []
+        self._size = len(text)
+
+    def __len__(self) -> int:
+        return self._size
+
+    def append(self, text: str) -> None:
+        self._pieces.append(text)
+        self._size += len(text)
+
+    def text(self) -> str:
+        pieces = self._pieces
+        if len(pieces) > 1:
+            with self._read_lock:
+                head = pieces[:]
+                pieces[: len(head)] = ["".join(head)]
+        return pieces[0] if pieces else ""
+
+
 @dataclass(eq=False)
 class ActionNode:
     """One action of a run and everything that happened to it.
@@ -43,7 +79,8 @@ class ActionNode:
     ``started``/``finished``/``submitted`` are ``time.monotonic()`` readings. ``parent``
     is set on the steps of a workflow. ``subrun`` holds an agent's nested run.
     ``stdout``, ``stderr``, ``logs`` and ``progress`` are what the tool wrote and
-    reported while it ran (kept up to ``capture.MAX_KEPT`` characters each).
+    reported while it ran (kept up to ``capture.MAX_KEPT`` characters each; ``dropped``
+    counts the characters of each that were not kept).
     """
 
     id: str
@@ -69,10 +106,28 @@ class ActionNode:
     #: The parameters with every ``$name`` resolved (what the tool is called with).
     resolved: dict[str, Any] | None = field(default=None, repr=False)
     #: What the tool wrote while it ran (``runtime.capture``), never the cell's stream.
-    stdout: str = field(default="", repr=False)
-    stderr: str = field(default="", repr=False)
+    captured_stdout: CapturedText = field(default_factory=CapturedText, repr=False)
+    captured_stderr: CapturedText = field(default_factory=CapturedText, repr=False)
     logs: list[str] = field(default_factory=list, repr=False)
     progress: Progress | None = field(default=None, repr=False)
+    #: Characters of ``stdout`` / ``stderr`` / ``logs`` past ``capture.MAX_KEPT``.
+    dropped: dict[str, int] = field(default_factory=dict, repr=False)
+
+    @property
+    def stdout(self) -> str:
+        return self.captured_stdout.text()
+
+    @stdout.setter
+    def stdout(self, text: str) -> None:
+        self.captured_stdout = CapturedText(text)
+
+    @property
+    def stderr(self) -> str:
+        return self.captured_stderr.text()
+
+    @stderr.setter
+    def stderr(self, text: str) -> None:
+        self.captured_stderr = CapturedText(text)
 
     @property
     def output_key(self) -> str | None:

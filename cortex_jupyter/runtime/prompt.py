@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from cortex_jupyter.protocol.events import ProtocolError
 
+from .bounded import failed
 from .graph import ActionNode
 from .registry import Registry
 from .secrets import Repr, head, redact
@@ -317,11 +318,9 @@ def _entry(schema: Mapping[str, Any]) -> str:
 
 # ---- values as text ---------------------------------------------------------------------
 
-_short = Repr()  # secrets redacted before its cuts
-_short.maxstring = _REPR_LIMIT
-_short.maxother = _REPR_LIMIT
-_short.maxlist = _short.maxtuple = _short.maxset = _short.maxdict = 12
-_short.maxlevel = 3
+#: How much of a value that is neither text nor JSON a result shows at most (its repr
+#: is bounded, never made whole and then cut).
+_RESULT_REPR_LIMIT = 20_000
 
 
 def truncate(text: str, limit: int) -> str:
@@ -334,20 +333,23 @@ def truncate(text: str, limit: int) -> str:
 
 
 def render_value(value: Any) -> str:
-    """A value as the model reads it: text as it is, JSON when it is JSON, else its repr."""
+    """A value as the model reads it: text as it is, JSON when it is JSON, else its repr
+    (bounded: a huge ``bytes`` shows its start and its size)."""
     if isinstance(value, str):
         return value
     try:
         return json.dumps(value, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError, RecursionError):
-        return _safe_repr(value, full=True)
+        return _safe_repr(value, limit=_RESULT_REPR_LIMIT, items=100)
 
 
-def _safe_repr(value: Any, *, full: bool = False) -> str:
+def _safe_repr(value: Any, *, limit: int = _REPR_LIMIT, items: int = 12) -> str:
+    """A bounded repr (never the whole of a large value), secrets redacted before its
+    cuts, that never raises (a broken ``__repr__`` never breaks a prompt)."""
     try:
-        return repr(value) if full else _short.repr(value)
-    except Exception as exc:  # a broken __repr__ must never break a prompt
-        return f"<{type(value).__name__} object (repr failed: {type(exc).__name__})>"
+        return Repr(limit=limit, items=items).repr(value)
+    except Exception as exc:
+        return failed(value, "repr", exc)
 
 
 def _type_name(value: Any) -> str:
@@ -377,7 +379,7 @@ def describe_value(value: Any, limit: int = _REPR_LIMIT) -> str:
     """Type, shape or length, and a short repr of ``value`` (never the whole value)."""
     size = _shape(value)
     kind = _type_name(value) + (f", {size}" if size else "")
-    shown = _safe_repr(value)
+    shown = _safe_repr(value, limit=limit)
     if len(shown) > limit:
         shown = head(shown, limit) + " ..."
     lines = shown.splitlines() or [""]

@@ -11,6 +11,7 @@ to feed a display or a scheduler again.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import time
@@ -37,6 +38,7 @@ from cortex_jupyter.protocol.events import (
 )
 
 from .answer import fill
+from .bounded import failed
 from .errors import TranscriptError
 from .events import RUN_EVENT_TYPES, AnyEvent, Metric, Nested, Progress, Turn, TurnEnd
 from .graph import STATUSES, ActionNode
@@ -62,10 +64,7 @@ _PARSER_EVENT_TYPES: dict[str, type[Any]] = {
         ProtocolError,
     )
 }
-_repr = Repr()  # secrets redacted before its cuts
-_repr.maxstring = 160
-_repr.maxother = 160
-_repr.maxlist = _repr.maxdict = _repr.maxtuple = _repr.maxset = 8
+_repr = Repr(limit=160, items=8)  # bounded, secrets redacted before its cuts
 _NODE_FIELDS = (
     "name", "type", "mode", "parent", "status", "error", "submitted", "started", "finished",
     "attempts", "note", "stdout", "stderr", "source",
@@ -74,21 +73,38 @@ _NODE_FIELDS = (
 
 def summarize(value: Any) -> str:
     """A short one-line repr of any value (for events and non-JSON outputs), secrets
-    redacted before it is cut: it is what the view shows of an output."""
+    redacted before it is cut: it is what the view shows of an output. Bounded: it never
+    makes the full repr of a large value (``runtime.bounded``)."""
     try:
         return _repr.repr(value).replace("\n", " ")
     except Exception as exc:  # a broken __repr__ must not break the run record
-        return f"<{type(value).__name__} (repr failed: {type(exc).__name__})>"
+        return failed(value, "repr", exc)
 
 
 def brief_json(value: Any, limit: int = 600) -> str:
     """``value`` as JSON where it is JSON (a short repr for what is not), cut to
     ``limit`` characters, secrets redacted: how parameters are shown."""
     try:
-        text = json.dumps(value, ensure_ascii=False, default=summarize, allow_nan=True)
+        shown = _head(value, limit)
+        text = json.dumps(shown, ensure_ascii=False, default=summarize, allow_nan=True)
     except (TypeError, ValueError, RecursionError):
         text = summarize(value)
     return shorten(text, limit)
+
+
+def _head(value: Any, limit: int, depth: int = 0) -> Any:
+    """The part of a JSON-like ``value`` whose JSON starts as the whole value's does, for
+    its first ``limit`` characters: strings, lists and dicts cut to ``limit`` (so a
+    huge parameter is never dumped whole just to show its start)."""
+    if isinstance(value, str):
+        return str.__getitem__(value, slice(0, limit + 1))
+    if depth > 32:
+        return value
+    if isinstance(value, dict):
+        return {k: _head(v, limit, depth + 1) for k, v in itertools.islice(value.items(), limit)}
+    if isinstance(value, list | tuple):
+        return [_head(v, limit, depth + 1) for v in itertools.islice(value, limit)]
+    return value
 
 
 class OutputRepr(str):
@@ -102,6 +118,8 @@ def to_json_value(value: Any) -> tuple[Any, bool]:
     ``MAX_JSON_DEPTH``), else (short repr, True)."""
     if isinstance(value, OutputRepr):
         return str(value), True
+    if isinstance(value, str) and len(value) > MAX_JSON_OUTPUT:
+        return summarize(value), True  # not a copy of all of it first
     try:
         text = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError, RecursionError):

@@ -26,12 +26,13 @@ from __future__ import annotations
 import builtins
 import os
 import re
-import reprlib
 import threading
 from collections.abc import Mapping
 from typing import Any
 
 from cortex_jupyter.protocol import MAX_JSON_DEPTH
+
+from .bounded import BoundedRepr, failed
 
 __all__ = [
     "CREDENTIAL_NAME",
@@ -197,16 +198,20 @@ def _suffix_at_start(text: str, secret: str) -> int:
     return 0
 
 
-class Repr(reprlib.Repr):
-    """``reprlib``'s short repr, secrets redacted before any cut and the part of a
-    secret a cut leaves hidden (configure it as a ``reprlib.Repr``: ``maxstring``...).
+class Repr(BoundedRepr):
+    """A bounded short repr (``BoundedRepr``: never the full repr of a large value),
+    secrets redacted before any cut and the part of a secret a cut leaves hidden.
 
-    A string is redacted before it is cut; anything else is cut from its redacted
-    ``repr``. Every cut is then checked on both sides (``Secrets.hide_edges``).
+    A string is redacted before it is cut (only its head is read: as far as the limit
+    plus the longest secret, so no secret straddles what is read); anything else is cut
+    from its redacted ``repr``. Every cut is then checked on both sides
+    (``Secrets.hide_edges``).
     """
 
-    def __init__(self, owner: Secrets | None = None) -> None:
-        super().__init__()
+    def __init__(
+        self, owner: Secrets | None = None, *, limit: int = 160, items: int = 8, level: int = 3
+    ) -> None:
+        super().__init__(limit=limit, items=items, level=level)
         self._owner = owner
         self.fillvalue = _CUT
 
@@ -225,14 +230,24 @@ class Repr(reprlib.Repr):
             for i, piece in enumerate(pieces)
         )
 
-    def repr_str(self, x: str, level: int) -> str:
-        return str(super().repr_str(self.secrets.redact(x), level))
+    def repr1(self, x: Any, level: int) -> str:
+        if isinstance(x, str):
+            return self._text(x)
+        return super().repr1(x, level)
+
+    def _text(self, x: str) -> str:
+        pad = max(map(len, self.secrets.values()), default=0)
+        read = str.__getitem__(x, slice(0, self.maxstring + pad + 1))
+        text = self.secrets.redact(read)
+        if len(read) == len(x) and len(text) <= self.maxstring:
+            return builtins.repr(text)
+        return builtins.repr(self.secrets.head(text, max(self.maxstring - 3, 0))) + _CUT
 
     def repr_instance(self, x: Any, level: int) -> str:
         try:
             text = builtins.repr(x)
-        except Exception:
-            return f"<{x.__class__.__name__} instance at {id(x):#x}>"
+        except Exception as exc:
+            return failed(x, "repr", exc)
         return _middle(self.secrets.redact(text), self.maxother)
 
     def repr_int(self, x: int, level: int) -> str:

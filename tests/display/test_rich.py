@@ -133,7 +133,7 @@ def test_a_failing_repr_falls_back_and_never_raises() -> None:
         def __repr__(self) -> str:
             raise ValueError("no")
 
-    assert "repr failed with ValueError" in rich_html(Nothing())
+    assert "repr failed: ValueError" in rich_html(Nothing())
     assert "&lt;Nothing" not in rich_html(Nothing)  # a class is shown by its repr
     assert "_repr_html_" not in rich_html(Frame)
 

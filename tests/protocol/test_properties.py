@@ -138,3 +138,31 @@ def test_generated_streams_under_any_chunking(
     whole = parse_chunks(case, [text])
     assert parse_chunks(case, chunked(text, cuts)) == whole
     assert parse_chunks(case, [text[i : i + 1] for i in range(len(text))]) == whole
+
+
+# Issue 19 §7: a tag arriving a character at a time is checked without the partial-tag
+# pattern where the answer is certain. That shortcut may only ever agree with it.
+TAG_HEADS = ["<action", "<response", "<thought", "<think", "<context_feed", "<result", "</ thought"]
+TAG_CHARS = st.sampled_from(list("ab_x1:.-= \"'/\n\té"))
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    head=st.sampled_from(TAG_HEADS),
+    tail=st.lists(TAG_CHARS, max_size=30).map("".join),
+    cut=st.integers(min_value=0, max_value=30),
+    size=st.integers(min_value=1, max_value=4),
+)
+def test_the_fast_partial_tag_check_agrees_with_the_pattern(
+    head: str, tail: str, cut: int, size: int
+) -> None:
+    from cortex_jupyter.protocol import Parser
+    from cortex_jupyter.protocol.xml import _still_partial
+
+    pending = Parser(dialect="cortex")._pending  # type: ignore[attr-defined]
+    text = head + tail
+    buf, chunk = text[: len(head) + cut], text[len(head) + cut :][:size]
+    if not chunk or not pending.is_partial(buf, 0):
+        return
+    if _still_partial(buf, chunk, buf + chunk):
+        assert pending.is_partial(buf + chunk, 0), (buf, chunk)

@@ -17,6 +17,7 @@ import pytest
 from cortex_jupyter import progress
 from cortex_jupyter.protocol.events import ActionReady
 from cortex_jupyter.runtime import ActionOutput, Registry, Run, Step, run_stream
+from cortex_jupyter.runtime import capture as capture_module
 
 Act = Callable[..., ActionReady]
 
@@ -66,6 +67,15 @@ async def async_counting(n: int) -> int:
     for i in range(1, n + 1):
         progress(i, None, "working")
         await anyio.sleep(0)
+    return n
+
+
+def many_lines(n: int) -> int:
+    """Print n numbered lines and log every hundredth."""
+    for i in range(n):
+        print(f"line {i:05d}")
+        if i % 100 == 0:
+            logging.getLogger("many").warning("at %05d", i)
     return n
 
 
@@ -151,6 +161,7 @@ def registry() -> Registry:
         bar,
         reporter,
         hog,
+        many_lines,
     ):
         registry.register(tool)
     return registry
@@ -242,6 +253,37 @@ async def test_a_thread_that_prints_and_reports_progress_never_waits_for_the_loo
     assert report is not None and report.done == 200
     sent = [e for e in outputs(run, "r") if e.progress is not None]
     assert sent and sent[-1].progress == report
+
+
+async def test_many_printed_lines_are_kept_exactly_in_a_few_events(
+    act: Act, registry: Registry
+) -> None:
+    """Issue 19 §5: printing is cheap (chunks kept, joined when read), and exact."""
+    run = await run_stream([act("m", "many_lines", parameters={"n": 20_000})], registry=registry)
+    node = run.actions["m"]
+    expected = "".join(f"line {i:05d}\n" for i in range(20_000))
+    assert node.stdout == expected
+    assert node.stdout is node.stdout  # joined once, then kept
+    sent = outputs(run, "m")
+    assert "".join(e.stdout for e in sent) == expected
+    assert [line for e in sent for line in e.logs] == node.logs
+    assert len(node.logs) == 200 and node.dropped == {}
+    assert len(sent) < 100  # 20,200 writes, a few flushes
+
+
+async def test_output_past_the_limit_is_cut_and_counted(
+    act: Act, registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(capture_module, "MAX_KEPT", 1000)
+    run = await run_stream([act("m", "many_lines", parameters={"n": 5000})], registry=registry)
+    node = run.actions["m"]
+    expected = "".join(f"line {i:05d}\n" for i in range(5000))
+    assert node.stdout == expected[:1000]
+    assert node.dropped["stdout"] == len(expected) - 1000
+    assert "".join(e.stdout for e in outputs(run, "m")) == node.stdout
+    lines = "".join(f"WARNING many: at {i:05d}" for i in range(0, 5000, 100))
+    assert "".join(node.logs) == lines[:1000]
+    assert node.dropped["logs"] == len(lines) - 1000
 
 
 async def test_progress_outside_an_action_does_nothing() -> None:

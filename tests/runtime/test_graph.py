@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from cortex_jupyter.protocol.events import Action
 from cortex_jupyter.runtime import ActionNode, Graph
+from cortex_jupyter.runtime.graph import CapturedText
 
 
 def node(id: str, mode: str = "async", **fields: Any) -> ActionNode:
@@ -158,3 +160,27 @@ def test_already_final_node_completes_on_arrival() -> None:
     rejected = ActionNode("bad", "?", status="failed")
     update = graph.add(rejected)
     assert [(n.id, r) for n, r in update.skipped] == [("b", "depends on 'bad', which failed")]
+
+
+def test_captured_text_reads_while_a_thread_writes() -> None:
+    """Issue 19 §5: a tool's output is kept in pieces, joined when read; a read while a
+    worker thread appends sees a prefix of what was written and loses nothing."""
+    text = CapturedText("start\n")
+    pieces = [f"{i}\n" for i in range(20_000)]
+    reads: list[str] = []
+
+    def writer() -> None:
+        for piece in pieces:
+            text.append(piece)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    while thread.is_alive():
+        reads.append(text.text())
+    thread.join()
+    whole = "start\n" + "".join(pieces)
+    assert text.text() == whole and len(text) == len(whole)
+    assert all(whole.startswith(read) for read in reads)
+    node = ActionNode("a", "tool")
+    node.stdout = "from a saved run"
+    assert node.stdout == "from a saved run" and len(node.captured_stdout) == 16

@@ -170,7 +170,10 @@ def test_describe_variables_gives_type_size_and_a_short_repr() -> None:
 
 def test_describe_value_survives_broken_repr_and_len() -> None:
     text = describe_value(BrokenRepr())
-    assert text.startswith("tests.runtime.test_prompt.BrokenRepr\n  <BrokenRepr instance at 0x")
+    # issue 19 §6: a repr that raises says so, with the error (one form everywhere)
+    head, shown = text.split("\n  ")
+    assert head == "tests.runtime.test_prompt.BrokenRepr"
+    assert shown == "<BrokenRepr: repr failed: RuntimeError: no repr>"
 
 
 def test_describe_value_cuts_long_multiline_reprs() -> None:
@@ -255,6 +258,6 @@ def test_render_value_and_truncate() -> None:
     assert render_value("text") == "text"
     assert render_value({"a": [1, None]}) == '{"a": [1, null]}'
     assert render_value({1, 2}) == "{1, 2}"
-    assert render_value(BrokenRepr()) == "<BrokenRepr object (repr failed: RuntimeError)>"
+    assert render_value(BrokenRepr()) == "<BrokenRepr: repr failed: RuntimeError: no repr>"
     assert truncate("abcdef", 10) == "abcdef"
     assert truncate("a" * 12_345 + "b", 1) == "a\n[truncated: 12,345 more characters]"
