@@ -128,6 +128,9 @@ class Secrets:
         if len(text) <= limit:
             return text
         kept = text[: max(limit, 0)]
+        marker = _prefix_at_end(kept, REDACTED)  # a cut through ``[redacted]`` itself
+        if marker and limit >= len(REDACTED):
+            return kept[: len(kept) - marker]  # the whole marker or none of it
         cut = max((_prefix_at_end(kept, v) for v in self.values()), default=0)
         if not cut:
             return kept

@@ -192,3 +192,15 @@ def test_a_value_filled_into_the_answer_and_cut_at_its_limit_keeps_no_part_of_a_
         shown = value_text("." * (VALUE_LIMIT - left) + key + " tail", where="dump")
         assert key[:4] not in shown, left
         assert "more characters; the whole value is dump]" in shown
+
+
+def test_a_cut_never_leaves_half_a_redaction_marker(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cortex_jupyter.runtime.secrets import head
+
+    key = "sk-proj-MARKERCUTabcdefghij"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    text = "x" * 20 + key + " and more"
+    for limit in range(24, 30):  # the cut falls inside "[redacted]"
+        shown = head(text, limit)
+        assert shown == "x" * 20, (limit, shown)
+    assert head(text, 30) == "x" * 20 + REDACTED
