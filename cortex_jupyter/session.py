@@ -31,7 +31,7 @@ from cortex_jupyter.runtime import (
     RunHooks,
     default_registry,
 )
-from cortex_jupyter.runtime.approval import Decision
+from cortex_jupyter.runtime.approval import Approver, Decision, ask_line
 from cortex_jupyter.runtime.errors import InvalidVariableName
 from cortex_jupyter.runtime.feeds import FeedSet
 from cortex_jupyter.runtime.loop import Conversation
@@ -155,12 +155,13 @@ class _View(Protocol):
 class _TextView:
     """Streams the run to stdout: IPython in a terminal, or a shell with no widget front end."""
 
-    def __init__(self, model: str, approvals: Approvals) -> None:
+    def __init__(self, model: str, approvals: Approvals, run_id: str) -> None:
         from cortex_jupyter.display import TextRenderer
 
         self._out = sys.stdout
         self._renderer = TextRenderer(self._write, model=model)
         self._approvals = approvals
+        self._run_id = run_id
         self._names: dict[str, str] = {}
         # Text printed after its cell ended would land in whatever cell runs then.
         self.late: Callable[[list[Any]], None] | None = None
@@ -188,11 +189,15 @@ class _TextView:
         name = self._names.get(node_id, event.id)
         question = f"cortex: approve action {node_id!r}: {name} {event.parameters or ''}? [y/N] "
         try:
-            answer = input(question)
+            # Asked until answered, or until the run stops waiting (approve_timeout, Stop).
+            answer = ask_line(question, lambda: self._approvals.ended(self._run_id, node_id))
         except Exception:  # no one can answer (no stdin: nbclient, a closed terminal)
-            answer = ""
+            answer = False
             self._out.write("\ncortex: no one could be asked, so it was denied.\n")
-        self._approvals.answer(node_id, answer.strip().lower() in ("y", "yes"))
+        if answer is None:
+            self._out.write(f"\ncortex: the question about {node_id!r} ended unanswered.\n")
+            return
+        self._approvals.answer(self._run_id, node_id, answer)
 
     def close(self) -> None:
         self._out.write("\n")
@@ -233,8 +238,13 @@ class _WidgetView:
 
         self.stop: Callable[[], None] | None = None
         # The run record gives the inspector the real objects (outputs, parameters).
+        run_id = record.id if record is not None else ""
+
+        def decide(node_id: str, approved: bool) -> bool:  # a row answers its own run only
+            return approvals.answer(run_id, node_id, approved)
+
         self.view = WidgetView(
-            model=model, values=values, decide=approvals.answer, stop=self._stop, record=record
+            model=model, values=values, decide=decide, stop=self._stop, record=record
         )
         self._handle = display(self.view.widget, display_id=True)
         self._copy: Any = None  # an IPython DisplayHandle, once shown
@@ -403,7 +413,7 @@ class Session:
             on_event=emit,
             bind=lambda name, value: self._bind(run, name, value, overwrite),
             background=background,
-            ask=self.approvals.ask,
+            ask=self.approvals.asker(run.id),
         )
 
     # ---- what a model may reach --------------------------------------------------
@@ -601,7 +611,7 @@ class Session:
 
     def _view(self, model: str, run: Run, display: str, scope: Scope) -> _View:
         if display == "text" or (display == "auto" and not self._has_widgets()):
-            return _TextView(model, self.approvals)
+            return _TextView(model, self.approvals, run.id)
         scopes: list[Mapping[str, Any]] = [run.variables]
         if self.feeds is not None:
             scopes.append(self.feeds)
@@ -729,34 +739,66 @@ def _close_quietly(view: _View) -> None:
 
 
 class Approvals:
-    """The approval questions of running actions (``RunHooks.ask``), answered from the
-    cell's thread: a button in the view, or ``input()`` in the text view."""
+    """The approval questions of running actions, answered from the cell's thread: a
+    button in the view, or ``input()`` in the text view.
+
+    A question is keyed by its run and its node's path in that run (``agent/inner`` for a
+    nested agent's action), never by the action id alone: two cells' ``a1`` are two
+    questions, and a row answers only the one it shows. A question that has ended (its
+    node was answered, timed out or was stopped, or its run ended) takes no answer.
+    """
 
     def __init__(self) -> None:
-        self._pending: dict[str, Decision] = {}
+        self._pending: dict[tuple[str, str], Decision] = {}
+        #: Answers given before their question was registered (the node's "awaiting"
+        #: reaches the view just before the run starts waiting): kept for it.
+        self._early: dict[tuple[str, str], bool] = {}
+        self._ended: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
 
-    async def ask(self, node: Any) -> bool:  # the run's loop
+    def asker(self, run_id: str) -> Approver:
+        """``RunHooks.ask`` for the run ``run_id``."""
+
+        async def ask(node: Any) -> bool:  # the run's loop
+            return await self._ask((run_id, str(node.id)))
+
+        return ask
+
+    async def _ask(self, key: tuple[str, str]) -> bool:
         decision = Decision()
         with self._lock:
-            self._pending[node.id] = decision
+            self._ended.discard(key)
+            self._pending[key] = decision
+            early = self._early.pop(key, None)
+        if early is not None:
+            decision.set(early)
         try:
             return await decision.wait()
         finally:
             with self._lock:
-                if self._pending.get(node.id) is decision:
-                    del self._pending[node.id]
+                if self._pending.get(key) is decision:
+                    del self._pending[key]
+                self._ended.add(key)
 
-    def answer(self, node_id: str, approved: bool) -> bool:  # any thread
-        """Answer the question about ``node_id``; False when there is none (already
-        answered, or the run was stopped)."""
+    def answer(self, run_id: str, node_id: str, approved: bool) -> bool:  # any thread
+        """Answer the question about ``node_id`` of the run ``run_id``; False when it has
+        ended (already answered, timed out, or the run was stopped)."""
+        key = (run_id, node_id)
         with self._lock:
-            decision = self._pending.get(node_id)
-        if decision is None:
-            return False
+            decision = self._pending.get(key)
+            if decision is None:
+                if key in self._ended:
+                    return False
+                self._early[key] = bool(approved)
+                return True
         decision.set(approved)
         return True
 
-    def waiting(self) -> list[str]:
+    def ended(self, run_id: str, node_id: str) -> bool:
+        """Whether the question about ``node_id`` of ``run_id`` was asked and has ended."""
+        with self._lock:
+            return (run_id, node_id) in self._ended
+
+    def waiting(self) -> list[tuple[str, str]]:
         with self._lock:
             return list(self._pending)

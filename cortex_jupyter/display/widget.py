@@ -46,7 +46,9 @@ widget messages meanwhile) and after:
   patches carry only the pieces of the picture that changed.
 - **Expand a group** (``fetch ×60``) into a grid of its members, and fold it again.
 - **Approve or Deny** an action that waits for approval: a row with its parameters
-  and two buttons appears under the graph; a click calls ``decide(node_id, approved)``.
+  and two buttons appears under the graph; a click calls ``decide(node_id, approved)``
+  (the session ties it to this view's run). A row whose node no longer waits, or whose
+  run has ended, answers nothing: its buttons are disabled, a stale click is ignored.
 - **Stop** the run with the view's own button (``stop()``: the session makes it the
   kernel's interrupt).
 
@@ -185,6 +187,7 @@ class WidgetView:
         self._rows_layout: ipywidgets.Layout | None = None
         self._stale: list[ipywidgets.Widget] = []  # left the page; closed when the budget allows
         self._finishing = False  # drawing the final frame (``finish``)
+        self._over = False  # the final frame was drawn: its approval rows answer nothing
         self._placed = True  # every part made is in the root box
 
         # One style and one plain layout shared by the parts that need nothing of their
@@ -329,8 +332,12 @@ class WidgetView:
         # The final frame sends as little as it can: parts it makes join the root box in
         # one message, and settled text is not split into pieces (it grows no more).
         self._finishing, self._placed = True, True
+        self._over = True
         for part in _ORDER:
             self.sent += self._draw(part, now, math.inf)
+        for row in self._rows.values():  # the run has ended: nothing is waiting any more
+            for button in row.children[1:]:
+                self.sent += _set(button, disabled=True)
         if not self._placed:
             self.widget.children = tuple(self._parts[p] for p in _ORDER if p in self._parts)
             self.sent += 1
@@ -622,6 +629,7 @@ class WidgetView:
                     description=label,
                     icon=icon,
                     button_style=kind,
+                    disabled=self._over,
                     layout=layout,
                     style=style,
                     _dom_classes=(f"cortex-{label.lower()}",),
@@ -653,13 +661,19 @@ class WidgetView:
 
     def _answer(self, node_id: str, approved: bool, button: ipywidgets.Button) -> None:
         """Approve or Deny clicked: the session's ``decide`` gets the node's id in this
-        view (an agent's sub-run action: ``agent/inner``, as its question was asked)."""
+        view (an agent's sub-run action: ``agent/inner``, as its question was asked).
+        A stale click (the node no longer waits, or the view's run has ended) answers
+        nothing."""
         row = self._rows.get(node_id)
-        try:
-            assert self._decide is not None
-            answered = self._decide(node_id, approved)
-        except Exception as exc:
-            answered, button.tooltip = False, f"could not answer: {exc!r}"
+        node = self.state.nodes.get(node_id)
+        stale = self._over or node is None or node.status != "awaiting"
+        answered: object = False
+        if not stale:
+            try:
+                assert self._decide is not None
+                answered = self._decide(node_id, approved)
+            except Exception as exc:
+                answered, button.tooltip = False, f"could not answer: {exc!r}"
         word = ("Approved" if approved else "Denied") if answered is not False else "Not waiting"
         for child in row.children[1:] if row is not None else (button,):
             self.sent += _set(child, disabled=True)
