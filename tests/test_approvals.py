@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -283,3 +284,29 @@ def test_a_row_answers_its_own_cells_action_not_another_with_the_same_id(
     assert run2.actions["a1"].status == "skipped" and run2.actions["a1"].error == (
         "denied by the user"
     )
+
+
+def test_approve_timeout_ends_the_text_views_question_too(
+    ip: InteractiveShell, tools: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No one answers input(): approve_timeout denies the action and the cell goes on
+    # while the question is still open (before, the cell stayed stuck in input()).
+    release, returned = threading.Event(), threading.Event()
+
+    def nobody_answers(question: str) -> str:
+        release.wait(20)  # (a bound, so a regression fails instead of hanging)
+        returned.set()
+        return "y"
+
+    monkeypatch.setattr(builtins, "input", nobody_answers)
+    ip.run_line_magic("config", "CortexMagics.approve_timeout = 0.2")
+    try:
+        run = cell(ip)
+        still_open = not returned.is_set()
+    finally:
+        ip.run_line_magic("config", "CortexMagics.approve_timeout = None")
+        release.set()
+    assert still_open, "the cell waited for input() past approve_timeout"
+    assert run.actions["mail"].error == "denied: not approved within 0.2 s (approve_timeout)"
+    assert run.actions["look"].status == "done" and run.status == "completed"
+    assert returned.wait(5) and tools == []  # the late "y" approved nothing

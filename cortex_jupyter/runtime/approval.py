@@ -152,10 +152,14 @@ def _plain_terminal() -> bool:
 def _select_line(question: str, ended: Callable[[], bool], poll: float) -> bool | None:
     sys.stdout.write(question)
     sys.stdout.flush()
-    while not select.select([sys.stdin], [], [], poll)[0]:
+    while True:
+        typed = select.select([sys.stdin], [], [], poll)[0]
+        # Read after the wait too: a line typed once this question ended is the next one's.
         if ended():
             sys.stdout.write("\n")
             return None
+        if typed:
+            break
     line = sys.stdin.readline()
     if not line:
         raise EOFError

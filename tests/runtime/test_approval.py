@@ -5,7 +5,11 @@ it and what depends on it while everything else goes on."""
 from __future__ import annotations
 
 import builtins
+import os
+import pty
+import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -298,3 +302,36 @@ async def test_a_callers_approve_timeout_holds_inside_a_nested_agent(
         "denied: not approved within 0.1 s (approve_timeout)"
     )
     assert posts == [] and run.status == "completed"
+
+
+# ---- the terminal's question ends with the wait (issue 18 §12) ---------------------------
+
+
+@pytest.fixture
+def terminal(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
+    """A real terminal (a pty) as stdin, Python's own input(); yields the keyboard's end."""
+    keyboard, screen = pty.openpty()
+    stdin = os.fdopen(screen, "r")
+    monkeypatch.setattr(sys, "stdin", stdin)
+    monkeypatch.setattr(builtins, "input", _INPUT)
+    yield keyboard
+    stdin.close()
+    os.close(keyboard)
+
+
+_INPUT = builtins.input
+ONE = (
+    '<action id="rm">{"name": "delete_file", "parameters": {"path": "/tmp/x"}}</action>'
+    "\n<response>Done.</response>"
+)
+
+
+async def test_a_timed_out_terminal_question_does_not_hold_the_next_one(
+    registry: Registry, terminal: int
+) -> None:
+    first = await Agent(model=ScriptModel(ONE), registry=registry, approve_timeout=0.2).run("go")
+    assert first.actions["rm"].error == "denied: not approved within 0.2 s (approve_timeout)"
+    os.write(terminal, b"y\n")  # typed for the next question, not for the one that ended
+    agent = Agent(model=ScriptModel(ONE), registry=registry, approve_timeout=20)
+    second = await agent.run("go")
+    assert second.actions["rm"].status == "done", second.actions["rm"].error
