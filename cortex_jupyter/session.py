@@ -155,13 +155,13 @@ class _View(Protocol):
 class _TextView:
     """Streams the run to stdout: IPython in a terminal, or a shell with no widget front end."""
 
-    def __init__(self, model: str, approvals: Approvals, run_id: str) -> None:
+    def __init__(self, model: str, approvals: Approvals, run: Run) -> None:
         from cortex_jupyter.display import TextRenderer
 
         self._out = sys.stdout
         self._renderer = TextRenderer(self._write, model=model)
         self._approvals = approvals
-        self._run_id = run_id
+        self._run = run
         self._names: dict[str, str] = {}
         # Text printed after its cell ended would land in whatever cell runs then.
         self.late: Callable[[list[Any]], None] | None = None
@@ -186,22 +186,51 @@ class _TextView:
         """Without widgets, "ask" is ``input()``, in the cell's thread (a kernel sends it
         to the front end as an input request). ``node_id`` is the action's path: an
         agent's inner action is ``agent/inner``."""
+        if not self._put_to_person(node_id):
+            return  # the policy decided alone ("deny", a function), or it has ended
         name = self._names.get(node_id, event.id)
         question = f"cortex: approve action {node_id!r}: {name} {event.parameters or ''}? [y/N] "
+        run_id = self._run.id
         try:
             # Asked until answered, or until the run stops waiting (approve_timeout, Stop).
-            answer = ask_line(question, lambda: self._approvals.ended(self._run_id, node_id))
+            answer = ask_line(question, lambda: self._approvals.ended(run_id, node_id))
         except Exception:  # no one can answer (no stdin: nbclient, a closed terminal)
             answer = False
             self._out.write("\ncortex: no one could be asked, so it was denied.\n")
         if answer is None:
             self._out.write(f"\ncortex: the question about {node_id!r} ended unanswered.\n")
             return
-        self._approvals.answer(self._run_id, node_id, answer)
+        self._approvals.answer(run_id, node_id, answer)
+
+    def _put_to_person(self, node_id: str) -> bool:
+        """Whether the run asks a person about ``node_id``: its "awaiting" arrives just
+        before the policy is asked, and a policy may decide alone (``deny``, a function)."""
+        node = _node_at(self._run, node_id)
+        while not self._approvals.asked(self._run.id, node_id):
+            if node is not None and node.status != "awaiting":
+                return False
+            time.sleep(0.01)
+        return True
 
     def close(self) -> None:
         self._out.write("\n")
         self._out.flush()
+
+
+def _node_at(run: Run, path: str) -> Any:
+    """The node at ``path`` in ``run`` (``agent/inner``: inside the agent's sub-run; an id
+    may hold a slash itself), or None."""
+    actions = run.actions
+    if path in actions:
+        return actions[path]
+    head, slash, rest = path.partition("/")
+    while slash:
+        subrun = getattr(actions.get(head), "subrun", None)
+        if subrun is not None and (found := _node_at(subrun, rest)) is not None:
+            return found
+        more, slash, rest = rest.partition("/")
+        head = f"{head}/{more}"
+    return None
 
 
 def _unnest(event: Any) -> tuple[str, Any]:
@@ -611,7 +640,7 @@ class Session:
 
     def _view(self, model: str, run: Run, display: str, scope: Scope) -> _View:
         if display == "text" or (display == "auto" and not self._has_widgets()):
-            return _TextView(model, self.approvals, run.id)
+            return _TextView(model, self.approvals, run)
         scopes: list[Mapping[str, Any]] = [run.variables]
         if self.feeds is not None:
             scopes.append(self.feeds)
@@ -793,6 +822,12 @@ class Approvals:
                 return True
         decision.set(approved)
         return True
+
+    def asked(self, run_id: str, node_id: str) -> bool:
+        """Whether the question about ``node_id`` of ``run_id`` was put (waiting or ended)."""
+        with self._lock:
+            key = (run_id, node_id)
+            return key in self._pending or key in self._ended
 
     def ended(self, run_id: str, node_id: str) -> bool:
         """Whether the question about ``node_id`` of ``run_id`` was asked and has ended."""

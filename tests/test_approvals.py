@@ -310,3 +310,19 @@ def test_approve_timeout_ends_the_text_views_question_too(
     assert run.actions["mail"].error == "denied: not approved within 0.2 s (approve_timeout)"
     assert run.actions["look"].status == "done" and run.status == "completed"
     assert returned.wait(5) and tools == []  # the late "y" approved nothing
+
+
+@pytest.mark.parametrize("policy", ["'deny'", "only_ada"])
+def test_a_policy_that_decides_alone_asks_no_one(
+    ip: InteractiveShell, tools: list[str], monkeypatch: pytest.MonkeyPatch, policy: str
+) -> None:
+    questions: list[str] = []
+    monkeypatch.setattr(builtins, "input", lambda q: questions.append(q) or "y")
+    ip.user_ns["only_ada"] = lambda node: node.resolved == {"to": "ada"}
+    ip.run_line_magic("config", f"CortexMagics.approve = {policy}")
+    try:
+        run = cell(ip)
+    finally:
+        ip.run_line_magic("config", "CortexMagics.approve = 'ask'")
+    assert questions == []
+    assert run.actions["mail"].status == ("skipped" if policy == "'deny'" else "done")
