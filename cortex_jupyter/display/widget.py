@@ -187,7 +187,7 @@ class WidgetView:
         self._rows_layout: ipywidgets.Layout | None = None
         self._stale: list[ipywidgets.Widget] = []  # left the page; closed when the budget allows
         self._finishing = False  # drawing the final frame (``finish``)
-        self._over = False  # the final frame was drawn: its approval rows answer nothing
+        self._cut = False  # the final frame came without the run's end: rows answer nothing
         self._placed = True  # every part made is in the root box
 
         # One style and one plain layout shared by the parts that need nothing of their
@@ -332,12 +332,12 @@ class WidgetView:
         # The final frame sends as little as it can: parts it makes join the root box in
         # one message, and settled text is not split into pieces (it grows no more).
         self._finishing, self._placed = True, True
-        self._over = True
+        self._cut = self.state.end_status is None
         for part in _ORDER:
             self.sent += self._draw(part, now, math.inf)
-        for row in self._rows.values():  # the run has ended: nothing is waiting any more
+        for node_id, row in self._rows.items():  # rows whose run has ended answer nothing
             for button in row.children[1:]:
-                self.sent += _set(button, disabled=True)
+                self.sent += _set(button, disabled=not self._answerable(node_id))
         if not self._placed:
             self.widget.children = tuple(self._parts[p] for p in _ORDER if p in self._parts)
             self.sent += 1
@@ -629,7 +629,7 @@ class WidgetView:
                     description=label,
                     icon=icon,
                     button_style=kind,
-                    disabled=self._over,
+                    disabled=not self._answerable(node_id),
                     layout=layout,
                     style=style,
                     _dom_classes=(f"cortex-{label.lower()}",),
@@ -665,10 +665,8 @@ class WidgetView:
         A stale click (the node no longer waits, or the view's run has ended) answers
         nothing."""
         row = self._rows.get(node_id)
-        node = self.state.nodes.get(node_id)
-        stale = self._over or node is None or node.status != "awaiting"
         answered: object = False
-        if not stale:
+        if self._answerable(node_id):
             try:
                 assert self._decide is not None
                 answered = self._decide(node_id, approved)
@@ -678,6 +676,20 @@ class WidgetView:
         for child in row.children[1:] if row is not None else (button,):
             self.sent += _set(child, disabled=True)
         self.sent += _set(button, description=word)
+
+    def _answerable(self, node_id: str) -> bool:
+        """Whether a row may answer for ``node_id``: its node waits, and its run has not
+        ended (a ``fire_and_forget`` action, which outlives its run by design, excepted;
+        nothing, once the final frame came without the run's end: it failed)."""
+        nodes = self.state.nodes
+        node = nodes.get(node_id)
+        if node is None or node.status != "awaiting" or self._cut:
+            return False
+        if self.state.end_status is None:
+            return True
+        while node.parent is not None and node.parent in nodes:
+            node = nodes[node.parent]
+        return node.mode == "fire_and_forget"
 
     def _on_stop(self, _button: Any) -> None:
         """The view's Stop: the session's ``stop`` (the kernel's interrupt, in effect)."""
