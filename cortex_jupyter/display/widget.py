@@ -131,8 +131,9 @@ class WidgetView:
     and drives the elapsed time; the run's own events carry ``time.monotonic()`` times.
     ``sent`` counts the messages the view has cost so far, creation and display included.
 
-    ``decide(node_id, approved)`` answers an action waiting for approval (the session's
-    ``Approvals.answer``; without it the rows have no buttons); ``stop()`` stops the run
+    ``decide(node_id, approved)`` answers an action of this view's run waiting for
+    approval (the session's ``Approvals.answer`` for this run; without it the rows have
+    no buttons); ``stop()`` stops the run
     (without it the view has no Stop button); ``record`` is the run record, or a function
     returning it, for the inspector's rich outputs (without it, the events' summaries).
     """
