@@ -33,7 +33,7 @@ from cortex_jupyter.runtime import (
     RunHooks,
     default_registry,
 )
-from cortex_jupyter.runtime.approval import Decision
+from cortex_jupyter.runtime.approval import Approver, Decision, ask_line
 from cortex_jupyter.runtime.errors import InvalidVariableName
 from cortex_jupyter.runtime.feeds import FeedSet
 from cortex_jupyter.runtime.loop import Conversation
@@ -162,16 +162,16 @@ class _View(Protocol):
 class _TextView:
     """Streams the run to stdout: IPython in a terminal, or a shell with no widget front end."""
 
-    def __init__(self, model: str, approvals: Approvals, record: Run | None = None) -> None:
+    def __init__(self, model: str, approvals: Approvals, run: Run) -> None:
         from cortex_jupyter.display import TextRenderer
 
-        self._record = record
         self._out = sys.stdout
         # What the renderer wrote since the last send: a tool printing 100,000 lines
         # makes one write (and one redaction) per delivery, not one per line.
         self._pending: list[str] = []
         self._renderer = TextRenderer(self._pending.append, model=model)
         self._approvals = approvals
+        self._run = run
         self._names: dict[str, str] = {}
         # Text printed after its cell ended would land in whatever cell runs then.
         self.late: Callable[[list[Any]], None] | None = None
@@ -202,14 +202,31 @@ class _TextView:
         """Without widgets, "ask" is ``input()``, in the cell's thread (a kernel sends it
         to the front end as an input request). ``node_id`` is the action's path: an
         agent's inner action is ``agent/inner``."""
+        if not self._put_to_person(node_id):
+            return  # the policy decided alone ("deny", a function), or it has ended
         name = self._names.get(node_id, event.id)
         question = f"cortex: approve action {node_id!r}: {name} {event.parameters or ''}? [y/N] "
+        run_id = self._run.id
         try:
-            answer = input(question)
+            # Asked until answered, or until the run stops waiting (approve_timeout, Stop).
+            answer = ask_line(question, lambda: self._approvals.ended(run_id, node_id))
         except Exception:  # no one can answer (no stdin: nbclient, a closed terminal)
-            answer = ""
+            answer = False
             self._out.write("\ncortex: no one could be asked, so it was denied.\n")
-        self._approvals.answer(node_id, answer.strip().lower() in ("y", "yes"))
+        if answer is None:
+            self._out.write(f"\ncortex: the question about {node_id!r} ended unanswered.\n")
+            return
+        self._approvals.answer(run_id, node_id, answer)
+
+    def _put_to_person(self, node_id: str) -> bool:
+        """Whether the run asks a person about ``node_id``: its "awaiting" arrives just
+        before the policy is asked, and a policy may decide alone (``deny``, a function)."""
+        node = _node_at(self._run, node_id)
+        while not self._approvals.asked(self._run.id, node_id):
+            if node is not None and node.status != "awaiting":
+                return False
+            time.sleep(0.01)
+        return True
 
     def close(self) -> None:
         self._pending.append("\n")
@@ -217,10 +234,26 @@ class _TextView:
         # _cortex.answer has it (and as the view shows it) follows.
         from cortex_jupyter.display.theme import clean  # no terminal control characters
 
-        record = self._record
-        if record is not None and record.answer != record.final_response:
+        record = self._run
+        if record.answer != record.final_response:
             self._pending.append(f"[answer] {clean(record.answer)}\n")
         self._send()
+
+
+def _node_at(run: Run, path: str) -> Any:
+    """The node at ``path`` in ``run`` (``agent/inner``: inside the agent's sub-run; an id
+    may hold a slash itself), or None."""
+    actions = run.actions
+    if path in actions:
+        return actions[path]
+    head, slash, rest = path.partition("/")
+    while slash:
+        subrun = getattr(actions.get(head), "subrun", None)
+        if subrun is not None and (found := _node_at(subrun, rest)) is not None:
+            return found
+        more, slash, rest = rest.partition("/")
+        head = f"{head}/{more}"
+    return None
 
 
 def _unnest(event: Any) -> tuple[str, Any]:
@@ -264,8 +297,13 @@ class _WidgetView:
         self._record_meta: dict[str, Any] | None = None  # the live output's metadata
         self.stop: Callable[[], None] | None = None
         # The run record gives the inspector the real objects (outputs, parameters).
+        run_id = record.id if record is not None else ""
+
+        def decide(node_id: str, approved: bool) -> bool:  # a row answers its own run only
+            return approvals.answer(run_id, node_id, approved)
+
         self.view = WidgetView(
-            model=model, values=values, decide=approvals.answer, stop=self._stop, record=record
+            model=model, values=values, decide=decide, stop=self._stop, record=record
         )
         self._handle = display(self.view.widget, display_id=True)
         self._copy: Any = None  # an IPython DisplayHandle, once shown
@@ -464,7 +502,7 @@ class Session:
             on_event=emit,
             bind=lambda name, value: self._bind(run, name, value, overwrite),
             background=background,
-            ask=self.approvals.ask,
+            ask=self.approvals.asker(run.id),
         )
 
     # ---- what a model may reach --------------------------------------------------
@@ -896,34 +934,72 @@ def _close_quietly(view: _View | None) -> None:
 
 
 class Approvals:
-    """The approval questions of running actions (``RunHooks.ask``), answered from the
-    cell's thread: a button in the view, or ``input()`` in the text view."""
+    """The approval questions of running actions, answered from the cell's thread: a
+    button in the view, or ``input()`` in the text view.
+
+    A question is keyed by its run and its node's path in that run (``agent/inner`` for a
+    nested agent's action), never by the action id alone: two cells' ``a1`` are two
+    questions, and a row answers only the one it shows. A question that has ended (its
+    node was answered, timed out or was stopped, or its run ended) takes no answer.
+    """
 
     def __init__(self) -> None:
-        self._pending: dict[str, Decision] = {}
+        self._pending: dict[tuple[str, str], Decision] = {}
+        #: Answers given before their question was registered (the node's "awaiting"
+        #: reaches the view just before the run starts waiting): kept for it.
+        self._early: dict[tuple[str, str], bool] = {}
+        self._ended: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
 
-    async def ask(self, node: Any) -> bool:  # the run's loop
+    def asker(self, run_id: str) -> Approver:
+        """``RunHooks.ask`` for the run ``run_id``."""
+
+        async def ask(node: Any) -> bool:  # the run's loop
+            return await self._ask((run_id, str(node.id)))
+
+        return ask
+
+    async def _ask(self, key: tuple[str, str]) -> bool:
         decision = Decision()
         with self._lock:
-            self._pending[node.id] = decision
+            self._ended.discard(key)
+            self._pending[key] = decision
+            early = self._early.pop(key, None)
+        if early is not None:
+            decision.set(early)
         try:
             return await decision.wait()
         finally:
             with self._lock:
-                if self._pending.get(node.id) is decision:
-                    del self._pending[node.id]
+                if self._pending.get(key) is decision:
+                    del self._pending[key]
+                self._ended.add(key)
 
-    def answer(self, node_id: str, approved: bool) -> bool:  # any thread
-        """Answer the question about ``node_id``; False when there is none (already
-        answered, or the run was stopped)."""
+    def answer(self, run_id: str, node_id: str, approved: bool) -> bool:  # any thread
+        """Answer the question about ``node_id`` of the run ``run_id``; False when it has
+        ended (already answered, timed out, or the run was stopped)."""
+        key = (run_id, node_id)
         with self._lock:
-            decision = self._pending.get(node_id)
-        if decision is None:
-            return False
+            decision = self._pending.get(key)
+            if decision is None:
+                if key in self._ended:
+                    return False
+                self._early[key] = bool(approved)
+                return True
         decision.set(approved)
         return True
 
-    def waiting(self) -> list[str]:
+    def asked(self, run_id: str, node_id: str) -> bool:
+        """Whether the question about ``node_id`` of ``run_id`` was put (waiting or ended)."""
+        with self._lock:
+            key = (run_id, node_id)
+            return key in self._pending or key in self._ended
+
+    def ended(self, run_id: str, node_id: str) -> bool:
+        """Whether the question about ``node_id`` of ``run_id`` was asked and has ended."""
+        with self._lock:
+            return (run_id, node_id) in self._ended
+
+    def waiting(self) -> list[tuple[str, str]]:
         with self._lock:
             return list(self._pending)

@@ -3,7 +3,10 @@ view asking with ``input()`` in the cell's thread while other actions go on."""
 
 from __future__ import annotations
 
+import asyncio
 import builtins
+import contextlib
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -157,3 +160,178 @@ def test_an_agents_inner_action_is_asked_about_under_its_own_path(
     assert run.actions["mail"].error == "denied by the user"
     assert run.actions["deleg"].subrun.actions["mail"].status == "done"
     assert run.actions["deleg"].output == "Sent."
+
+
+# ---- a nested agent runs under the cell's approval rules (issue 18 §13) -----------------
+
+DELEGATE = (
+    '<action type="agent" id="deleg">{"name": "ap_helper", "parameters": '
+    '{"task": "write to bob"}}</action>\n<response>Done.</response>\n'
+    "--- reply to deleg ---\n"
+    '<action id="mail">{"name": "ap_send", "parameters": {"to": "bob"}}</action>'
+    '<action id="look">{"name": "ap_lookup", "parameters": {"name": "eve"}}</action>\n'
+    "<response>Sent.</response>\n"
+)
+
+
+@pytest.fixture
+def agents() -> Iterator[None]:
+    from cortex_jupyter import Agent
+
+    # The helper would allow anything; the boss names ap_lookup and denies.
+    Agent(
+        "ap_helper", instructions="Do the task.", tools=["ap_send", "ap_lookup"], approval="allow"
+    )
+    Agent("ap_boss", instructions="Delegate.", approve={"ap_lookup"}, approval="deny")
+    yield
+    default_registry.remove("agent", "ap_helper")
+    default_registry.remove("agent", "ap_boss")
+
+
+def test_the_cells_deny_holds_inside_a_nested_agent_that_would_allow(
+    ip: InteractiveShell, tools: list[str], agents: None
+) -> None:
+    ip.run_line_magic("config", "CortexMagics.approve = 'deny'")
+    try:
+        ip.run_cell_magic("cortex", "--script --delay 0 --text", DELEGATE)
+    finally:
+        ip.run_line_magic("config", "CortexMagics.approve = 'ask'")
+    inner = ip.user_ns["_cortex"].actions["deleg"].subrun
+    assert tools == [] and inner.actions["mail"].error == "denied by the user"
+    assert inner.actions["look"].status == "done"
+
+
+def test_a_named_agents_approve_set_covers_its_nested_agent(
+    ip: InteractiveShell, tools: list[str], agents: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(builtins, "input", lambda q: "y")  # the boss denies: never asked
+    ip.run_cell_magic("cortex", "--script --delay 0 --text --agent ap_boss", DELEGATE)
+    inner = ip.user_ns["_cortex"].actions["deleg"].subrun
+    assert tools == [] and inner.actions["mail"].status == "skipped"
+    assert inner.actions["look"].status == "skipped"
+    assert inner.actions["look"].error == "denied by the user"
+
+
+# ---- an answer reaches exactly the node it was asked about (issue 18 §12) ---------------
+
+
+def mail_cell(to: str) -> str:
+    return (
+        f'<action id="a1">{{"name": "ap_send", "parameters": {{"to": "{to}"}}}}</action>'
+        "\n<response>Done.</response>"
+    )
+
+
+def buttons(view: Any, css: str) -> list[Any]:
+    """The view's buttons with the class ``css`` (cortex-approve, cortex-deny)."""
+
+    def walk(widget: Any) -> Iterator[Any]:
+        yield widget
+        for child in getattr(widget, "children", ()):
+            yield from walk(child)
+
+    return [w for w in walk(view.view.widget) if css in getattr(w, "_dom_classes", ())]
+
+
+async def until(check: Any) -> None:
+    while not check():
+        await asyncio.sleep(0.01)
+
+
+def test_a_row_answers_its_own_cells_action_not_another_with_the_same_id(
+    ip: InteractiveShell, tools: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two cells wait at once, each on an action "a1": Approve on the first cell's row
+    # (which shows boss@) runs the first cell's action, and only that one.
+    from cortex_jupyter import session as session_module
+    from cortex_jupyter.magic import run_cell_async
+
+    views: list[Any] = []
+    made = session_module._WidgetView.__init__
+
+    def keep(self: Any, *args: Any, **kwargs: Any) -> None:
+        made(self, *args, **kwargs)
+        views.append(self)
+
+    monkeypatch.setattr(session_module._WidgetView, "__init__", keep)
+    ip.run_line_magic("config", "CortexMagics.display = 'widgets'")
+    line = "--script --delay 0"
+
+    async def cell(to: str) -> None:
+        # Stopped (below): the interrupt is kept inside, not raised out of the loop.
+        with contextlib.suppress(KeyboardInterrupt):
+            await run_cell_async(ip, line, mail_cell(to))
+
+    async def two_cells() -> tuple[Any, Any]:
+        first = asyncio.ensure_future(cell("boss@"))
+        await until(lambda: views and buttons(views[0], "cortex-approve"))
+        run1 = ip.user_ns["_cortex"]
+        second = asyncio.ensure_future(cell("attacker@"))
+        await until(lambda: len(views) > 1 and buttons(views[1], "cortex-approve"))
+        run2 = ip.user_ns["_cortex"]
+        (row,) = buttons(views[0], "cortex-approval")
+        assert "boss@" in row.children[0].value
+        buttons(views[0], "cortex-approve")[0].click()
+        try:
+            await asyncio.wait_for(asyncio.shield(first), 20)
+        except asyncio.TimeoutError:
+            for view in views:
+                view.stop()
+            await asyncio.gather(first, second)
+            pytest.fail(f"the first cell still waits; what ran: {tools}")
+        assert tools == ["boss@"] and run2.actions["a1"].status == "awaiting"
+        buttons(views[1], "cortex-deny")[0].click()
+        await asyncio.wait_for(second, 20)
+        return run1, run2
+
+    try:
+        run1, run2 = asyncio.run(two_cells())
+    finally:
+        ip.run_line_magic("config", "CortexMagics.display = 'auto'")
+    assert tools == ["boss@"]
+    assert run1.actions["a1"].status == "done"
+    assert run2.actions["a1"].status == "skipped" and run2.actions["a1"].error == (
+        "denied by the user"
+    )
+
+
+def test_approve_timeout_ends_the_text_views_question_too(
+    ip: InteractiveShell, tools: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No one answers input(): approve_timeout denies the action and the cell goes on
+    # while the question is still open (before, the cell stayed stuck in input()).
+    release, returned = threading.Event(), threading.Event()
+
+    def nobody_answers(question: str) -> str:
+        release.wait(20)  # (a bound, so a regression fails instead of hanging)
+        returned.set()
+        return "y"
+
+    monkeypatch.setattr(builtins, "input", nobody_answers)
+    ip.run_line_magic("config", "CortexMagics.approve_timeout = 0.2")
+    try:
+        run = cell(ip)
+        still_open = not returned.is_set()
+    finally:
+        ip.run_line_magic("config", "CortexMagics.approve_timeout = None")
+        release.set()
+    assert still_open, "the cell waited for input() past approve_timeout"
+    assert run.actions["mail"].error == "denied: not approved within 0.2 s (approve_timeout)"
+    assert run.actions["look"].status == "done" and run.status == "completed"
+    assert returned.wait(5) and tools == []  # the late "y" approved nothing
+
+
+@pytest.mark.parametrize("policy", ["'deny'", "only_ada"])
+def test_a_policy_that_decides_alone_asks_no_one(
+    ip: InteractiveShell, tools: list[str], monkeypatch: pytest.MonkeyPatch, policy: str
+) -> None:
+    questions: list[str] = []
+    monkeypatch.setattr(builtins, "input", lambda q: questions.append(q) or "y")
+    ip.user_ns["only_ada"] = lambda node: node.resolved == {"to": "ada"}
+    ip.run_line_magic("config", f"CortexMagics.approve = {policy}")
+    try:
+        run = cell(ip)
+    finally:
+        ip.run_line_magic("config", "CortexMagics.approve = 'ask'")
+    assert questions == []
+    assert run.actions["mail"].status == ("skipped" if policy == "'deny'" else "done")

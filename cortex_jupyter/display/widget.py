@@ -46,7 +46,9 @@ widget messages meanwhile) and after:
   patches carry only the pieces of the picture that changed.
 - **Expand a group** (``fetch ×60``) into a grid of its members, and fold it again.
 - **Approve or Deny** an action that waits for approval: a row with its parameters
-  and two buttons appears under the graph; a click calls ``decide(node_id, approved)``.
+  and two buttons appears under the graph; a click calls ``decide(node_id, approved)``
+  (the session ties it to this view's run). A row whose node no longer waits, or whose
+  run has ended, answers nothing: its buttons are disabled, a stale click is ignored.
 - **Stop** the run with the view's own button (``stop()``: the session makes it the
   kernel's interrupt).
 
@@ -137,8 +139,9 @@ class WidgetView:
     and drives the elapsed time; the run's own events carry ``time.monotonic()`` times.
     ``sent`` counts the messages the view has cost so far, creation and display included.
 
-    ``decide(node_id, approved)`` answers an action waiting for approval (the session's
-    ``Approvals.answer``; without it the rows have no buttons); ``stop()`` stops the run
+    ``decide(node_id, approved)`` answers an action of this view's run waiting for
+    approval (the session's ``Approvals.answer`` for this run; without it the rows have
+    no buttons); ``stop()`` stops the run
     (without it the view has no Stop button); ``record`` is the run record, or a function
     returning it, for the inspector's rich outputs (without it, the events' summaries).
     """
@@ -193,6 +196,7 @@ class WidgetView:
         self._rows_layout: ipywidgets.Layout | None = None
         self._stale: list[ipywidgets.Widget] = []  # left the page; closed when the budget allows
         self._finishing = False  # drawing the final frame (``finish``)
+        self._cut = False  # the final frame came without the run's end: rows answer nothing
         self._placed = True  # every part made is in the root box
         self._closed = False  # ``close``: the widgets are closed, the run let go
 
@@ -342,8 +346,12 @@ class WidgetView:
         # The final frame sends as little as it can: parts it makes join the root box in
         # one message, and settled text is not split into pieces (it grows no more).
         self._finishing, self._placed = True, True
+        self._cut = self.state.end_status is None
         for part in _ORDER:
             self.sent += self._draw(part, now, math.inf)
+        for node_id, row in self._rows.items():  # rows whose run has ended answer nothing
+            for button in row.children[1:]:
+                self.sent += _set(button, disabled=not self._answerable(node_id))
         if not self._placed:
             self.widget.children = tuple(self._parts[p] for p in _ORDER if p in self._parts)
             self.sent += 1
@@ -678,6 +686,7 @@ class WidgetView:
                     description=label,
                     icon=icon,
                     button_style=kind,
+                    disabled=not self._answerable(node_id),
                     layout=layout,
                     style=style,
                     _dom_classes=(f"cortex-{label.lower()}",),
@@ -709,17 +718,36 @@ class WidgetView:
 
     def _answer(self, node_id: str, approved: bool, button: ipywidgets.Button) -> None:
         """Approve or Deny clicked: the session's ``decide`` gets the node's id in this
-        view (an agent's sub-run action: ``agent/inner``, as its question was asked)."""
+        view (an agent's sub-run action: ``agent/inner``, as its question was asked).
+        A stale click (the node no longer waits, or the view's run has ended) answers
+        nothing."""
         row = self._rows.get(node_id)
-        try:
-            assert self._decide is not None
-            answered = self._decide(node_id, approved)
-        except Exception as exc:
-            answered, button.tooltip = False, secrets.redact(f"could not answer: {exc!r}")
+        answered: object = False
+        if self._answerable(node_id):
+            try:
+                assert self._decide is not None
+                answered = self._decide(node_id, approved)
+            except Exception as exc:
+                answered = False
+                button.tooltip = secrets.redact(f"could not answer: {exc!r}")
         word = ("Approved" if approved else "Denied") if answered is not False else "Not waiting"
         for child in row.children[1:] if row is not None else (button,):
             self.sent += _set(child, disabled=True)
         self.sent += _set(button, description=word)
+
+    def _answerable(self, node_id: str) -> bool:
+        """Whether a row may answer for ``node_id``: its node waits, and its run has not
+        ended (a ``fire_and_forget`` action, which outlives its run by design, excepted;
+        nothing, once the final frame came without the run's end: it failed)."""
+        nodes = self.state.nodes
+        node = nodes.get(node_id)
+        if node is None or node.status != "awaiting" or self._cut:
+            return False
+        if self.state.end_status is None:
+            return True
+        while node.parent is not None and node.parent in nodes:
+            node = nodes[node.parent]
+        return node.mode == "fire_and_forget"
 
     def _on_stop(self, _button: Any) -> None:
         """The view's Stop: the session's ``stop`` (the kernel's interrupt, in effect)."""

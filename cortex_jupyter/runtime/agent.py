@@ -21,13 +21,13 @@ import functools
 from collections import ChainMap
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.from_thread
 from anyio.abc import TaskGroup
 
-from .approval import Approver, approver_for
+from .approval import Approver, Rules
 from .chunks import StreamingModel
 from .errors import AgentDidNotAnswer, NoModelConfigured
 from .events import AnyEvent, Nested
@@ -77,7 +77,9 @@ class Agent:
     (the default registry unless given). ``model`` is any ``StreamingModel``; ``None``
     means the caller's (the session's, or the parent run's for a nested agent).
     ``max_depth`` limits how deep agents may call agents. ``approve`` names tools that
-    wait for approval (see ``runtime.approval``) under the ``approval`` policy.
+    wait for approval (see ``runtime.approval``) under the ``approval`` policy; run as a
+    nested agent, its caller's ``approve``, ``approval`` and ``approve_timeout`` hold for
+    it too, and its own can only add to them.
     """
 
     name: str | None = None
@@ -282,15 +284,11 @@ class Agent:
             depth=scheduler.depth + 1,
             max_depth=min(self.max_depth, scheduler.max_depth),
             limiter=scheduler.limiter,
-            # A nested agent asks the way its caller asks, about ``parent/inner`` (the id
-            # its node has in the caller's view: an inner "a1" is not the caller's "a1").
-            approve=(
-                _asking_under(node.id, scheduler.approve)
-                if self.approval == "ask"
-                else approver_for(self.approval)
+            # The caller's approval rules hold inside, with this agent's own added; its
+            # questions name ``parent/inner`` (an inner "a1" is not the caller's "a1").
+            rules=scheduler.rules.within(
+                node.id, self.approval, names=self.approve, timeout=self.approve_timeout
             ),
-            approve_names=frozenset(self.approve),
-            approve_timeout=self.approve_timeout,
         )
         loop = Loop(
             self,
@@ -342,9 +340,9 @@ class Agent:
             background=hooks.background,
             run=run,
             max_depth=self.max_depth,
-            approve=approver_for(self.approval, hooks.ask),
-            approve_names=frozenset(self.approve),
-            approve_timeout=self.approve_timeout,
+            rules=Rules.of(
+                self.approval, names=self.approve, timeout=self.approve_timeout, ask=hooks.ask
+            ),
         )
 
     def __repr__(self) -> str:
@@ -355,28 +353,6 @@ class Agent:
             shown.append(f"tools={[_tool_name(t) for t in self.tools]!r}")
         shown.append(f"dialect={self.dialect!r}")
         return f"Agent({', '.join(shown)})"
-
-
-class _Under:
-    """An action of a nested run as its caller's view names it: ``id`` is
-    ``parent/inner``; everything else is the node's own."""
-
-    def __init__(self, parent: str, node: ActionNode) -> None:
-        self.id = f"{parent}/{node.id}"
-        self._node = node
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._node, name)
-
-
-def _asking_under(parent: str, ask: Approver) -> Approver:
-    """``ask``, about a nested run's actions under their path (``researcher/a1``), so a
-    question from inside an agent never answers, or waits behind, one of the caller's."""
-
-    async def asking(node: ActionNode) -> bool:
-        return await ask(cast("ActionNode", _Under(parent, node)))
-
-    return asking
 
 
 def _check(agent: Agent) -> None:

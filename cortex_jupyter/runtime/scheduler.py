@@ -46,7 +46,7 @@ from cortex_jupyter.protocol.events import (
     ProtocolError,
 )
 
-from .approval import Approver, approver_for
+from .approval import Approver, Rules
 from .capture import FLUSH_HZ, Capture, capturing, current
 from .chunks import StreamingModel, text_client
 from .coerce import fit
@@ -145,6 +145,7 @@ class Scheduler:
         approve: Approver | None = None,
         approve_names: frozenset[str] = frozenset(),
         approve_timeout: float | None = None,
+        rules: Rules | None = None,
     ) -> None:
         self.registry = registry if registry is not None else default_registry
         self.namespace: Mapping[str, Any] = namespace if namespace is not None else {}
@@ -161,10 +162,15 @@ class Scheduler:
         #: Bounds the worker threads of sync tools; shared with nested agents' runs.
         self.limiter = limiter if limiter is not None else anyio.CapacityLimiter(max_threads)
         self._background = background
-        #: Asked before an action marked for approval runs (None: the terminal asks).
-        self.approve = approve if approve is not None else approver_for("ask")
-        self.approve_names = approve_names
-        self.approve_timeout = approve_timeout
+        #: The approval rules (``rules``, or made of ``approve``: the approver, None for
+        #: the terminal; ``approve_names``; ``approve_timeout``); a nested agent's extend them.
+        if rules is None:
+            fixed = (approve,) if approve is not None else ()
+            rules = Rules(approve_names, fixed, approve is None, approve_timeout)
+        self.rules = rules
+        self.approve = rules.approver()
+        self.approve_names = rules.names
+        self.approve_timeout = rules.timeout
         self._background_scopes: dict[str, anyio.CancelScope] = {}
         self._tg: TaskGroup | None = None
         self._starts: dict[str, ActionStart] = {}

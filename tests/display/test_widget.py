@@ -943,6 +943,56 @@ def test_an_answer_nobody_waits_for_and_a_nested_action(clock: Clock) -> None:
     assert row.children[1].description == "Not waiting"
 
 
+def test_a_stale_row_answers_nothing(clock: Clock) -> None:
+    # The node was answered elsewhere (or timed out) before the row left the page: a
+    # click on the row still shown must not answer anything.
+    answers: list[str] = []
+    view = make_view(clock, decide=lambda node_id, ok: answers.append(node_id) or True)
+    view.apply(parse('<action id="a1">{"name": "mail"}</action>'))
+    view.apply([status("a1", "awaiting", clock.now, parameters='{"to": "boss@"}')])
+    settle(view, clock)
+    (row,) = part(view, "cortex-approvals").children
+    view.apply([status("a1", "skipped", clock.now, error="denied: not approved within 1 s")])
+    row.children[1].click()  # before the next redraw takes the row away
+    assert answers == []
+    assert row.children[1].description == "Not waiting"
+    assert all(b.disabled for b in row.children[1:])
+
+
+def test_a_row_whose_run_ended_is_disabled_and_answers_nothing(clock: Clock) -> None:
+    answers: list[str] = []
+    view = make_view(clock, decide=lambda node_id, ok: answers.append(node_id) or True)
+    view.apply(parse('<action id="a1">{"name": "mail"}</action>'))
+    view.apply([status("a1", "awaiting", clock.now, parameters="{}")])
+    settle(view, clock)
+    view.finish()  # the final frame, and no end came: the run failed, nothing waits
+    (row,) = part(view, "cortex-approvals").children
+    assert all(b.disabled for b in row.children[1:])
+    row.children[1].click()
+    assert answers == []
+
+
+def test_a_fire_and_forget_action_stays_answerable_after_its_run_ended(clock: Clock) -> None:
+    answers: list[str] = []
+    view = make_view(clock, decide=lambda node_id, ok: answers.append(node_id) or True)
+    view.apply(
+        parse(
+            '<action id="a1">{"name": "mail"}</action>'
+            '<action id="bg" mode="fire_and_forget">{"name": "mail"}</action>'
+        )
+    )
+    view.apply([status(i, "awaiting", clock.now, parameters="{}") for i in ("a1", "bg")])
+    settle(view, clock)
+    rows = dict(zip(("a1", "bg"), part(view, "cortex-approvals").children, strict=True))
+    view.apply([End("completed", clock.now)])  # (the runtime settles a1 before its end)
+    view.finish()  # the cell ends; the fire_and_forget action still waits
+    assert all(b.disabled for b in rows["a1"].children[1:])
+    assert not any(b.disabled for b in rows["bg"].children[1:])
+    rows["a1"].children[1].click()
+    rows["bg"].children[1].click()
+    assert answers == ["bg"]
+
+
 def test_stop_calls_stop_and_leaves_when_the_run_ends(recorder: Recorder, clock: Clock) -> None:
     stops: list[int] = []
     view = make_view(clock, stop=lambda: stops.append(1))

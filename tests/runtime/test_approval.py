@@ -5,7 +5,11 @@ it and what depends on it while everything else goes on."""
 from __future__ import annotations
 
 import builtins
+import os
+import pty
+import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -198,3 +202,136 @@ async def test_an_answer_from_another_thread_lets_the_action_run(registry: Regis
 def test_bad_approval_settings_are_refused(options: dict[str, Any], message: str) -> None:
     with pytest.raises((ValueError, TypeError), match=message):
         Agent(**options)
+
+
+# ---- a nested agent runs under its caller's approval rules (issue 18 §13) ---------------
+
+DELEGATE = (
+    '<action type="agent" id="deleg">{"name": "helper", "parameters": {"task": "mail ada"}}'
+    "</action>\n<response>Done.</response>\n"
+    "--- reply to deleg ---\n"
+    '<action id="m1">{"name": "post", "parameters": {"to": "ada"}}</action>'
+    '<action id="l1">{"name": "lookup", "parameters": {"name": "bob"}}</action>\n'
+    "<response>Posted.</response>\n"
+)
+
+
+@pytest.fixture
+def posts(registry: Registry) -> list[str]:
+    posted: list[str] = []
+
+    @registry.tool
+    def post(to: str) -> str:
+        """Post a message (not marked approve=True: an agent's ``approve`` names it)."""
+        posted.append(to)
+        return f"posted to {to}"
+
+    return posted
+
+
+def helper(registry: Registry, **options: Any) -> Agent:
+    return Agent("helper", instructions="Do the task.", registry=registry, **options)
+
+
+async def test_a_callers_deny_holds_inside_a_nested_agent_that_would_allow(
+    registry: Registry, posts: list[str]
+) -> None:
+    helper(registry, tools=["post", "lookup"], approval="allow")
+    caller = Agent(
+        model=ScriptModel(DELEGATE), registry=registry, approve={"post"}, approval="deny"
+    )
+    run = await caller.run("go")
+    inner = run.actions["deleg"].subrun
+    assert posts == []
+    assert inner.actions["m1"].status == "skipped"
+    assert inner.actions["m1"].error == "denied by the user"
+    assert inner.actions["l1"].status == "done"  # not named by anyone: never asked
+
+
+async def test_a_nested_agents_own_approve_set_adds_to_its_callers(
+    registry: Registry, posts: list[str]
+) -> None:
+    asked: list[str] = []
+
+    def policy(node: ActionNode) -> bool:
+        asked.append(node.id)
+        return node.name == "post"
+
+    helper(registry, tools=["post", "lookup"], approve={"lookup"}, approval="allow")
+    caller = Agent(
+        model=ScriptModel(DELEGATE), registry=registry, approve={"post"}, approval=policy
+    )
+    run = await caller.run("go")
+    inner = run.actions["deleg"].subrun
+    # both names wait (the caller's "post", the helper's own "lookup"); the caller's
+    # policy decides, about each action under its path
+    assert sorted(asked) == ["deleg/l1", "deleg/m1"]
+    assert posts == ["ada"] and inner.actions["l1"].status == "skipped"
+
+
+async def test_a_nested_agents_ask_still_asks_under_a_caller_that_allows(
+    registry: Registry, posts: list[str]
+) -> None:
+    asked: list[str] = []
+
+    async def ask(node: ActionNode) -> bool:
+        asked.append(node.id)
+        return False
+
+    helper(registry, tools=["post", "lookup"], approve={"post"}, approval="ask")
+    caller = Agent(model=ScriptModel(DELEGATE), registry=registry, approval="allow")
+    run = await caller.run("go", hooks=RunHooks(ask=ask))
+    assert asked == ["deleg/m1"] and posts == []
+    assert run.actions["deleg"].subrun.actions["m1"].error == "denied by the user"
+
+
+async def test_a_callers_approve_timeout_holds_inside_a_nested_agent(
+    registry: Registry, posts: list[str]
+) -> None:
+    never = Decision()
+
+    async def ask(node: ActionNode) -> bool:
+        return await never.wait()
+
+    helper(registry, tools=["post", "lookup"])  # no timeout of its own
+    caller = Agent(
+        model=ScriptModel(DELEGATE), registry=registry, approve={"post"}, approve_timeout=0.1
+    )
+    run = await caller.run("go", hooks=RunHooks(ask=ask))
+    assert run.actions["deleg"].subrun.actions["m1"].error == (
+        "denied: not approved within 0.1 s (approve_timeout)"
+    )
+    assert posts == [] and run.status == "completed"
+
+
+# ---- the terminal's question ends with the wait (issue 18 §12) ---------------------------
+
+
+@pytest.fixture
+def terminal(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
+    """A real terminal (a pty) as stdin, Python's own input(); yields the keyboard's end."""
+    keyboard, screen = pty.openpty()
+    stdin = os.fdopen(screen, "r")
+    monkeypatch.setattr(sys, "stdin", stdin)
+    monkeypatch.setattr(builtins, "input", _INPUT)
+    yield keyboard
+    stdin.close()
+    os.close(keyboard)
+
+
+_INPUT = builtins.input
+ONE = (
+    '<action id="rm">{"name": "delete_file", "parameters": {"path": "/tmp/x"}}</action>'
+    "\n<response>Done.</response>"
+)
+
+
+async def test_a_timed_out_terminal_question_does_not_hold_the_next_one(
+    registry: Registry, terminal: int
+) -> None:
+    first = await Agent(model=ScriptModel(ONE), registry=registry, approve_timeout=0.2).run("go")
+    assert first.actions["rm"].error == "denied: not approved within 0.2 s (approve_timeout)"
+    os.write(terminal, b"y\n")  # typed for the next question, not for the one that ended
+    agent = Agent(model=ScriptModel(ONE), registry=registry, approve_timeout=20)
+    second = await agent.run("go")
+    assert second.actions["rm"].status == "done", second.actions["rm"].error
