@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 README = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
 
 
@@ -17,28 +19,11 @@ def block_after(marker: str) -> tuple[str, str]:
     return blocks[0], blocks[1]
 
 
-def test_runtime_example_prints_what_the_readme_shows(tmp_path: Path) -> None:
-    code, shown = block_after("<!-- runtime-example")
-    script = tmp_path / "example.py"
-    script.write_text(code, encoding="utf-8")
-    out = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=True
-    )
-    assert out.stdout == shown
-
-
-def test_agent_loop_example_prints_what_the_readme_shows(tmp_path: Path) -> None:
-    code, shown = block_after("<!-- loop-example")
-    script = tmp_path / "example.py"
-    script.write_text(code, encoding="utf-8")
-    out = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=True
-    )
-    assert out.stdout == shown
-
-
-def test_agent_example_prints_what_the_readme_shows(tmp_path: Path) -> None:
-    code, shown = block_after("<!-- agent-example")
+@pytest.mark.parametrize(
+    "marker", ["runtime-example", "loop-example", "agent-example", "answer-example"]
+)
+def test_an_example_prints_what_the_readme_shows(tmp_path: Path, marker: str) -> None:
+    code, shown = block_after(f"<!-- {marker}")
     script = tmp_path / "example.py"
     script.write_text(code, encoding="utf-8")
     out = subprocess.run(
