@@ -328,6 +328,9 @@ class Session:
         self._loop: Loop | None = None
         #: Runs whose fire_and_forget actions went to that loop (pruned when they end).
         self._background_runs: list[Run] = []
+        #: Model name -> (base URL, API key) of a server that answers for it, such as the
+        #: local one ``%cortex local start`` runs: ``--model NAME`` asks that server.
+        self.endpoints: dict[str, tuple[str, str]] = {}
 
     # ---- running a cell -----------------------------------------------------------
 
@@ -506,7 +509,8 @@ class Session:
                 return ReplayModel(options.replay, speed=options.speed)
             from cortex_jupyter.models import OpenAIModel
 
-            return OpenAIModel(options.model)
+            base_url, api_key = self.endpoints.get(options.model, (None, None))
+            return OpenAIModel(options.model, base_url=base_url, api_key=api_key)
         except (ModelError, OSError, ValueError) as exc:
             raise CortexRunError(str(exc)) from None
 
