@@ -417,7 +417,7 @@ def _launch(binary: Path, gguf: Path, model: str, port: int, name: str, timeout:
     command = [
         str(binary),
         *("-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-a", model),
-        *("-c", "8192", "-t", "2", "-np", "1", "--no-webui"),
+        *("-c", "8192", "-t", "2", "-np", "1", "--no-webui", "--metrics"),
         *("--jinja", "--chat-template-file", str(template_file())),
     ]
     with log.open("wb") as out:
@@ -491,8 +491,8 @@ def _read_state(name: str) -> Server | None:
 def _alive(pid: int) -> bool:
     """Whether ``pid`` is a running llama-server (not a zombie, not a reused pid)."""
     child = _children.get(pid)
-    if child is not None and child.poll() is not None:
-        return False
+    if child is not None:  # ours: until it execs, /proc shows this Python's command line
+        return child.poll() is None
     if not Path("/proc/self").exists():  # no /proc (macOS): trust the pid
         try:
             os.kill(pid, 0)

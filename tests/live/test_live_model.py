@@ -21,7 +21,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from cortex_jupyter import default_registry, local
-from cortex_jupyter.session import session_for
+from cortex_jupyter.session import CortexRunError, session_for
 
 pytestmark = pytest.mark.live
 
@@ -41,18 +41,35 @@ def post(server: local.Server, path: str, body: dict[str, Any]) -> Any:
         return json.load(reply)
 
 
-def predicted(server: local.Server) -> int:
-    """The server's own count of tokens it generated since it started (``/metrics``)."""
+def counts(server: local.Server) -> tuple[int, int]:
+    """The server's own totals since it started (``/metrics``): prompt tokens (evaluated and
+    taken from its cache) and generated tokens."""
     with urllib.request.urlopen(root(server) + "/metrics", timeout=10) as reply:
-        for line in reply.read().decode().splitlines():
-            if line.startswith("llamacpp:tokens_predicted_total "):
-                return int(float(line.split()[1]))
-    raise AssertionError("the server's /metrics has no llamacpp:tokens_predicted_total")
+        figures = dict(
+            line.split()[:2] for line in reply.read().decode().splitlines() if line[:1] != "#"
+        )
+    prompt = sum(
+        int(float(figures[f"llamacpp:{name}"]))
+        for name in ("prompt_tokens_total", "prompt_tokens_cached_total")
+    )
+    return prompt, int(float(figures["llamacpp:tokens_predicted_total"]))
+
+
+def used(before: tuple[int, int], server: local.Server) -> dict[str, int]:
+    """What the server counted since ``before``, named as ``Run.usage`` names it."""
+    after = counts(server)
+    return {"prompt_tokens": after[0] - before[0], "completion_tokens": after[1] - before[1]}
 
 
 def cell(ip: InteractiveShell, line: str, body: str) -> Any:
-    ip.run_cell_magic("cortex", line, body)
-    return ip.user_ns["_cortex"]
+    """Run a cell; a run that ends unfinished says why in one line (``CortexRunError``)."""
+    try:
+        ip.run_cell_magic("cortex", line, body)
+    except CortexRunError as error:
+        assert str(error).strip() and "\n" not in str(error).strip()
+    run = ip.user_ns["_cortex"]
+    print(f"[live] {run.status}: {run.reason or ''}")
+    return run
 
 
 # ---- the SDK, straight at the server ---------------------------------------------------
@@ -63,7 +80,7 @@ def test_the_sdk_streams_an_answer_whose_usage_matches_the_servers_counts(
 ) -> None:
     client = openai.OpenAI(base_url=live_server.base_url, api_key="local", max_retries=0)
     messages: list[Any] = [{"role": "user", "content": "Name one colour."}]
-    before = predicted(live_server)
+    before = counts(live_server)
     stream = client.chat.completions.create(
         model=live_server.model,
         messages=messages,
@@ -84,7 +101,10 @@ def test_the_sdk_streams_an_answer_whose_usage_matches_the_servers_counts(
     prompt = post(live_server, "/apply-template", {"messages": messages})["prompt"]
     tokens = post(live_server, "/tokenize", {"content": prompt, "add_special": True})["tokens"]
     assert usage.prompt_tokens == len(tokens)
-    assert usage.completion_tokens == predicted(live_server) - before
+    assert used(before, live_server) == {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+    }
 
 
 # ---- %%cortex cells --------------------------------------------------------------------
@@ -93,18 +113,17 @@ def test_the_sdk_streams_an_answer_whose_usage_matches_the_servers_counts(
 def test_a_plain_question_completes_with_an_answer_and_the_servers_token_count(
     live_ip: InteractiveShell, live_server: local.Server
 ) -> None:
-    before = predicted(live_server)
+    before = counts(live_server)
     run = cell(
         live_ip,
-        "--model smollm2 --text --temperature 0 --max-turns 1",
+        "--model smollm2 --text --temperature 0 --max-turns 1 --max-tokens 64",
         "What is the capital of France? Answer in one short sentence.",
     )
-    assert run.status in RUN_ENDINGS
+    assert run.status == "completed"
     assert run.model == "smollm2"
-    assert run.text.strip()
-    # Every token the server generated for this cell is in the record, and no others.
-    assert run.usage["completion_tokens"] == predicted(live_server) - before
-    assert run.usage["prompt_tokens"] > 0
+    assert run.response.strip()
+    # Every token the server counted for this cell is in the record, and no others.
+    assert run.usage == used(before, live_server)
 
 
 def test_native_tool_calls_end_in_a_named_status(
@@ -121,7 +140,8 @@ def test_native_tool_calls_end_in_a_named_status(
     try:
         run = cell(
             live_ip,
-            "--model smollm2 --native-tools --text --temperature 0 --max-turns 3",
+            # A tiny model can repeat itself until the context is full: cap each reply.
+            "--model smollm2 --native-tools --text --temperature 0 --max-turns 3 --max-tokens 200",
             "Use the get_weather tool for Paris, then tell me the weather there.",
         )
     finally:
@@ -176,11 +196,23 @@ def test_a_server_killed_mid_stream_ends_the_run_interrupted_keeping_the_text(
     killer.start()
     run = cell(
         ip,
-        "--model smollm2 --text --max-tokens 400 --max-turns 1",
+        "--model smollm2 --text --max-tokens 120 --max-turns 1",
         "Write a long story about a lighthouse keeper and his cat.",
     )
     killer.join(timeout=10)
     assert written.is_set()
     assert run.status == "interrupted"
-    assert run.text.strip()  # the partial reply is kept
+    partial = run.text.strip()
+    assert partial  # the partial reply is kept
     assert run.reason and "\n" not in run.reason.strip()
+    # The server comes back on the same port: %cortex continue goes on from the partial text.
+    local.start(doomed_server.port, name="doomed")
+    try:
+        ip.run_line_magic("cortex", "continue")
+    except CortexRunError as error:
+        assert "\n" not in str(error).strip()
+    again = ip.user_ns["_cortex"]
+    assert again.status in RUN_ENDINGS
+    # What the model is asked to go on from holds the partial reply.
+    sent = [str(message.get("content")) for message in session_for(ip).conversation.history]
+    assert any(partial in content for content in sent)
