@@ -232,3 +232,16 @@ def test_cortex_local_start_points_the_session_at_the_server(
     assert "smollm2" not in session_for(ip).endpoints
     with pytest.raises(UsageError, match="is not a command here"):
         ip.run_line_magic("cortex", "local launch")
+
+
+@pytest.mark.parametrize(
+    ("ci", "outcome"), [("true", pytest.fail.Exception), ("", pytest.skip.Exception)]
+)
+def test_live_tests_skip_without_a_server_but_fail_on_ci(
+    ci: str, outcome: type[BaseException], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.live.conftest import unavailable
+
+    monkeypatch.setenv("CI", ci)
+    with pytest.raises(outcome, match="needs cmake"):
+        unavailable("building llama-server needs cmake")

@@ -1,7 +1,8 @@
 """The live model for tests/live: llama-server with SmolLM2-135M, built once into the cache
 (``cortex_jupyter.local``) and started once for the whole session.
 
-Without cmake, a compiler or the model package the live tests skip, saying why, except on CI
+Without the built server (``python -m cortex_jupyter.local build``), cmake, a compiler or the
+model package the live tests skip, saying why, except on CI
 (``CI=true``), where they fail: a missing build tool must not pass unnoticed.
 """
 
@@ -28,6 +29,13 @@ def unavailable(reason: str) -> None:
 
 @pytest.fixture(scope="session")
 def live_server() -> Iterator[local.Server]:
+    if not local.server_binary().is_file():
+        # Not built here: the build takes 5 to 25 minutes on 2 cores, longer than a test's
+        # timeout, so it happens before pytest (scripts/_local.sh), never inside it.
+        unavailable(
+            "llama-server is not built; build it once with `python -m cortex_jupyter.local "
+            "build` (or ensure_local_model in scripts/_local.sh)"
+        )
     try:
         local.ensure_built()
         server = local.start(name=NAME)
