@@ -59,6 +59,7 @@ COMMANDS = (
     "config",
     "mcp",
     "cluster",
+    "local",
     "help",
 )
 MCP_COMMANDS = ("add", "list", "remove")
@@ -505,6 +506,36 @@ class CortexMagics(Magics):
         from cortex_jupyter.runtime.executors import cluster_info
 
         print(cluster_info())
+
+    def _cmd_local(self, args: list[str]) -> None:
+        """A live model on this machine: %cortex local start [--port N] | stop | status."""
+        from cortex_jupyter import local
+
+        command = args[0] if args else "status"
+        try:
+            if command == "start" and len(args) in (1, 3) and args[1:2] in ([], ["--port"]):
+                port = _number(args[2] if len(args) == 3 else None, "--port", int, None, low=1)
+                server = local.start(port, progress=print)
+                self.session.endpoints[server.model] = (server.base_url, "local")
+                self.model = server.model
+                print(f"{server}\n%%cortex cells now ask {server.model} there.")
+            elif command == "stop" and len(args) == 1:
+                stopped = local.stop()
+                if stopped is not None:
+                    self.session.endpoints.pop(stopped.model, None)
+                    if self.model == stopped.model:
+                        self.model = self.traits()["model"].default_value
+                print(f"Stopped {stopped}." if stopped else "No local server was running.")
+            elif command == "status" and len(args) <= 1:
+                running = local.status()
+                print(f"running: {running}" if running else "stopped")
+            else:
+                raise UsageError(
+                    f"%cortex local: {' '.join(args)!r} is not a command here; "
+                    "use %cortex local start [--port N], stop or status."
+                )
+        except local.LocalServerError as exc:
+            _complain(f"local: {exc}")
 
     def _cmd_mcp(self, args: list[str]) -> None:
         """MCP servers' tools as NAME.TOOL: %cortex mcp add|list|remove (%cortex mcp help)."""

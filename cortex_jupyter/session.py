@@ -424,6 +424,9 @@ class Session:
         #: The widget views still live, oldest first (``CortexMagics.live_views`` of them
         #: once finished; older ones let go: ``release_views``).
         self.views: list[_WidgetView] = []
+        #: Model name -> (base URL, API key) of a server that answers for it, such as the
+        #: local one ``%cortex local start`` runs: ``--model NAME`` asks that server.
+        self.endpoints: dict[str, tuple[str, str]] = {}
 
     # ---- running a cell -----------------------------------------------------------
 
@@ -614,7 +617,8 @@ class Session:
                 return ReplayModel(options.replay, speed=options.speed)
             from cortex_jupyter.models import OpenAIModel
 
-            return OpenAIModel(options.model)
+            base_url, api_key = self.endpoints.get(options.model, (None, None))
+            return OpenAIModel(options.model, base_url=base_url, api_key=api_key)
         except (ModelError, OSError, ValueError) as exc:
             raise CortexRunError(str(exc)) from None
 

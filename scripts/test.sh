@@ -48,10 +48,27 @@ install_npm_packages() {
         || printf 'warning: npm could not install %s.\n' "$MCP_EVERYTHING" >&2
 }
 
+# The live model (tests/live) builds llama.cpp's server once into the user cache: it needs
+# cmake and a C++ compiler. Without them the live tests skip, except on CI: there they fail.
+install_build_tools() {
+    if command -v cmake >/dev/null && command -v g++ >/dev/null; then return 0; fi
+    if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then
+        say "installing cmake and g++ with apt-get (to build the live model's server)"
+        apt-get update -qq >/dev/null \
+            && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake g++ >/dev/null \
+            && return 0
+    fi
+    printf 'warning: cmake or g++ is missing, so the live-model tests will be skipped (failed on CI).\n' >&2
+    printf '  Install them with: sudo apt-get install cmake g++\n' >&2
+}
+
 install_system_packages
+install_build_tools
 install_npm_packages
 ensure_venv test
 export PATH="$PWD/$VENV_DIR/bin:$PATH"
+source scripts/_local.sh
+ensure_local_model
 
 failed=()
 step() {
