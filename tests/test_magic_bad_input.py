@@ -221,6 +221,10 @@ BAD_SETTINGS = [
     ("approve_timeout", "0", "a number of seconds above 0, or None"),
     ("native_tools", "'maybe'", "expected a boolean"),
     ("model", "''", "must name a model"),
+    ("request", "{'n': 2}", "CortexMagics.request: the field 'n' cannot be set"),
+    ("request", "{'stream': False}", "the field 'stream' cannot be set (the run always streams)"),
+    ("request", "{'seed': object()}", "the field 'seed' must be a JSON value, not object"),
+    ("request", "[1]", "expected a dict"),
 ]
 
 

@@ -543,11 +543,14 @@ class Loop:
         turn.resume, self._resume = self._resume, None
         if turn.resume is not None:
             self._carry(turn, parser, turn.resume.ready)
+        # Extra request fields only when there are some: a model need not know them.
+        request = self.scheduler.request
         stream = self.model.stream(
             messages,
             tools=self._tools(),
             temperature=self.agent.temperature,
             max_tokens=self.agent.max_tokens,
+            **cast(dict[str, Any], {"request": request} if request else {}),
         )
         try:
             while True:
