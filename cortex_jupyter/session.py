@@ -19,7 +19,7 @@ import time
 from collections import ChainMap
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
 
 from anyio.abc import TaskGroup
 
@@ -82,6 +82,8 @@ class NotebookRun(Run):
     """The run record as the notebook sees it (``_cortex``): a ``Run`` plus pictures, and
     a way to wait for the actions that outlive their cell."""
 
+    #: Its reasons name the magic's commands and options, which the user typed.
+    words: ClassVar[str] = "magic"
     #: Runs a no-op on the loop that runs the actions: once it returns, a step of that
     #: loop which settled an action has also bound its variable.
     _barrier: Callable[[], object] | None = None

@@ -713,7 +713,10 @@ class ViewState:
         reason = str(getattr(event, "reason", "interrupted"))
         self._stopped_by = reason
         error = getattr(event, "error", None)
-        self.interrupted = f"{reason}: {error}" if error else reason
+        # Said once: a reason that already names what stopped the run ("the model's
+        # stream failed: ...") goes without its label in front ("stream failed").
+        said = bool(error) and reason.lower() in str(error).lower()
+        self.interrupted = str(error) if said else f"{reason}: {error}" if error else reason
         self.stream_open = False
         self.errors.append(f"run {self.interrupted}")
         self._touch("header", "details")
