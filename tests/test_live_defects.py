@@ -12,6 +12,7 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from cortex_jupyter import default_registry
 from cortex_jupyter.session import CortexRunError
+from tests.models.fake_openai_server import FakeOpenAIServer, Stream, finish, texts
 
 
 @pytest.fixture
@@ -23,6 +24,10 @@ def weather() -> Iterator[None]:
 
     yield
     default_registry.remove("tool", "live_weather")
+
+
+def reply(text: str) -> Stream:
+    return Stream([*texts(text, 9), finish()])
 
 
 def script(ip: InteractiveShell, body: str, line: str = "") -> Any:
@@ -117,3 +122,38 @@ def test_a_server_that_is_down_is_reported_once(
     assert "Cannot connect" in out
     assert "stream failed: the model's stream failed" not in out
     assert out.count("stream failed") == 1
+
+
+@pytest.mark.parametrize(
+    ("props", "models"),
+    [
+        ({"default_generation_settings": {"n_ctx": 8192}, "total_slots": 1}, None),
+        (None, {"data": [{"id": "gpt-test", "object": "model", "max_model_len": 8192}]}),
+    ],
+    ids=["llama.cpp /props", "vLLM /v1/models"],
+)
+def test_the_context_gauge_reads_the_servers_real_window_once(
+    ip: InteractiveShell,
+    server: FakeOpenAIServer,
+    capsys: pytest.CaptureFixture[str],
+    props: dict[str, Any] | None,
+    models: dict[str, Any] | None,
+) -> None:
+    server.props, server.models = props, models
+    server.script(reply("One."), reply("Two."))
+    ip.run_cell_magic("cortex", "--model gpt-test --text", "Hi?")
+    ip.run_cell_magic("cortex", "--model gpt-test --text", "Again?")
+    ends = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[end]")]
+    assert len(ends) == 2 and all("/8.2k" in line for line in ends), ends
+    assert ip.user_ns["_cortex"].events  # the run went on as usual
+    asked = [path for path in server.gets if path in ("/props", "/v1/models")]
+    assert len(asked) == len(set(asked))  # once per endpoint and model, then cached
+
+
+def test_a_server_that_does_not_say_its_window_keeps_the_default(
+    ip: InteractiveShell, server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server.script(reply("One."))
+    ip.run_cell_magic("cortex", "--model gpt-test --text", "Hi?")
+    assert ip.user_ns["_cortex"].status == "completed"
+    assert "/32k" in capsys.readouterr().out

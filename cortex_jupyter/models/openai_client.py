@@ -31,6 +31,7 @@ from ..runtime.chunks import Message, ModelChunk, ToolDefinition
 from ..runtime.secrets import secrets
 from ._redact import endpoint_of, host_port, redact
 from ._reply import ReplyAssembler, ServerFailure, call_ids_in, failure_of
+from ._window import known_window, server_window
 from .errors import (
     AuthenticationFailed,
     BadRequest,
@@ -155,6 +156,17 @@ class OpenAIModel:
 
     def __repr__(self) -> str:
         return f"OpenAIModel({self.model!r}, endpoint={self.endpoint!r})"
+
+    @property
+    def context_window(self) -> int | None:
+        """The window the server serves this model with, once ``learn_context_window``
+        found it (llama.cpp's ``/props``, vLLM's ``/v1/models``); None while unknown."""
+        return known_window(self._base_url, self.model)
+
+    async def learn_context_window(self) -> int | None:
+        """Ask the server its window (once per endpoint and model, cached, a short
+        timeout); None when it does not say. Never raises."""
+        return await server_window(self._base_url, self.model, self._key.reveal())
 
     async def stream(
         self,

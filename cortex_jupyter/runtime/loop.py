@@ -401,6 +401,7 @@ class Loop:
         is set when this run continues the last one: the text of its cut reply, which the
         first reply goes on from ("" when it was not cut)."""
         self._resume = Resume(resume) if resume else None
+        await self._learn_window()
         if resume is None:  # a new prompt: one the model never answered is not kept
             self.conversation.drop_unanswered()
         self._start = self.conversation.begin()
@@ -453,6 +454,14 @@ class Loop:
                 f"with {words['continue']}, or allow more turns ({words['max_turns']})",
             )
         self.scheduler.emit(Metric("turns", number, time.monotonic(), "count"))
+
+    async def _learn_window(self) -> None:
+        """A model that can ask its server for its real context window (llama.cpp's
+        ``/props``...) does so before the first turn, unless the agent set a budget."""
+        learn = getattr(self.model, "learn_context_window", None)
+        if learn is not None and not self.agent.context_tokens:
+            await learn()
+            self.budget = budget_for(None, self.model)
 
     def _stop(self, status: str, reason: str, why: str) -> None:
         self.scheduler.outcome = status
