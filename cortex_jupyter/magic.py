@@ -729,6 +729,13 @@ def _coerce(trait: Any, value: str) -> Any:
     saying what the trait takes."""
     if getattr(trait, "allow_none", False) and value.lower() in ("", "none"):
         return None
+    if isinstance(trait, Dict):
+        try:
+            return json.loads(value)
+        except ValueError:
+            raise ValueError(
+                """it takes a JSON object, e.g. request='{"temperature": 0}'"""
+            ) from None
     if isinstance(trait, Bool):
         if value.lower() not in _BOOLEANS:
             raise ValueError("it takes true or false")

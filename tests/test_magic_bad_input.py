@@ -272,6 +272,8 @@ def test_config_refuses_a_bad_value_in_one_line_and_keeps_the_old_one(
         ("context_tokens=lots", "it takes a whole number or none"),
         ("native_tools=maybe", "it takes true or false"),
         ("dialect=klingon", "any of ['cortex', 'sigil', 'cogency', 'hermes', 'auto']"),
+        ("request='{\"n\": 2}'", "CortexMagics.request: the field 'n' cannot be set"),
+        ("request=temperature:0", "it takes a JSON object"),
     ],
 )
 def test_cortex_config_refuses_a_bad_value_and_says_what_stays(

@@ -171,3 +171,13 @@ def test_a_credential_in_a_request_field_is_redacted_where_a_server_quotes_it(
     record: Any = ip.user_ns["_cortex"]
     shown = capsys.readouterr()
     assert token not in shown.out + shown.err + str(caught.value) + record.to_jsonl()
+
+
+def test_cortex_config_sets_the_session_request(
+    ip: InteractiveShell, server: FakeOpenAIServer, magics: CortexMagics
+) -> None:
+    ip.run_line_magic("cortex", """config request='{"seed": 3}'""")
+    assert magics.request == {"seed": 3}
+    server.script(reply("Hi."))
+    ip.run_cell_magic("cortex", "--model gpt-test --text", "Hi?")
+    assert server.requests[0].json["seed"] == 3
