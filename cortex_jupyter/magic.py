@@ -27,11 +27,22 @@ from IPython.core.magic_arguments import (
     parse_argstring,
 )
 from traitlets import Any as AnyTrait
-from traitlets import Bool, CaselessStrEnum, Float, Int, TraitError, Unicode, observe, validate
+from traitlets import (
+    Bool,
+    CaselessStrEnum,
+    Dict,
+    Float,
+    Int,
+    TraitError,
+    Unicode,
+    observe,
+    validate,
+)
 from traitlets.config.loader import LazyConfigValue
 
 from cortex_jupyter.runtime.errors import CortexRuntimeError
 from cortex_jupyter.runtime.mcp import DEFAULT_TIMEOUT
+from cortex_jupyter.runtime.request import check_request
 from cortex_jupyter.runtime.secrets import Repr, redact, shorten
 from cortex_jupyter.session import CellOptions, Session, forget, session_for
 
@@ -126,6 +137,10 @@ class CortexMagics(Magics):
         help="How many finished views stay live (clickable); older ones show their static "
         "copy and close their widgets, which frees what they held.",
     ).tag(config=True)
+    request = Dict(
+        help="Extra fields sent with every request (temperature, seed, top_k, grammar...); "
+        "a cell's --request goes over them (see %%cortex?).",
+    ).tag(config=True)
     dask_address = Unicode(
         None,
         allow_none=True,
@@ -142,6 +157,13 @@ class CortexMagics(Magics):
             f"CortexMagics.approve must be 'ask', 'allow', 'deny' or a function "
             f"(node) -> bool, not {value!r}"
         )
+
+    @validate("request")
+    def _check_request(self, proposal: Bunch) -> Any:
+        try:
+            return check_request(proposal["value"], "CortexMagics.request")
+        except ValueError as error:
+            raise TraitError(str(error)) from None
 
     @validate("approve_timeout")
     def _check_approve_timeout(self, proposal: Bunch) -> Any:
@@ -202,6 +224,13 @@ class CortexMagics(Magics):
     @argument("--max-turns", metavar="N", help="Most model turns (default 10).")
     @argument("--temperature", metavar="T", help="Sampling temperature.")
     @argument("--max-tokens", metavar="N", help="Most tokens per reply.")
+    @argument(
+        "--request",
+        metavar="JSON",
+        help='Extra request fields as a JSON object, e.g. \'{"temperature": 0, "seed": 1}\'. '
+        "Later wins: CortexMagics.request < the agent's request < --request < "
+        "--temperature/--max-tokens.",
+    )
     @argument("--native-tools", action="store_true", help="Offer tools as native tools=.")
     @argument("--text", action="store_true", help="Show the run as plain text, not widgets.")
     @argument(
@@ -216,6 +245,12 @@ class CortexMagics(Magics):
         Actions start the moment their closing tag arrives; each ``output_key`` becomes
         a notebook variable; ``_cortex`` is the run record. ``$name`` in the cell refers
         to notebook objects. ``--script`` streams the cell itself as the model's output.
+
+        Extra request fields go with every request of the run (its turns, its ``llm``
+        actions, its nested agents); later wins: ``CortexMagics.request`` < the
+        ``--agent``'s ``Agent(request=...)`` < ``--request`` < ``--temperature`` /
+        ``--max-tokens``. ``--model`` beside ``--agent NAME`` wins over the agent's own
+        model, and the header names the model asked.
         """
         self.session.run_cell(cell, self._options(line))
 
@@ -272,12 +307,15 @@ class CortexMagics(Magics):
             context_tokens=self.context_tokens,
             approval=_approval(self.approve),
             approve_timeout=self.approve_timeout,
+            request_default=dict(self.request),
+            request=_request(args.request),
             given=frozenset(
                 name
                 for name in ("model", "dialect", "max_turns", "temperature", "max_tokens")
                 if getattr(args, name) is not None
             )
-            | ({"native_tools"} if args.native_tools else set()),
+            | ({"native_tools"} if args.native_tools else set())
+            | ({"request"} if args.request is not None else set()),
         )
         return dataclasses.replace(options, **overrides) if overrides else options
 
@@ -694,6 +732,25 @@ def _number(
     return value
 
 
+def _request(raw: str | None) -> dict[str, Any]:
+    """``--request JSON``, checked: a clear sentence for anything else."""
+    if raw is None:
+        return {}
+    if len(raw) >= 2 and raw[0] == raw[-1] == "'":
+        raw = raw[1:-1]  # IPython's argument splitting keeps the quotes around JSON
+    try:
+        value = json.loads(raw)
+    except ValueError as error:
+        raise UsageError(
+            f"%%cortex: --request must be a JSON object such as "
+            f'\'{{"temperature": 0, "seed": 1}}\'; {raw!r} is not JSON ({error}).'
+        ) from None
+    try:
+        return check_request(value, "--request")
+    except ValueError as error:
+        raise UsageError(f"%%cortex: {error}.") from None
+
+
 _BOOLEANS = {"1": True, "true": True, "yes": True, "on": True}
 _BOOLEANS.update({"0": False, "false": False, "no": False, "off": False})
 
@@ -703,6 +760,13 @@ def _coerce(trait: Any, value: str) -> Any:
     saying what the trait takes."""
     if getattr(trait, "allow_none", False) and value.lower() in ("", "none"):
         return None
+    if isinstance(trait, Dict):
+        try:
+            return json.loads(value)
+        except ValueError:
+            raise ValueError(
+                """it takes a JSON object, e.g. request='{"temperature": 0}'"""
+            ) from None
     if isinstance(trait, Bool):
         if value.lower() not in _BOOLEANS:
             raise ValueError("it takes true or false")

@@ -18,8 +18,8 @@ import threading
 import time
 from collections import ChainMap
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
 
 from anyio.abc import TaskGroup
 
@@ -37,6 +37,7 @@ from cortex_jupyter.runtime.approval import Approver, Decision, ask_line
 from cortex_jupyter.runtime.errors import InvalidVariableName
 from cortex_jupyter.runtime.feeds import FeedSet
 from cortex_jupyter.runtime.loop import Conversation
+from cortex_jupyter.runtime.request import merge_requests
 from cortex_jupyter.runtime.scope import Binding, Rule, Scope, add_rule, is_pattern, never_visible
 from cortex_jupyter.runtime.secrets import redact, shorten
 from cortex_jupyter.runtime.variables import find_references
@@ -81,6 +82,8 @@ class NotebookRun(Run):
     """The run record as the notebook sees it (``_cortex``): a ``Run`` plus pictures, and
     a way to wait for the actions that outlive their cell."""
 
+    #: Its reasons name the magic's commands and options, which the user typed.
+    words: ClassVar[str] = "magic"
     #: Runs a no-op on the loop that runs the actions: once it returns, a step of that
     #: loop which settled an action has also bound its variable.
     _barrier: Callable[[], object] | None = None
@@ -141,6 +144,10 @@ class CellOptions:
     #: Approval policy for tools marked approve=True, and how long to wait for it.
     approval: Any = "ask"
     approve_timeout: float | None = None
+    #: Extra request fields: ``CortexMagics.request``, and the cell's ``--request`` (which
+    #: goes over the agent's own; see ``runtime.request`` for the whole order).
+    request_default: Mapping[str, Any] = field(default_factory=dict)
+    request: Mapping[str, Any] = field(default_factory=dict)
 
 
 #: A cell's run: given the emit callback and the task group that owns its
@@ -570,11 +577,11 @@ class Session:
                 max_turns=options.max_turns,
                 feeds=self.feeds,
                 native_tools=options.native_tools,
-                temperature=options.temperature,
-                max_tokens=options.max_tokens,
                 context_tokens=options.context_tokens,
                 approval=options.approval,
                 approve_timeout=options.approve_timeout,
+                request=merge_requests(options.request_default, options.request),
+                **_sampling(options, None),
             )
         agent = self._named_agent(options.agent)
         offline = options.script or options.replay is not None
@@ -584,9 +591,11 @@ class Session:
         }  # fmt: skip
         if agent.feeds is None:
             changes["feeds"] = self.feeds
-        for name in ("dialect", "max_turns", "native_tools", "temperature", "max_tokens"):
+        for name in ("dialect", "max_turns", "native_tools"):
             if name in options.given:
                 changes[name] = getattr(options, name)
+        changes["request"] = merge_requests(options.request_default, agent.request, options.request)
+        changes.update(_sampling(options, agent))
         return agent.with_options(**changes)
 
     def _named_agent(self, name: str) -> Agent:
@@ -895,6 +904,24 @@ def _cell_of(shell: InteractiveShell) -> tuple[str | None, str]:
     metadata = parent.get("metadata") if isinstance(parent, Mapping) else None
     cell = metadata.get("cellId") if isinstance(metadata, Mapping) else None
     return (cell if isinstance(cell, str) and cell else None), label
+
+
+def _sampling(options: CellOptions, agent: Agent | None) -> dict[str, Any]:
+    """``temperature`` and ``max_tokens`` for a cell's agent (``agent``: the named one).
+
+    Typed on the line, they win over everything. A field of the same name in the cell's
+    ``--request`` wins over a default (``CortexMagics.temperature``) or the agent's own
+    (the cell is more specific); so does ``CortexMagics.request`` over the trait.
+    """
+    chosen: dict[str, Any] = {}
+    for name in ("temperature", "max_tokens"):
+        if name in options.given:
+            chosen[name] = getattr(options, name)
+        elif name in options.request or (agent is None and name in options.request_default):
+            chosen[name] = None  # the request's field goes through
+        elif agent is None:
+            chosen[name] = getattr(options, name)
+    return chosen
 
 
 def _model_name(agent: Agent) -> str:

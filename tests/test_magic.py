@@ -280,7 +280,9 @@ def test_a_cut_answer_continued_is_the_whole_answer_and_the_header_says_truncate
     with pytest.raises(CortexRunError, match="cut off at its token limit"):
         run(ip, "--model gpt-test --max-tokens 8", "Explain.")
     out = capsys.readouterr().out
-    assert "[truncated] token limit" in out and "[interrupted]" not in out
+    # Said once: the reason names the token limit, so no "token limit:" label before it.
+    assert "[truncated] the model's reply was cut off at its token limit" in out
+    assert "token limit: " not in out and "[interrupted]" not in out
     assert out.rstrip().splitlines()[-1].startswith("[end]")
     assert "truncated" in out.rstrip().splitlines()[-1]
 

@@ -221,6 +221,10 @@ BAD_SETTINGS = [
     ("approve_timeout", "0", "a number of seconds above 0, or None"),
     ("native_tools", "'maybe'", "expected a boolean"),
     ("model", "''", "must name a model"),
+    ("request", "{'n': 2}", "CortexMagics.request: the field 'n' cannot be set"),
+    ("request", "{'stream': False}", "the field 'stream' cannot be set (the run always streams)"),
+    ("request", "{'seed': object()}", "the field 'seed' must be a JSON value, not object"),
+    ("request", "[1]", "expected a dict"),
 ]
 
 
@@ -268,6 +272,8 @@ def test_config_refuses_a_bad_value_in_one_line_and_keeps_the_old_one(
         ("context_tokens=lots", "it takes a whole number or none"),
         ("native_tools=maybe", "it takes true or false"),
         ("dialect=klingon", "any of ['cortex', 'sigil', 'cogency', 'hermes', 'auto']"),
+        ("request='{\"n\": 2}'", "CortexMagics.request: the field 'n' cannot be set"),
+        ("request=temperature:0", "it takes a JSON object"),
     ],
 )
 def test_cortex_config_refuses_a_bad_value_and_says_what_stays(

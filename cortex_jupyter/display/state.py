@@ -253,6 +253,12 @@ class ViewState:
     _open_tag: Segment | None = field(default=None, repr=False)
     _scopes: dict[str, _Scope] = field(default_factory=lambda: {"": _Scope()}, repr=False)
     _nested_ended: set[tuple[str, str]] = field(default_factory=set, repr=False)
+    #: The rate's sums over finished turns that streamed text (see tokens_per_second),
+    #: and the current turn's text span, characters and usage.
+    _rate: list[float] = field(default_factory=lambda: [0.0, 0.0], repr=False)
+    _turn_span: list[float] = field(default_factory=list, repr=False)
+    _turn_chars: int = field(default=0, repr=False)
+    _turn_usage: int | None = field(default=None, repr=False)
 
     # ---- text ---------------------------------------------------------------------
 
@@ -325,11 +331,29 @@ class ViewState:
         return max((end or self.started) - self.started, 0.0)
 
     def tokens_per_second(self, now: float | None = None) -> float | None:
-        if self.first_text is None:
-            return None
-        end = self.last_text if (not self.stream_open or now is None) else now
-        span = (end or self.first_text) - self.first_text
-        return self.tokens / span if span > 0.05 else None
+        """Tokens over the time spent streaming them: each turn's text span (first to
+        last text), summed; a turn of tool calls only streams no text, so neither its
+        tokens nor its time count, and neither do the waits between turns."""
+        tokens, seconds = self._rate
+        if self._turn_span:
+            first, last = self._turn_span
+            end = now if self.stream_open and now is not None and now > last else last
+            tokens += self._turn_tokens()
+            seconds += end - first
+        return tokens / seconds if seconds > 0.05 else None
+
+    def _turn_tokens(self) -> float:
+        """The current turn's tokens: the server's count once it came, else ~4 chars."""
+        if self._turn_usage is not None:
+            return self._turn_usage
+        return math.ceil(self._turn_chars / 4)
+
+    def _close_turn_rate(self) -> None:
+        if self._turn_span:
+            first, last = self._turn_span
+            self._rate[0] += self._turn_tokens()
+            self._rate[1] += last - first
+        self._turn_span, self._turn_chars, self._turn_usage = [], 0, None
 
     def context(self) -> tuple[int, int, bool] | None:
         """``(tokens, budget, estimated)`` of the context the model was last sent, or None
@@ -415,6 +439,8 @@ class ViewState:
             return
         self._stream_time(kind, at)
         self.text_chars += len(text)
+        self._turn_chars += len(text)
+        self._turn_span[:] = [self._turn_span[0] if self._turn_span else at, at]
         if kind == "thought":
             if not self._block_open.get("thought") and self._thought:
                 self._thought.append("\n\n")
@@ -702,6 +728,7 @@ class ViewState:
             self.prompt_tokens = (self.prompt_tokens or 0) + int(value)
         elif name == "completion_tokens":
             self.completion_tokens = (self.completion_tokens or 0) + int(value)
+            self._turn_usage = (self._turn_usage or 0) + int(value)
         elif name == "context_tokens":  # the server's count of what this turn sent
             self.context_tokens, self.context_counted = int(value), True
         self.metrics[name] = value
@@ -713,7 +740,10 @@ class ViewState:
         reason = str(getattr(event, "reason", "interrupted"))
         self._stopped_by = reason
         error = getattr(event, "error", None)
-        self.interrupted = f"{reason}: {error}" if error else reason
+        # Said once: a reason that already names what stopped the run ("the model's
+        # stream failed: ...") goes without its label in front ("stream failed").
+        said = bool(error) and reason.lower() in str(error).lower()
+        self.interrupted = str(error) if said else f"{reason}: {error}" if error else reason
         self.stream_open = False
         self.errors.append(f"run {self.interrupted}")
         self._touch("header", "details")
@@ -747,6 +777,7 @@ class ViewState:
         model = getattr(event, "model", None)
         if isinstance(model, str) and model:
             self.model = model
+        self._close_turn_rate()
         self.stream_open = True
         self._block_open.clear()
         self._touch("header")

@@ -100,6 +100,7 @@ class TextRenderer:
         self._open_lines: dict[tuple[str, str], str] = {}  # (node, stream) -> unended line
         self._reported: dict[tuple[str, str], float] = {}  # (node, progress|partial) -> when
         self._unreported: dict[tuple[str, str], str] = {}  # held back by the interval
+        self._noted: dict[str, str] = {}  # node id -> the note its line said
 
     def feed(self, event: Any, at: float | None = None) -> None:
         self.state.apply(event, at)
@@ -110,6 +111,8 @@ class TextRenderer:
         elif depth == 0 and kind in ("thought_end", "response_end"):
             self._release()
             self._block = None
+        elif depth == 0 and kind == "turn":
+            self._end_line()  # a turn's text never runs on into the next turn's
         elif kind == "action_status":
             node = self.state.nodes.get(prefix + str(getattr(inner, "id", "")))
             if node is not None and node.final:
@@ -132,9 +135,10 @@ class TextRenderer:
             self._line("[end] " + " · ".join(header_parts(self.state)))
 
     def _worth_a_line(self, node: NodeView, event: Any) -> bool:
-        if getattr(event, "note", None):
+        note = getattr(event, "note", None)
+        if note and self._noted.get(node.id) != note:  # once, however many events carry it
+            self._noted[node.id] = note
             self._line(f"[note] {clean(node.label)} ({clean(node.id)}): {_one_line(node.note)}")
-            return False
         # "pending" is bookkeeping (every node starts there); a first "running" after a
         # retry wait repeats what the retry line said.
         status = getattr(event, "status", "")
@@ -217,10 +221,11 @@ class TextRenderer:
         if self._block != kind:
             self._release()
             self._block = kind
+            # A new block starts on a line of its own (an answer after a thought too).
+            if not self._at_line_start:
+                self._emit("\n")
             label = _BLOCK_LABELS.get(kind)
             if label is not None:
-                if not self._at_line_start:
-                    self._emit("\n")
                 self._emit(label)
         text = clean(text)
         if self._held:
@@ -244,6 +249,14 @@ class TextRenderer:
             self._emit("\n")
         self._emit(line + "\n")
         self._block = None if self._block == "text" else self._block
+
+    def _end_line(self) -> None:
+        """End the streamed text's line: held status lines go out, the next text
+        starts on a fresh line."""
+        self._release()
+        if not self._at_line_start:
+            self._emit("\n")
+        self._block = None
 
     def _release(self) -> None:
         """Write the held status lines now, on lines of their own."""

@@ -28,8 +28,10 @@ import openai
 from openai._streaming import ServerSentEvent, SSEBytesDecoder, SSEDecoder
 
 from ..runtime.chunks import Message, ModelChunk, ToolDefinition
+from ..runtime.secrets import secrets
 from ._redact import endpoint_of, host_port, redact
 from ._reply import ReplyAssembler, ServerFailure, call_ids_in, failure_of
+from ._window import known_window, server_window
 from .errors import (
     AuthenticationFailed,
     BadRequest,
@@ -60,6 +62,25 @@ _CONNECT_TIMEOUT = 10.0
 _MAX_QUOTE = 500
 # What _next returns at the end of the stream.
 _END = object()
+# Request fields the SDK's create() takes as arguments; any other goes in extra_body.
+_SDK_FIELDS = frozenset(
+    {
+        "temperature",
+        "top_p",
+        "seed",
+        "stop",
+        "presence_penalty",
+        "frequency_penalty",
+        "logit_bias",
+        "logprobs",
+        "top_logprobs",
+        "response_format",
+        "tool_choice",
+        "parallel_tool_calls",
+        "user",
+        "reasoning_effort",
+    }
+)
 
 
 class _Secret:
@@ -136,6 +157,17 @@ class OpenAIModel:
     def __repr__(self) -> str:
         return f"OpenAIModel({self.model!r}, endpoint={self.endpoint!r})"
 
+    @property
+    def context_window(self) -> int | None:
+        """The window the server serves this model with, once ``learn_context_window``
+        found it (llama.cpp's ``/props``, vLLM's ``/v1/models``); None while unknown."""
+        return known_window(self._base_url, self.model)
+
+    async def learn_context_window(self) -> int | None:
+        """Ask the server its window (once per endpoint and model, cached, a short
+        timeout); None when it does not say. Never raises."""
+        return await server_window(self._base_url, self.model, self._key.reveal())
+
     async def stream(
         self,
         messages: Sequence[Message],
@@ -143,8 +175,13 @@ class OpenAIModel:
         tools: Sequence[ToolDefinition] | None = None,
         temperature: float | None = None,
         max_tokens: int | None = None,
+        request: Mapping[str, Any] | None = None,
     ) -> AsyncIterator[ModelChunk]:
-        """The reply to ``messages``, chunk by chunk (see ``StreamingModel``)."""
+        """The reply to ``messages``, chunk by chunk (see ``StreamingModel``).
+
+        ``request`` holds extra request fields (``runtime.request``), over the model's
+        own ``extra_body``; ``temperature`` and ``max_tokens`` win over the same fields.
+        """
         # Building a client loads the TLS certificate store (~50 ms of blocking file I/O):
         # done in a thread so running actions and the display are not held up meanwhile.
         client = await anyio.to_thread.run_sync(self._new_client)
@@ -152,7 +189,12 @@ class OpenAIModel:
         self._call_ids |= call_ids_in(cast(Sequence[Mapping[str, Any]], messages))
         assembler = ReplyAssembler(self._call_ids)
         try:
-            response = await self._open(client, messages, tools, temperature, max_tokens)
+            fields = {**self._extra_body, **(request or {})}
+            if temperature is not None:
+                fields["temperature"] = temperature
+            if max_tokens is not None:
+                fields["max_tokens"] = max_tokens
+            response = await self._open(client, messages, tools, fields)
             try:
                 while (raw := await self._next(response, assembler, client)) is not _END:
                     for chunk in assembler.feed(raw):
@@ -208,24 +250,29 @@ class OpenAIModel:
         client: openai.AsyncOpenAI,
         messages: Sequence[Message],
         tools: Sequence[ToolDefinition] | None,
-        temperature: float | None,
-        max_tokens: int | None,
+        fields: Mapping[str, Any],
     ) -> openai.AsyncStream[Any]:
-        """Start the request; adapt once to a server that rejects an optional field."""
+        """Start the request; adapt once to a server that rejects an optional field.
+
+        Of ``fields``, those the SDK knows go as its arguments, the rest in its
+        ``extra_body`` (the wire carries both alike, in the request's JSON body)."""
         while True:
-            extra = dict(self._extra_body)
+            known = {k: v for k, v in fields.items() if k in _SDK_FIELDS}
+            extra = {k: v for k, v in fields.items() if k not in _SDK_FIELDS}
+            max_tokens = extra.pop("max_tokens", None)
             if max_tokens is not None:
                 extra[self._max_tokens_field] = max_tokens
             try:
-                return await client.chat.completions.create(
+                opened = await client.chat.completions.create(
                     model=self.model,
                     messages=cast(Any, list(messages)),
                     stream=True,
                     tools=cast(Any, list(tools)) if tools else openai.omit,
-                    temperature=temperature if temperature is not None else openai.omit,
                     stream_options={"include_usage": True} if self._ask_usage else openai.omit,
                     extra_body=extra or None,
+                    **known,
                 )
+                return cast(openai.AsyncStream[Any], opened)
             except (openai.BadRequestError, openai.UnprocessableEntityError) as err:
                 if not self._adapt(err, max_tokens is not None):
                     raise self._error(err) from None
@@ -304,7 +351,9 @@ class OpenAIModel:
         return ServerError(self.model, self.endpoint, None, 1, said, code=code)
 
     def _said(self, text: str) -> str:
-        text = redact(" ".join(text.split()), self._key.reveal())
+        # The key, anything key-like, and the secrets of the process (request fields
+        # that look like credentials: a server's 400 may quote the body it refused).
+        text = redact(secrets.redact(" ".join(text.split())), self._key.reveal())
         return text if len(text) <= _MAX_QUOTE else text[: _MAX_QUOTE - 1] + "…"
 
     def _reason(self, err: openai.APIConnectionError) -> str:

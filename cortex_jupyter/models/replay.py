@@ -10,8 +10,8 @@ model. A turn whose stream broke off ends the same way, with ``StreamDropped``.
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Sequence
-from typing import cast
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any, cast
 
 import anyio
 import anyio.lowlevel
@@ -78,6 +78,7 @@ class ReplayModel(FixedTurns):
         tools: Sequence[ToolDefinition] | None = None,
         temperature: float | None = None,
         max_tokens: int | None = None,
+        request: Mapping[str, Any] | None = None,
     ) -> AsyncIterator[ModelChunk]:
         """The next recorded turn, paced as it was recorded (``messages`` are not read)."""
         self.turns_used += 1

@@ -30,7 +30,8 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -164,6 +165,7 @@ class ScriptModel(FixedTurns):
         tools: Sequence[ToolDefinition] | None = None,
         temperature: float | None = None,
         max_tokens: int | None = None,
+        request: Mapping[str, Any] | None = None,
     ) -> AsyncIterator[ModelChunk]:
         """The next turn, ``chunk_size`` characters at a time (``messages`` are not read).
 

@@ -88,23 +88,28 @@ S_TEXT, S_ACTION, S_CALLS, S_FORGED = 0, 1, 2, 3
 
 _THOUGHT_OPEN = frozenset(("thought", "think", "thinking"))
 _THOUGHT_CLOSE = frozenset(("/thought", "/think", "/thinking"))
-_FORGED = frozenset(("result", "results", "turn"))
-_HERMES_FORGED = _FORGED | {"tool_response"}
+# <tool_response> is what chat templates wrap native results in: a model that echoes one
+# (hermes, or native tool calls in any dialect) forges a result just as with <result>.
+_FORGED = frozenset(("result", "results", "turn", "tool_response"))
+_HERMES_FORGED = _FORGED
 #: Every tag that opens a forged block in some dialect.
 FORGED_TAGS: Final = _HERMES_FORGED
+#: Forged results inside a response: the answer never quotes a result the run did not
+#: produce (a <turn> there is prose about a conversation, kept as text).
+_RESPONSE_FORGED = frozenset(("result", "results", "tool_response"))
 
 #: Which tags mean something, per dialect and per text sink.
 TABLES: Final[dict[str, dict[int, frozenset[str]]]] = {
     "cortex": {
         TOP: _THOUGHT_OPEN | _FORGED | {"action", "response", "context_feed"},
         THOUGHT: _THOUGHT_CLOSE | _FORGED | {"action"},
-        RESPONSE: frozenset({"/response"}),
+        RESPONSE: _RESPONSE_FORGED | {"/response"},
         FEED: frozenset({"/context_feed"}),
     },
     "cogency": {
         TOP: _THOUGHT_OPEN | _FORGED | {"execute", "respond", "end", "/end"},
         THOUGHT: _THOUGHT_CLOSE | _FORGED | {"execute"},
-        RESPONSE: frozenset({"/respond"}),
+        RESPONSE: _RESPONSE_FORGED | {"/respond"},
         FEED: frozenset(),
     },
     "hermes": {
@@ -212,6 +217,9 @@ class XmlParser(Parser):
         self._forged_name = ""
         self._forged_parts: list[str] = []
         self._forged_len = 0
+        # a result block quoted inside a response: its text so far (see _open_echo)
+        self._echo: list[str] | None = None
+        self._echo_close = ""
         self._calls: CallScanner | None = None
         self._feed_id = ""
         self._feed_open = ""
@@ -230,6 +238,7 @@ class XmlParser(Parser):
             "/respond": self._close_response,
             "context_feed": self._open_feed,
             "/context_feed": self._close_feed,
+            **dict.fromkeys(("/" + name for name in _RESPONSE_FORGED), self._close_echo),
             "end": self._on_end,
             "/end": self._on_end,
         }
@@ -316,7 +325,9 @@ class XmlParser(Parser):
                 fast = 4  # a tag arriving; _pending holds its partial pattern
         elif self._state == S_TEXT:
             if not self._fresh and not self._text_over:
-                fast = 1 if self._sink == THOUGHT else 2 if self._sink == RESPONSE else 0
+                fast = 1 if self._sink == THOUGHT else 0
+                if self._sink == RESPONSE and self._echo is None:
+                    fast = 2
         elif self._state == S_ACTION and not self._act_big and not self._esc:
             fast = 3
         self._fast = fast
@@ -372,6 +383,8 @@ class XmlParser(Parser):
         while True:
             i = data.find("<", search)
             if i < 0:
+                if self._echo is not None:
+                    self._echo.append(data[start:])
                 self._emit(data[start:] if start else data, out)
                 return len(data)
             # Most "<" in prose ("x < 3") cannot start a tag: reject without scanning.
@@ -380,6 +393,8 @@ class XmlParser(Parser):
                 search = i + 1
                 continue
             if i > start:
+                if self._echo is not None:
+                    self._echo.append(data[start:i])
                 self._emit(data[start:i], out)
             if tag is NEED:
                 self._buf = data[i:]
@@ -460,6 +475,7 @@ class XmlParser(Parser):
     def _enter(self, sink: int) -> None:
         super()._enter(sink)
         self._known = self._tables[sink]
+        self._echo = None
 
     def _resume(self) -> None:
         """Back to text after an action or forged block: the thought goes on, if any."""
@@ -794,6 +810,9 @@ class XmlParser(Parser):
         self._forged_close = "/" + tag.name
         self._forged_parts = []
         self._forged_len = 0
+        if self._sink == RESPONSE:
+            self._open_echo(tag, out)
+            return
         self._in_thought = self._sink == THOUGHT
         if tag.self_closing:
             self._end_forged(out, "")
@@ -839,12 +858,41 @@ class XmlParser(Parser):
             if name == "turn"
             else "results come only from running the actions"
         )
+        said = f"It said: {quote(text.strip())}" if text.strip() else "It was empty."
         out.append(
             ProtocolError(
                 "forged_result",
-                f"ignored a <{name}> block written by the model: {what}. "
-                f"It said: {quote(text.strip())}",
+                f"ignored a <{name}> block written by the model: {what}. {said}",
                 source=self._forged_open + text + close_text,
             )
         )
         self._resume()
+
+    def _open_echo(self, tag: Tag, out: list[Event]) -> None:
+        """A result block inside a response: the response is the model's own text, so
+        it stays text (prose may well name ``<result>``), but a whole block, once its
+        closing tag comes, is flagged as forged: the answer quotes a result the run
+        never produced."""
+        self._emit(tag.text, out)
+        if tag.self_closing:
+            return
+        self._echo = [tag.text]
+        self._echo_close = "/" + tag.name
+        # A later opening tag starts over (an unclosed "`<result>`" in prose is not one).
+        self._known = self._tables[RESPONSE] | {self._echo_close}
+
+    def _close_echo(self, tag: Tag, out: list[Event]) -> None:
+        self._emit(tag.text, out)
+        echo, self._echo = self._echo or [""], None
+        self._known = self._tables[self._sink]
+        inner = "".join(echo[1:])
+        name = tag.name[1:]
+        said = f"It said: {quote(inner.strip())}" if inner.strip() else "It was empty."
+        out.append(
+            ProtocolError(
+                "forged_result",
+                f"the response quotes a <{name}> block the model wrote itself: results "
+                f"come only from running the actions. {said}",
+                source=echo[0] + inner + tag.text,
+            )
+        )

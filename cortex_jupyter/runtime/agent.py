@@ -36,6 +36,7 @@ from .loop import MAX_TURNS, RESULT_LIMIT, Conversation, Loop
 from .prompt import describe_variables
 from .record import Run
 from .registry import AgentSpec, Registry, default_registry
+from .request import check_request, request_fields
 from .scheduler import InternalPolicy, RetryPolicy, Scheduler
 from .transcript import RunSource, continue_note, cut_reply, load_runs
 from .variables import find_references
@@ -106,6 +107,9 @@ class Agent:
     approve_timeout: float | None = None
     #: The context budget in tokens (None: the model's window where known, else 32,000).
     context_tokens: int | None = None
+    #: Extra fields sent with every request (``runtime.request``: temperature, seed,
+    #: top_k, grammar...); ``temperature``/``max_tokens`` above win over the same here.
+    request: Mapping[str, Any] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         _check(self)
@@ -289,6 +293,7 @@ class Agent:
             rules=scheduler.rules.within(
                 node.id, self.approval, names=self.approve, timeout=self.approve_timeout
             ),
+            request=request_fields(self, scheduler.request),
         )
         loop = Loop(
             self,
@@ -343,6 +348,7 @@ class Agent:
             rules=Rules.of(
                 self.approval, names=self.approve, timeout=self.approve_timeout, ask=hooks.ask
             ),
+            request=request_fields(self),
         )
 
     def __repr__(self) -> str:
@@ -394,6 +400,7 @@ def _check(agent: Agent) -> None:
     timeout = agent.approve_timeout
     if timeout is not None and (isinstance(timeout, bool) or not timeout > 0):
         raise ValueError(f"approve_timeout must be a number of seconds above 0; got {timeout!r}")
+    check_request(agent.request, "Agent(request=...)")
     model = agent.model
     if model is not None and (isinstance(model, str) or not hasattr(model, "stream")):
         raise TypeError(

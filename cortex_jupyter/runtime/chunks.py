@@ -23,7 +23,7 @@ their HTTP stream promptly then.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Protocol, TypedDict, Union
 
@@ -227,6 +227,9 @@ class StreamingModel(Protocol):
 
     ``name`` is what the user sees (the model's name, or ``script``). ``tools`` are
     offered only when given; ``temperature`` and ``max_tokens`` are sent only when set.
+    ``request`` holds extra request fields (``runtime.request``; the explicit
+    ``temperature``/``max_tokens`` win over the same fields there); callers pass it only
+    when it holds some, so a model that sends nothing extra may leave it out.
     Failures are raised (``cortex_jupyter.models.ModelError`` subclasses) after every
     chunk that arrived has been yielded.
 
@@ -244,6 +247,7 @@ class StreamingModel(Protocol):
         tools: Sequence[ToolDefinition] | None = None,
         temperature: float | None = None,
         max_tokens: int | None = None,
+        request: Mapping[str, Any] | None = None,
     ) -> AsyncIterator[ModelChunk]: ...
 
 
@@ -261,11 +265,14 @@ async def close_stream(chunks: AsyncIterator[Any]) -> None:
 class _TextClient:
     """A ``StreamingModel`` seen through the text-only ``ModelClient`` seam."""
 
-    def __init__(self, model: StreamingModel) -> None:
+    def __init__(self, model: StreamingModel, request: Mapping[str, Any] | None = None) -> None:
         self.model = model
+        self.request = dict(request or {})
 
     async def stream(self, messages: Sequence[Message], /) -> AsyncIterator[str]:
-        chunks = self.model.stream(messages)
+        # Extra fields only when there are some: a model need not know the keyword.
+        extra: dict[str, Any] = {"request": self.request} if self.request else {}
+        chunks = self.model.stream(messages, **extra)
         try:
             async for chunk in chunks:
                 if isinstance(chunk, TextChunk):  # a refusal too: it is the answer given
@@ -277,6 +284,7 @@ class _TextClient:
         return f"text_client({self.model!r})"
 
 
-def text_client(model: StreamingModel) -> ModelClient:
-    """``model`` as a ``ModelClient`` (``llm`` actions): its text (and refusal) chunks only."""
-    return _TextClient(model)
+def text_client(model: StreamingModel, request: Mapping[str, Any] | None = None) -> ModelClient:
+    """``model`` as a ``ModelClient`` (``llm`` actions): its text (and refusal) chunks
+    only; ``request`` is sent as extra request fields (``runtime.request``)."""
+    return _TextClient(model, request)

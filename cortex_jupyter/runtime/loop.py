@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -234,6 +234,7 @@ class _TurnState:
     responded: bool = False  # the reply wrote response text
     refused: bool = False  # the model refused (delta.refusal): that is its answer
     loose: bool = False  # the reply wrote text outside any block
+    thought: bool = False  # the reply wrote thought text (or reasoning)
     reasoning: bool = False
     finish: str | None = None
     error: Exception | None = None
@@ -290,9 +291,34 @@ def _native_action(call: ToolCallReady, name: str) -> ActionReady | ProtocolErro
     return ActionReady(action, f"{call.name}({call.arguments})")
 
 
-def _decide(turn: _TurnState, max_tokens: int | None) -> tuple[str, str]:
+#: Why a run ended with no answer (by whether the reply held a thought): the run is
+#: ``completed`` (the model chose to stop), and its cell says so in a ``cortex:`` line.
+NO_ANSWER = {
+    True: "the model wrote only a thought and no answer (the thought is on _cortex.thought)",
+    False: "the model's reply was empty: no thought, no actions, no answer",
+}
+
+#: What a reason tells the user to do, in the words they use: ``Run.words`` picks the set
+#: (a notebook cell's run speaks of the magic's commands and options).
+WORDS: Mapping[str, Mapping[str, str]] = {
+    "api": {
+        "continue": "Agent.continue_run(...)",
+        "max_turns": "max_turns=...",
+        "max_tokens": "max_tokens=...",
+    },
+    "magic": {
+        "continue": "%cortex continue",
+        "max_turns": "--max-turns N",
+        "max_tokens": "--max-tokens N",
+    },
+}
+
+
+def _decide(
+    turn: _TurnState, max_tokens: int | None, words: Mapping[str, str] = WORDS["api"]
+) -> tuple[str, str]:
     """(outcome, reason) of a turn: ``final``, ``results``, ``truncated``,
-    ``interrupted`` or ``failed``."""
+    ``interrupted`` or ``failed``; ``words`` name what to do next (``WORDS``)."""
     if turn.error is not None:
         # A model error that asking again cannot fix (a refused key, an unknown model)
         # fails the run; anything else (a dropped stream) leaves it to be continued.
@@ -303,8 +329,8 @@ def _decide(turn: _TurnState, max_tokens: int | None) -> tuple[str, str]:
         limit = f" of {max_tokens:,} tokens" if max_tokens else ""
         return "truncated", (
             f"the model's reply was cut off at its token limit{limit} (finish_reason "
-            '"length"); %cortex continue (or Agent.continue_run) asks it to go on from '
-            "there, and --max-tokens N allows longer replies"
+            f'"length"); {words["continue"]} asks it to go on from there, and '
+            f"{words['max_tokens']} allows longer replies"
         )
     if turn.refused:
         return "final", "the model refused"
@@ -322,6 +348,8 @@ def _decide(turn: _TurnState, max_tokens: int | None) -> tuple[str, str]:
         return "results", 'a response with final="false"'
     if turn.has_actions:
         return "results", "a turn of actions with no response"
+    if not turn.loose:
+        return "final", NO_ANSWER[turn.thought]
     return "final", "no actions and no response: the text is the answer"
 
 
@@ -373,11 +401,13 @@ class Loop:
         is set when this run continues the last one: the text of its cut reply, which the
         first reply goes on from ("" when it was not cut)."""
         self._resume = Resume(resume) if resume else None
+        await self._learn_window()
         if resume is None:  # a new prompt: one the model never answered is not kept
             self.conversation.drop_unanswered()
         self._start = self.conversation.begin()
         self._say({"role": "user", "content": user_text})
         number = 0
+        words = WORDS.get(self.run.words, WORDS["api"])
         for number in range(1, self.max_turns + 1):
             await self.feeds.refresh_due()
             messages, fit = await self._messages()
@@ -389,7 +419,7 @@ class Loop:
                 await self.scheduler.drain()
             finally:
                 self._close(turn)
-            outcome, reason = _decide(turn, self.agent.max_tokens)
+            outcome, reason = _decide(turn, self.agent.max_tokens, words)
             if outcome == "results" and getattr(self.model, "remaining_turns", None) == 0:
                 # A script or a replay that has no more turns: its end is the run's end,
                 # not a question for a turn that does not exist.
@@ -402,8 +432,9 @@ class Loop:
                 TurnEnd(number, time.monotonic(), outcome, reason, turn.finish, answer)
             )
             if outcome == "final":
-                if turn.finish == "content_filter":
-                    self.run.notes.append(reason)
+                if turn.finish == "content_filter" or reason in NO_ANSWER.values():
+                    self.run.notes.append(reason)  # completed, but the cell says so
+                    self.run.reason = reason
                 break
             if outcome == "truncated":
                 self._stop("truncated", "token limit", reason)
@@ -420,9 +451,17 @@ class Loop:
                 "turn_limit",
                 "turn limit",
                 f"stopped after {self.max_turns} turns without a final response; continue it "
-                "with Agent.continue_run(...), or allow more turns (max_turns=...)",
+                f"with {words['continue']}, or allow more turns ({words['max_turns']})",
             )
         self.scheduler.emit(Metric("turns", number, time.monotonic(), "count"))
+
+    async def _learn_window(self) -> None:
+        """A model that can ask its server for its real context window (llama.cpp's
+        ``/props``...) does so before the first turn, unless the agent set a budget."""
+        learn = getattr(self.model, "learn_context_window", None)
+        if learn is not None and not self.agent.context_tokens:
+            await learn()
+            self.budget = budget_for(None, self.model)
 
     def _stop(self, status: str, reason: str, why: str) -> None:
         self.scheduler.outcome = status
@@ -543,11 +582,14 @@ class Loop:
         turn.resume, self._resume = self._resume, None
         if turn.resume is not None:
             self._carry(turn, parser, turn.resume.ready)
+        # Extra request fields only when there are some: a model need not know them.
+        request = self.scheduler.request
         stream = self.model.stream(
             messages,
             tools=self._tools(),
             temperature=self.agent.temperature,
             max_tokens=self.agent.max_tokens,
+            **cast(dict[str, Any], {"request": request} if request else {}),
         )
         try:
             while True:
@@ -662,6 +704,8 @@ class Loop:
     def _submit(self, turn: _TurnState, event: Event) -> None:
         if isinstance(event, ResponseDelta):
             turn.responded = True
+        elif isinstance(event, ThoughtDelta):
+            turn.thought = True
         elif isinstance(event, TextDelta):
             turn.loose = True
         elif isinstance(event, ResponseEnd):

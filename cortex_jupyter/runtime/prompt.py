@@ -219,6 +219,18 @@ and you answer:
 
 It is 18 °C and sunny in Paris."""
 
+_NATIVE = """\
+# How you answer: native tool calls
+
+- Call the tools listed below through the function-calling interface you were given \
+(native tool calls), never by writing a call as text or in tags. Each call starts as soon \
+as it is complete; one reply may make several calls.
+- The runtime runs the calls and sends each result back as a tool message; then you \
+continue. Never write a tool's result yourself: results come only from the runtime.
+- A reply with no tool calls is your final answer to the user, in markdown.
+
+{references}"""
+
 _TITLES = {
     "cortex": "Cortex streaming execution protocol",
     "sigil": "sigil form of the Cortex streaming execution protocol",
@@ -262,10 +274,14 @@ def system_prompt(
     if taught not in _TEACH:
         choices = ", ".join(DIALECTS)
         raise ValueError(f"unknown protocol dialect {dialect!r}; choose one of: {choices}")
-    parts = [_INTRO.format(title=_TITLES[taught])]
+    # With native tools the model calls through the endpoint's tools= interface only:
+    # teaching a dialect's tags too has it copy the example's calls as text.
+    teach = _NATIVE if native_tools else _TEACH[taught]
+    title = "native tool calls of the Cortex runtime" if native_tools else _TITLES[taught]
+    parts = [_INTRO.format(title=title)]
     if instructions and instructions.strip():
         parts.append("# Your instructions\n\n" + instructions.strip())
-    parts.append(_TEACH[taught].replace("{references}", _REFERENCES))
+    parts.append(teach.replace("{references}", _REFERENCES))
     parts.append(_callables(registry, taught, internal, native_tools))
     if feeds is not None and len(feeds):
         parts.append(
@@ -284,7 +300,8 @@ def system_prompt(
 def _callables(
     registry: Registry | None, dialect: str, internal: InternalPolicy | None, native: bool
 ) -> str:
-    types = ("tool",) if dialect != "cortex" else tuple(t for t, _ in _SECTIONS)
+    # Sigil, cogency and native calls reach tools only.
+    types = ("tool",) if dialect != "cortex" or native else tuple(t for t, _ in _SECTIONS)
     sections = []
     for type_, title in _SECTIONS:
         if type_ not in types or registry is None:
@@ -295,13 +312,7 @@ def _callables(
     head = "# What you can call"
     if not sections:
         return f"{head}\n\nNothing is registered: answer without actions."
-    note = ""
-    if native:
-        note = (
-            "\n\nThe tools are also offered to you as functions to call natively; the "
-            "results of those calls come back as tool messages."
-        )
-    return f"{head}{note}\n\n" + "\n\n".join(sections)
+    return f"{head}\n\n" + "\n\n".join(sections)
 
 
 def _offered(schema: Mapping[str, Any], internal: InternalPolicy | None) -> bool:

@@ -20,7 +20,7 @@ from collections import ChainMap
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 from cortex_jupyter.protocol.actions import too_deep
 from cortex_jupyter.protocol.events import (
@@ -170,6 +170,9 @@ class Run:
     _blocks: list[_Block] = field(default_factory=list, repr=False)
     _open: _Block | None = field(default=None, repr=False)
     reach: Mapping[str, Any] | None = field(default=None, repr=False)
+    #: Whose words a reason uses for what to do next: "api" (``Agent.continue_run``,
+    #: ``max_turns=``) or "magic" (``%cortex continue``, ``--max-turns``).
+    words: ClassVar[str] = "api"
 
     @property
     def thought(self) -> str:

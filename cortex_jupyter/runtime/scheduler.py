@@ -146,10 +146,13 @@ class Scheduler:
         approve_names: frozenset[str] = frozenset(),
         approve_timeout: float | None = None,
         rules: Rules | None = None,
+        request: Mapping[str, Any] | None = None,
     ) -> None:
         self.registry = registry if registry is not None else default_registry
         self.namespace: Mapping[str, Any] = namespace if namespace is not None else {}
         self.model = model
+        #: Extra fields of every request this run sends (``runtime.request``).
+        self.request: Mapping[str, Any] = dict(request or {})
         self.feeds: MutableMapping[str, str] = feeds if feeds is not None else {}
         self.internal = internal if internal is not None else InternalPolicy()
         self.retry = retry if retry is not None else RetryPolicy()
@@ -780,7 +783,7 @@ class Scheduler:
         messages: list[Message] = (
             [{"role": "user", "content": str(prompt)}] if not isinstance(prompt, list) else prompt
         )
-        return await complete(text_client(model), messages)
+        return await complete(text_client(model, self.request), messages)
 
     async def _run_workflow(
         self, parent: ActionNode, spec: WorkflowSpec, params: dict[str, Any]

@@ -361,3 +361,34 @@ def test_context_use_prefers_the_servers_count() -> None:
     assert state.context() == (24_000, 32_000, True)  # a new turn: its estimate first
     state.apply(Nested("a1", ContextUse(turn=1, time=4.0, tokens=1, budget=2)))
     assert state.context() == (24_000, 32_000, True)  # a sub-run's is its own
+
+
+def test_the_rate_counts_only_turns_that_streamed_text_and_their_time() -> None:
+    from cortex_jupyter.runtime.events import Turn, TurnEnd
+
+    state = ViewState()
+    # Turn 1: native tool calls only (no text), 50 tokens; then tools run for 10 s.
+    state.apply(Turn(1, 0.0, "m"))
+    state.apply(Metric("completion_tokens", 50, 1.0, "tokens"))
+    state.apply(TurnEnd(1, 1.0, "results"))
+    # Turn 2: 100 tokens of text streamed over 2 s.
+    state.apply(Turn(2, 11.0, "m"))
+    state.apply(ResponseDelta("x" * 40), 12.0)
+    state.apply(ResponseDelta("y" * 360), 14.0)
+    state.apply(Metric("completion_tokens", 100, 14.0, "tokens"))
+    state.apply(TurnEnd(2, 14.0, "final"))
+    assert state.tokens == 150  # the header's total still counts every token
+    assert state.tokens_per_second(20.0) == pytest.approx(50)  # 100 tokens / 2 s
+
+
+def test_the_rate_leaves_out_the_wait_between_two_turns_of_text() -> None:
+    from cortex_jupyter.runtime.events import Turn
+
+    state = ViewState()
+    state.apply(Turn(1, 0.0, "m"))
+    state.apply(ThoughtDelta("x" * 40), 1.0)
+    state.apply(ThoughtDelta("x" * 360), 2.0)  # 100 tokens over 1 s
+    state.apply(Turn(2, 30.0, "m"))
+    state.apply(ResponseDelta("y" * 40), 31.0)
+    state.apply(ResponseDelta("y" * 360), 32.0)  # 100 more over 1 s
+    assert state.tokens_per_second(32.0) == pytest.approx(100)

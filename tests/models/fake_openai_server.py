@@ -14,7 +14,9 @@ the server does next, one reply per request, in order:
   set ``event``.
 - ``Error(status, body, headers)``: an error status with a JSON body.
 
-Every request is recorded (path, headers, JSON body, arrival time) in ``requests``. A
+Every request is recorded (path, headers, JSON body, arrival time) in ``requests``.
+``GET /props`` and ``GET /v1/models`` answer ``props`` and ``models`` when a test sets
+them (a 404 otherwise); their paths go to ``gets``. A
 request with nothing scripted gets a 500 saying so, which the test then reports.
 
 The chunk helpers build the SSE payloads servers send: text, reasoning (under either
@@ -194,6 +196,11 @@ class FakeOpenAIServer:
     def __init__(self) -> None:
         self.replies: deque[Stream | Error] = deque()
         self.requests: list[Request] = []
+        #: What ``GET /props`` (llama.cpp) and ``GET /v1/models`` answer (404 when None);
+        #: the paths asked are kept in ``gets``, apart from the chat requests.
+        self.props: dict[str, Any] | None = None
+        self.models: dict[str, Any] | None = None
+        self.gets: list[str] = []
         self.gate_timed_out = False
         self.client_closed = threading.Event()
         self.client_closed_at: float | None = None
@@ -255,6 +262,20 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # keep test output clean
+
+    def do_GET(self) -> None:
+        self.close_connection = True
+        self.fake.gets.append(self.path)
+        body = {"/props": self.fake.props, "/v1/models": self.fake.models}.get(self.path)
+        if body is None:
+            self._error(Error(404, {"error": {"message": "File Not Found"}}))
+            return
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     def do_POST(self) -> None:
         length = int(self.headers.get("content-length", "0"))

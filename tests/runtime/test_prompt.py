@@ -261,3 +261,13 @@ def test_render_value_and_truncate() -> None:
     assert render_value(BrokenRepr()) == "<BrokenRepr: repr failed: RuntimeError: no repr>"
     assert truncate("abcdef", 10) == "abcdef"
     assert truncate("a" * 12_345 + "b", 1) == "a\n[truncated: 12,345 more characters]"
+
+
+@pytest.mark.parametrize("dialect", ["cortex", "hermes", "sigil", "cogency", "auto"])
+def test_a_native_tools_prompt_teaches_native_calls_only(dialect: str) -> None:
+    # A live model copied the cortex example's action (id and all) into a tag action
+    # that failed, beside the native calls the endpoint offered it.
+    text = system_prompt(dialect=dialect, registry=golden_registry(), native_tools=True)
+    assert "native tool calls" in text and "`get_weather`" in text
+    for taught in ("<action", "<tool_call>", "§CALLS", "<execute>", "<result", "w1", "auto-1"):
+        assert taught not in text
