@@ -16,6 +16,7 @@ from typing import ClassVar
 from .actions import build_action, call_fields, parse_body, quote, with_source
 from .calls import CallHooks
 from .events import (
+    Action,
     ActionReady,
     ActionStart,
     Event,
@@ -266,13 +267,13 @@ class Parser:
     ) -> None:
         """A complete call: its action, or the error that refuses it (with ``source``)."""
         result = self._call_action(text, action_id, in_thought)
-        if isinstance(result, ActionReady):
-            out.append(ActionReady(result.action, source))
-        else:
+        if isinstance(result, ProtocolError):
             out.append(with_source(result, source))
+        else:
+            out.append(ActionReady(result, source))
 
     @staticmethod
-    def _call_action(text: str, action_id: str, in_thought: bool) -> ActionReady | ProtocolError:
+    def _call_action(text: str, action_id: str, in_thought: bool) -> Action | ProtocolError:
         fields = parse_body(text, action_id)
         if isinstance(fields, ProtocolError):
             return fields
@@ -280,7 +281,7 @@ class Parser:
         if isinstance(found, ProtocolError):
             return found
         fields, key = found
-        result = build_action(
+        return build_action(
             fields,
             action_id=action_id,
             type="tool",
@@ -288,7 +289,6 @@ class Parser:
             in_thought=in_thought,
             params_key=key,
         )
-        return result if isinstance(result, ProtocolError) else ActionReady(result)
 
     def _too_large_action(self, action_id: str, out: list[Event], source: str) -> None:
         out.append(

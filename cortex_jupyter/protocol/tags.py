@@ -83,7 +83,7 @@ def _names_src(names: frozenset[str] | set[str]) -> str:
 class _TagSet:
     """The compiled expressions for one set of tag names."""
 
-    __slots__ = ("attrs_partial", "full", "prefixes")
+    __slots__ = ("attrs_partial", "full", "heads", "prefixes")
 
     def __init__(self, known: frozenset[str]) -> None:
         names = _names_src(known)
@@ -93,6 +93,9 @@ class _TagSet:
         self.full = re.compile(rf"<({names})(?=[\s/>])((?:\s+{_WORD_SRC})*)\s*(/?)>", re.IGNORECASE)
         # A name still arriving is a prefix of a known name ("" and "/" included).
         self.prefixes = frozenset(k[:n] for k in known for n in range(len(k) + 1)) | {"/"}
+        # The same with their "<", as written in lower case: a tag name arriving a
+        # character at a time is one set lookup (a subset of what is_partial accepts).
+        self.heads = frozenset("<" + p for p in self.prefixes)
         branches = [
             rf"(?:{_name_src(name)})(?:\s+{tail})*"
             for name, tail in _TAILS.items()

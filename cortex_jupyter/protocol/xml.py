@@ -159,6 +159,11 @@ class _Draft:
     original_id: str | None = None
 
 
+#: Fast paths share the delta of a chunk this short (see XmlParser._update_fast) ...
+SHARED_DELTA_CHARS: Final = 4
+#: ... while its block kind's table holds fewer deltas than this.
+SHARED_DELTAS: Final = 1024
+
 #: Characters that continue a tag name, an attribute name or an unquoted value.
 _NAME_CHARS = re.compile(r"[\w:.-]+\Z")
 
@@ -179,7 +184,8 @@ def _still_partial(buf: str, chunk: str, data: str) -> bool:
     return (
         last not in "\"'/"
         and not last.isspace()  # what a new word may be depends on the tag
-        and any(c.isspace() for c in buf)
+        # past the tag name (rarer whitespace is left to the pattern, as above)
+        and (" " in buf or "\n" in buf or "\t" in buf)
         and _NAME_CHARS.match(chunk) is not None
     )
 
@@ -206,9 +212,16 @@ class XmlParser(Parser):
         # the action being read
         self._draft = _Draft("", "", _ACTION_CLOSE)
         self._act_parts: list[str] = []
-        self._act_len = 0
+        self._act_room = self._max_action  # characters the body may still take
         self._act_big = False
         self._act_head = ""  # the start of a body too large to keep
+        # Fast paths 1 and 3 share deltas (see _update_fast): the current block's table,
+        # and the tables for thoughts and for responses by their finality.
+        self._thought_deltas: dict[str, Event] = {}
+        self._response_deltas: tuple[dict[str, Event], dict[str, Event]] = ({}, {})
+        self._deltas = self._thought_deltas
+        self._closing = ""  # fast path 5: the plain closing tag of the action being read
+        self._closing_len = 0
         self._in_str = False
         self._esc = False
         # a forged block (<result>, <turn>, ...) being skipped
@@ -252,55 +265,78 @@ class XmlParser(Parser):
     # -- feeding ---------------------------------------------------------------
 
     def feed(self, chunk: str) -> list[Event]:  # noqa: C901 - fast paths inlined on purpose
-        # Fast paths for the two commonest chunks: plain text inside a thought or
-        # response, and JSON inside an action body with nothing that could end it.
+        # Fast paths for the commonest chunks (see _update_fast for when each applies).
+        # At one character per chunk every attribute lookup here shows in the total:
+        # each branch does the least that keeps its answer the slow path's answer.
         fast = self._fast
         if fast and chunk.__class__ is str:
             if fast == 1:  # thought text: most chunks of most replies
-                if "<" not in chunk and chunk:
+                deltas = self._deltas
+                event = deltas.get(chunk)
+                if event is None and "<" not in chunk and chunk:
+                    event = new_event(ThoughtDelta)
+                    set_thought_text(event, chunk)
+                    if len(chunk) <= SHARED_DELTA_CHARS and len(deltas) < SHARED_DELTAS:
+                        deltas[chunk] = event
+                if event is not None:
                     room = self._text_room - len(chunk)
                     if room >= 0:
                         self._text_room = room
-                        event = new_event(ThoughtDelta)
-                        set_thought_text(event, chunk)
                         return [event]
             elif fast == 2:
-                if "<" not in chunk and chunk:
-                    room = self._text_room - len(chunk)
-                    if room >= 0:
-                        self._text_room = room
-                        answer = new_event(ResponseDelta)
-                        set_response_text(answer, chunk)
-                        set_response_final(answer, self._response_final)
-                        return [answer]
-            elif fast == 3:
                 # Without backslashes each quote flips "inside a string"; a "<" can
                 # only end the body outside one. Most chunks hold neither quote nor
                 # backslash (a model's JSON, one token at a time): they only add up.
                 if '"' not in chunk and "\\" not in chunk and ("<" not in chunk or self._in_str):
-                    size = self._act_len + len(chunk)
-                    if size <= self._max_action:
-                        self._act_len = size
+                    room = self._act_room - len(chunk)
+                    if room >= 0:
+                        self._act_room = room
                         self._act_parts.append(chunk)
                         return []
                 elif "\\" not in chunk:
                     quotes = chunk.count('"')
                     if "<" not in chunk or (not quotes and self._in_str):
-                        size = self._act_len + len(chunk)
-                        if size <= self._max_action:
-                            self._act_len = size
+                        room = self._act_room - len(chunk)
+                        if room >= 0:
+                            self._act_room = room
                             self._act_parts.append(chunk)
                             if quotes & 1:
                                 self._in_str = not self._in_str
                             return []
-            elif ">" not in chunk and "<" not in chunk:
-                # A tag still arriving: it stays a possible tag while it fits.
-                buf = self._buf
-                data = buf + chunk
-                if (buf is self._tag_so_far and _still_partial(buf, chunk, data)) or (
-                    self._pending.is_partial(data, 0)
-                ):
-                    self._buf = self._tag_so_far = data
+            elif fast == 3:  # response text: as thought text, with its finality
+                deltas = self._deltas
+                event = deltas.get(chunk)
+                if event is None and "<" not in chunk and chunk:
+                    event = new_event(ResponseDelta)
+                    set_response_text(event, chunk)
+                    set_response_final(event, self._response_final)
+                    if len(chunk) <= SHARED_DELTA_CHARS and len(deltas) < SHARED_DELTAS:
+                        deltas[chunk] = event
+                if event is not None:
+                    room = self._text_room - len(chunk)
+                    if room >= 0:
+                        self._text_room = room
+                        return [event]
+            elif fast == 4:
+                # An opening or closing tag still arriving in text: it stays a possible
+                # tag while it fits. A known name's prefix ("<act", "</thou") is a set
+                # lookup; past the name, _still_partial and then the pattern decide.
+                if ">" not in chunk and "<" not in chunk:
+                    buf = self._buf
+                    data = buf + chunk
+                    if (
+                        data in self._pending.heads
+                        or (buf is self._tag_so_far and _still_partial(buf, chunk, data))
+                        or self._pending.is_partial(data, 0)
+                    ):
+                        self._buf = self._tag_so_far = data
+                        return []
+            else:  # fast == 5
+                # An action's closing tag arriving: while it is a prefix of the plain
+                # tag ("</act") it can only be held, as Closer.at would answer.
+                data = self._buf + chunk
+                if len(data) < self._closing_len and self._closing.startswith(data):
+                    self._buf = data
                     return []
         if self._closed or chunk.__class__ is not str:
             self._check_open(chunk)
@@ -316,20 +352,42 @@ class XmlParser(Parser):
         return out
 
     def _update_fast(self) -> None:
-        """Which fast path (if any) the next chunk may take; see ``feed``."""
+        """Which fast path (if any) the next chunk may take; see ``feed``.
+
+        In the order ``feed`` tries them (by frequency): 1, text in a thought that has
+        shown something; 2, an action body; 3, text in a response (for 1 and 3
+        ``_deltas`` is the block's table of shared deltas, see below); 4, a tag
+        arriving in text (``_pending`` holds its patterns); 5, an action's closing
+        tag arriving.
+
+        Deltas are immutable, so equal ones may be one object: a short chunk seen
+        again in the same kind of block (a character, a common token) gets the delta
+        built the first time. Building a frozen event costs more than all the rest of
+        a fast path; the tables are per parser and bounded (``SHARED_DELTAS``).
+        """
         fast = 0
+        state = self._state
         if self._closed:
             pass
         elif self._buf:
-            if self._state == S_TEXT and self._buf[0] == "<":
-                fast = 4  # a tag arriving; _pending holds its partial pattern
-        elif self._state == S_TEXT:
+            if state == S_TEXT and self._buf[0] == "<":
+                fast = 4
+            elif state == S_ACTION and not self._act_big:
+                literal = self._draft.closer.literal
+                if literal.startswith(self._buf):
+                    self._closing, self._closing_len = literal, len(literal)
+                    fast = 5
+        elif state == S_TEXT:
             if not self._fresh and not self._text_over:
-                fast = 1 if self._sink == THOUGHT else 0
-                if self._sink == RESPONSE and self._echo is None:
-                    fast = 2
-        elif self._state == S_ACTION and not self._act_big and not self._esc:
-            fast = 3
+                sink = self._sink
+                if sink == THOUGHT:
+                    self._deltas = self._thought_deltas
+                    fast = 1
+                elif sink == RESPONSE and self._echo is None:  # not inside a forged block
+                    self._deltas = self._response_deltas[self._response_final]
+                    fast = 3
+        elif state == S_ACTION and not self._act_big and not self._esc:
+            fast = 2
         self._fast = fast
 
     def close(self) -> list[Event]:
@@ -614,7 +672,7 @@ class XmlParser(Parser):
         self._draft = draft
         self._in_thought = draft.in_thought
         self._act_parts = []
-        self._act_len = 0
+        self._act_room = self._max_action
         self._act_big = False
         self._act_head = ""
         self._in_str = False
@@ -674,9 +732,9 @@ class XmlParser(Parser):
     def _add_body(self, text: str, out: list[Event]) -> None:
         if self._act_big or not text:
             return
-        self._act_len += len(text)
+        self._act_room -= len(text)
         limit = self._max_action
-        if self._act_len > limit:
+        if self._act_room < 0:
             self._act_big = True
             self._act_head = ("".join(self._act_parts) + text)[: min(SOURCE_HEAD, limit)]
             self._act_parts = []
