@@ -535,6 +535,11 @@ def _model(model: Any, base_url: str | None, api_key: str | None) -> Any:
             raise TypeError(
                 f"evaluate: model must be a model name or a model object; got {model!r}"
             )
+        if base_url is not None or api_key is not None:
+            raise ValueError(
+                "evaluate: base_url and api_key go with a model name; a model object "
+                "already has its endpoint"
+            )
         return model
     from cortex_jupyter.models import ModelError, OpenAIModel
 

@@ -175,6 +175,8 @@ def test_bad_arguments_are_one_line(server: FakeOpenAIServer) -> None:
         evaluate("fake-model", ["klingon"])
     with pytest.raises(ValueError, match="n must be a whole number"):
         evaluate("fake-model", n=0)
+    with pytest.raises(ValueError, match="base_url and api_key go with a model name"):
+        evaluate(ScriptModel("hi"), base_url=server.url)
     assert server.requests == []
 
 
@@ -226,6 +228,14 @@ def test_magic_eval_returns_the_result(ip: InteractiveShell, server: FakeOpenAIS
 def test_magic_eval_bad_dialect_is_a_usage_error(ip: InteractiveShell) -> None:
     with pytest.raises(UsageError, match=r"^%cortex eval: unknown dialect 'xml'"):
         ip.run_line_magic("cortex", "eval --dialects xml")
+
+
+def test_magic_eval_help_runs_nothing(
+    ip: InteractiveShell, server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert ip.run_line_magic("cortex", "eval --help") is None
+    assert "--dialects" in capsys.readouterr().out
+    assert server.requests == []
 
 
 def test_magic_eval_unreachable_prints_one_line(
