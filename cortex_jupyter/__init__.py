@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
+    from cortex_jupyter.evaluation import Task, evaluate
     from cortex_jupyter.models import OpenAIModel
     from cortex_jupyter.protocol import Parser
     from cortex_jupyter.runtime import (
@@ -33,8 +34,10 @@ __all__ = [
     "Registry",
     "Run",
     "Scheduler",
+    "Task",
     "__version__",
     "default_registry",
+    "evaluate",
     "expose",
     "hide",
     "load_ipython_extension",
@@ -51,7 +54,9 @@ _LAZY = {
     "Registry": "cortex_jupyter.runtime",
     "Run": "cortex_jupyter.runtime",
     "Scheduler": "cortex_jupyter.runtime",
+    "Task": "cortex_jupyter.evaluation",
     "default_registry": "cortex_jupyter.runtime",
+    "evaluate": "cortex_jupyter.evaluation",
     "progress": "cortex_jupyter.runtime",
     "tool": "cortex_jupyter.runtime",
 }

@@ -71,6 +71,7 @@ COMMANDS = (
     "mcp",
     "cluster",
     "local",
+    "eval",
     "help",
 )
 MCP_COMMANDS = ("add", "list", "remove")
@@ -575,6 +576,25 @@ class CortexMagics(Magics):
         except local.LocalServerError as exc:
             _complain(f"local: {exc}")
 
+    def _cmd_eval(self, args: list[str]) -> Any:
+        """Score how well the model follows each dialect (%cortex eval --help)."""
+        from cortex_jupyter.evaluation import EndpointUnusable, evaluate
+
+        if {"-h", "--help"} & set(args):
+            return print(_EVAL.format_help())
+        given = _EVAL.parse_args(args)
+        constrain = (False, True) if given.constrain else False
+        try:
+            return evaluate(
+                given.model or self.model, given.dialects, n=given.n, constrain=constrain,
+                max_turns=given.max_turns, temperature=self.temperature,
+            )  # fmt: skip
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"%cortex eval: {str(exc).removeprefix('evaluate: ')}") from None
+        except EndpointUnusable as exc:
+            _complain(str(exc))
+            return exc.result if exc.result.tries else None
+
     def _cmd_mcp(self, args: list[str]) -> None:
         """MCP servers' tools as NAME.TOOL: %cortex mcp add|list|remove (%cortex mcp help)."""
         command, rest = (args[0], args[1:]) if args else ("list", [])
@@ -677,6 +697,16 @@ def _mcp_add_parser() -> MagicArgumentParser:
 
 
 _MCP_ADD = _mcp_add_parser()
+_EVAL = MagicArgumentParser(
+    prog="%cortex eval", add_help=False, description="Score the model on the built-in tool tasks."
+)
+_EVAL.add_argument("--model", metavar="NAME", help="Model (default: CortexMagics.model).")
+_EVAL.add_argument(
+    "--dialects", default="cortex,sigil,cogency,hermes,native", help="Comma-separated."
+)
+_EVAL.add_argument("--n", "-n", type=int, default=3, help="Tries per task (default 3).")
+_EVAL.add_argument("--constrain", action="store_true", help="Constrained as well.")
+_EVAL.add_argument("--max-turns", type=int, default=4, metavar="N", help="Default 4.")
 
 
 def _pairs(items: list[str], sep: str, shape: str) -> dict[str, str]:

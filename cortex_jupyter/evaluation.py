@@ -1,0 +1,644 @@
+"""``evaluate()``: which protocol dialect does this model follow, and how well?
+
+A small built-in set of tool tasks (deterministic tools, answers a function or a regex
+can check) is run on any OpenAI-compatible endpoint, ``n`` times per task, once for each
+dialect (and constraint setting) asked. Every try is an ordinary ``Agent`` run on a fresh
+conversation, so what is measured is what a user of that dialect gets; the figures are
+read from the run record: its status, its protocol error events, its nodes' statuses,
+its usage, and the times of its events (``Turn`` and the first ``chunk`` of a reply).
+
+It sits above the runtime and the models, like ``session`` does, and imports no IPython:
+a result shows itself as an HTML table with a small bar chart (an ``<img>`` of an SVG,
+which sanitising front ends keep) in a notebook, and as a text table anywhere else.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import html
+import re
+import statistics
+import sys
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio.from_thread
+
+from cortex_jupyter.protocol.events import ActionStart, ResponseDelta, TextDelta
+from cortex_jupyter.protocol.events import ThoughtDelta as _ThoughtDelta
+from cortex_jupyter.runtime import Agent, Registry, Run
+from cortex_jupyter.runtime.events import Chunk, Turn
+
+__all__ = [
+    "DIALECTS",
+    "TASKS",
+    "EndpointUnusable",
+    "Evaluation",
+    "Row",
+    "Task",
+    "Try",
+    "evaluate",
+]
+
+#: What ``dialects=`` may name: the text dialects, and ``native`` (the endpoint's own
+#: tool calls, ``native_tools=True``, beside the cortex prompt).
+DIALECTS = ("cortex", "sigil", "cogency", "hermes", "auto", "native")
+_DEFAULT_DIALECTS = ("cortex", "sigil", "cogency", "hermes", "native")
+# The first text of a reply, in the run's events (parser events are recorded as they come).
+_FIRST_TEXT = (_ThoughtDelta, ResponseDelta, TextDelta, ActionStart)
+_CONTENT_CHUNKS = ("text", "reasoning", "refusal", "tool_call_start", "tool_call_ready")
+# Failures of the endpoint itself: every further try would fail the same way.
+_FATAL = frozenset(
+    ("CannotConnect", "MissingAPIKey", "AuthenticationFailed", "PermissionDenied", "UnknownModel")
+)
+
+
+class EndpointUnusable(RuntimeError):
+    """Raised when the endpoint cannot be used at all (unreachable, key refused, no such
+    model): the evaluation stops at once. ``result`` holds the tries made before."""
+
+    def __init__(self, message: str, result: Evaluation) -> None:
+        self.result = result
+        super().__init__(f"evaluate: {message}")
+
+
+# --------------------------------------------------------------------------- tasks
+
+
+@dataclass(frozen=True)
+class Task:
+    """One tool task: a ``prompt``, the ``tools`` it needs (functions, registered in a
+    registry of the task's own), and ``check``: a regex searched in the final answer
+    (case-insensitive) or a function ``(answer) -> bool``."""
+
+    prompt: str
+    tools: Sequence[Callable[..., Any]]
+    check: str | re.Pattern[str] | Callable[[str], bool]
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.prompt, str) or not self.prompt.strip():
+            raise ValueError(f"a Task's prompt must be non-empty text; got {self.prompt!r}")
+        tools = tuple(self.tools) if not callable(self.tools) else (self.tools,)
+        for entry in tools:
+            if not callable(entry):
+                raise TypeError(f"a Task's tools must be functions; got {entry!r}")
+        object.__setattr__(self, "tools", tools)
+        check = self.check
+        if isinstance(check, str):
+            try:
+                check = re.compile(check, re.IGNORECASE)
+            except re.error as exc:
+                raise ValueError(f"a Task's check {self.check!r} is not a regex: {exc}") from None
+            object.__setattr__(self, "check", check)
+        elif not isinstance(check, re.Pattern) and not callable(check):
+            raise TypeError(f"a Task's check must be a regex or a function; got {check!r}")
+        if not self.name:
+            first = getattr(tools[0], "__name__", "task") if tools else "task"
+            object.__setattr__(self, "name", first)
+
+    def passes(self, answer: str) -> bool:
+        """Whether ``answer`` is right."""
+        if isinstance(self.check, re.Pattern):
+            return self.check.search(answer) is not None
+        assert callable(self.check)
+        return bool(self.check(answer))
+
+    def registry(self) -> Registry:
+        """A registry of this task's tools alone (no built-in entries)."""
+        registry = Registry(builtins=False)
+        for func in self.tools:
+            registry.register(func)
+        return registry
+
+
+def add(a: float, b: float) -> float:
+    """Add two numbers."""
+    return a + b
+
+
+def multiply(a: float, b: float) -> float:
+    """Multiply two numbers."""
+    return a * b
+
+
+_CAPITALS = {"kenya": "Nairobi", "peru": "Lima", "mongolia": "Ulaanbaatar", "canada": "Ottawa"}
+_POPULATIONS = {"lima": 10_092_000, "nairobi": 4_397_000, "ottawa": 1_017_000}
+
+
+def capital(country: str) -> str:
+    """The capital city of a country."""
+    return _CAPITALS.get(country.strip().lower(), f"unknown country {country!r}")
+
+
+def population(city: str) -> int:
+    """The number of people living in a city."""
+    found = _POPULATIONS.get(city.strip().lower())
+    if found is None:
+        raise ValueError(f"no population known for {city!r}")
+    return found
+
+
+def km_to_miles(km: float) -> float:
+    """Convert kilometres to miles (rounded to 2 decimals)."""
+    return round(km * 0.621371, 2)
+
+
+def celsius_to_fahrenheit(celsius: float) -> float:
+    """Convert degrees Celsius to degrees Fahrenheit."""
+    return round(celsius * 9 / 5 + 32, 1)
+
+
+def count_letter(word: str, letter: str) -> int:
+    """How many times a letter occurs in a word."""
+    return word.lower().count(letter.lower())
+
+
+def get_weather(city: str) -> str:
+    """The current weather in a city."""
+    return f"{city}: 13.4 °C, light rain"
+
+
+def reverse_text(text: str) -> str:
+    """The text written backwards."""
+    return text[::-1]
+
+
+def stock_price(symbol: str) -> float:
+    """The latest price of a stock, in dollars."""
+    return {"ACME": 187.25, "INITECH": 42.13}.get(symbol.strip().upper(), 1.0)
+
+
+#: The built-in tasks: small, deterministic, checkable (two need two dependent steps).
+TASKS: tuple[Task, ...] = (
+    Task("Use the add tool to add 1234 and 5678, then tell me the sum.", [add], r"6,?912\b"),
+    Task("Use the capital tool to find the capital of Kenya, then answer.", [capital], "nairobi"),
+    Task(
+        "Use km_to_miles to convert 42.195 km to miles, then give the result.",
+        [km_to_miles],
+        r"26\.22",
+    ),
+    Task(
+        "Use count_letter to count how many times the letter r occurs in 'strawberry', "
+        "then answer.",
+        [count_letter],
+        r"\b(3|three)\b",
+    ),
+    Task("Use get_weather for Oslo, then tell me the temperature.", [get_weather], r"13\.4"),
+    Task(
+        "Use celsius_to_fahrenheit to convert 37 degrees Celsius, then answer.",
+        [celsius_to_fahrenheit],
+        r"98\.6",
+    ),
+    Task("Use reverse_text to reverse the word 'cortex', then answer.", [reverse_text], "xetroc"),
+    Task("Use stock_price to get the price of ACME, then answer.", [stock_price], r"187\.25"),
+    Task(
+        "Use multiply to compute 12 times 34, then add 56 to the result with add, and "
+        "tell me the final number.",
+        [multiply, add],
+        r"\b464\b",
+        name="multiply_then_add",
+    ),
+    Task(
+        "Find the capital of Peru with the capital tool, then get that city's population "
+        "with the population tool, and tell me the population.",
+        [capital, population],
+        r"10[,. ]?092[,. ]?000|10\.09",
+        name="capital_then_population",
+    ),
+)
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class Try:
+    """One run of one task: what it did and what it cost.
+
+    ``runnable``: the model wrote at least one action and every action ran to ``done``;
+    ``malformed``: the run has protocol error events (text the runtime refused);
+    ``correct``: the run completed and its answer passes the task's check.
+    ``first_token`` is the seconds from asking to the first text or call of the first
+    reply; ``generating`` the seconds from each reply's first to its last chunk, summed.
+    """
+
+    task: str
+    dialect: str
+    constrain: bool
+    status: str
+    actions: int
+    runnable: bool
+    malformed: bool
+    correct: bool
+    answer: str
+    completion_tokens: int
+    prompt_tokens: int
+    first_token: float | None
+    generating: float
+    turns: int
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Row:
+    """The tries of one dialect and constraint setting, summed up. Shares are 0..1;
+    ``first_token`` is the median over tries; ``tokens_per_second`` is completion
+    tokens over the seconds spent generating them. ``note`` says why a setting has no
+    tries (the Agent refused it)."""
+
+    dialect: str
+    constrain: bool
+    replies: int
+    runnable: float
+    malformed: float
+    correct: float
+    tokens: int
+    first_token: float | None
+    tokens_per_second: float | None
+    statuses: Mapping[str, int] = field(default_factory=dict)
+    note: str = ""
+
+    @classmethod
+    def of(cls, dialect: str, constrain: bool, tries: Sequence[Try], note: str = "") -> Row:
+        count = len(tries)
+
+        def share(flag: str) -> float:
+            return sum(getattr(t, flag) for t in tries) / count if count else 0.0
+
+        firsts = [t.first_token for t in tries if t.first_token is not None]
+        tokens = sum(t.completion_tokens for t in tries)
+        seconds = sum(t.generating for t in tries)
+        statuses: dict[str, int] = {}
+        for t in tries:
+            statuses[t.status] = statuses.get(t.status, 0) + 1
+        return cls(
+            dialect, constrain, count, share("runnable"), share("malformed"), share("correct"),
+            tokens,
+            statistics.median(firsts) if firsts else None,
+            tokens / seconds if tokens and seconds > 0 else None,
+            statuses, note,
+        )  # fmt: skip
+
+
+_COLUMNS = (
+    *("dialect", "constrain", "replies", "runnable", "malformed", "correct", "tokens"),
+    *("first token", "tok/s", "statuses"),
+)
+
+
+def _cells(row: Row) -> list[str]:
+    def pct(x: float) -> str:
+        return f"{x:.0%}" if row.replies else "-"
+
+    return [
+        row.dialect,
+        "yes" if row.constrain else "no",
+        str(row.replies),
+        pct(row.runnable),
+        pct(row.malformed),
+        pct(row.correct),
+        f"{row.tokens:,}",
+        "-" if row.first_token is None else f"{row.first_token:.2f} s",
+        "-" if row.tokens_per_second is None else f"{row.tokens_per_second:.1f}",
+        row.note or ", ".join(f"{k} {v}" for k, v in sorted(row.statuses.items())),
+    ]
+
+
+@dataclass
+class Evaluation:
+    """What ``evaluate()`` found: ``rows`` (one per dialect and constraint setting) and
+    every ``tries`` entry they sum up. ``summary()`` is a text table."""
+
+    model: str
+    tasks: int
+    n: int
+    rows: list[Row] = field(default_factory=list)
+    tries: list[Try] = field(default_factory=list)
+
+    def summary(self) -> str:
+        """A text table: one line per row, under a header."""
+        table = [list(_COLUMNS), *(_cells(row) for row in self.rows)]
+        widths = [max(len(line[i]) for line in table) for i in range(len(_COLUMNS))]
+        lines = [f"model {self.model} · {self.tasks} tasks × {self.n} tries"]
+        for line in table:
+            lines.append("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)))
+        return "\n".join(line.rstrip() for line in lines)
+
+    def __repr__(self) -> str:
+        return f"<Evaluation of {self.model!r}: {len(self.rows)} rows, {len(self.tries)} tries>"
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(self.summary())
+
+    def _repr_html_(self) -> str:
+        """A table, a bar chart of the shares, and one wrong answer per row, all model
+        text escaped."""
+        esc = html.escape
+        head = "".join(f"<th>{esc(c)}</th>" for c in _COLUMNS)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{esc(c)}</td>" for c in _cells(row)) + "</tr>"
+            for row in self.rows
+        )
+        wrong = []
+        for row in self.rows:
+            miss = next((t for t in self.tries if _belongs(t, row) and not t.correct), None)
+            if miss is not None:
+                shown = miss.answer.strip() or f"(no answer: {miss.reason or miss.status})"
+                wrong.append(
+                    f"<li><b>{esc(_label(row))}</b>, {esc(miss.task)}: "
+                    f"<code>{esc(shown[:300])}</code></li>"
+                )
+        details = (
+            f"<details><summary>a wrong answer per setting</summary><ul>{''.join(wrong)}</ul>"
+            "</details>"
+            if wrong
+            else ""
+        )
+        chart = _chart(self.rows)
+        return (
+            f"<div class='cortex-eval'><p>model <b>{esc(self.model)}</b> · {self.tasks} tasks "
+            f"× {self.n} tries</p><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody>"
+            f"</table>{chart}{details}</div>"
+        )
+
+
+def _belongs(t: Try, row: Row) -> bool:
+    return t.dialect == row.dialect and t.constrain == row.constrain
+
+
+def _label(row: Row) -> str:
+    return row.dialect + (" constrained" if row.constrain else "")
+
+
+_BARS = (("runnable", "#2e7d32"), ("malformed", "#c62828"), ("correct", "#1565c0"))
+
+
+def _chart(rows: Sequence[Row]) -> str:
+    """Grouped horizontal bars (runnable, malformed, correct) per row, as an SVG drawn
+    here (no plotting library) inside an ``<img>``, which sanitisers keep."""
+    if not rows:
+        return ""
+    bar, gap, left, width = 9, 8, 150, 240
+    height = len(rows) * (3 * bar + gap) + 24
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 50}" '
+        f'height="{height}" font-family="sans-serif" font-size="11">'
+    ]
+    y = 4
+    for row in rows:
+        label = html.escape(_label(row))
+        parts.append(f'<text x="4" y="{y + 1.8 * bar}">{label}</text>')
+        for name, colour in _BARS:
+            value = float(getattr(row, name))
+            parts.append(
+                f'<rect x="{left}" y="{y}" width="{value * width:.1f}" height="{bar - 1}" '
+                f'fill="{colour}"/><text x="{left + value * width + 3:.1f}" y="{y + bar - 1}">'
+                f"{value:.0%}</text>"
+            )
+            y += bar
+        y += gap
+    x = left
+    for name, colour in _BARS:
+        parts.append(
+            f'<rect x="{x}" y="{y + 4}" width="9" height="9" fill="{colour}"/>'
+            f'<text x="{x + 12}" y="{y + 12}">{name}</text>'
+        )
+        x += 80
+    parts.append("</svg>")
+    data = base64.b64encode("".join(parts).encode()).decode()
+    alt = "runnable, malformed and correct shares"
+    return f'<img alt="{alt}" src="data:image/svg+xml;base64,{data}"/>'
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+def measure(run: Run, task: Task, dialect: str, constrain: bool) -> Try:
+    """The ``Try`` a finished run makes, read from its record alone."""
+    nodes = [node for node in run.actions.values() if node.parent is None]
+    action_errors = [e for e in run.errors if e.id is not None]
+    runnable = bool(nodes) and not action_errors and all(n.status == "done" for n in nodes)
+    answer = run.answer
+    correct = False
+    reason = run.reason
+    if run.status == "completed":
+        try:
+            correct = task.passes(answer)
+        except Exception as exc:  # the user's check failed: say so, keep the rest
+            reason = f"the task's check raised {type(exc).__name__}: {exc}"
+    usage = run.usage
+    first, generating = _timings(run)
+    return Try(
+        task.name, dialect, constrain, run.status, len(nodes), runnable, bool(run.errors),
+        correct, answer, usage["completion_tokens"], usage["prompt_tokens"], first,
+        generating, run.turns, reason,
+    )  # fmt: skip
+
+
+def _timings(run: Run) -> tuple[float | None, float]:
+    """(first-token seconds of the first reply, seconds generating over all replies),
+    from the run's events: each ``Turn``'s time, and per reply its first content (a
+    ``chunk`` event's time, or the time the first parser event was recorded: text
+    chunks are coalesced for up to 50 ms, so the earlier of the two) and its last chunk."""
+    first_token: float | None = None
+    generating = 0.0
+    turn = 0
+    asked = 0.0
+    start: float | None = None
+    last: float | None = None
+    for event, at in zip(run.events, run.event_times, strict=True):
+        if isinstance(event, Turn):
+            if start is not None and last is not None:
+                generating += max(0.0, last - start)
+            turn, asked, start, last = turn + 1, event.time, None, None
+            continue
+        seen: float | None = None
+        if isinstance(event, Chunk):
+            last = event.time if last is None else max(last, event.time)
+            if event.type in _CONTENT_CHUNKS:
+                seen = event.time
+        elif isinstance(event, _FIRST_TEXT):
+            seen = at
+        if turn and seen is not None and (start is None or seen < start):
+            start = seen
+            if turn == 1:
+                first_token = seen - asked
+    if start is not None and last is not None:
+        generating += max(0.0, last - start)
+    return first_token, generating
+
+
+# --------------------------------------------------------------------------- running
+
+
+class _Watched:
+    """The model, with the last failure of its stream kept (``failure``): how an
+    unreachable endpoint is told from a model that merely writes badly."""
+
+    def __init__(self, model: Any) -> None:
+        self._model = model
+        self.failure: BaseException | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
+
+    @property
+    def name(self) -> str:
+        return str(getattr(self._model, "name", "model"))
+
+    def stream(self, messages: Any, **options: Any) -> AsyncIterator[Any]:
+        return self._watch(self._model.stream(messages, **options))
+
+    async def _watch(self, chunks: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        try:
+            async for chunk in chunks:
+                yield chunk
+        except Exception as exc:
+            self.failure = exc
+            raise
+        finally:
+            aclose = getattr(chunks, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+
+def supports_constrain() -> bool:
+    """Whether this cortex_jupyter's ``Agent`` takes ``constrain=`` (constrained decoding)."""
+    return any(f.name == "constrain" for f in dataclasses.fields(Agent))
+
+
+def _settings(dialects: Iterable[str], constrain: bool | Sequence[bool]) -> list[tuple[str, bool]]:
+    if isinstance(dialects, str):
+        dialects = [d.strip() for d in dialects.split(",") if d.strip()]
+    chosen = [d.lower() for d in dialects]
+    unknown = [d for d in chosen if d not in DIALECTS]
+    if unknown or not chosen:
+        raise ValueError(
+            f"evaluate: unknown dialect {', '.join(map(repr, unknown)) or '(none given)'}; "
+            f"choose from {', '.join(DIALECTS)}"
+        )
+    flags = [bool(constrain)] if isinstance(constrain, bool) else [bool(c) for c in constrain]
+    if True in flags and not supports_constrain():
+        raise ValueError(
+            "evaluate: constrain=True needs constrained decoding (Agent(constrain=...)), "
+            "which this cortex_jupyter does not have yet; use constrain=False"
+        )
+    return [(d, c) for d in dict.fromkeys(chosen) for c in dict.fromkeys(flags)]
+
+
+def _model(model: Any, base_url: str | None, api_key: str | None) -> Any:
+    if not isinstance(model, str):
+        if not hasattr(model, "stream"):
+            raise TypeError(
+                f"evaluate: model must be a model name or a model object; got {model!r}"
+            )
+        if base_url is not None or api_key is not None:
+            raise ValueError(
+                "evaluate: base_url and api_key go with a model name; a model object "
+                "already has its endpoint"
+            )
+        return model
+    from cortex_jupyter.models import ModelError, OpenAIModel
+
+    try:
+        return OpenAIModel(model, base_url=base_url, api_key=api_key, max_retries=0)
+    except (ModelError, ValueError) as exc:
+        raise ValueError(f"evaluate: {exc}") from None
+
+
+def _agent(
+    model: Any, task: Task, dialect: str, constrain: bool, options: Mapping[str, Any]
+) -> Agent:
+    settings: dict[str, Any] = {
+        "model": model,
+        "registry": task.registry(),
+        "dialect": "cortex" if dialect == "native" else dialect,
+        "native_tools": dialect == "native",
+        **options,
+    }
+    if supports_constrain():
+        settings["constrain"] = constrain
+    return Agent(**settings)
+
+
+def _text_progress(done: int, total: int, note: str) -> None:
+    end = "\n" if done >= total else ""
+    print(f"\revaluate: {done}/{total} {note}".ljust(78), end=end, file=sys.stderr, flush=True)
+
+
+def evaluate(
+    model: Any,
+    dialects: Iterable[str] | str = _DEFAULT_DIALECTS,
+    n: int = 3,
+    tasks: Sequence[Task] | None = None,
+    constrain: bool | Sequence[bool] = False,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    *,
+    max_turns: int = 4,
+    max_tokens: int | None = None,
+    temperature: float | None = None,
+    options: Mapping[str, Any] | None = None,
+    progress: Callable[[int, int, str], None] | bool | None = None,
+) -> Evaluation:
+    """Run each task ``n`` times in each dialect (and constraint setting) and sum up.
+
+    ``model`` is a model name on the OpenAI-compatible endpoint at ``base_url`` (default
+    ``OPENAI_BASE_URL``) with ``api_key`` (default ``OPENAI_API_KEY``), or any model
+    object (a ``ScriptModel`` is reset before each try). ``dialects`` are names from
+    ``DIALECTS`` (``"native"``: the endpoint's own tool calls). ``tasks`` default to
+    ``TASKS``. ``constrain`` is a bool or both (``(False, True)``): one row per setting.
+    ``options`` are further ``Agent`` settings. ``progress`` is called after each try
+    with (done, total, note); by default a line on stderr says how far it got
+    (``False``: silent). An endpoint that cannot be used at all raises
+    ``EndpointUnusable`` with one line, its ``result`` holding what was done before.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"evaluate: n must be a whole number, at least 1; got {n!r}")
+    chosen = list(TASKS if tasks is None else tasks)
+    if not chosen or not all(isinstance(t, Task) for t in chosen):
+        raise TypeError("evaluate: tasks must be a non-empty list of cortex_jupyter.Task")
+    settings = _settings(dialects, constrain)
+    watched = _Watched(_model(model, base_url, api_key))
+    extra = {"max_turns": max_turns, "max_tokens": max_tokens, "temperature": temperature}
+    extra.update(options or {})
+    report = _text_progress if progress is None or progress is True else progress or None
+    result = Evaluation(watched.name, len(chosen), n)
+    total = len(settings) * len(chosen) * n
+    with anyio.from_thread.start_blocking_portal() as portal:
+        for dialect, constrained in settings:
+            try:
+                agents = [_agent(watched, t, dialect, constrained, extra) for t in chosen]
+            except (TypeError, ValueError) as exc:
+                result.rows.append(Row.of(dialect, constrained, [], note=str(exc)))
+                continue
+            tries: list[Try] = []
+            for _ in range(n):
+                for task, agent in zip(chosen, agents, strict=True):
+                    tried = _one(portal, watched, agent, task, dialect, constrained)
+                    tries.append(tried)
+                    result.tries.append(tried)
+                    if type(watched.failure).__name__ in _FATAL:
+                        result.rows.append(Row.of(dialect, constrained, tries))
+                        raise EndpointUnusable(str(watched.failure), result)
+                    if report is not None:
+                        ran = sum(t.runnable for t in tries)
+                        label = dialect + (" constrained" if constrained else "")
+                        report(len(result.tries), total, f"{label}: {ran}/{len(tries)} runnable")
+            result.rows.append(Row.of(dialect, constrained, tries))
+    return result
+
+
+def _one(
+    portal: Any, watched: _Watched, agent: Agent, task: Task, dialect: str, constrained: bool
+) -> Try:
+    """One try: a fresh run of ``task`` (a scripted model starts its script again)."""
+    reset = getattr(watched, "reset", None)
+    if callable(reset):
+        reset()
+    watched.failure = None
+    run = portal.call(agent.run, task.prompt)
+    return measure(run, task, dialect, constrained)
