@@ -129,6 +129,8 @@ class CellOptions:
     temperature: float | None = None
     max_tokens: int | None = None
     native_tools: bool = False
+    #: ``--constrain``: False, or the grammar form ("gbnf", "vllm"; ``runtime.grammar``).
+    constrain: bool | str = False
     display: str = "auto"
     #: ``--agent NAME``: run a registered ``Agent`` instead of the session's defaults.
     agent: str | None = None
@@ -567,6 +569,7 @@ class Session:
                 max_turns=options.max_turns,
                 feeds=self.feeds,
                 native_tools=options.native_tools,
+                constrain=options.constrain,
                 temperature=options.temperature,
                 max_tokens=options.max_tokens,
                 context_tokens=options.context_tokens,
@@ -581,7 +584,14 @@ class Session:
         }  # fmt: skip
         if agent.feeds is None:
             changes["feeds"] = self.feeds
-        for name in ("dialect", "max_turns", "native_tools", "temperature", "max_tokens"):
+        for name in (
+            "dialect",
+            "max_turns",
+            "native_tools",
+            "temperature",
+            "max_tokens",
+            "constrain",
+        ):
             if name in options.given:
                 changes[name] = getattr(options, name)
         return agent.with_options(**changes)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, Literal, cast
 from urllib.parse import urlsplit
@@ -35,6 +36,7 @@ from .errors import (
     BadRequest,
     CannotConnect,
     ContextTooLong,
+    GrammarRefused,
     MissingAPIKey,
     ModelError,
     ModelTimeout,
@@ -58,6 +60,12 @@ _CLOSE_TIMEOUT = 1.0
 _CONNECT_TIMEOUT = 10.0
 # Server text quoted in a message is cut to this many characters.
 _MAX_QUOTE = 500
+# A 400 that refuses a grammar (the field is unknown, or grammars are unsupported).
+_GRAMMAR_REFUSED = re.compile(
+    r"grammar|structured.?output|guided|extra.?(?:inputs|forbidden|fields?)|unrecogni[sz]ed|"
+    r"unknown (?:field|param)|not (?:supported|permitted|allowed)|unsupported",
+    re.IGNORECASE,
+)
 # What _next returns at the end of the stream.
 _END = object()
 
@@ -143,8 +151,17 @@ class OpenAIModel:
         tools: Sequence[ToolDefinition] | None = None,
         temperature: float | None = None,
         max_tokens: int | None = None,
+        constraint: Mapping[str, Any] | None = None,
     ) -> AsyncIterator[ModelChunk]:
-        """The reply to ``messages``, chunk by chunk (see ``StreamingModel``)."""
+        """The reply to ``messages``, chunk by chunk (see ``StreamingModel``).
+
+        ``constraint``: the request fields that carry a grammar (``runtime.grammar``),
+        merged into the body; never sent together with ``tools``."""
+        if constraint and tools:
+            raise ValueError(
+                "constrain: a grammar cannot go with native tools= (servers refuse the "
+                "pair); use one or the other"
+            )
         # Building a client loads the TLS certificate store (~50 ms of blocking file I/O):
         # done in a thread so running actions and the display are not held up meanwhile.
         client = await anyio.to_thread.run_sync(self._new_client)
@@ -152,7 +169,9 @@ class OpenAIModel:
         self._call_ids |= call_ids_in(cast(Sequence[Mapping[str, Any]], messages))
         assembler = ReplyAssembler(self._call_ids)
         try:
-            response = await self._open(client, messages, tools, temperature, max_tokens)
+            response = await self._open(
+                client, messages, tools, temperature, max_tokens, constraint
+            )
             try:
                 while (raw := await self._next(response, assembler, client)) is not _END:
                     for chunk in assembler.feed(raw):
@@ -210,12 +229,14 @@ class OpenAIModel:
         tools: Sequence[ToolDefinition] | None,
         temperature: float | None,
         max_tokens: int | None,
+        constraint: Mapping[str, Any] | None = None,
     ) -> openai.AsyncStream[Any]:
         """Start the request; adapt once to a server that rejects an optional field."""
         while True:
             extra = dict(self._extra_body)
             if max_tokens is not None:
                 extra[self._max_tokens_field] = max_tokens
+            extra.update(constraint or {})
             try:
                 return await client.chat.completions.create(
                     model=self.model,
@@ -228,6 +249,11 @@ class OpenAIModel:
                 )
             except (openai.BadRequestError, openai.UnprocessableEntityError) as err:
                 if not self._adapt(err, max_tokens is not None):
+                    said = self._said(_server_message(err.body) or err.message)
+                    if constraint and _GRAMMAR_REFUSED.search(said):
+                        raise GrammarRefused(
+                            self.model, self.endpoint, err.status_code, said
+                        ) from None
                     raise self._error(err) from None
             except openai.APIError as err:
                 raise self._error(err) from _cause(err)

@@ -32,6 +32,7 @@ from .chunks import StreamingModel
 from .errors import AgentDidNotAnswer, NoModelConfigured
 from .events import AnyEvent, Nested
 from .feeds import FeedSet
+from .grammar import CONSTRAIN_FORMS, GRAMMAR_DIALECTS
 from .loop import MAX_TURNS, RESULT_LIMIT, Conversation, Loop
 from .prompt import describe_variables
 from .record import Run
@@ -106,6 +107,9 @@ class Agent:
     approve_timeout: float | None = None
     #: The context budget in tokens (None: the model's window where known, else 32,000).
     context_tokens: int | None = None
+    #: Protocol-constrained decoding (``runtime.grammar``): True or "gbnf" sends a
+    #: llama.cpp GBNF grammar, "vllm" vLLM's structured-output grammar; False: none.
+    constrain: bool | str = False
 
     def __post_init__(self) -> None:
         _check(self)
@@ -394,6 +398,7 @@ def _check(agent: Agent) -> None:
     timeout = agent.approve_timeout
     if timeout is not None and (isinstance(timeout, bool) or not timeout > 0):
         raise ValueError(f"approve_timeout must be a number of seconds above 0; got {timeout!r}")
+    _check_constrain(agent)
     model = agent.model
     if model is not None and (isinstance(model, str) or not hasattr(model, "stream")):
         raise TypeError(
@@ -404,3 +409,22 @@ def _check(agent: Agent) -> None:
 
 def _tool_name(entry: str | Callable[..., Any]) -> str:
     return entry if isinstance(entry, str) else getattr(entry, "__name__", repr(entry))
+
+
+def _check_constrain(agent: Agent) -> None:
+    constrain = agent.constrain
+    if constrain is False:
+        return
+    if constrain is not True and constrain not in CONSTRAIN_FORMS:
+        forms = ", ".join(repr(f) for f in CONSTRAIN_FORMS)
+        raise ValueError(f"constrain must be True, False, {forms}; got {constrain!r}")
+    if agent.native_tools:
+        raise ValueError(
+            "constrain and native_tools cannot go together (servers refuse a grammar beside "
+            "tools=): use one or the other"
+        )
+    if agent.dialect not in GRAMMAR_DIALECTS:
+        raise ValueError(
+            f"constrain has no grammar for the {agent.dialect!r} dialect; use one of: "
+            f"{', '.join(GRAMMAR_DIALECTS)}"
+        )
