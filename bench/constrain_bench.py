@@ -5,8 +5,8 @@ port 18102; see LIVE notes or ``python -m cortex_jupyter.local start``) ``n`` ti
 dialect, with and without ``constrain``, to "use get_weather for CITY, then answer",
 and prints one row per dialect and setting:
 
-- runnable: the share of runs whose first reply had at least one action and every
-  action it wrote ran (status ``done``);
+- runnable: the share of runs that wrote at least one ``get_weather`` action, where
+  every action written ran (status ``done``) and no malformed action was reported;
 - answered: the share of runs that ended ``completed`` with an answer that quotes the
   tool's temperature for that city;
 - turns: mean model turns; latency: mean seconds per run.
@@ -33,6 +33,8 @@ from cortex_jupyter.runtime.agent import Agent
 from cortex_jupyter.runtime.record import Run
 from cortex_jupyter.runtime.registry import Registry
 
+MAX_TURNS = 3
+MAX_TOKENS = 120
 CITIES = ["Paris", "Tokyo", "Lima", "Oslo", "Cairo", "Quito", "Perth", "Dakar", "Riga", "Hanoi"]
 
 
@@ -66,8 +68,8 @@ async def one(model: OpenAIModel, dialect: str, constrain: bool, city: str) -> t
         registry=registry,
         dialect=dialect,
         constrain=constrain,
-        max_turns=3,
-        max_tokens=160,
+        max_turns=MAX_TURNS,
+        max_tokens=MAX_TOKENS,
         temperature=0.0,
     )
     start = time.monotonic()
@@ -91,28 +93,31 @@ def main() -> None:
     )
     settings = {"both": (True, False), "constrained": (True,), "unconstrained": (False,)}
     rows = []
-    for dialect in args.dialects.split(","):
-        for constrain in settings[args.only]:
-            runnable = answered = 0
-            turns, seconds, statuses = [], [], []
-            for i in range(args.n):
-                city = CITIES[i % len(CITIES)]
-                run, took = anyio.run(one, model, dialect, constrain, city)
-                ok, good = score(run, city)
-                runnable += ok
-                answered += good
-                turns.append(run.turns)
-                seconds.append(took)
-                statuses.append(run.status)
-                if args.show:
-                    print(f"--- {dialect} constrain={constrain} {city}: {run.status} {ok} {good}")
-                    print(run.text[:600])
-                    print("answer:", str(run.answer)[:200], "| reason:", run.reason)
-            rows.append(
-                (dialect, "constrained" if constrain else "unconstrained", runnable, answered,
-                 args.n, statistics.mean(turns), statistics.mean(seconds),
-                 ", ".join(f"{s} {statuses.count(s)}" for s in sorted(set(statuses))))
-            )  # fmt: skip
+    plan = [(c, d) for c in settings[args.only] for d in args.dialects.split(",")]
+    for constrain, dialect in plan:  # constrained rows first: the goal's figures
+        runnable = answered = 0
+        turns, seconds, statuses = [], [], []
+        for i in range(args.n):
+            city = CITIES[i % len(CITIES)]
+            run, took = anyio.run(one, model, dialect, constrain, city)
+            ok, good = score(run, city)
+            runnable += ok
+            answered += good
+            turns.append(run.turns)
+            seconds.append(took)
+            statuses.append(run.status)
+            print(f"{dialect} constrain={constrain} {city}: {run.status}, runnable {ok}, "
+                  f"answered {good}, {run.turns} turns, {took:.1f} s", flush=True)  # fmt: skip
+            if args.show:
+                print(f"--- {dialect} constrain={constrain} {city}: {run.status} {ok} {good}")
+                print(run.text[:600])
+                print("answer:", str(run.answer)[:200], "| reason:", run.reason)
+        rows.append(
+            (dialect, "constrained" if constrain else "unconstrained", runnable, answered,
+             args.n, statistics.mean(turns), statistics.mean(seconds),
+             ", ".join(f"{s} {statuses.count(s)}" for s in sorted(set(statuses))))
+        )  # fmt: skip
+        print(rows[-1], flush=True)
     print(f"\nmodel {args.model} at {args.base_url}; n={args.n}; later turns: {args.later}")
     print(f"{'dialect':8} {'setting':13} {'runnable':>9} {'answered':>9} {'turns':>6} "
           f"{'latency':>8}  statuses")  # fmt: skip

@@ -186,3 +186,13 @@ def test_config_constrain_vllm_and_a_bad_form(
 
     with pytest.raises(UsageError, match="--constrain must be gbnf or vllm"):
         ip.run_cell_magic("cortex", "--model smollm2 --constrain lark", "x")
+
+
+def test_cell_constrain_beside_native_tools_is_refused_before_any_request(
+    ip: InteractiveShell, server: FakeOpenAIServer, weather_tool: None
+) -> None:
+    from cortex_jupyter.session import CortexRunError
+
+    with pytest.raises(CortexRunError, match="constrain and native_tools cannot go together"):
+        ip.run_cell_magic("cortex", "--model smollm2 --constrain --native-tools --text", "x")
+    assert server.requests == []
