@@ -190,15 +190,20 @@ def _object(schema: Mapping[str, Any], rules: _Rules, hint: str) -> str:
 # ---- replies ------------------------------------------------------------------------
 
 
-def _calls(tools: Sequence[Mapping[str, Any]], rules: _Rules, args_key: str) -> str:
+def _calls(
+    tools: Sequence[Mapping[str, Any]], rules: _Rules, args_key: str, known_ids: Sequence[str]
+) -> str:
     """A rule admitting one call object of any of ``tools``: ``name``, its arguments
-    under ``args_key``, and the optional ``output_key`` and ``depends_on``."""
-    extras = rules.add(
-        "call-extras",
-        '( ws "," ws "\\"output_key\\"" ws ":" ws "\\"" identifier "\\"" )? '
-        '( ws "," ws "\\"depends_on\\"" ws ":" ws "[" ws ( "\\"" action-id "\\"" '
-        '( ws "," ws "\\"" action-id "\\"" )* )? ws "]" )?',
-    )
+    under ``args_key``, and the optional ``output_key`` and ``depends_on`` (ids of
+    ``known_ids`` only: a made-up id leaves the call waiting for nothing that exists)."""
+    extras = '( ws "," ws "\\"output_key\\"" ws ":" ws "\\"" identifier "\\"" )?'
+    if known_ids:
+        known = rules.add("known-id", " | ".join(_json_literal(i) for i in known_ids))
+        extras += (
+            f' ( ws "," ws "\\"depends_on\\"" ws ":" ws "[" ws ( {known} '
+            f'( ws "," ws {known} )* )? ws "]" )?'
+        )
+    extras = rules.add("call-extras", extras)
     options = []
     for tool in tools:
         name = str(tool["name"])
@@ -220,6 +225,7 @@ def reply_grammar(
     stage: Stage = "actions",
     *,
     max_actions: int = 1,
+    known_ids: Sequence[str] = (),
 ) -> str:
     """A GBNF grammar for one reply in ``dialect``.
 
@@ -228,6 +234,7 @@ def reply_grammar(
     (the runtime sends the results back); ``"answer"``: the reply is a final answer;
     ``"either"``: one or the other. ``max_actions`` bounds the calls in one reply: a
     small model, free to go on, writes the same call again until its token limit.
+    ``known_ids`` are the ids of the run's earlier actions: what ``depends_on`` may name.
     Raises ``ValueError`` for a dialect with no grammar, or ``"actions"`` with no tools.
     """
     if dialect not in GRAMMAR_DIALECTS:
@@ -238,7 +245,11 @@ def reply_grammar(
     rules = _Rules()
     text = "[^<]"
     if stage == "either":
-        actions = reply_grammar(dialect, tools, "actions", max_actions=max_actions) if tools else ""
+        actions = (
+            reply_grammar(dialect, tools, "actions", max_actions=max_actions, known_ids=known_ids)
+            if tools
+            else ""
+        )
         answer = reply_grammar(dialect, tools, "answer")
         if not actions:
             return answer
@@ -261,7 +272,7 @@ def reply_grammar(
         raise ValueError("constrain: no tools are registered, so there is no action to constrain")
     rules.add("root", "")  # first, filled in below
     if dialect == "cortex":
-        call = _calls(tools, rules, "parameters")
+        call = _calls(tools, rules, "parameters", known_ids)
         action = rules.add(
             "action",
             '"<action type=\\"tool\\" mode=\\"async\\" id=\\"" action-id "\\">" '
@@ -269,11 +280,11 @@ def reply_grammar(
         )
         root = f"nl {action}{_more(f'nl {action}', max_actions)}"
     elif dialect == "hermes":
-        call = _calls(tools, rules, "arguments")
+        call = _calls(tools, rules, "arguments", known_ids)
         action = rules.add("action", f'"<tool_call>" nl {call} nl "</tool_call>"')
         root = f"nl {action}{_more(f'nl {action}', max_actions)}"
     else:
-        call = _calls(tools, rules, "args")
+        call = _calls(tools, rules, "args", known_ids)
         more = _more(f'ws "," ws {call}', max_actions)
         calls = f'"[" ws {call}{more} ws "]"'
         if dialect == "sigil":

@@ -564,7 +564,7 @@ class Loop:
         tools = self.scheduler.registry.schemas(("tool",))
         stage = "actions" if turn.number == 1 and tools else grammar.LATER_STAGE
         form = "gbnf" if constrain is True else str(constrain)
-        text = grammar.reply_grammar(self.dialect, tools, stage)
+        text = grammar.reply_grammar(self.dialect, tools, stage, known_ids=sorted(self.run.actions))
         return {"constraint": grammar.Constraint(text, form, stage).body()}
 
     async def _stream(self, turn: _TurnState, messages: list[Message]) -> None:

@@ -57,12 +57,12 @@ def runs(dialect: str, reply: str) -> list[ActionReady | ProtocolError]:
         {"name": "get_weather", "parameters": {"city": "Paris", "units": "c", "days": 3}},
         {"name": "get_weather", "parameters": {"city": "Paris", "days": 2}, "output_key": "w"},
         {"name": "get_weather", "parameters": {"city": "$town", "days": "$n"}},
-        {"name": "add", "parameters": {"a": 1.5, "b": -2}, "depends_on": ["w1", "w2"]},
+        {"name": "add", "parameters": {"a": 1.5, "b": -2}, "depends_on": ["w0", "s9"]},
         {"name": "add", "parameters": {"a": 1, "b": 2}, "output_key": "s", "depends_on": []},
     ],
 )
 def test_cortex_action_grammar_admits_calls_that_fit_and_they_run(body: dict[str, Any]) -> None:
-    grammar = reply_grammar("cortex", TOOLS)
+    grammar = reply_grammar("cortex", TOOLS, known_ids=["w0", "s9"])
     reply = "\n" + cortex_action(body)
     assert accepts(grammar, reply)
     [event] = runs("cortex", reply)
@@ -88,6 +88,18 @@ def test_cortex_action_grammar_admits_calls_that_fit_and_they_run(body: dict[str
 )
 def test_cortex_action_grammar_refuses_what_would_not_run(reply: str) -> None:
     assert not accepts(reply_grammar("cortex", TOOLS), reply)
+
+
+def test_depends_on_names_only_ids_of_earlier_actions() -> None:
+    # SmolLM2 wrote "depends_on": ["city"] when any id was admitted: the call then
+    # waited for an action that does not exist, and never ran.
+    call = {"name": "add", "parameters": {"a": 1, "b": 2}}
+    made_up = cortex_action({**call, "depends_on": ["city"]})
+    assert not accepts(reply_grammar("cortex", TOOLS), made_up)
+    assert not accepts(reply_grammar("cortex", TOOLS, known_ids=["w0"]), made_up)
+    earlier = cortex_action({**call, "depends_on": ["w0"]})
+    assert accepts(reply_grammar("cortex", TOOLS, known_ids=["w0"]), earlier)
+    assert not accepts(reply_grammar("cortex", TOOLS), earlier)
 
 
 def test_only_registered_tool_names_are_admitted() -> None:
