@@ -41,7 +41,9 @@ GRAMMAR_DIALECTS: tuple[str, ...] = ("cortex", "hermes", "sigil", "cogency")
 
 Stage = Literal["actions", "answer", "either"]
 #: What a turn after results may write: "answer" (a final response only) or "either"
-#: (more actions, or a response). Measured with SmolLM2-135M (bench/constrain_bench.py).
+#: (more actions, or a response). Measured with SmolLM2-135M (bench/constrain_bench.py,
+#: n=10): with "either", 5 of 10 hermes runs repeated the action until the turn limit;
+#: with "answer", none did, and every action ran in 10 of 10 runs (cortex and hermes).
 LATER_STAGE: Stage = "answer"
 
 
