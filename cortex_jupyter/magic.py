@@ -111,6 +111,10 @@ class CortexMagics(Magics):
     native_tools = Bool(False, help="Also offer tools as the endpoint's native tools=.").tag(
         config=True
     )
+    constrain = AnyTrait(
+        False,
+        help="Protocol-constrained decoding: True or 'gbnf' (llama.cpp), 'vllm', False.",
+    ).tag(config=True)
     context_tokens = Int(
         None,
         allow_none=True,
@@ -233,6 +237,14 @@ class CortexMagics(Magics):
         "--temperature/--max-tokens.",
     )
     @argument("--native-tools", action="store_true", help="Offer tools as native tools=.")
+    @argument(
+        "--constrain",
+        nargs="?",
+        const="gbnf",
+        metavar="FORM",
+        help="Constrain replies with a grammar the runtime can run: gbnf (llama.cpp, the "
+        "default) or vllm.",
+    )
     @argument("--text", action="store_true", help="Show the run as plain text, not widgets.")
     @argument(
         "--overwrite",
@@ -302,6 +314,7 @@ class CortexMagics(Magics):
             temperature=_number(args.temperature, "--temperature", float, self.temperature, low=0),
             max_tokens=_number(args.max_tokens, "--max-tokens", int, None, low=1),
             native_tools=bool(args.native_tools) or self.native_tools,
+            constrain=_constrain(args.constrain, self.constrain),
             display="text" if args.text else self.display,
             agent=args.agent,
             overwrite=bool(args.overwrite) or self.overwrite,
@@ -316,7 +329,8 @@ class CortexMagics(Magics):
                 if getattr(args, name) is not None
             )
             | ({"native_tools"} if args.native_tools else set())
-            | ({"request"} if args.request is not None else set()),
+            | ({"request"} if args.request is not None else set())
+            | ({"constrain"} if args.constrain is not None else set()),
         )
         return dataclasses.replace(options, **overrides) if overrides else options
 
@@ -915,4 +929,20 @@ def _approval(value: Any) -> Any:
     raise UsageError(
         f"CortexMagics.approve must be 'ask', 'allow', 'deny' or a function (node) -> bool, "
         f"not {value!r}."
+    )
+
+
+def _constrain(given: str | None, default: Any) -> bool | str:
+    """``--constrain [FORM]`` or ``CortexMagics.constrain``: False, or a grammar form."""
+    from cortex_jupyter.runtime.grammar import CONSTRAIN_FORMS
+
+    value = default if given is None else given.lower()
+    if value is True or value is False:
+        return "gbnf" if value else False
+    if value in CONSTRAIN_FORMS:
+        return str(value)
+    where = "--constrain" if given is not None else "CortexMagics.constrain"
+    raise UsageError(
+        f"%%cortex: {where} must be {' or '.join(CONSTRAIN_FORMS)} (or True/False for "
+        f"CortexMagics.constrain); got {value!r}."
     )

@@ -132,6 +132,8 @@ class CellOptions:
     temperature: float | None = None
     max_tokens: int | None = None
     native_tools: bool = False
+    #: ``--constrain``: False, or the grammar form ("gbnf", "vllm"; ``runtime.grammar``).
+    constrain: bool | str = False
     display: str = "auto"
     #: ``--agent NAME``: run a registered ``Agent`` instead of the session's defaults.
     agent: str | None = None
@@ -577,6 +579,7 @@ class Session:
                 max_turns=options.max_turns,
                 feeds=self.feeds,
                 native_tools=options.native_tools,
+                constrain=options.constrain,
                 context_tokens=options.context_tokens,
                 approval=options.approval,
                 approve_timeout=options.approve_timeout,
@@ -591,7 +594,7 @@ class Session:
         }  # fmt: skip
         if agent.feeds is None:
             changes["feeds"] = self.feeds
-        for name in ("dialect", "max_turns", "native_tools"):
+        for name in ("dialect", "max_turns", "native_tools", "constrain"):
             if name in options.given:
                 changes[name] = getattr(options, name)
         changes["request"] = merge_requests(options.request_default, agent.request, options.request)

@@ -14,6 +14,7 @@ __all__ = [
     "BadRequest",
     "CannotConnect",
     "ContextTooLong",
+    "GrammarRefused",
     "MissingAPIKey",
     "ModelError",
     "ModelTimeout",
@@ -390,4 +391,17 @@ class ScriptExhausted(ModelError):
             "model for takes the next turn (the agent asks again after action results): add "
             f"turn {turn} after a line '--- next turn ---', or pass a list with one text per "
             "turn."
+        )
+
+
+class GrammarRefused(BadRequest):
+    """Raised when the server rejects a request that carries a grammar (``constrain``):
+    it does not take grammars, or not in the form sent."""
+
+    def __init__(self, model: str, endpoint: str, status: int, server_message: str = "") -> None:
+        super().__init__(model, endpoint, status, server_message)
+        self.args = (
+            f"The server at {endpoint} refused the grammar sent for constrained decoding "
+            f"(HTTP {status}): llama.cpp takes constrain='gbnf', vLLM constrain='vllm'; "
+            f"other servers take none, so run without constrain.{_said(server_message)}",
         )

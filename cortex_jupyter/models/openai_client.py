@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, Literal, cast
 from urllib.parse import urlsplit
@@ -37,6 +38,7 @@ from .errors import (
     BadRequest,
     CannotConnect,
     ContextTooLong,
+    GrammarRefused,
     MissingAPIKey,
     ModelError,
     ModelTimeout,
@@ -60,6 +62,12 @@ _CLOSE_TIMEOUT = 1.0
 _CONNECT_TIMEOUT = 10.0
 # Server text quoted in a message is cut to this many characters.
 _MAX_QUOTE = 500
+# A 400 that refuses a grammar (the field is unknown, or grammars are unsupported).
+_GRAMMAR_REFUSED = re.compile(
+    r"grammar|structured.?output|guided|extra.?(?:inputs|forbidden|fields?)|unrecogni[sz]ed|"
+    r"unknown (?:field|param)|not (?:supported|permitted|allowed)|unsupported",
+    re.IGNORECASE,
+)
 # What _next returns at the end of the stream.
 _END = object()
 # Request fields the SDK's create() takes as arguments; any other goes in extra_body.
@@ -176,12 +184,20 @@ class OpenAIModel:
         temperature: float | None = None,
         max_tokens: int | None = None,
         request: Mapping[str, Any] | None = None,
+        constraint: Mapping[str, Any] | None = None,
     ) -> AsyncIterator[ModelChunk]:
         """The reply to ``messages``, chunk by chunk (see ``StreamingModel``).
 
         ``request`` holds extra request fields (``runtime.request``), over the model's
         own ``extra_body``; ``temperature`` and ``max_tokens`` win over the same fields.
+        ``constraint``: the request fields that carry a grammar (``runtime.grammar``),
+        put in the body over those; never sent together with ``tools``.
         """
+        if constraint and tools:
+            raise ValueError(
+                "constrain: a grammar cannot go with native tools= (servers refuse the "
+                "pair); use one or the other"
+            )
         # Building a client loads the TLS certificate store (~50 ms of blocking file I/O):
         # done in a thread so running actions and the display are not held up meanwhile.
         client = await anyio.to_thread.run_sync(self._new_client)
@@ -194,7 +210,7 @@ class OpenAIModel:
                 fields["temperature"] = temperature
             if max_tokens is not None:
                 fields["max_tokens"] = max_tokens
-            response = await self._open(client, messages, tools, fields)
+            response = await self._open(client, messages, tools, fields, constraint)
             try:
                 while (raw := await self._next(response, assembler, client)) is not _END:
                     for chunk in assembler.feed(raw):
@@ -251,17 +267,20 @@ class OpenAIModel:
         messages: Sequence[Message],
         tools: Sequence[ToolDefinition] | None,
         fields: Mapping[str, Any],
+        constraint: Mapping[str, Any] | None = None,
     ) -> openai.AsyncStream[Any]:
         """Start the request; adapt once to a server that rejects an optional field.
 
         Of ``fields``, those the SDK knows go as its arguments, the rest in its
-        ``extra_body`` (the wire carries both alike, in the request's JSON body)."""
+        ``extra_body`` (the wire carries both alike, in the request's JSON body); the
+        ``constraint``'s grammar fields go in the body over them."""
         while True:
             known = {k: v for k, v in fields.items() if k in _SDK_FIELDS}
             extra = {k: v for k, v in fields.items() if k not in _SDK_FIELDS}
             max_tokens = extra.pop("max_tokens", None)
             if max_tokens is not None:
                 extra[self._max_tokens_field] = max_tokens
+            extra.update(constraint or {})
             try:
                 opened = await client.chat.completions.create(
                     model=self.model,
@@ -275,6 +294,11 @@ class OpenAIModel:
                 return cast(openai.AsyncStream[Any], opened)
             except (openai.BadRequestError, openai.UnprocessableEntityError) as err:
                 if not self._adapt(err, max_tokens is not None):
+                    said = self._said(_server_message(err.body) or err.message)
+                    if constraint and _GRAMMAR_REFUSED.search(said):
+                        raise GrammarRefused(
+                            self.model, self.endpoint, err.status_code, said
+                        ) from None
                     raise self._error(err) from None
             except openai.APIError as err:
                 raise self._error(err) from _cause(err)

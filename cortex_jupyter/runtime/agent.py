@@ -32,6 +32,7 @@ from .chunks import StreamingModel
 from .errors import AgentDidNotAnswer, NoModelConfigured
 from .events import AnyEvent, Nested
 from .feeds import FeedSet
+from .grammar import CONSTRAIN_FORMS, GRAMMAR_DIALECTS
 from .loop import MAX_TURNS, RESULT_LIMIT, Conversation, Loop
 from .prompt import describe_variables
 from .record import Run
@@ -110,6 +111,9 @@ class Agent:
     #: Extra fields sent with every request (``runtime.request``: temperature, seed,
     #: top_k, grammar...); ``temperature``/``max_tokens`` above win over the same here.
     request: Mapping[str, Any] | None = field(default=None, repr=False)
+    #: Protocol-constrained decoding (``runtime.grammar``): True or "gbnf" sends a
+    #: llama.cpp GBNF grammar, "vllm" vLLM's structured-output grammar; False: none.
+    constrain: bool | str = False
 
     def __post_init__(self) -> None:
         _check(self)
@@ -401,6 +405,7 @@ def _check(agent: Agent) -> None:
     if timeout is not None and (isinstance(timeout, bool) or not timeout > 0):
         raise ValueError(f"approve_timeout must be a number of seconds above 0; got {timeout!r}")
     check_request(agent.request, "Agent(request=...)")
+    _check_constrain(agent)
     model = agent.model
     if model is not None and (isinstance(model, str) or not hasattr(model, "stream")):
         raise TypeError(
@@ -411,3 +416,22 @@ def _check(agent: Agent) -> None:
 
 def _tool_name(entry: str | Callable[..., Any]) -> str:
     return entry if isinstance(entry, str) else getattr(entry, "__name__", repr(entry))
+
+
+def _check_constrain(agent: Agent) -> None:
+    constrain = agent.constrain
+    if constrain is False:
+        return
+    if constrain is not True and constrain not in CONSTRAIN_FORMS:
+        forms = ", ".join(repr(f) for f in CONSTRAIN_FORMS)
+        raise ValueError(f"constrain must be True, False, {forms}; got {constrain!r}")
+    if agent.native_tools:
+        raise ValueError(
+            "constrain and native_tools cannot go together (servers refuse a grammar beside "
+            "tools=): use one or the other"
+        )
+    if agent.dialect not in GRAMMAR_DIALECTS:
+        raise ValueError(
+            f"constrain has no grammar for the {agent.dialect!r} dialect; use one of: "
+            f"{', '.join(GRAMMAR_DIALECTS)}"
+        )

@@ -22,6 +22,7 @@ A ``Conversation`` is the memory: runs given the same one continue it.
 
 from __future__ import annotations
 
+import inspect
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -44,6 +45,7 @@ from cortex_jupyter.protocol.events import (
     ThoughtEnd,
 )
 
+from . import grammar
 from .chunks import (
     ChatMessage,
     Finish,
@@ -289,6 +291,13 @@ def _native_action(call: ToolCallReady, name: str) -> ActionReady | ProtocolErro
     if isinstance(action, ProtocolError):
         return action
     return ActionReady(action, f"{call.name}({call.arguments})")
+
+
+def _takes_constraint(model: StreamingModel) -> bool:
+    try:
+        return "constraint" in inspect.signature(model.stream).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 #: Why a run ended with no answer (by whether the reply held a thought): the run is
@@ -577,6 +586,26 @@ class Loop:
 
     # ---- streaming one reply ----------------------------------------------------
 
+    def _constraint(self, turn: _TurnState) -> dict[str, Any]:
+        """The ``constraint=`` argument of this turn's request (``Agent.constrain``).
+
+        Turn-aware: a run's first turn calls tools (when there are any); a turn after
+        results answers (``grammar.LATER_STAGE``). A reply that continues a cut one is
+        not constrained (it starts mid-text), nor is a model that takes no grammar."""
+        constrain = self.agent.constrain
+        if constrain is False or turn.resume is not None:
+            return {}
+        if not _takes_constraint(self.model):
+            note = f"constrain: the model {self.model.name!r} takes no grammar; not constrained"
+            if note not in self.run.notes:
+                self.run.notes.append(note)
+            return {}
+        tools = self.scheduler.registry.schemas(("tool",))
+        stage = "actions" if turn.number == 1 and tools else grammar.LATER_STAGE
+        form = "gbnf" if constrain is True else str(constrain)
+        text = grammar.reply_grammar(self.dialect, tools, stage, known_ids=sorted(self.run.actions))
+        return {"constraint": grammar.Constraint(text, form, stage).body()}
+
     async def _stream(self, turn: _TurnState, messages: list[Message]) -> None:
         parser = Parser(self.dialect, taken_ids=self.taken | set(self.run.actions))
         turn.resume, self._resume = self._resume, None
@@ -590,6 +619,7 @@ class Loop:
             temperature=self.agent.temperature,
             max_tokens=self.agent.max_tokens,
             **cast(dict[str, Any], {"request": request} if request else {}),
+            **self._constraint(turn),
         )
         try:
             while True:

@@ -14,6 +14,7 @@ CASES: list[tuple[errors.ModelError, str]] = [
     (errors.PermissionDenied("m", E), "Use a model the key's project"),
     (errors.UnknownModel("m", E), "Check the model name"),
     (errors.BadRequest("m", E, 422, "field x"), "Change what its message names"),
+    (errors.GrammarRefused("m", E, 400, "field x"), "llama.cpp takes constrain='gbnf'"),
     (errors.RateLimited("m", E, 3, None), "It gave no retry delay. Wait and run it again"),
     (errors.RateLimited("m", E, 1, 2.5), "after 1 try. It asked to wait 2.5 s"),
     (errors.ServerError("m", E, 502, 3), "failed (HTTP 502) after 3 tries"),

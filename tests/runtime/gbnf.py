@@ -1,0 +1,139 @@
+"""A small GBNF recognizer for tests: does a grammar (as runtime.grammar writes them)
+admit a text? Rules, string literals, character classes (ranges, ``^``, escapes), groups,
+alternatives and ``? * +``; no left recursion. Every way to match is followed, so the
+answer does not depend on which alternative a greedy matcher would try first."""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from typing import Any
+
+_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "\\": "\\", '"': '"', "]": "]", "[": "[", "-": "-"}
+
+
+def _char(text: str, i: int) -> tuple[str, int]:
+    if text[i] != "\\":
+        return text[i], i + 1
+    c = text[i + 1]
+    if c == "x":
+        return chr(int(text[i + 2 : i + 4], 16)), i + 4
+    return _ESCAPES.get(c, c), i + 2
+
+
+class _Parser:
+    def __init__(self, text: str) -> None:
+        self.text, self.i = text, 0
+
+    def skip(self) -> None:
+        while self.i < len(self.text) and self.text[self.i] in " \t":
+            self.i += 1
+
+    def alt(self) -> Any:
+        options = [self.seq()]
+        self.skip()
+        while self.i < len(self.text) and self.text[self.i] == "|":
+            self.i += 1
+            options.append(self.seq())
+            self.skip()
+        return ("alt", options)
+
+    def seq(self) -> Any:
+        items = []
+        while True:
+            self.skip()
+            if self.i >= len(self.text) or self.text[self.i] in "|)":
+                return ("seq", items)
+            item = self.atom()
+            if self.i < len(self.text) and self.text[self.i] in "?*+":
+                op = self.text[self.i]
+                self.i += 1
+                item = ("rep", item, 0 if op in "?*" else 1, 1 if op == "?" else None)
+            items.append(item)
+
+    def atom(self) -> Any:
+        t, i = self.text, self.i
+        if t[i] == '"':
+            i += 1
+            out = []
+            while t[i] != '"':
+                c, i = _char(t, i)
+                out.append(c)
+            self.i = i + 1
+            return ("lit", "".join(out))
+        if t[i] == "[":
+            i += 1
+            negated = t[i] == "^"
+            i += negated
+            ranges = []
+            while t[i] != "]":
+                lo, i = _char(t, i)
+                hi = lo
+                if t[i] == "-" and t[i + 1] != "]":
+                    hi, i = _char(t, i + 1)
+                ranges.append((lo, hi))
+            self.i = i + 1
+            return ("cls", negated, tuple(ranges))
+        if t[i] == "(":
+            self.i += 1
+            inner = self.alt()
+            assert self.text[self.i] == ")", self.text[self.i :]
+            self.i += 1
+            return inner
+        name = re.match(r"[a-zA-Z0-9-]+", t[i:])
+        assert name, f"cannot read GBNF at {t[i:]!r}"
+        self.i += len(name.group())
+        return ("ref", name.group())
+
+
+def parse(grammar: str) -> dict[str, Any]:
+    rules = {}
+    for line in grammar.splitlines():
+        if line.strip():
+            name, body = line.split(" ::= ", 1)
+            parser = _Parser(body)
+            rules[name.strip()] = parser.alt()
+            assert parser.i == len(body), f"{name}: unread {body[parser.i :]!r}"
+    return rules
+
+
+def accepts(grammar: str, text: str) -> bool:
+    """Whether ``grammar``'s ``root`` admits all of ``text``."""
+    rules = parse(grammar)
+
+    @cache
+    def rule_ends(name: str, pos: int) -> frozenset[int]:
+        return ends(rules[name], pos)
+
+    def ends(node: Any, pos: int) -> frozenset[int]:
+        kind = node[0]
+        if kind == "lit":
+            return frozenset([pos + len(node[1])]) if text.startswith(node[1], pos) else frozenset()
+        if kind == "cls":
+            if pos >= len(text):
+                return frozenset()
+            inside = any(lo <= text[pos] <= hi for lo, hi in node[2])
+            return frozenset([pos + 1]) if inside != node[1] else frozenset()
+        if kind == "ref":
+            return rule_ends(node[1], pos)
+        if kind == "alt":
+            return frozenset().union(*(ends(o, pos) for o in node[1]))
+        if kind == "seq":
+            current = frozenset([pos])
+            for item in node[1]:
+                current = frozenset().union(*(ends(item, p) for p in current))
+                if not current:
+                    break
+            return current
+        _, item, low, high = node
+        result: set[int] = {pos} if low == 0 else set()
+        frontier, count = {pos}, 0
+        while frontier and (high is None or count < high):
+            count += 1
+            step = frozenset().union(*(ends(item, p) for p in frontier))
+            frontier = {p for p in step if p not in result or count < low}
+            if count >= low:
+                result |= step
+        return frozenset(result)
+
+    return len(text) in rule_ends("root", 0)

@@ -1,0 +1,198 @@
+"""constrain=True end to end against the loopback OpenAI-compatible server: the request
+bodies carry the turn's grammar, never beside tools=, and a refusal is one clear line."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import anyio
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+from cortex_jupyter.models import OpenAIModel, ScriptModel
+from cortex_jupyter.runtime import Registry
+from cortex_jupyter.runtime.registry import default_registry
+from tests.agents import run_agent
+from tests.models.fake_openai_server import Error, FakeOpenAIServer, Stream, finish, texts
+from tests.runtime.gbnf import accepts
+
+ACTION = (
+    '<action type="tool" mode="async" id="w1">'
+    '{"name": "get_weather", "parameters": {"city": "Oslo"}}</action>'
+)
+ANSWER = "<response>It is 4 degrees in Oslo.</response>"
+
+
+def weather_registry() -> Registry:
+    registry = Registry(builtins=False)
+
+    @registry.tool
+    def get_weather(city: str) -> dict[str, Any]:
+        """The weather in a city."""
+        return {"city": city, "temp_c": 4}
+
+    @registry.tool
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    return registry
+
+
+def run(server: FakeOpenAIServer, **options: Any) -> Any:
+    model = OpenAIModel("smollm2", base_url=server.url, api_key="none", max_retries=0)
+    return anyio.run(partial(run_agent, "Use get_weather for Oslo.", model=model, **options))
+
+
+def test_first_turn_grammar_calls_known_tools_and_the_later_turn_answers(
+    server: FakeOpenAIServer,
+) -> None:
+    server.script(Stream([*texts(ACTION, 9), finish()]), Stream([*texts(ANSWER, 9), finish()]))
+    record = run(server, registry=weather_registry(), constrain=True)
+    assert record.status == "completed" and record.answer == "It is 4 degrees in Oslo."
+    assert record.actions["w1"].status == "done"
+    first, second = (request.json for request in server.requests)
+    assert "tools" not in first and "tools" not in second
+    assert accepts(first["grammar"], ACTION)
+    assert not accepts(first["grammar"], ACTION.replace("get_weather", "get_time"))
+    assert not accepts(first["grammar"], ANSWER)
+    # After the results come back, the grammar lets the model answer (and only answer:
+    # a grammar that still admits the action made a small model repeat it every turn).
+    assert accepts(second["grammar"], ANSWER)
+    assert not accepts(second["grammar"], ACTION.replace("w1", "w2"))
+
+
+def test_vllm_form_sends_structured_outputs_and_no_grammar_field(
+    server: FakeOpenAIServer,
+) -> None:
+    server.script(Stream([*texts(ACTION, 9), finish()]), Stream([*texts(ANSWER, 9), finish()]))
+    record = run(server, registry=weather_registry(), constrain="vllm")
+    assert record.status == "completed"
+    body = server.requests[0].json
+    assert "grammar" not in body
+    assert accepts(body["structured_outputs"]["grammar"], ACTION)
+
+
+def test_hermes_turns_are_constrained_to_tool_calls_then_an_answer(
+    server: FakeOpenAIServer,
+) -> None:
+    call = '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 40}}</tool_call>'
+    server.script(Stream([*texts(call, 9), finish()]), Stream([*texts("It is 42.", 3), finish()]))
+    record = run(server, registry=weather_registry(), constrain=True, dialect="hermes")
+    assert record.status == "completed" and record.answer == "It is 42."
+    assert [node.output for node in record.actions.values()] == [42]
+    first, second = (request.json["grammar"] for request in server.requests)
+    assert accepts(first, call) and not accepts(first, "It is 42.")
+    assert accepts(second, "It is 42.")
+
+
+def test_without_constrain_no_grammar_is_sent(server: FakeOpenAIServer) -> None:
+    server.script(Stream([*texts(ANSWER, 9), finish()]))
+    run(server, registry=weather_registry())
+    assert "grammar" not in server.requests[0].json
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "grammar is not supported by this server",
+        "Extra inputs are not permitted: structured_outputs",
+    ],
+)
+def test_a_server_that_refuses_the_grammar_gives_one_clear_line(
+    server: FakeOpenAIServer, message: str
+) -> None:
+    server.script(Error(400, {"error": {"message": message, "type": "invalid_request_error"}}))
+    record = run(server, registry=weather_registry(), constrain=True)
+    assert record.status == "failed"
+    assert "refused the grammar sent for constrained decoding" in record.reason
+    assert "constrain='vllm'" in record.reason and message.split(":")[0] in record.reason
+    assert "\n" not in record.reason
+    assert len(server.requests) == 1  # not retried without it: the user asked for it
+
+
+def test_a_400_for_another_reason_is_not_blamed_on_the_grammar(
+    server: FakeOpenAIServer,
+) -> None:
+    server.script(Error(400, {"error": {"message": "messages: field required"}}))
+    record = run(server, registry=weather_registry(), constrain=True)
+    assert record.status == "failed" and "grammar" not in record.reason
+
+
+def test_constrain_never_goes_with_native_tools() -> None:
+    with pytest.raises(ValueError, match="constrain and native_tools cannot go together") as e:
+        run_agent_sync(constrain=True, native_tools=True)
+    assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match="constrain must be True, False, 'gbnf', 'vllm'"):
+        run_agent_sync(constrain="lark")
+    with pytest.raises(ValueError, match="no grammar for the 'auto' dialect"):
+        run_agent_sync(constrain=True, dialect="auto")
+
+
+def run_agent_sync(**options: Any) -> Any:
+    model = ScriptModel([ANSWER])
+    return anyio.run(partial(run_agent, "hi", model=model, **options))
+
+
+def test_a_model_that_takes_no_grammar_runs_unconstrained_and_says_so() -> None:
+    record = anyio.run(
+        partial(
+            run_agent, "hi", model=ScriptModel([ANSWER]), registry=weather_registry(),
+            constrain=True,
+        )
+    )  # fmt: skip
+    assert record.status == "completed"
+    assert any("takes no grammar" in note for note in record.notes)
+
+
+# ---- the magic ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def weather_tool() -> Any:
+    @default_registry.tool(name="constrain_weather")
+    def weather(city: str) -> str:
+        """The weather in a city."""
+        return f"4 degrees in {city}"
+
+    yield
+    default_registry.remove("tool", "constrain_weather")
+
+
+def test_cell_option_constrain_sends_a_grammar(
+    ip: InteractiveShell, server: FakeOpenAIServer, weather_tool: None
+) -> None:
+    action = ACTION.replace("get_weather", "constrain_weather")
+    server.script(Stream([*texts(action, 9), finish()]), Stream([*texts(ANSWER, 9), finish()]))
+    ip.run_cell_magic("cortex", "--model smollm2 --constrain --text", "Weather in Oslo?")
+    assert ip.user_ns["_cortex"].status == "completed"
+    assert accepts(server.requests[0].json["grammar"], action)
+    assert "tools" not in server.requests[0].json
+
+
+def test_config_constrain_vllm_and_a_bad_form(
+    ip: InteractiveShell, server: FakeOpenAIServer, weather_tool: None
+) -> None:
+    action = ACTION.replace("get_weather", "constrain_weather")
+    server.script(Stream([*texts(action, 9), finish()]), Stream([*texts(ANSWER, 9), finish()]))
+    ip.run_line_magic("config", "CortexMagics.constrain = 'vllm'")
+    try:
+        ip.run_cell_magic("cortex", "--model smollm2 --text", "Weather in Oslo?")
+    finally:
+        ip.run_line_magic("config", "CortexMagics.constrain = False")
+    assert "structured_outputs" in server.requests[0].json
+    from IPython.core.error import UsageError
+
+    with pytest.raises(UsageError, match="--constrain must be gbnf or vllm"):
+        ip.run_cell_magic("cortex", "--model smollm2 --constrain lark", "x")
+
+
+def test_cell_constrain_beside_native_tools_is_refused_before_any_request(
+    ip: InteractiveShell, server: FakeOpenAIServer, weather_tool: None
+) -> None:
+    from cortex_jupyter.session import CortexRunError
+
+    with pytest.raises(CortexRunError, match="constrain and native_tools cannot go together"):
+        ip.run_cell_magic("cortex", "--model smollm2 --constrain --native-tools --text", "x")
+    assert server.requests == []
