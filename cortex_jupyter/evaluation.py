@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 import html
 import re
 import statistics
@@ -482,15 +483,20 @@ class _Watched:
         self._model = model
         self.failure: BaseException | None = None
 
+        # The model's own ``stream`` signature shows through (``inspect`` follows
+        # ``__wrapped__``): the loop asks it whether the model takes a grammar.
+        @functools.wraps(model.stream)
+        def stream(messages: Any, **options: Any) -> AsyncIterator[Any]:
+            return self._watch(model.stream(messages, **options))
+
+        self.stream: Callable[..., AsyncIterator[Any]] = stream
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._model, name)
 
     @property
     def name(self) -> str:
         return str(getattr(self._model, "name", "model"))
-
-    def stream(self, messages: Any, **options: Any) -> AsyncIterator[Any]:
-        return self._watch(self._model.stream(messages, **options))
 
     async def _watch(self, chunks: AsyncIterator[Any]) -> AsyncIterator[Any]:
         try:

@@ -194,6 +194,10 @@ def test_constrain_follows_what_the_agent_supports(server: FakeOpenAIServer) -> 
         ("cortex", False),
         ("cortex", True),
     ]
+    # The constrained try really sent a grammar (the unconstrained one did not).
+    bodies = [request.json for request in server.requests]
+    assert ["grammar" in body for body in bodies] == [False, True]
+    assert "call-add ::=" in bodies[1]["grammar"]  # a grammar for the task's tool
 
 
 def test_timings_come_from_the_run_events() -> None:
