@@ -230,6 +230,10 @@ def main() -> None:
     with _server(args) as (base_url, startup):
         model = OpenAIModel("smollm2", base_url=base_url, api_key="none", max_retries=0)
         print(f"server: {base_url}" + (f" (ready after {startup:.1f} s)" if startup else ""))
+        # Other work on the machine slows a 2-core server several times over: say how much.
+        print(
+            "load average (1/5/15 min) at start: {:.2f} / {:.2f} / {:.2f}".format(*os.getloadavg())
+        )
         print()
         print(table("First token and speed (cortex system prompt)",
                     ["request", "prompt tokens", "completion tokens", "first token", "tok/s",
@@ -240,7 +244,9 @@ def main() -> None:
                     ["closed by", "id", "to running status", "to the tool's first line",
                      "run"], rows))  # fmt: skip
         print(conformance(args, base_url))
-    print(f"total {time.monotonic() - began:.0f} s")
+    print(
+        f"total {time.monotonic() - began:.0f} s; load average at the end: {os.getloadavg()[0]:.2f}"
+    )
 
 
 @contextmanager
