@@ -17,6 +17,7 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from cortex_jupyter import default_registry
 from cortex_jupyter.runtime.context import DEFAULT_REPLY_ROOM, MESSAGE_OVERHEAD
+from cortex_jupyter.runtime.loop import SUMMARY_TOKENS
 from cortex_jupyter.session import CortexRunError
 from tests.models.fake_openai_server import (
     Error,
@@ -139,6 +140,9 @@ def test_forty_cells_stay_within_the_budget_and_keep_the_current_run_whole(
     rewrites = [r for r in server.requests if r.json["messages"][-1]["content"].startswith(
         "Summarise this conversation")]  # fmt: skip
     assert 1 <= len(rewrites) <= 10
+    # a summary's own reply is capped: a small model could otherwise write until its
+    # context is full, and the cell would wait minutes for it
+    assert all(r.json.get("max_tokens") == SUMMARY_TOKENS for r in rewrites)
     contexts = [e for e in ip.user_ns["_cortex"].events if e.kind == "context"]
     assert contexts and contexts[-1].budget == BUDGET and contexts[-1].summarised > 0
     assert contexts[-1].sent is not None  # the transcript keeps what was really sent

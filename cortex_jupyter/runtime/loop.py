@@ -300,6 +300,9 @@ def _takes_constraint(model: StreamingModel) -> bool:
         return False
 
 
+#: Most tokens a context summary's reply may take (it is asked for 200 words).
+SUMMARY_TOKENS = 400
+
 #: Why a run ended with no answer (by whether the reply held a thought): the run is
 #: ``completed`` (the model chose to stop), and its cell says so in a ``cortex:`` line.
 NO_ANSWER = {
@@ -548,8 +551,13 @@ class Loop:
         try:
             if sub is not None:
                 model = sub("context-summary")
+            # The reply is capped: a small model may otherwise write until its context is
+            # full (minutes on a CPU), for a summary asked to be 200 words.
+            request = {**self.scheduler.request, "max_tokens": SUMMARY_TOKENS}
             with anyio.fail_after(120):
-                text = await complete(text_client(model), [{"role": "user", "content": prompt}])
+                text = await complete(
+                    text_client(model, request), [{"role": "user", "content": prompt}]
+                )
         except Exception:
             return
         if text.strip():
