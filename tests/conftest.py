@@ -36,6 +36,9 @@ def ip(_shell: InteractiveShell) -> Iterator[InteractiveShell]:
     yield _shell
     _shell.run_line_magic("unload_ext", "cortex_jupyter")
     _shell.reset(new_session=False)
+    # A test's %config CortexMagics... stays in the shell's config, and loading the
+    # extension again would apply it to the next test: each test starts from defaults.
+    _shell.config.pop("CortexMagics", None)
 
 
 #: The API key the loopback server's tests set; nothing cortex shows may contain it.
