@@ -72,7 +72,8 @@ def load_ipython_extension(ipython: InteractiveShell) -> None:
 def unload_ipython_extension(ipython: InteractiveShell) -> None:
     """Remove the ``%%cortex`` magic and close the MCP servers and the Dask cluster
     cortex started (called by ``%unload_ext cortex_jupyter``)."""
-    from cortex_jupyter.magic import close_tool_sources, unregister
+    from cortex_jupyter.commands import close_tool_sources
+    from cortex_jupyter.magic import unregister
 
     unregister(ipython)
     close_tool_sources()
@@ -84,7 +85,7 @@ def expose(*names: str) -> None:
     naming one raises ``ValueError`` saying why."""
     from cortex_jupyter.session import current_session
 
-    refused = current_session("expose").expose(names)
+    refused = current_session("expose").names.expose(names)
     if refused:
         raise ValueError("; ".join(refused))
 
@@ -95,7 +96,7 @@ def hide(*names: str) -> None:
     ``expose`` or ``hide`` that matches a name decides for it."""
     from cortex_jupyter.session import current_session
 
-    current_session("hide").hide(names)
+    current_session("hide").names.hide(names)
 
 
 def __getattr__(name: str) -> Any:

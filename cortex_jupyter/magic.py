@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import shlex
-import sys
-import traceback
 from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
@@ -40,16 +37,14 @@ from traitlets import (
 )
 from traitlets.config.loader import LazyConfigValue
 
-from cortex_jupyter.runtime.errors import CortexRuntimeError
-from cortex_jupyter.runtime.mcp import DEFAULT_TIMEOUT
+from cortex_jupyter import commands
+from cortex_jupyter.commands import complain
+from cortex_jupyter.runtime.grammar import CONSTRAIN_FORMS
 from cortex_jupyter.runtime.request import check_request
-from cortex_jupyter.runtime.secrets import Repr, redact, shorten
 from cortex_jupyter.session import CellOptions, Session, forget, session_for
 
 if TYPE_CHECKING:
     from traitlets.utils.bunch import Bunch
-
-    from cortex_jupyter.runtime.mcp import ServerStatus
 
 DIALECTS = ("cortex", "sigil", "cogency", "hermes", "auto")
 APPROVALS = ("ask", "allow", "deny")
@@ -74,19 +69,6 @@ COMMANDS = (
     "eval",
     "help",
 )
-MCP_COMMANDS = ("add", "list", "remove")
-MCP_USAGE = (
-    "%cortex mcp add NAME -- COMMAND [ARG ...]   start a stdio server\n"
-    "%cortex mcp add NAME URL [--header 'Authorization: Bearer $VAR' ...]   "
-    "connect to a streamable-HTTP server\n"
-    "%cortex mcp add --config FILE   every server of an mcpServers file (JSON or YAML)\n"
-    "%cortex mcp list [NAME]   servers, state and tools (with NAME: its stderr too)\n"
-    "%cortex mcp remove NAME   close a server and unregister its tools"
-)
-#: ``$NAME`` in a header or env value: the environment variable, read when connecting.
-#: What ``%cortex vars`` shows of a value: bounded, secrets redacted before its cuts.
-_SHORT = Repr(limit=400, items=8)
-_ENV_REFERENCE = re.compile(r"\$(?=[A-Za-z_])([A-Za-z_][A-Za-z0-9_]*)")
 
 
 @magics_class
@@ -334,54 +316,15 @@ class CortexMagics(Magics):
         )
         return dataclasses.replace(options, **overrides) if overrides else options
 
-    # ---- line commands ------------------------------------------------------------
+    # ---- line commands: each checks its words and calls ``commands`` ---------------
 
     def _cmd_tools(self, args: list[str]) -> None:
         """Every registered tool, agent, relic and workflow with its JSON schema."""
-        registry = self.session.registry
-        for kind in ("tool", "relic", "workflow", "agent", "llm", "internal"):
-            names = registry.names(kind)
-            if not names:
-                continue
-            print(f"{kind}s:")
-            for name in names:
-                spec = registry.get(kind, name)
-                description = getattr(spec, "description", "") or ""
-                print(f"  {name}: {description}".rstrip())
-                parameters = getattr(spec, "parameters", None)
-                if parameters:
-                    print("    " + json.dumps(parameters, ensure_ascii=False))
+        commands.show_tools(self.session.registry)
 
     def _cmd_vars(self, args: list[str]) -> None:
         """What a model may reach with $name and why; what it may not (hidden, yours)."""
-        session = self.session
-        scope = session.scope("")
-        namespace = session.shell.user_ns
-
-        def show(name: str, why: str) -> None:
-            # Bounded (never the full repr of a huge value), on one line, secrets
-            # redacted before the cut; a repr that raises says so.
-            text = " ".join(_SHORT.repr(namespace.get(name)).split())
-            print(f"  {name} = {shorten(text, 70)}  ({why})")
-
-        visible = scope.reasons()
-        if visible:
-            print("A model may reach these notebook names (and any a cell writes as $name):")
-            for name, why in visible.items():
-                show(name, why)
-        else:
-            print(
-                "A model reaches no notebook name but those a cell writes as $name (and the "
-                "outputs of its own run). %cortex expose NAME gives it more."
-            )
-        withheld = scope.withheld()
-        if withheld:
-            print("Not visible to models (unless a cell writes them as $name):")
-            for name, why in withheld.items():
-                show(name, why)
-        if session.rules:
-            rules = ", ".join(str(rule) for rule in session.rules)
-            print(f"Expose and hide, oldest first (the latest match decides): {rules}")
+        commands.show_vars(self.session)
 
     def _cmd_expose(self, args: list[str]) -> None:
         """Let models reach notebook names: %cortex expose NAME|PATTERN [...] (e.g. df_*).
@@ -391,12 +334,7 @@ class CortexMagics(Magics):
         leaves data_b hidden; hide data_* then expose data_a shows data_a)."""
         if not args:
             raise UsageError("%cortex expose: name the variables, e.g. %cortex expose df report")
-        refused = self.session.expose(args)
-        for why in refused:
-            print(f"cortex: not exposed: {why}.")
-        taken = [a for a in args if not any(w.startswith(f"${a} ") for w in refused)]
-        if taken:
-            print(f"Exposed to models: {', '.join(taken)} (%cortex hide NAME takes it back).")
+        commands.expose(self.session, args)
 
     def _cmd_hide(self, args: list[str]) -> None:
         """Take names out of what models may reach: %cortex hide NAME|PATTERN [...].
@@ -406,73 +344,35 @@ class CortexMagics(Magics):
         hide that matches a name decides). A cell that writes $name still passes it."""
         if not args:
             raise UsageError("%cortex hide: name the variables, e.g. %cortex hide df")
-        self.session.hide(args)
-        print(
-            f"Hidden from models: {', '.join(args)} (a prompt that writes $name still "
-            "passes it: you wrote it there)."
-        )
+        commands.hide(self.session, args)
 
     def _cmd_history(self, args: list[str]) -> None:
         """The conversation so far (what the model will see next time)."""
-        conversation = self.session.conversation
-        print(redact(str(conversation)) if len(conversation) else "The conversation is empty.")
+        commands.show_history(self.session.conversation)
 
     def _cmd_reset(self, args: list[str]) -> None:
         """Forget the conversation; the next %%cortex starts fresh."""
-        self.session.conversation.reset()
-        print("Conversation reset: the next %%cortex cell starts a new conversation.")
+        commands.reset(self.session.conversation)
 
     def _cmd_stop(self, args: list[str]) -> None:
         """Cancel the fire_and_forget actions that outlived their cells."""
-        stopped = self.session.stop_background()
-        if stopped:
-            print(f"Cancelled {len(stopped)} running action(s): {', '.join(stopped)}.")
-        else:
-            print("No fire_and_forget action is running.")
+        commands.stop(self.session)
 
     def _cmd_views(self, args: list[str]) -> None:
         """The live views (clickable widgets); %cortex views close lets them all go."""
-        session = self.session
         if args not in ([], ["close"]):
             raise UsageError("%cortex views: use %cortex views, or %cortex views close.")
         if args == ["close"]:
-            released = session.release_views(keep=0)
-            kept = len(session.views)
-            print(
-                f"Closed {released} view(s): they show their static copy; _cortex and the "
-                "variables are kept."
-                + (f" {kept} still running stay(s) live until the run ends." if kept else "")
-            )
-            return
-        views = session.views
-        if not views:
-            print("No live view: finished runs show their static copy.")
-            return
-        print(
-            f"{len(views)} live view(s) (the newest {self.live_views} finished ones stay "
-            "live: CortexMagics.live_views):"
-        )
-        for view in views:
-            state = view.view.state
-            actions = len(state.nodes)
-            print(f"  {view.label:<9} {state.model}  {state.phase}, {actions} action(s)")
-        print("%cortex views close lets them go (each shows its static copy).")
+            commands.close_views(self.session)
+        else:
+            commands.show_views(self.session)
 
     def _cmd_prompt(self, args: list[str]) -> None:
         """The system prompt the model is given (dialect, tools, feeds)."""
-        from cortex_jupyter.runtime.prompt import system_prompt
-
         dialect = args[0] if args else self.dialect
         if dialect not in DIALECTS:
             raise UsageError(f"%cortex prompt: unknown dialect {dialect!r}.")
-        print(
-            system_prompt(
-                dialect=dialect,
-                registry=self.session.registry,
-                feeds=self.session.feeds,
-                native_tools=self.native_tools,
-            )
-        )
+        commands.show_prompt(self.session, dialect, self.native_tools)
 
     def _cmd_continue(self, args: list[str]) -> None:
         """Continue the last interrupted run where it stopped."""
@@ -496,12 +396,7 @@ class CortexMagics(Magics):
         run = self.session.last
         if run is None:
             raise UsageError("%cortex save: there is no run to save yet.")
-        try:
-            path = run.save(args[0])
-        except OSError as exc:  # a directory, a missing folder, no permission, a full disk
-            why = exc.strerror or str(exc) or type(exc).__name__
-            raise UsageError(f"%cortex save: cannot write {args[0]!r}: {why}.") from None
-        print(f"Saved the run's transcript to {path} ({len(run.events)} events).")
+        commands.save(run, args[0])
 
     def _cmd_debug(self, args: list[str]) -> None:
         """Full traceback: of _cortex.error (an unexpected failure), or %cortex debug ID."""
@@ -510,22 +405,7 @@ class CortexMagics(Magics):
         run = self.session.last
         if run is None:
             raise UsageError("%cortex debug: there is no run yet.")
-        if args:
-            node = run.actions.get(args[0])
-            if node is None:
-                known = ", ".join(run.actions) or "none"
-                raise UsageError(
-                    f"%cortex debug: the last run has no action {args[0]!r} ({known})."
-                )
-            error, what = node.exception, f"action {node.id!r} ({node.status})"
-        else:
-            error, what = run.error, f"the last run ({run.status})"
-        if error is None:
-            failed = [n.id for n in run.actions.values() if n.exception is not None]
-            hint = f"; %cortex debug ID shows an action's: {', '.join(failed)}" if failed else ""
-            print(f"cortex: {what} raised no exception to show{hint}.")
-            return
-        print(redact("".join(traceback.format_exception(error))).rstrip())
+        commands.debug(run, args[0] if args else None)
 
     def _cmd_config(self, args: list[str]) -> None:
         """Show the defaults, or set some: %cortex config model=gpt-4o max_turns=5."""
@@ -556,161 +436,41 @@ class CortexMagics(Magics):
 
     def _cmd_cluster(self, args: list[str]) -> None:
         """The Dask cluster executor="dask" tools run on: address, workers, dashboard."""
-        from cortex_jupyter.runtime.executors import cluster_info
-
-        print(cluster_info())
+        commands.show_cluster()
 
     def _cmd_local(self, args: list[str]) -> None:
         """A live model on this machine: %cortex local start [--port N] | stop | status."""
-        from cortex_jupyter import local
-
         command = args[0] if args else "status"
-        try:
-            if command == "start" and len(args) in (1, 3) and args[1:2] in ([], ["--port"]):
-                port = _number(args[2] if len(args) == 3 else None, "--port", int, None, low=1)
-                server = local.start(port, progress=print)
-                self.session.endpoints[server.model] = (server.base_url, "local")
-                self.model = server.model
-                print(f"{server}\n%%cortex cells now ask {server.model} there.")
-            elif command == "stop" and len(args) == 1:
-                stopped = local.stop()
-                if stopped is not None:
-                    self.session.endpoints.pop(stopped.model, None)
-                    if self.model == stopped.model:
-                        self.model = self.traits()["model"].default_value
-                print(f"Stopped {stopped}." if stopped else "No local server was running.")
-            elif command == "status" and len(args) <= 1:
-                running = local.status()
-                print(f"running: {running}" if running else "stopped")
-            else:
-                raise UsageError(
-                    f"%cortex local: {' '.join(args)!r} is not a command here; "
-                    "use %cortex local start [--port N], stop or status."
-                )
-        except local.LocalServerError as exc:
-            _complain(f"local: {exc}")
+        if command == "start" and len(args) in (1, 3) and args[1:2] in ([], ["--port"]):
+            port = _number(args[2] if len(args) == 3 else None, "--port", int, None, low=1)
+            if (model := commands.local_start(self.session, port)) is not None:
+                self.model = model
+        elif command == "stop" and len(args) == 1:
+            if commands.local_stop(self.session) == self.model:
+                self.model = self.traits()["model"].default_value
+        elif command == "status" and len(args) <= 1:
+            commands.local_status()
+        else:
+            raise UsageError(
+                f"%cortex local: {' '.join(args)!r} is not a command here; "
+                "use %cortex local start [--port N], stop or status."
+            )
 
     def _cmd_eval(self, args: list[str]) -> Any:
         """Score how well the model follows each dialect (%cortex eval --help)."""
-        from cortex_jupyter.evaluation import EndpointUnusable, evaluate
-
         if {"-h", "--help"} & set(args):
             return print(_EVAL.format_help())
         given = _EVAL.parse_args(args)
-        constrain = (False, True) if given.constrain else False
-        try:
-            return evaluate(
-                given.model or self.model, given.dialects, n=given.n, constrain=constrain,
-                max_turns=given.max_turns, temperature=self.temperature,
-            )  # fmt: skip
-        except (TypeError, ValueError) as exc:
-            raise UsageError(f"%cortex eval: {str(exc).removeprefix('evaluate: ')}") from None
-        except EndpointUnusable as exc:
-            _complain(str(exc))
-            return exc.result if exc.result.tries else None
+        return commands.evaluate_dialects(
+            given.model or self.model, given.dialects, n=given.n, constrain=given.constrain,
+            max_turns=given.max_turns, temperature=self.temperature,
+        )  # fmt: skip
 
     def _cmd_mcp(self, args: list[str]) -> None:
         """MCP servers' tools as NAME.TOOL: %cortex mcp add|list|remove (%cortex mcp help)."""
-        command, rest = (args[0], args[1:]) if args else ("list", [])
-        if command in ("help", "-h", "--help"):
-            print(MCP_USAGE)
-            return
-        if command not in MCP_COMMANDS:
-            _complain(
-                f"mcp: unknown command {command!r}; use add, list or remove "
-                "(%cortex mcp help shows how)"
-            )
-            return
-        try:
-            getattr(self, f"_mcp_{command}")(rest)
-        except UsageError as exc:
-            _complain(f"mcp {command}: {exc}")
-        except CortexRuntimeError as exc:  # what went wrong, with the server's name
-            _complain(str(exc))
-
-    def _mcp_add(self, args: list[str]) -> None:
-        from cortex_jupyter import mcp
-
-        cut = args.index("--") if "--" in args else len(args)
-        options = _MCP_ADD.parse_intermixed_args(args[:cut])
-        command = args[cut + 1 :]
-        if options.config is not None:
-            if options.name or options.url or command or options.header or options.env:
-                raise UsageError("give --config FILE alone (the file names its servers)")
-            for status in mcp.load_config(options.config):
-                _show_added(status)
-            return
-        if options.name is None:
-            raise UsageError(
-                "name the server first: %cortex mcp add NAME -- COMMAND [ARG ...] (stdio), "
-                "%cortex mcp add NAME URL (streamable HTTP) or %cortex mcp add --config FILE"
-            )
-        if bool(command) == bool(options.url):
-            raise UsageError(
-                f"give the command after -- (stdio) or a URL (streamable HTTP) for server "
-                f"{options.name!r}, e.g. %cortex mcp add {options.name} -- npx -y PACKAGE"
-            )
-        if options.url is not None and not options.url.startswith(("http://", "https://")):
-            raise UsageError(
-                f"{options.url!r} is not an http(s) URL; a command goes after --, e.g. "
-                f"%cortex mcp add {options.name} -- {options.url}"
-            )
-        _show_added(
-            mcp.add(
-                options.name,
-                command or None,
-                url=options.url,
-                env=_pairs(options.env, "=", "--env NAME=VALUE"),
-                headers=_pairs(options.header, ":", "--header 'Name: value'"),
-                timeout=options.timeout,
-            )
-        )
-
-    def _mcp_list(self, args: list[str]) -> None:
-        from cortex_jupyter import mcp
-
-        if len(args) > 1:
-            raise UsageError("give at most one server name")
-        if args:
-            status = mcp.status(args[0])
-            print(redact(status.details()))
-            kept = len(mcp.stderr(args[0]).splitlines())
-            if kept > len(status.stderr):
-                print(f"({kept} lines of stderr kept: cortex_jupyter.mcp.stderr({args[0]!r}))")
-            return
-        servers = mcp.servers()
-        if not servers:
-            print(
-                "No MCP servers yet: %cortex mcp add NAME -- COMMAND (stdio) or "
-                "%cortex mcp add NAME URL (streamable HTTP)."
-            )
-        for status in servers:
-            print(redact(status.summary()))
-            if status.tools:
-                print("  tools: " + ", ".join(status.tools))
-
-    def _mcp_remove(self, args: list[str]) -> None:
-        from cortex_jupyter import mcp
-
-        if len(args) != 1:
-            raise UsageError("name one server, e.g. %cortex mcp remove fs")
-        count = len(mcp.status(args[0]).tools)
-        mcp.remove(args[0])
-        print(f"Removed MCP server {args[0]!r} and its {count} tool{'' if count == 1 else 's'}.")
+        commands.mcp_command(args)
 
 
-def _mcp_add_parser() -> MagicArgumentParser:
-    parser = MagicArgumentParser(prog="%cortex mcp add", add_help=False)
-    parser.add_argument("name", nargs="?")
-    parser.add_argument("url", nargs="?")
-    parser.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'")
-    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS")
-    parser.add_argument("--config", metavar="FILE")
-    return parser
-
-
-_MCP_ADD = _mcp_add_parser()
 _EVAL = MagicArgumentParser(
     prog="%cortex eval", add_help=False, description="Score the model on the built-in tool tasks."
 )
@@ -721,36 +481,6 @@ _EVAL.add_argument(
 _EVAL.add_argument("--n", "-n", type=int, default=3, help="Tries per task (default 3).")
 _EVAL.add_argument("--constrain", action="store_true", help="Constrained as well.")
 _EVAL.add_argument("--max-turns", type=int, default=4, metavar="N", help="Default 4.")
-
-
-def _pairs(items: list[str], sep: str, shape: str) -> dict[str, str]:
-    """``NAME: value`` headers or ``NAME=value`` env entries; ``$VAR`` in a value is the
-    environment variable (``${VAR}``, read when connecting, so it is never written out)."""
-    pairs = {}
-    for item in items:
-        key, found, value = item.partition(sep)
-        if not found or not key.strip():  # not echoed: it may hold a token
-            raise UsageError(f"each {shape.partition(' ')[0]} is {shape}; one has no {sep!r}")
-        pairs[key.strip()] = _ENV_REFERENCE.sub(r"${\1}", value.strip())
-    return pairs
-
-
-def _show_added(status: ServerStatus) -> None:
-    if status.state != "ready":  # a server of a config file that did not start
-        _complain(f"MCP server {status.name!r} did not start: {status.error or status.state}")
-        return
-    count = len(status.tools)
-    print(
-        redact(
-            f"MCP server {status.name!r} is ready ({status.transport}: {status.target}); "
-            f"{count} tool{'' if count == 1 else 's'}: {', '.join(status.tools) or 'none'}"
-        )
-    )
-
-
-def _complain(text: str) -> None:
-    """One ``cortex:`` line on stderr: the cell goes on, the kernel keeps working."""
-    print(redact(f"cortex: {text}"), file=sys.stderr)
 
 
 def _number(
@@ -856,7 +586,7 @@ def _drop_refused_settings(shell: InteractiveShell) -> None:
             setattr(probe, name, value)
         except TraitError as exc:
             del section[name]
-            _complain(f"a setting was ignored: {exc}")
+            complain(f"a setting was ignored: {exc}")
 
 
 def as_async_cell(lines: list[str]) -> list[str]:
@@ -892,19 +622,6 @@ async def run_cell_async(shell: InteractiveShell, line: str, cell: str) -> None:
     await magics.session.run_cell_async(cell, magics._options(line))
 
 
-def close_tool_sources() -> None:
-    """Close the MCP servers and the Dask cluster cortex started (``%unload_ext``; at
-    interpreter exit each module closes its own). Only what was imported is touched."""
-    if "cortex_jupyter.runtime.mcp" in sys.modules:
-        from cortex_jupyter import mcp
-
-        mcp.close_all()
-    if "cortex_jupyter.runtime.executors" in sys.modules:
-        from cortex_jupyter.runtime import executors
-
-        executors.close_all()
-
-
 def unregister(shell: InteractiveShell) -> None:
     """Take the magics out of a shell again (for ``%unload_ext``)."""
     forget(shell)
@@ -934,8 +651,6 @@ def _approval(value: Any) -> Any:
 
 def _constrain(given: str | None, default: Any) -> bool | str:
     """``--constrain [FORM]`` or ``CortexMagics.constrain``: False, or a grammar form."""
-    from cortex_jupyter.runtime.grammar import CONSTRAIN_FORMS
-
     value = default if given is None else given.lower()
     if value is True or value is False:
         return "gbnf" if value else False

@@ -1,0 +1,432 @@
+"""The work of the ``%cortex`` line commands: the reports they print and what they change.
+
+The magic parses a command's words and calls one function here, so the magic stays a
+list of commands and their arguments (STYLE.md: parse, call, return). Each function
+prints what a person asked to see (secrets redacted, long values bounded) or does what
+they asked, and says so in one line; a problem with what was asked for is a
+``UsageError`` that reads like a sentence, a problem out in the world (a server that
+did not start) one ``cortex:`` line on stderr. ``%cortex mcp`` is a small command line
+of its own, parsed here as a whole.
+
+The live model (``local``), the evaluation and the Dask executors are imported by the
+command that uses them: together they would add about 0.1 s to ``%load_ext``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import traceback
+from typing import TYPE_CHECKING, Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic_arguments import MagicArgumentParser
+
+from cortex_jupyter import mcp
+from cortex_jupyter.runtime import Registry
+from cortex_jupyter.runtime.errors import CortexRuntimeError
+from cortex_jupyter.runtime.loop import Conversation
+from cortex_jupyter.runtime.mcp import DEFAULT_TIMEOUT
+from cortex_jupyter.runtime.prompt import system_prompt
+from cortex_jupyter.runtime.secrets import Repr, redact, shorten
+from cortex_jupyter.session import NotebookRun, Session
+
+if TYPE_CHECKING:
+    from cortex_jupyter.runtime.mcp import ServerStatus
+
+MCP_COMMANDS = ("add", "list", "remove")
+MCP_USAGE = (
+    "%cortex mcp add NAME -- COMMAND [ARG ...]   start a stdio server\n"
+    "%cortex mcp add NAME URL [--header 'Authorization: Bearer $VAR' ...]   "
+    "connect to a streamable-HTTP server\n"
+    "%cortex mcp add --config FILE   every server of an mcpServers file (JSON or YAML)\n"
+    "%cortex mcp list [NAME]   servers, state and tools (with NAME: its stderr too)\n"
+    "%cortex mcp remove NAME   close a server and unregister its tools"
+)
+#: What ``%cortex vars`` shows of a value: bounded, secrets redacted before its cuts.
+_SHORT = Repr(limit=400, items=8)
+#: ``$NAME`` in a header or env value: the environment variable, read when connecting.
+_ENV_REFERENCE = re.compile(r"\$(?=[A-Za-z_])([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def complain(text: str) -> None:
+    """One ``cortex:`` line on stderr: the cell goes on, the kernel keeps working."""
+    print(redact(f"cortex: {text}"), file=sys.stderr)
+
+
+# ---- what models may reach -------------------------------------------------------------
+
+
+def show_tools(registry: Registry) -> None:
+    """Every registered tool, agent, relic and workflow with its JSON schema."""
+    for kind in ("tool", "relic", "workflow", "agent", "llm", "internal"):
+        names = registry.names(kind)
+        if not names:
+            continue
+        print(f"{kind}s:")
+        for name in names:
+            spec = registry.get(kind, name)
+            description = getattr(spec, "description", "") or ""
+            print(f"  {name}: {description}".rstrip())
+            parameters = getattr(spec, "parameters", None)
+            if parameters:
+                print("    " + json.dumps(parameters, ensure_ascii=False))
+
+
+def show_vars(session: Session) -> None:
+    """What a model may reach with $name and why; what it may not (hidden, yours)."""
+    scope = session.names.scope("")
+    namespace = session.shell.user_ns
+
+    def show(name: str, why: str) -> None:
+        # Bounded (never the full repr of a huge value), on one line, secrets
+        # redacted before the cut; a repr that raises says so.
+        text = " ".join(_SHORT.repr(namespace.get(name)).split())
+        print(f"  {name} = {shorten(text, 70)}  ({why})")
+
+    visible = scope.reasons()
+    if visible:
+        print("A model may reach these notebook names (and any a cell writes as $name):")
+        for name, why in visible.items():
+            show(name, why)
+    else:
+        print(
+            "A model reaches no notebook name but those a cell writes as $name (and the "
+            "outputs of its own run). %cortex expose NAME gives it more."
+        )
+    withheld = scope.withheld()
+    if withheld:
+        print("Not visible to models (unless a cell writes them as $name):")
+        for name, why in withheld.items():
+            show(name, why)
+    if session.names.rules:
+        rules = ", ".join(str(rule) for rule in session.names.rules)
+        print(f"Expose and hide, oldest first (the latest match decides): {rules}")
+
+
+def expose(session: Session, names: list[str]) -> None:
+    """Let models reach ``names``; one line for each that can never be exposed."""
+    refused = session.names.expose(names)
+    for why in refused:
+        print(f"cortex: not exposed: {why}.")
+    taken = [a for a in names if not any(w.startswith(f"${a} ") for w in refused)]
+    if taken:
+        print(f"Exposed to models: {', '.join(taken)} (%cortex hide NAME takes it back).")
+
+
+def hide(session: Session, names: list[str]) -> None:
+    """Take ``names`` out of what models may reach."""
+    session.names.hide(names)
+    print(
+        f"Hidden from models: {', '.join(names)} (a prompt that writes $name still "
+        "passes it: you wrote it there)."
+    )
+
+
+# ---- the conversation, the runs and their views -----------------------------------------
+
+
+def show_history(conversation: Conversation) -> None:
+    """The conversation so far (what the model will see next time)."""
+    print(redact(str(conversation)) if len(conversation) else "The conversation is empty.")
+
+
+def reset(conversation: Conversation) -> None:
+    """Forget the conversation; the next %%cortex starts fresh."""
+    conversation.reset()
+    print("Conversation reset: the next %%cortex cell starts a new conversation.")
+
+
+def stop(session: Session) -> None:
+    """Cancel the fire_and_forget actions that outlived their cells."""
+    stopped = session.stop_background()
+    if stopped:
+        print(f"Cancelled {len(stopped)} running action(s): {', '.join(stopped)}.")
+    else:
+        print("No fire_and_forget action is running.")
+
+
+def close_views(session: Session) -> None:
+    """Let every finished live view go (each shows its static copy)."""
+    released = session.live.release(keep=0)
+    kept = len(session.live.views)
+    print(
+        f"Closed {released} view(s): they show their static copy; _cortex and the "
+        "variables are kept."
+        + (f" {kept} still running stay(s) live until the run ends." if kept else "")
+    )
+
+
+def show_views(session: Session) -> None:
+    """The live views (clickable widgets): their cell, model, phase and actions."""
+    views = session.live.views
+    if not views:
+        print("No live view: finished runs show their static copy.")
+        return
+    print(
+        f"{len(views)} live view(s) (the newest {session.live.keep} finished ones stay "
+        "live: CortexMagics.live_views):"
+    )
+    for view in views:
+        state = view.view.state
+        actions = len(state.nodes)
+        print(f"  {view.label:<9} {state.model}  {state.phase}, {actions} action(s)")
+    print("%cortex views close lets them go (each shows its static copy).")
+
+
+def show_prompt(session: Session, dialect: str, native_tools: bool) -> None:
+    """The system prompt the model is given (dialect, tools, feeds)."""
+    print(
+        system_prompt(
+            dialect=dialect,
+            registry=session.registry,
+            feeds=session.feeds,
+            native_tools=native_tools,
+        )
+    )
+
+
+def save(run: NotebookRun, path: str) -> None:
+    """Save ``run``'s transcript (JSON lines) to ``path``."""
+    try:
+        written = run.save(path)
+    except OSError as exc:  # a directory, a missing folder, no permission, a full disk
+        why = exc.strerror or str(exc) or type(exc).__name__
+        raise UsageError(f"%cortex save: cannot write {path!r}: {why}.") from None
+    print(f"Saved the run's transcript to {written} ({len(run.events)} events).")
+
+
+def debug(run: NotebookRun, action: str | None) -> None:
+    """The full traceback of ``run.error`` (an unexpected failure), or of an action's."""
+    if action is not None:
+        node = run.actions.get(action)
+        if node is None:
+            known = ", ".join(run.actions) or "none"
+            raise UsageError(f"%cortex debug: the last run has no action {action!r} ({known}).")
+        error, what = node.exception, f"action {node.id!r} ({node.status})"
+    else:
+        error, what = run.error, f"the last run ({run.status})"
+    if error is None:
+        failed = [n.id for n in run.actions.values() if n.exception is not None]
+        hint = f"; %cortex debug ID shows an action's: {', '.join(failed)}" if failed else ""
+        print(f"cortex: {what} raised no exception to show{hint}.")
+        return
+    print(redact("".join(traceback.format_exception(error))).rstrip())
+
+
+# ---- tool sources, the live model and the evaluation ------------------------------------
+
+
+def show_cluster() -> None:
+    """The Dask cluster executor="dask" tools run on: address, workers, dashboard."""
+    from cortex_jupyter.runtime.executors import cluster_info
+
+    print(cluster_info())
+
+
+def local_start(session: Session, port: int | None) -> str | None:
+    """Start the live model on this machine; its model name, or None if it did not start
+    (one ``cortex:`` line says why). ``--model NAME`` asks it from now on."""
+    from cortex_jupyter import local
+
+    try:
+        server = local.start(port, progress=print)
+    except local.LocalServerError as exc:
+        complain(f"local: {exc}")
+        return None
+    session.endpoints[server.model] = (server.base_url, "local")
+    print(f"{server}\n%%cortex cells now ask {server.model} there.")
+    return server.model
+
+
+def local_stop(session: Session) -> str | None:
+    """Stop the live model; the name of the model it served, if one ran."""
+    from cortex_jupyter import local
+
+    try:
+        stopped = local.stop()
+    except local.LocalServerError as exc:
+        complain(f"local: {exc}")
+        return None
+    if stopped is not None:
+        session.endpoints.pop(stopped.model, None)
+    print(f"Stopped {stopped}." if stopped else "No local server was running.")
+    return stopped.model if stopped is not None else None
+
+
+def local_status() -> None:
+    """Whether the live model runs, and where."""
+    from cortex_jupyter import local
+
+    try:
+        running = local.status()
+    except local.LocalServerError as exc:
+        complain(f"local: {exc}")
+        return
+    print(f"running: {running}" if running else "stopped")
+
+
+def evaluate_dialects(
+    model: str,
+    dialects: str,
+    *,
+    n: int,
+    constrain: bool,
+    max_turns: int,
+    temperature: float | None,
+) -> Any:
+    """``%cortex eval``: score ``model`` on the built-in tool tasks in each dialect
+    (constrained as well, with ``constrain``); the result, or None if nothing ran."""
+    from cortex_jupyter import evaluation
+
+    try:
+        return evaluation.evaluate(
+            model, dialects, n=n, constrain=(False, True) if constrain else False,
+            max_turns=max_turns, temperature=temperature,
+        )  # fmt: skip
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"%cortex eval: {str(exc).removeprefix('evaluate: ')}") from None
+    except evaluation.EndpointUnusable as exc:
+        complain(str(exc))
+        return exc.result if exc.result.tries else None
+
+
+def mcp_command(args: list[str]) -> None:
+    """MCP servers' tools as NAME.TOOL: %cortex mcp add|list|remove (%cortex mcp help)."""
+    command, rest = (args[0], args[1:]) if args else ("list", [])
+    if command in ("help", "-h", "--help"):
+        print(MCP_USAGE)
+        return
+    if command not in MCP_COMMANDS:
+        complain(
+            f"mcp: unknown command {command!r}; use add, list or remove "
+            "(%cortex mcp help shows how)"
+        )
+        return
+    try:
+        _MCP[command](rest)
+    except UsageError as exc:
+        complain(f"mcp {command}: {exc}")
+    except CortexRuntimeError as exc:  # what went wrong, with the server's name
+        complain(str(exc))
+
+
+def _mcp_add(args: list[str]) -> None:
+    cut = args.index("--") if "--" in args else len(args)
+    options = _MCP_ADD.parse_intermixed_args(args[:cut])
+    command = args[cut + 1 :]
+    if options.config is not None:
+        if options.name or options.url or command or options.header or options.env:
+            raise UsageError("give --config FILE alone (the file names its servers)")
+        for status in mcp.load_config(options.config):
+            _show_added(status)
+        return
+    if options.name is None:
+        raise UsageError(
+            "name the server first: %cortex mcp add NAME -- COMMAND [ARG ...] (stdio), "
+            "%cortex mcp add NAME URL (streamable HTTP) or %cortex mcp add --config FILE"
+        )
+    if bool(command) == bool(options.url):
+        raise UsageError(
+            f"give the command after -- (stdio) or a URL (streamable HTTP) for server "
+            f"{options.name!r}, e.g. %cortex mcp add {options.name} -- npx -y PACKAGE"
+        )
+    if options.url is not None and not options.url.startswith(("http://", "https://")):
+        raise UsageError(
+            f"{options.url!r} is not an http(s) URL; a command goes after --, e.g. "
+            f"%cortex mcp add {options.name} -- {options.url}"
+        )
+    _show_added(
+        mcp.add(
+            options.name,
+            command or None,
+            url=options.url,
+            env=_pairs(options.env, "=", "--env NAME=VALUE"),
+            headers=_pairs(options.header, ":", "--header 'Name: value'"),
+            timeout=options.timeout,
+        )
+    )
+
+
+def _mcp_list(args: list[str]) -> None:
+    if len(args) > 1:
+        raise UsageError("give at most one server name")
+    if args:
+        status = mcp.status(args[0])
+        print(redact(status.details()))
+        kept = len(mcp.stderr(args[0]).splitlines())
+        if kept > len(status.stderr):
+            print(f"({kept} lines of stderr kept: cortex_jupyter.mcp.stderr({args[0]!r}))")
+        return
+    servers = mcp.servers()
+    if not servers:
+        print(
+            "No MCP servers yet: %cortex mcp add NAME -- COMMAND (stdio) or "
+            "%cortex mcp add NAME URL (streamable HTTP)."
+        )
+    for status in servers:
+        print(redact(status.summary()))
+        if status.tools:
+            print("  tools: " + ", ".join(status.tools))
+
+
+def _mcp_remove(args: list[str]) -> None:
+    if len(args) != 1:
+        raise UsageError("name one server, e.g. %cortex mcp remove fs")
+    count = len(mcp.status(args[0]).tools)
+    mcp.remove(args[0])
+    print(f"Removed MCP server {args[0]!r} and its {count} tool{'' if count == 1 else 's'}.")
+
+
+_MCP = {"add": _mcp_add, "list": _mcp_list, "remove": _mcp_remove}
+
+
+def _mcp_add_parser() -> MagicArgumentParser:
+    parser = MagicArgumentParser(prog="%cortex mcp add", add_help=False)
+    parser.add_argument("name", nargs="?")
+    parser.add_argument("url", nargs="?")
+    parser.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS")
+    parser.add_argument("--config", metavar="FILE")
+    return parser
+
+
+_MCP_ADD = _mcp_add_parser()
+
+
+def _pairs(items: list[str], sep: str, shape: str) -> dict[str, str]:
+    """``NAME: value`` headers or ``NAME=value`` env entries; ``$VAR`` in a value is the
+    environment variable (``${VAR}``, read when connecting, so it is never written out)."""
+    pairs = {}
+    for item in items:
+        key, found, value = item.partition(sep)
+        if not found or not key.strip():  # not echoed: it may hold a token
+            raise UsageError(f"each {shape.partition(' ')[0]} is {shape}; one has no {sep!r}")
+        pairs[key.strip()] = _ENV_REFERENCE.sub(r"${\1}", value.strip())
+    return pairs
+
+
+def _show_added(status: ServerStatus) -> None:
+    if status.state != "ready":  # a server of a config file that did not start
+        complain(f"MCP server {status.name!r} did not start: {status.error or status.state}")
+        return
+    count = len(status.tools)
+    print(
+        redact(
+            f"MCP server {status.name!r} is ready ({status.transport}: {status.target}); "
+            f"{count} tool{'' if count == 1 else 's'}: {', '.join(status.tools) or 'none'}"
+        )
+    )
+
+
+def close_tool_sources() -> None:
+    """Close the MCP servers and the Dask cluster cortex started (``%unload_ext``; at
+    interpreter exit each module closes its own). Only what was imported is touched."""
+    if "cortex_jupyter.runtime.mcp" in sys.modules:
+        mcp.close_all()
+    if "cortex_jupyter.runtime.executors" in sys.modules:
+        from cortex_jupyter.runtime import executors
+
+        executors.close_all()

@@ -1,0 +1,162 @@
+"""What one ``%%cortex`` cell asked for, and which agent and model answer it.
+
+Its own module because the choice is pure: given the cell's options, the session's
+registry, feeds and endpoints, it says which ``Agent`` runs (the session's defaults, or
+a registered agent with the options the cell gave over its own) and which model that
+agent asks. Nothing here runs anything or touches the notebook.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from cortex_jupyter import models
+from cortex_jupyter.runtime import Agent, Registry
+from cortex_jupyter.runtime.chunks import StreamingModel
+from cortex_jupyter.runtime.feeds import FeedSet
+from cortex_jupyter.runtime.registry import AgentSpec
+from cortex_jupyter.runtime.request import merge_requests
+from cortex_jupyter.session.record import CortexRunError
+
+#: Model name -> (base URL, API key) of a server that answers for it.
+Endpoints = Mapping[str, tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class CellOptions:
+    """What one ``%%cortex`` cell asked for (already checked by the magic)."""
+
+    model: str
+    dialect: str = "cortex"
+    script: bool = False
+    chunk_size: int = 16
+    delay: float = 0.0
+    replay: str | None = None
+    speed: float = 1.0
+    fresh: bool = False
+    max_turns: int = 10
+    temperature: float | None = None
+    max_tokens: int | None = None
+    native_tools: bool = False
+    #: ``--constrain``: False, or the grammar form ("gbnf", "vllm"; ``runtime.grammar``).
+    constrain: bool | str = False
+    display: str = "auto"
+    #: ``--agent NAME``: run a registered ``Agent`` instead of the session's defaults.
+    agent: str | None = None
+    #: The options the cell's line gave explicitly (they override a named agent's own).
+    given: frozenset[str] = frozenset()
+    #: ``--overwrite``: an ``output_key`` may replace a notebook name cortex did not bind.
+    overwrite: bool = False
+    #: The context budget in tokens (None: the model's window, else 32,000).
+    context_tokens: int | None = None
+    #: Approval policy for tools marked approve=True, and how long to wait for it.
+    approval: Any = "ask"
+    approve_timeout: float | None = None
+    #: Extra request fields: ``CortexMagics.request``, and the cell's ``--request`` (which
+    #: goes over the agent's own; see ``runtime.request`` for the whole order).
+    request_default: Mapping[str, Any] = field(default_factory=dict)
+    request: Mapping[str, Any] = field(default_factory=dict)
+
+
+def cell_agent(
+    body: str,
+    options: CellOptions,
+    registry: Registry,
+    feeds: FeedSet | None,
+    endpoints: Endpoints,
+) -> Agent:
+    """The agent a cell runs: the session's defaults (the cell's options, the
+    session's registry and feeds) or, with ``--agent NAME``, that registered agent
+    with the options the cell gave explicitly (and the cell's model unless it has
+    its own; a script or replay always stands in for the model)."""
+    model = cell_model(body, options, registry, endpoints)
+    if options.agent is None:
+        return Agent(
+            model=model,
+            registry=registry,
+            dialect=options.dialect,
+            max_turns=options.max_turns,
+            feeds=feeds,
+            native_tools=options.native_tools,
+            constrain=options.constrain,
+            context_tokens=options.context_tokens,
+            approval=options.approval,
+            approve_timeout=options.approve_timeout,
+            request=merge_requests(options.request_default, options.request),
+            **sampling(options, None),
+        )
+    agent = named_agent(registry, options.agent)
+    offline = options.script or options.replay is not None
+    changes: dict[str, Any] = {
+        "model": model if offline or agent.model is None or "model" in options.given
+        else agent.model,
+    }  # fmt: skip
+    if agent.feeds is None:
+        changes["feeds"] = feeds
+    for name in ("dialect", "max_turns", "native_tools", "constrain"):
+        if name in options.given:
+            changes[name] = getattr(options, name)
+    changes["request"] = merge_requests(options.request_default, agent.request, options.request)
+    changes.update(sampling(options, agent))
+    return agent.with_options(**changes)
+
+
+def named_agent(registry: Registry, name: str) -> Agent:
+    """The agent registered as ``name``; ``CortexRunError`` naming the known ones."""
+    names = registry.names("agent")
+    if name not in names:
+        known = ", ".join(names) or "none yet"
+        raise CortexRunError(
+            f"no agent named {name!r}; registered agents: {known}. Create one with "
+            f"cortex_jupyter.Agent({name!r}, instructions=...)."
+        )
+    spec = registry.get("agent", name)
+    assert isinstance(spec, AgentSpec)
+    return cast(Agent, spec.agent)
+
+
+def cell_model(
+    body: str, options: CellOptions, registry: Registry, endpoints: Endpoints
+) -> StreamingModel:
+    """The model a cell's agent asks: a script or replay stands in for any; a named
+    agent's own model unless the cell gave ``--model``; else the model named, at the
+    endpoint that answers for it."""
+    if options.agent is not None and not (options.script or options.replay):
+        agent = named_agent(registry, options.agent)
+        if agent.model is not None and "model" not in options.given:
+            return agent.model  # its own model: no key needed for the session's
+    try:
+        if options.script:
+            return models.ScriptModel(body, chunk_size=options.chunk_size, delay=options.delay)
+        if options.replay is not None:
+            return models.ReplayModel(options.replay, speed=options.speed)
+        # ``models.OpenAIModel`` imports openai on first use: only a real model needs it.
+        base_url, api_key = endpoints.get(options.model, (None, None))
+        return models.OpenAIModel(options.model, base_url=base_url, api_key=api_key)
+    except (models.ModelError, OSError, ValueError) as exc:
+        raise CortexRunError(str(exc)) from None
+
+
+def sampling(options: CellOptions, agent: Agent | None) -> dict[str, Any]:
+    """``temperature`` and ``max_tokens`` for a cell's agent (``agent``: the named one).
+
+    Typed on the line, they win over everything. A field of the same name in the cell's
+    ``--request`` wins over a default (``CortexMagics.temperature``) or the agent's own
+    (the cell is more specific); so does ``CortexMagics.request`` over the trait.
+    """
+    chosen: dict[str, Any] = {}
+    for name in ("temperature", "max_tokens"):
+        if name in options.given:
+            chosen[name] = getattr(options, name)
+        elif name in options.request or (agent is None and name in options.request_default):
+            chosen[name] = None  # the request's field goes through
+        elif agent is None:
+            chosen[name] = getattr(options, name)
+    return chosen
+
+
+def model_name(agent: Agent) -> str:
+    """The model's name as a view's header shows it."""
+    return str(getattr(agent.model, "name", "") or "model")

@@ -1,0 +1,321 @@
+"""One notebook's cortex session: a cell's run, from its options to its end.
+
+``Session.run_cell`` takes what the magic parsed: it picks the agent (``cell``), the
+names the model may reach (``names``), opens the view (``views``), and hands the run to
+a worker thread through the bridge, while the cell's own thread shows its events and
+keeps the kernel's Stop button working. After every cell the notebook variable
+``_cortex`` is the run record (``record``), even when the run was stopped or failed. An
+unexpected failure (a bug, ours or a host's) ends the cell with one ``cortex:`` line;
+the run is ``failed`` with the reason, the exception is ``_cortex.error`` and
+``%cortex debug`` prints its traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import ChainMap
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from anyio.abc import TaskGroup
+from IPython import get_ipython
+
+from cortex_jupyter._bridge import Bridge, Emit, Loop
+from cortex_jupyter.runtime import Agent, Registry, Run, RunHooks, default_registry
+from cortex_jupyter.runtime.feeds import FeedSet
+from cortex_jupyter.runtime.loop import Conversation
+from cortex_jupyter.runtime.scope import Binding, Scope
+from cortex_jupyter.runtime.secrets import redact
+from cortex_jupyter.session.approvals import Approvals
+from cortex_jupyter.session.cell import CellOptions, cell_agent, model_name
+from cortex_jupyter.session.names import Names
+from cortex_jupyter.session.record import (
+    CONTINUABLE,
+    RUN_VARIABLE,
+    CortexInterrupt,
+    CortexRunError,
+    NotebookRun,
+    nothing,
+    report,
+    unfinished,
+)
+from cortex_jupyter.session.views import (
+    CellView,
+    LiveViews,
+    WidgetOutput,
+    close_quietly,
+    close_view,
+)
+
+if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
+
+#: A cell's run: given the emit callback and the task group that owns its
+#: fire_and_forget actions (``None``: the run waits for them itself).
+Job = Callable[[Emit, TaskGroup | None], Awaitable[Run]]
+
+
+@dataclass
+class _Cell:
+    """One cell's run on its way: the job that runs it, the record it fills, how it is
+    shown and what it may reach; then its view, and what went wrong, if anything."""
+
+    job: Job
+    run: NotebookRun
+    model: str
+    display: str
+    scope: Scope
+    view: CellView | None = None
+    failure: BaseException | None = None
+
+
+class Session:
+    """A notebook's cortex state: its conversation, registry, feeds and last run."""
+
+    def __init__(self, shell: InteractiveShell) -> None:
+        self.shell = shell
+        self.registry: Registry = default_registry
+        self.conversation = Conversation()
+        self.feeds: FeedSet | None = None
+        self.last: NotebookRun | None = None
+        self.last_options: CellOptions | None = None
+        self.last_prompt = ""
+        #: What models may reach: names runs bound, ``%cortex expose`` and ``hide``.
+        self.names = Names(shell)
+        #: Approval questions of running actions, answered in the cell's thread.
+        self.approvals = Approvals()
+        #: The widget views still live (``%cortex views``).
+        self.live = LiveViews(shell, self.approvals)
+        #: Made for the first run whose fire_and_forget actions may outlive their cell.
+        self._loop: Loop | None = None
+        #: Runs whose fire_and_forget actions went to that loop (pruned when they end).
+        self._background_runs: list[Run] = []
+        #: Model name -> (base URL, API key) of a server that answers for it, such as the
+        #: local one ``%cortex local start`` runs: ``--model NAME`` asks that server.
+        self.endpoints: dict[str, tuple[str, str]] = {}
+
+    @property
+    def bound(self) -> dict[str, Binding]:
+        """Notebook names bound by runs -> the run and the object it bound."""
+        return self.names.bound
+
+    # ---- running a cell -----------------------------------------------------------
+
+    def run_cell(self, prompt: str, options: CellOptions) -> NotebookRun:
+        """Run one ``%%cortex`` cell; returns the run (also left in ``_cortex``)."""
+        return self._execute(self._cell(prompt, options))
+
+    async def run_cell_async(self, prompt: str, options: CellOptions) -> NotebookRun:
+        """``run_cell`` as an async cell on the kernel's loop (how a kernel runs
+        ``%%cortex``): buttons in the view work while it runs."""
+        cell = self._cell(prompt, options)
+        try:
+            await self._prepare(cell).run_async()
+        except (KeyboardInterrupt, Exception) as exc:
+            cell.failure = exc
+        return self._outcome(cell)
+
+    def _cell(self, prompt: str, options: CellOptions) -> _Cell:
+        try:
+            agent = self._agent(prompt, options)
+        except ValueError as exc:  # a setting the agent refuses (it says which, and why)
+            raise CortexRunError(redact(str(exc))) from None
+        if options.fresh:
+            self.conversation.reset()
+        # A script or a replay is its own little conversation: it must not leak into the
+        # notebook's memory of a real model.
+        offline = options.script or options.replay is not None
+        conversation = Conversation() if offline else self.conversation
+        run = NotebookRun()
+        # A replayed transcript is a model's text: only a prompt or a script is the user's.
+        scope = self.names.scope(
+            "" if options.replay is not None else prompt, script=options.script
+        )
+
+        async def job(emit: Emit, background: TaskGroup | None) -> Run:
+            return await agent.run(
+                "" if options.script else prompt,
+                namespace=scope,
+                conversation=conversation,
+                hooks=self._hooks(run, emit, background, options.overwrite),
+                run=run,
+            )
+
+        self.last_options = options
+        self.last_prompt = prompt
+        return _Cell(job, run, model_name(agent), options.display, scope)
+
+    def continue_last(self) -> NotebookRun:
+        """``%cortex continue``: go on with the last run where it stopped."""
+        previous, options = self.last, self.last_options
+        if previous is None or options is None:
+            raise CortexRunError("there is no run to continue yet in this notebook.")
+        if options.script:
+            raise CortexRunError(
+                "a --script run cannot be continued: its text is all there is. Run the "
+                "cell again, or add the next turn after a line '--- next turn ---'."
+            )
+        if previous.status not in CONTINUABLE:
+            raise CortexRunError(
+                f"the last run ended {previous.status!r}, so there is nothing to continue; "
+                "only interrupted, truncated, cancelled or turn-limited runs can be continued."
+            )
+        # The same agent and settings as the cell that ran it (its sampling settings too).
+        agent = self._agent("", options)
+        run = NotebookRun()
+        scope = self.names.scope(self.last_prompt)  # what the cell it continues could reach
+
+        async def job(emit: Emit, background: TaskGroup | None) -> Run:
+            return await agent.continue_run(
+                previous,
+                namespace=scope,
+                conversation=self.conversation,
+                hooks=self._hooks(run, emit, background, options.overwrite),
+                run=run,
+            )
+
+        return self._execute(_Cell(job, run, model_name(agent), options.display, scope))
+
+    def _agent(self, body: str, options: CellOptions) -> Agent:
+        return cell_agent(body, options, self.registry, self.feeds, self.endpoints)
+
+    def _execute(self, cell: _Cell) -> NotebookRun:
+        try:
+            self._prepare(cell).run()
+        except (KeyboardInterrupt, Exception) as exc:
+            cell.failure = exc
+        return self._outcome(cell)
+
+    def _hooks(
+        self, run: Run, emit: Emit, background: TaskGroup | None, overwrite: bool
+    ) -> RunHooks:
+        return RunHooks(
+            on_event=emit,
+            bind=lambda name, value: self.names.bind(run.id, name, value, overwrite),
+            background=background,
+            ask=self.approvals.asker(run.id),
+        )
+
+    def _prepare(self, cell: _Cell) -> Bridge[Run]:
+        """The view and the bridge of one cell's run (``_cortex`` is the run from now on)."""
+        run = cell.run
+        self.shell.user_ns[RUN_VARIABLE] = run
+        self.last = run
+        view = cell.view = self._view(cell)
+        # When the view can show late events, fire_and_forget actions belong to the
+        # session's loop and the cell ends with the run, not with them.
+        loop = self._background_loop() if view.late is not None else None
+        background = loop.background if loop is not None else None
+        if loop is not None:
+            self._background_runs = [*self._still_running(), run]
+            portal = loop.portal
+            run._barrier = lambda: portal.call(nothing)
+        job = cell.job
+        bridge: Bridge[Run] = Bridge(
+            lambda emit: job(emit, background), view.deliver, loop=loop, late=view.late
+        )
+        view.stop = bridge.request_stop
+        return bridge
+
+    def _view(self, cell: _Cell) -> CellView:
+        scopes: list[Mapping[str, Any]] = [cell.run.variables]
+        if self.feeds is not None:
+            scopes.append(self.feeds)
+        scopes.append(cell.scope)  # $name in the response shows only what the model may reach
+
+        def values() -> Mapping[str, Any]:
+            return ChainMap(*scopes)  # type: ignore[arg-type]
+
+        return self.live.open(cell.model, cell.run, cell.display, values)
+
+    def _outcome(self, cell: _Cell) -> NotebookRun:
+        """End the cell however the run ended: the view's final frame and static copy,
+        and one line (or ``CortexInterrupt``/``CortexRunError``) for what went wrong.
+
+        Called after the ``except`` that caught the failure, never inside it: an error
+        raised while handling another carries it as its context, and IPython prints a
+        whole traceback for any error whose context holds a task group's
+        ``ExceptionGroup``, whatever its ``_render_traceback_`` says.
+        """
+        run, view, failure = cell.run, cell.view, cell.failure
+        if isinstance(failure, KeyboardInterrupt):
+            close_quietly(view)
+            if isinstance(view, WidgetOutput):
+                self.live.release()
+            how = (
+                "run the cell again"
+                if self.last_options is not None and self.last_options.script
+                else "continue with %cortex continue"
+            )
+            print(
+                "cortex: interrupted: the stream was closed and running actions were "
+                f"cancelled; what arrived is on _cortex ({how}).",
+                file=sys.stderr,
+            )
+            raise CortexInterrupt()
+        if failure is None:
+            failure = close_view(view)
+        else:
+            close_quietly(view)
+        if isinstance(view, WidgetOutput):
+            self.live.release()  # older finished views let go, however this one ended
+        if failure is not None:  # a bug of ours or a host's: still no traceback wall
+            raise run.fail(failure)
+        report(run)
+        return run
+
+    # ---- actions that outlive their cell -----------------------------------------
+
+    def _background_loop(self) -> Loop:
+        if self._loop is None:
+            self._loop = Loop()
+        return self._loop
+
+    def stop_background(self) -> list[str]:
+        """``%cortex stop``: cancel the fire_and_forget actions still running (of any
+        run); returns their ids."""
+        running = [node.id for run in self._still_running() for node in unfinished(run)]
+        if self._loop is not None and running:
+            self._loop.stop_background()
+        return running
+
+    def _still_running(self) -> list[Run]:
+        return [run for run in self._background_runs if unfinished(run)]
+
+    def close(self) -> None:
+        """``%unload_ext``: cancel background actions and stop the session's loop."""
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None
+
+
+_SESSIONS: dict[int, Session] = {}
+
+
+def session_for(shell: InteractiveShell) -> Session:
+    """The session of this shell (one per kernel)."""
+    key = id(shell)
+    found = _SESSIONS.get(key)
+    if found is None:
+        found = _SESSIONS[key] = Session(shell)
+    return found
+
+
+def current_session(what: str) -> Session:
+    """The session of the running IPython shell (for ``cortex_jupyter.expose`` and
+    friends); a clear error outside IPython."""
+    shell = get_ipython()
+    if shell is None:
+        raise RuntimeError(
+            f"cortex_jupyter.{what}() works in a notebook or IPython, where %%cortex runs; "
+            "in a plain script pass the names an Agent may reach as its namespace"
+        )
+    return session_for(shell)
+
+
+def forget(shell: InteractiveShell) -> None:
+    """Drop this shell's session (``%unload_ext``): a new load starts afresh."""
+    session = _SESSIONS.pop(id(shell), None)
+    if session is not None:
+        session.close()
