@@ -16,6 +16,8 @@ import queue
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Generic, TypeVar
 
 import anyio
@@ -222,19 +224,20 @@ class Loop:
     """
 
     def __init__(self) -> None:
+        #: Set while a background task group is open (``stop_background`` renews it).
         self._ready = threading.Event()
-        self._portal: BlockingPortal | None = None
         self._background: TaskGroup | None = None
         self._closing = False
-        self._thread = threading.Thread(target=self._main, name="cortex-loop", daemon=True)
+        started: Future[BlockingPortal] = Future()
+        self._thread = threading.Thread(
+            target=anyio.run, args=(self._serve, started), name="cortex-loop", daemon=True
+        )
         self._thread.start()
-        if not self._ready.wait(timeout=10.0):
-            raise RuntimeError("the cortex event loop did not start within 10 s")
-
-    @property
-    def portal(self) -> BlockingPortal:
-        assert self._portal is not None
-        return self._portal
+        try:
+            #: How other threads start work on the loop (its first task group is open).
+            self.portal = started.result(timeout=10.0)
+        except FutureTimeout:
+            raise RuntimeError("the cortex event loop did not start within 10 s") from None
 
     @property
     def background(self) -> TaskGroup:
@@ -260,16 +263,14 @@ class Loop:
     def _cancel_background(self) -> None:
         self.background.cancel_scope.cancel()
 
-    def _main(self) -> None:
-        anyio.run(self._serve)
-
-    async def _serve(self) -> None:
+    async def _serve(self, started: Future[BlockingPortal]) -> None:
         async with BlockingPortal() as portal:
-            self._portal = portal
             while not self._closing:
                 async with anyio.create_task_group() as group:
                     self._background = group
                     self._ready.set()
+                    if not started.done():
+                        started.set_result(portal)
                     await anyio.sleep_forever()  # until its cancel scope is cancelled
             await portal.stop(cancel_remaining=True)
 

@@ -22,6 +22,18 @@ from cortex_jupyter.session.record import CortexRunError
 
 #: Model name -> (base URL, API key) of a server that answers for it.
 Endpoints = Mapping[str, tuple[str, str]]
+#: A cell's options that are the ``Agent`` settings of the same name.
+AGENT_SETTINGS = (
+    "dialect",
+    "max_turns",
+    "native_tools",
+    "constrain",
+    "context_tokens",
+    "approval",
+    "approve_timeout",
+)
+#: Of those, the ones a cell's line may give over a named agent's own (``--agent``).
+LINE_SETTINGS = ("dialect", "max_turns", "native_tools", "constrain")
 
 
 @dataclass(frozen=True)
@@ -76,15 +88,9 @@ def cell_agent(
         return Agent(
             model=model,
             registry=registry,
-            dialect=options.dialect,
-            max_turns=options.max_turns,
             feeds=feeds,
-            native_tools=options.native_tools,
-            constrain=options.constrain,
-            context_tokens=options.context_tokens,
-            approval=options.approval,
-            approve_timeout=options.approve_timeout,
             request=merge_requests(options.request_default, options.request),
+            **{name: getattr(options, name) for name in AGENT_SETTINGS},
             **sampling(options, None),
         )
     agent = named_agent(registry, options.agent)
@@ -95,7 +101,7 @@ def cell_agent(
     }  # fmt: skip
     if agent.feeds is None:
         changes["feeds"] = feeds
-    for name in ("dialect", "max_turns", "native_tools", "constrain"):
+    for name in LINE_SETTINGS:
         if name in options.given:
             changes[name] = getattr(options, name)
     changes["request"] = merge_requests(options.request_default, agent.request, options.request)
