@@ -1,7 +1,8 @@
 """The ``%%cortex`` cell magic and the ``%cortex`` line commands.
 
 The magic stays thin: it parses its arguments into ``CellOptions`` (a bad option is a
-``UsageError`` that reads like a sentence, with no traceback) and calls the session.
+``UsageError`` that reads like a sentence, with no traceback) and calls the session; a
+``%cortex`` command checks its words and calls one function of ``commands``.
 The cell body is the prompt, passed as it is: ``{`` and ``}`` in pasted code are never
 interpreted, and ``$name`` refers to notebook objects (described to the model, and
 passed as the object itself to action parameters).
