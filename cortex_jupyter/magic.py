@@ -72,6 +72,11 @@ COMMANDS = (
 )
 
 
+def _flag(name: str, text: str) -> argument:
+    """An on/off option of ``%%cortex``: off unless the line names it."""
+    return argument(name, action="store_true", help=text)
+
+
 @magics_class
 class CortexMagics(Magics):
     """``%%cortex`` runs a cell as an agent; ``%cortex COMMAND`` inspects and steers.
@@ -198,17 +203,16 @@ class CortexMagics(Magics):
         help="Run a registered cortex_jupyter.Agent (its instructions, tools and settings).",
     )
     @argument("--dialect", metavar="NAME", help="cortex (default), sigil, cogency, hermes or auto.")
-    @argument(
+    @_flag(
         "--script",
-        action="store_true",
-        help="Stream the cell body itself as the model's output: no model needed. "
+        "Stream the cell body itself as the model's output: no model needed. "
         "Separate turns with a line '--- next turn ---'.",
     )
     @argument("--chunk-size", metavar="N", help="Characters per chunk with --script.")
     @argument("--delay", metavar="SECONDS", help="Pause between chunks with --script.")
     @argument("--replay", metavar="PATH", help="Stream a saved transcript again.")
     @argument("--speed", metavar="X", default="1", help="Replay speed-up (default 1).")
-    @argument("--fresh", action="store_true", help="Start a new conversation first.")
+    @_flag("--fresh", "Start a new conversation first.")
     @argument("--max-turns", metavar="N", help="Most model turns (default 10).")
     @argument("--temperature", metavar="T", help="Sampling temperature.")
     @argument("--max-tokens", metavar="N", help="Most tokens per reply.")
@@ -219,7 +223,7 @@ class CortexMagics(Magics):
         "Later wins: CortexMagics.request < the agent's request < --request < "
         "--temperature/--max-tokens.",
     )
-    @argument("--native-tools", action="store_true", help="Offer tools as native tools=.")
+    @_flag("--native-tools", "Offer tools as native tools=.")
     @argument(
         "--constrain",
         nargs="?",
@@ -228,11 +232,10 @@ class CortexMagics(Magics):
         help="Constrain replies with a grammar the runtime can run: gbnf (llama.cpp, the "
         "default) or vllm.",
     )
-    @argument("--text", action="store_true", help="Show the run as plain text, not widgets.")
-    @argument(
+    @_flag("--text", "Show the run as plain text, not widgets.")
+    @_flag(
         "--overwrite",
-        action="store_true",
-        help="Let output_key replace notebook names cortex did not bind (not builtins).",
+        "Let output_key replace notebook names cortex did not bind (not builtins).",
     )
     @cell_magic
     def cortex(self, line: str, cell: str) -> None:
