@@ -16,8 +16,9 @@ from typing import Any, cast
 import anyio
 import anyio.lowlevel
 
-from ..runtime.chunks import Message, ModelChunk, TextChunk, ToolDefinition
-from ..runtime.transcript import RunSource, TurnRecord, load_runs, turns_of
+from cortex_jupyter.runtime.core.chunks import Message, ModelChunk, TextChunk, ToolDefinition
+from cortex_jupyter.runtime.loop.transcript import RunSource, TurnRecord, load_runs, turns_of
+
 from .errors import ModelError, StreamDropped
 from .script import FixedTurns
 

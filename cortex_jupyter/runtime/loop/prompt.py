@@ -17,15 +17,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from cortex_jupyter.protocol.events import ProtocolError
-
-from .bounded import failed
-from .graph import ActionNode
-from .registry import Registry
-from .secrets import Repr, head, redact
+from cortex_jupyter.runtime.core.bounded import failed
+from cortex_jupyter.runtime.core.graph import ActionNode
+from cortex_jupyter.runtime.core.registry import Registry
+from cortex_jupyter.runtime.core.secrets import Repr, head, redact
 
 if TYPE_CHECKING:
-    from .feeds import FeedSet
-    from .scheduler import InternalPolicy
+    from cortex_jupyter.runtime.loop.feeds import FeedSet
+    from cortex_jupyter.runtime.scheduler.dispatch import InternalPolicy
 
 __all__ = [
     "DIALECTS",

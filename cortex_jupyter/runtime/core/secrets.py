@@ -31,8 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cortex_jupyter.protocol import MAX_JSON_DEPTH
-
-from .bounded import BoundedRepr, failed
+from cortex_jupyter.runtime.core.bounded import BoundedRepr, failed
 
 __all__ = [
     "CREDENTIAL_NAME",

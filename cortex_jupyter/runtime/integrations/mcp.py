@@ -54,12 +54,12 @@ import anyio.to_thread
 from anyio.abc import TaskGroup, TaskStatus
 from anyio.from_thread import BlockingPortal
 
-from .capture import Capture, current
-from .errors import CortexRuntimeError, InvalidArguments
-from .prompt import truncate
-from .registry import Registry, ToolSpec, default_registry
-from .schema import Kinds, schema_kinds
-from .secrets import CREDENTIAL_NAME, redact, secrets
+from cortex_jupyter.runtime.core.errors import CortexRuntimeError, InvalidArguments
+from cortex_jupyter.runtime.core.registry import Registry, ToolSpec, default_registry
+from cortex_jupyter.runtime.core.schema import Kinds, schema_kinds
+from cortex_jupyter.runtime.core.secrets import CREDENTIAL_NAME, redact, secrets
+from cortex_jupyter.runtime.loop.prompt import truncate
+from cortex_jupyter.runtime.scheduler.capture import Capture, current
 
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator

@@ -24,9 +24,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from cortex_jupyter.protocol.events import Action
-
-    from .events import Progress
-    from .record import Run
+    from cortex_jupyter.runtime.core.events import Progress
+    from cortex_jupyter.runtime.core.record import Run
 
 Status = Literal["pending", "awaiting", "running", "done", "failed", "skipped", "cancelled"]
 STATUSES: tuple[str, ...] = (
@@ -105,7 +104,7 @@ class ActionNode:
     source: str = field(default="", repr=False)
     #: The parameters with every ``$name`` resolved (what the tool is called with).
     resolved: dict[str, Any] | None = field(default=None, repr=False)
-    #: What the tool wrote while it ran (``runtime.capture``), never the cell's stream.
+    #: What the tool wrote while it ran (``runtime.scheduler.capture``), never the cell's stream.
     captured_stdout: CapturedText = field(default_factory=CapturedText, repr=False)
     captured_stderr: CapturedText = field(default_factory=CapturedText, repr=False)
     logs: list[str] = field(default_factory=list, repr=False)

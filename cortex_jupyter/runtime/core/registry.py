@@ -15,9 +15,20 @@ from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequenc
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
-from .errors import InvalidArguments, RegistrationError, UnknownAction, UnknownFeed
-from .relics import CacheRelic
-from .schema import Kinds, function_schema, hint_kinds, resolved_hints, schema_kinds
+from cortex_jupyter.runtime.core.errors import (
+    InvalidArguments,
+    RegistrationError,
+    UnknownAction,
+    UnknownFeed,
+)
+from cortex_jupyter.runtime.core.relics import CacheRelic
+from cortex_jupyter.runtime.core.schema import (
+    Kinds,
+    function_schema,
+    hint_kinds,
+    resolved_hints,
+    schema_kinds,
+)
 
 REGISTRY_TYPES: tuple[str, ...] = ("tool", "agent", "relic", "workflow", "llm", "internal")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -37,10 +48,10 @@ class ToolSpec:
     description: str
     parameters: dict[str, Any]
     injected: tuple[str, ...] = ()
-    #: Ask before it runs (it acts on the world): see ``runtime.approval``.
+    #: Ask before it runs (it acts on the world): see ``runtime.scheduler.approval``.
     approve: bool = False
     #: Where a sync tool runs instead of a kernel thread: ``"dask"`` (the session's
-    #: cluster) or any ``concurrent.futures.Executor``; see ``runtime.executors``.
+    #: cluster) or any ``concurrent.futures.Executor``; see ``runtime.integrations.executors``.
     executor: Any = None
 
     @functools.cached_property
@@ -59,7 +70,7 @@ class ToolSpec:
 
     def wants(self, name: str) -> Kinds | None:
         """The classes parameter ``name`` accepts by its annotation (None: any value);
-        a ``$name`` value is fitted to them (``runtime.coerce``)."""
+        a ``$name`` value is fitted to them (``runtime.core.coerce``)."""
         hint = self.hints.get(name)
         return None if hint is None else hint_kinds(hint)
 
@@ -121,7 +132,7 @@ def _describe_param(param: inspect.Parameter) -> str:
 class AgentSpec:
     """A named agent as an action: ``type="agent"`` actions of this name run ``agent``.
 
-    ``agent`` is a ``runtime.agent.Agent`` (typed loosely here: the agent module imports
+    ``agent`` is a ``runtime.loop.agent.Agent`` (typed loosely here: the agent module imports
     this one). The scheduler calls its ``run_nested(task, scheduler=..., node=...)``.
     """
 
@@ -342,7 +353,7 @@ class Registry:
     ) -> AgentSpec:
         """Register an agent (a shortcut for ``Agent(name, ..., registry=this)``):
         ``type="agent"`` actions named ``name`` run its own loop, nested."""
-        from .agent import Agent  # the agent module imports this one
+        from cortex_jupyter.runtime.loop.agent import Agent  # the agent module imports this one
 
         Agent(
             name, instructions=instructions, model=model, description=description,

@@ -45,12 +45,9 @@ from cortex_jupyter.protocol.events import (
     Event,
     ProtocolError,
 )
-
-from .approval import Approver, Rules
-from .capture import FLUSH_HZ, Capture, capturing, current
-from .chunks import StreamingModel, text_client
-from .coerce import fit
-from .errors import (
+from cortex_jupyter.runtime.core.chunks import StreamingModel, text_client
+from cortex_jupyter.runtime.core.coerce import fit
+from cortex_jupyter.runtime.core.errors import (
     ActionTimeout,
     AgentDepthExceeded,
     CortexRuntimeError,
@@ -62,13 +59,22 @@ from .errors import (
     UnknownAction,
     WorkflowStepFailed,
 )
-from .events import ActionStatus, AnyEvent, End, Interrupt, Metric
-from .graph import ActionNode, Graph, Update
-from .model import Message, complete
-from .record import Run, brief_json, summarize
-from .registry import AgentSpec, Registry, Step, ToolSpec, WorkflowSpec, default_registry
-from .secrets import redact
-from .variables import check_variable_name, find_references, resolve
+from cortex_jupyter.runtime.core.events import ActionStatus, AnyEvent, End, Interrupt, Metric
+from cortex_jupyter.runtime.core.graph import ActionNode, Graph, Update
+from cortex_jupyter.runtime.core.model import Message, complete
+from cortex_jupyter.runtime.core.record import Run, brief_json, summarize
+from cortex_jupyter.runtime.core.registry import (
+    AgentSpec,
+    Registry,
+    Step,
+    ToolSpec,
+    WorkflowSpec,
+    default_registry,
+)
+from cortex_jupyter.runtime.core.secrets import redact
+from cortex_jupyter.runtime.core.variables import check_variable_name, find_references, resolve
+from cortex_jupyter.runtime.scheduler.approval import Approver, Rules
+from cortex_jupyter.runtime.scheduler.capture import FLUSH_HZ, Capture, capturing, current
 
 Invoke = Callable[[], Any]
 EventCallback = Callable[[AnyEvent], None]
@@ -151,7 +157,7 @@ class Scheduler:
         self.registry = registry if registry is not None else default_registry
         self.namespace: Mapping[str, Any] = namespace if namespace is not None else {}
         self.model = model
-        #: Extra fields of every request this run sends (``runtime.request``).
+        #: Extra fields of every request this run sends (``runtime.loop.request``).
         self.request: Mapping[str, Any] = dict(request or {})
         self.feeds: MutableMapping[str, str] = feeds if feeds is not None else {}
         self.internal = internal if internal is not None else InternalPolicy()
@@ -615,7 +621,7 @@ class Scheduler:
     def _fit_references(
         self, node: ActionNode, action: Action, spec: Any, params: dict[str, Any]
     ) -> dict[str, Any]:
-        """``$name`` values fitted to the types the entry declares (``runtime.coerce``);
+        """``$name`` values fitted to the types the entry declares (``runtime.core.coerce``);
         each conversion is noted on the node."""
         wants = getattr(spec, "wants", None)
         if wants is None or not isinstance(action.parameters, Mapping):
@@ -629,9 +635,9 @@ class Scheduler:
     async def _call(self, spec: ToolSpec, args: list[Any], kwargs: dict[str, Any]) -> Any:
         try:
             if spec.executor is not None:
-                # Off the kernel's process (runtime.executors): imported on first use, so
+                # Off the kernel's process (integrations.executors): imported on first use, so
                 # a notebook without such tools never loads an engine.
-                from .executors import run_elsewhere
+                from cortex_jupyter.runtime.integrations.executors import run_elsewhere
 
                 return await run_elsewhere(spec.executor, spec.func, args, kwargs)
             if spec.is_async or spec.type == "internal":

@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Protocol, TypedDict, Union
 
-from .model import Message, ModelClient
+from cortex_jupyter.runtime.core.model import Message, ModelClient
 
 __all__ = [
     "ChatMessage",
@@ -227,7 +227,7 @@ class StreamingModel(Protocol):
 
     ``name`` is what the user sees (the model's name, or ``script``). ``tools`` are
     offered only when given; ``temperature`` and ``max_tokens`` are sent only when set.
-    ``request`` holds extra request fields (``runtime.request``; the explicit
+    ``request`` holds extra request fields (``runtime.loop.request``; the explicit
     ``temperature``/``max_tokens`` win over the same fields there); callers pass it only
     when it holds some, so a model that sends nothing extra may leave it out.
     Failures are raised (``cortex_jupyter.models.ModelError`` subclasses) after every
@@ -286,5 +286,5 @@ class _TextClient:
 
 def text_client(model: StreamingModel, request: Mapping[str, Any] | None = None) -> ModelClient:
     """``model`` as a ``ModelClient`` (``llm`` actions): its text (and refusal) chunks
-    only; ``request`` is sent as extra request fields (``runtime.request``)."""
+    only; ``request`` is sent as extra request fields (``runtime.loop.request``)."""
     return _TextClient(model, request)

@@ -277,7 +277,7 @@ class ToolExited(CortexRuntimeError):
 
 class ParameterTypeError(CortexRuntimeError):
     """Raised when a ``$name`` value does not have the type its parameter declares and
-    cannot be converted to it without losing information (see ``runtime.coerce``)."""
+    cannot be converted to it without losing information (see ``runtime.core.coerce``)."""
 
     def __init__(self, tool: str, parameter: str, reference: str, wants: str, got: str) -> None:
         self.tool = tool

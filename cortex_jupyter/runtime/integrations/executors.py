@@ -59,9 +59,9 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.to_thread
 
-from .capture import FLUSH_HZ, Capture, capturing, current
-from .errors import CortexRuntimeError, ToolExited
-from .graph import ActionNode
+from cortex_jupyter.runtime.core.errors import CortexRuntimeError, ToolExited
+from cortex_jupyter.runtime.core.graph import ActionNode
+from cortex_jupyter.runtime.scheduler.capture import FLUSH_HZ, Capture, capturing, current
 
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster
@@ -575,7 +575,7 @@ class _Recorder:
 
     def _drain(self, gen: Generator[Any, Any, Any]) -> Any:
         """A generator tool: each yield is its latest partial output, as locally."""
-        from .record import summarize
+        from cortex_jupyter.runtime.core.record import summarize
 
         last = None
         try:

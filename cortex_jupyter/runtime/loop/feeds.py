@@ -33,14 +33,13 @@ import anyio
 from anyio.abc import TaskGroup
 
 from cortex_jupyter.protocol.events import Action, ActionReady
-
-from .chunks import StreamingModel
-from .errors import CortexRuntimeError, UnknownFeed
-from .prompt import render_value
-from .record import Run
-from .registry import Registry
-from .scheduler import Scheduler
-from .secrets import head, redact
+from cortex_jupyter.runtime.core.chunks import StreamingModel
+from cortex_jupyter.runtime.core.errors import CortexRuntimeError, UnknownFeed
+from cortex_jupyter.runtime.core.record import Run
+from cortex_jupyter.runtime.core.registry import Registry
+from cortex_jupyter.runtime.core.secrets import head, redact
+from cortex_jupyter.runtime.loop.prompt import render_value
+from cortex_jupyter.runtime.scheduler.dispatch import Scheduler
 
 __all__ = [
     "FEED_SOURCES",
@@ -522,7 +521,7 @@ class FeedSourceFailed(CortexRuntimeError):
 async def _mcp_resource(spec: FeedSpec) -> str:
     """The text of an MCP resource, from the servers ``cortex_jupyter.mcp`` added; a
     server that does not answer fails the refresh instead of holding up the turn."""
-    from .mcp import McpServerError, read_resource
+    from cortex_jupyter.runtime.integrations.mcp import McpServerError, read_resource
 
     uri = str(spec.params["uri"])
     with anyio.move_on_after(MCP_READ_TIMEOUT):
