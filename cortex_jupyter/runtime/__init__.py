@@ -68,6 +68,7 @@ from cortex_jupyter.runtime.core.variables import (
     find_references,
     resolve,
 )
+from cortex_jupyter.runtime.integrations import executors as _executors  # noqa: F401 (plugs in)
 from cortex_jupyter.runtime.loop.agent import Agent, RunHooks
 from cortex_jupyter.runtime.loop.feeds import (
     FeedError,

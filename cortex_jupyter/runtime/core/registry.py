@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, overload
+from typing import Any, ClassVar, TypeVar, overload
 
 from cortex_jupyter.runtime.core.errors import (
     InvalidArguments,
@@ -132,8 +132,8 @@ def _describe_param(param: inspect.Parameter) -> str:
 class AgentSpec:
     """A named agent as an action: ``type="agent"`` actions of this name run ``agent``.
 
-    ``agent`` is a ``runtime.loop.agent.Agent`` (typed loosely here: the agent module imports
-    this one). The scheduler calls its ``run_nested(task, scheduler=..., node=...)``.
+    ``agent`` is a ``runtime.loop.agent.Agent`` (typed loosely here: the agent loop sits
+    above the registry). The scheduler calls its ``run_nested(task, scheduler=..., node=...)``.
     """
 
     name: str
@@ -225,6 +225,16 @@ Spec = ToolSpec | AgentSpec | WorkflowSpec
 
 class Registry:
     """Everything actions may call, by action type and name."""
+
+    #: Makes an agent for ``add_agent`` (``Agent`` of the agent loop, which sits above the
+    #: registry and passes itself in when it is imported).
+    make_agent: ClassVar[Callable[..., Any] | None] = None
+    #: Reads an MCP resource's text (server, uri) for a ``source: mcp`` context feed: the
+    #: MCP integration passes its reader in when it is loaded (no server, no reader).
+    read_resource: ClassVar[Callable[[str, str], Awaitable[str]] | None] = None
+    #: Runs a tool's function off the kernel's process (executor, func, args, kwargs) for a
+    #: tool registered with ``executor=``: the executors integration passes it in.
+    run_elsewhere: ClassVar[Callable[..., Awaitable[Any]] | None] = None
 
     def __init__(self, *, builtins: bool = True, cache: CacheRelic | None = None) -> None:
         self._entries: dict[str, dict[str, Spec]] = {t: {} for t in REGISTRY_TYPES}
@@ -353,9 +363,10 @@ class Registry:
     ) -> AgentSpec:
         """Register an agent (a shortcut for ``Agent(name, ..., registry=this)``):
         ``type="agent"`` actions named ``name`` run its own loop, nested."""
-        from cortex_jupyter.runtime.loop.agent import Agent  # the agent module imports this one
-
-        Agent(
+        make = Registry.make_agent
+        if make is None:
+            raise RegistrationError(name, "no agent loop is loaded: import cortex_jupyter first")
+        make(
             name, instructions=instructions, model=model, description=description,
             tools=tools, registry=self,
         )  # fmt: skip

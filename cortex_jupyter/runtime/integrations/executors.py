@@ -61,6 +61,7 @@ import anyio.to_thread
 
 from cortex_jupyter.runtime.core.errors import CortexRuntimeError, ToolExited
 from cortex_jupyter.runtime.core.graph import ActionNode
+from cortex_jupyter.runtime.core.registry import Registry
 from cortex_jupyter.runtime.scheduler.capture import FLUSH_HZ, Capture, capturing, current
 
 if TYPE_CHECKING:
@@ -960,3 +961,6 @@ def cluster_info() -> ClusterInfo:
         memory=sum(int(w.get("memory_limit") or 0) for w in workers),
         dashboard=dashboard,
     )
+
+
+Registry.run_elsewhere = run_elsewhere  # the scheduler runs executor= tools through it

@@ -414,6 +414,9 @@ def _check(agent: Agent) -> None:
         )
 
 
+Registry.make_agent = Agent  # ``Registry.add_agent`` makes agents of this loop
+
+
 def _tool_name(entry: str | Callable[..., Any]) -> str:
     return entry if isinstance(entry, str) else getattr(entry, "__name__", repr(entry))
 

@@ -27,7 +27,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 import anyio
 
@@ -49,6 +49,7 @@ from cortex_jupyter.runtime.core.chunks import (
     Finish,
     Message,
     ModelChunk,
+    NativeNames,
     ReasoningChunk,
     RefusalChunk,
     StreamingModel,
@@ -75,7 +76,6 @@ from cortex_jupyter.runtime.core.graph import ActionNode
 from cortex_jupyter.runtime.core.model import complete
 from cortex_jupyter.runtime.core.record import Run
 from cortex_jupyter.runtime.core.secrets import head, redact, redact_value
-from cortex_jupyter.runtime.integrations.mcp import NativeNames
 from cortex_jupyter.runtime.loop import grammar
 from cortex_jupyter.runtime.loop.context import (
     DEFAULT_REPLY_ROOM,
@@ -90,9 +90,6 @@ from cortex_jupyter.runtime.loop.prompt import format_results, result_text, syst
 from cortex_jupyter.runtime.loop.resume import Resume
 from cortex_jupyter.runtime.loop.transcript import RunSource, load_runs, run_messages
 from cortex_jupyter.runtime.scheduler.dispatch import Scheduler, error_text
-
-if TYPE_CHECKING:
-    from cortex_jupyter.runtime.loop.agent import Agent
 
 __all__ = ["MAX_TURNS", "RESULT_LIMIT", "Conversation", "Loop"]
 
@@ -376,6 +373,30 @@ def _decide(
 # ---- the loop ---------------------------------------------------------------------------
 
 
+class Settings(Protocol):
+    """What a loop reads of its agent (an ``Agent`` is one): the agent module builds on
+    this one, so the loop names only the settings it reads."""
+
+    @property
+    def dialect(self) -> str: ...
+    @property
+    def max_turns(self) -> int: ...
+    @property
+    def result_limit(self) -> int: ...
+    @property
+    def context_tokens(self) -> int | None: ...
+    @property
+    def max_tokens(self) -> int | None: ...
+    @property
+    def temperature(self) -> float | None: ...
+    @property
+    def native_tools(self) -> bool: ...
+    @property
+    def instructions(self) -> str | None: ...
+    @property
+    def constrain(self) -> bool | str: ...
+
+
 class Loop:
     """One agent run's turns: what ``Agent.run`` drives (see the module docstring).
 
@@ -386,7 +407,7 @@ class Loop:
 
     def __init__(
         self,
-        agent: Agent,
+        agent: Settings,
         *,
         model: StreamingModel,
         conversation: Conversation,

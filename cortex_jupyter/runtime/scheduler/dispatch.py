@@ -37,6 +37,7 @@ import anyio.lowlevel
 import anyio.to_thread
 from anyio.abc import TaskGroup
 
+from cortex_jupyter.protocol import Parser
 from cortex_jupyter.protocol.events import (
     Action,
     ActionReady,
@@ -635,11 +636,14 @@ class Scheduler:
     async def _call(self, spec: ToolSpec, args: list[Any], kwargs: dict[str, Any]) -> Any:
         try:
             if spec.executor is not None:
-                # Off the kernel's process (integrations.executors): imported on first use, so
-                # a notebook without such tools never loads an engine.
-                from cortex_jupyter.runtime.integrations.executors import run_elsewhere
-
-                return await run_elsewhere(spec.executor, spec.func, args, kwargs)
+                # Off the kernel's process: the executors integration passes its runner in.
+                elsewhere = Registry.run_elsewhere
+                if elsewhere is None:
+                    raise CortexRuntimeError(
+                        f"{spec.name}: executor= needs cortex_jupyter.runtime.integrations."
+                        "executors, which is not loaded"
+                    )
+                return await elsewhere(spec.executor, spec.func, args, kwargs)
             if spec.is_async or spec.type == "internal":
                 result = spec.func(*args, **kwargs)
             else:
@@ -888,8 +892,6 @@ async def parse_chunks(
     chunks: AsyncIterable[str], dialect: str = "cortex"
 ) -> AsyncGenerator[Event, None]:
     """The parser's events for a stream of protocol text chunks, as they arrive."""
-    from cortex_jupyter.protocol import Parser
-
     parser = Parser(dialect=dialect)
     async for chunk in chunks:
         for event in parser.feed(chunk):
