@@ -44,9 +44,9 @@ from cortex_jupyter.runtime.core.scope import (
 )
 from cortex_jupyter.runtime.core.secrets import redact, shorten
 from cortex_jupyter.runtime.core.variables import find_references
+from cortex_jupyter.runtime.loop.conversation import Conversation
 from cortex_jupyter.runtime.loop.feeds import FeedSet
 from cortex_jupyter.runtime.loop.request import merge_requests
-from cortex_jupyter.runtime.loop.turns import Conversation
 from cortex_jupyter.runtime.scheduler.approval import Approver, Decision, ask_line
 
 if TYPE_CHECKING:

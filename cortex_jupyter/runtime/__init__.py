@@ -48,6 +48,7 @@ from cortex_jupyter.runtime.core.record import (
     OutputRepr,
     Run,
     decode_event,
+    dispatch_latencies,
     encode_event,
     load_events,
 )
@@ -70,6 +71,7 @@ from cortex_jupyter.runtime.core.variables import (
 )
 from cortex_jupyter.runtime.integrations import executors as _executors  # noqa: F401 (plugs in)
 from cortex_jupyter.runtime.loop.agent import Agent, RunHooks
+from cortex_jupyter.runtime.loop.conversation import Conversation
 from cortex_jupyter.runtime.loop.feeds import (
     FeedError,
     FeedSet,
@@ -79,16 +81,11 @@ from cortex_jupyter.runtime.loop.feeds import (
 )
 from cortex_jupyter.runtime.loop.prompt import describe_variables, format_results, system_prompt
 from cortex_jupyter.runtime.loop.transcript import TurnRecord, continue_note, turns_of
-from cortex_jupyter.runtime.loop.turns import Conversation, Loop
+from cortex_jupyter.runtime.loop.turns import Loop
 from cortex_jupyter.runtime.scheduler.capture import progress
-from cortex_jupyter.runtime.scheduler.dispatch import (
-    InternalPolicy,
-    RetryPolicy,
-    Scheduler,
-    dispatch_latencies,
-    parse_chunks,
-    run_stream,
-)
+from cortex_jupyter.runtime.scheduler.dispatch import Scheduler
+from cortex_jupyter.runtime.scheduler.spec import InternalPolicy, RetryPolicy, RunSpec
+from cortex_jupyter.runtime.scheduler.stream import parse_chunks, run_stream
 
 __all__ = [
     "FINAL_STATUSES",
@@ -138,6 +135,7 @@ __all__ = [
     "Run",
     "RunEvent",
     "RunHooks",
+    "RunSpec",
     "Scheduler",
     "SchedulerNotRunning",
     "Scope",

@@ -30,8 +30,8 @@ from cortex_jupyter.runtime.core.chunks import (
     Usage,
 )
 from cortex_jupyter.runtime.core.events import ChatEntry, Chunk, Turn, TurnEnd
+from cortex_jupyter.runtime.loop.conversation import Conversation
 from cortex_jupyter.runtime.loop.feeds import FeedSet, FeedSpec
-from cortex_jupyter.runtime.loop.turns import Conversation
 from tests.agents import continue_run, run_agent
 from tests.runtime.doubles import Scripted
 

@@ -505,3 +505,18 @@ def _decode_node(line: dict[str, Any], number: int) -> ActionNode:
 
 def _progress_dict(progress: Progress) -> dict[str, Any]:
     return {"done": progress.done, "total": progress.total, "note": progress.note}
+
+
+def dispatch_latencies(run: Run) -> list[float]:
+    """For each top-level node that ran: how long after it could start did it start."""
+    out = []
+    for node in run.actions.values():
+        if node.parent is not None or node.started is None or node.submitted is None:
+            continue
+        ready = node.submitted
+        for dep in (*node.depends_on, *node.waits_for):
+            finished = run.actions[dep].finished if dep in run.actions else None
+            if finished is not None:
+                ready = max(ready, finished)
+        out.append(node.started - ready)
+    return out

@@ -33,14 +33,16 @@ from cortex_jupyter.runtime.core.events import AnyEvent, Nested
 from cortex_jupyter.runtime.core.record import Run
 from cortex_jupyter.runtime.core.registry import AgentSpec, Registry, default_registry
 from cortex_jupyter.runtime.core.variables import find_references
+from cortex_jupyter.runtime.loop.conversation import Conversation
 from cortex_jupyter.runtime.loop.feeds import FeedSet
 from cortex_jupyter.runtime.loop.grammar import CONSTRAIN_FORMS, GRAMMAR_DIALECTS
 from cortex_jupyter.runtime.loop.prompt import describe_variables
 from cortex_jupyter.runtime.loop.request import check_request, request_fields
 from cortex_jupyter.runtime.loop.transcript import RunSource, continue_note, cut_reply, load_runs
-from cortex_jupyter.runtime.loop.turns import MAX_TURNS, RESULT_LIMIT, Conversation, Loop
+from cortex_jupyter.runtime.loop.turns import MAX_TURNS, RESULT_LIMIT, Loop
 from cortex_jupyter.runtime.scheduler.approval import Approver, Rules
-from cortex_jupyter.runtime.scheduler.dispatch import InternalPolicy, RetryPolicy, Scheduler
+from cortex_jupyter.runtime.scheduler.dispatch import Scheduler
+from cortex_jupyter.runtime.scheduler.spec import InternalPolicy, RetryPolicy, RunSpec
 
 if TYPE_CHECKING:
     from cortex_jupyter.runtime.core.graph import ActionNode
@@ -280,18 +282,14 @@ class Agent:
         space = scheduler.namespace
         feeds = self.feeds if self.feeds is not None else FeedSet()
         child.reach = ChainMap(feeds, space)  # type: ignore[arg-type]
-        nested = Scheduler(
+        spec = scheduler.spec.nested(
             registry=self.callable(),
-            namespace=space,
             model=model,
             on_event=lambda event: scheduler.emit(Nested(node.id, event)),
             feeds=feeds,
-            internal=self.internal,
-            retry=self.retry,
-            run=child,
-            depth=scheduler.depth + 1,
+            internal=self.internal if self.internal is not None else InternalPolicy(),
+            retry=self.retry if self.retry is not None else RetryPolicy(),
             max_depth=min(self.max_depth, scheduler.max_depth),
-            limiter=scheduler.limiter,
             # The caller's approval rules hold inside, with this agent's own added; its
             # questions name ``parent/inner`` (an inner "a1" is not the caller's "a1").
             rules=scheduler.rules.within(
@@ -299,6 +297,7 @@ class Agent:
             ),
             request=request_fields(self, scheduler.request),
         )
+        nested = Scheduler(spec, run=child, limiter=scheduler.limiter)
         loop = Loop(
             self,
             model=model,
@@ -337,23 +336,23 @@ class Agent:
         hooks: RunHooks,
         run: Run | None,
     ) -> Scheduler:
-        return Scheduler(
+        spec = RunSpec(
             registry=self.callable(),
             namespace=space,
             model=model,
-            on_event=hooks.on_event,
-            bind=hooks.bind,
             feeds=feeds,
-            internal=self.internal,
-            retry=self.retry,
-            background=hooks.background,
-            run=run,
-            max_depth=self.max_depth,
+            internal=self.internal if self.internal is not None else InternalPolicy(),
+            retry=self.retry if self.retry is not None else RetryPolicy(),
             rules=Rules.of(
                 self.approval, names=self.approve, timeout=self.approve_timeout, ask=hooks.ask
             ),
-            request=request_fields(self),
+            request=dict(request_fields(self)),
+            on_event=hooks.on_event,
+            bind=hooks.bind,
+            background=hooks.background,
+            max_depth=self.max_depth,
         )
+        return Scheduler(spec, run=run)
 
     def __repr__(self) -> str:
         shown = [repr(self.name)] if self.name is not None else []

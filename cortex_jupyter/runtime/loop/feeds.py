@@ -39,6 +39,7 @@ from cortex_jupyter.runtime.core.record import Run
 from cortex_jupyter.runtime.core.registry import Registry
 from cortex_jupyter.runtime.core.secrets import head, redact, render_value
 from cortex_jupyter.runtime.scheduler.dispatch import Scheduler
+from cortex_jupyter.runtime.scheduler.spec import RunSpec
 
 __all__ = [
     "FEED_SOURCES",
@@ -498,9 +499,8 @@ class FeedSet(MutableMapping[str, Any]):
             id=spec.id, name=spec.name, type=spec.source, mode="sync", parameters=dict(spec.params)
         )
         others = {id: self[id] for id in self if id != spec.id and self._state[id].has_value}
-        async with Scheduler(
-            registry=registry, namespace=namespace, model=model, feeds=others, run=run
-        ) as scheduler:
+        what = RunSpec.of(registry=registry, namespace=namespace, model=model, feeds=others)
+        async with Scheduler(what, run=run) as scheduler:
             scheduler.submit(ActionReady(action))
         node = run.actions[spec.id]
         if node.status != "done":

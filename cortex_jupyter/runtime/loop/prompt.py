@@ -21,7 +21,7 @@ from cortex_jupyter.runtime.core.graph import ActionNode
 from cortex_jupyter.runtime.core.registry import Registry
 from cortex_jupyter.runtime.core.secrets import head, redact, render_value, safe_repr
 from cortex_jupyter.runtime.loop.feeds import FeedSet
-from cortex_jupyter.runtime.scheduler.dispatch import InternalPolicy
+from cortex_jupyter.runtime.scheduler.spec import InternalPolicy
 
 __all__ = [
     "DIALECTS",

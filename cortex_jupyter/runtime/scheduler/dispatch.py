@@ -14,21 +14,16 @@ actions, skips pending ones and keeps everything already finished.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import inspect
 import statistics
 import threading
 import time
 from collections.abc import (
-    AsyncGenerator,
-    AsyncIterable,
     Callable,
     Iterable,
     Mapping,
-    MutableMapping,
 )
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from types import TracebackType
 from typing import Any
 
@@ -37,7 +32,6 @@ import anyio.lowlevel
 import anyio.to_thread
 from anyio.abc import TaskGroup
 
-from cortex_jupyter.protocol import Parser
 from cortex_jupyter.protocol.events import (
     Action,
     ActionReady,
@@ -52,81 +46,31 @@ from cortex_jupyter.runtime.core.errors import (
     ActionTimeout,
     AgentDepthExceeded,
     CortexRuntimeError,
-    InternalActionRefused,
     InvalidVariableName,
     NoModelConfigured,
     SchedulerNotRunning,
-    ToolExited,
     UnknownAction,
     WorkflowStepFailed,
 )
 from cortex_jupyter.runtime.core.events import ActionStatus, AnyEvent, End, Interrupt, Metric
 from cortex_jupyter.runtime.core.graph import ActionNode, Graph, Update
 from cortex_jupyter.runtime.core.model import Message, complete
-from cortex_jupyter.runtime.core.record import Run, brief_json, summarize
+from cortex_jupyter.runtime.core.record import Run, brief_json, dispatch_latencies, summarize
 from cortex_jupyter.runtime.core.registry import (
     AgentSpec,
-    Registry,
     Step,
     ToolSpec,
     WorkflowSpec,
-    default_registry,
 )
 from cortex_jupyter.runtime.core.secrets import redact
 from cortex_jupyter.runtime.core.variables import check_variable_name, find_references, resolve
-from cortex_jupyter.runtime.scheduler.approval import Approver, Rules
-from cortex_jupyter.runtime.scheduler.capture import FLUSH_HZ, Capture, capturing, current
+from cortex_jupyter.runtime.scheduler.calls import call_tool, error_text
+from cortex_jupyter.runtime.scheduler.capture import FLUSH_HZ, Capture, capturing
+from cortex_jupyter.runtime.scheduler.spec import (
+    RunSpec,
+)
 
 Invoke = Callable[[], Any]
-EventCallback = Callable[[AnyEvent], None]
-BindCallback = Callable[[str, Any], None]
-
-
-@dataclass(frozen=True)
-class InternalPolicy:
-    """Which ``internal`` actions (changes to the agent's own context) may run."""
-
-    enabled: bool = False
-    allow: frozenset[str] = field(default_factory=frozenset)
-
-    def check(self, name: str) -> None:
-        if not self.enabled or name not in self.allow:
-            raise InternalActionRefused(name, self.enabled, self.allow)
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Backoff between attempts: ``base * factor ** (n - 1)`` seconds, at most ``max_delay``.
-
-    ``default_retries`` is used by ``on_error: "retry"`` when the action sets no ``retry``.
-    """
-
-    base: float = 0.5
-    factor: float = 2.0
-    max_delay: float = 10.0
-    default_retries: int = 2
-
-    def delay(self, failed_attempt: int) -> float:
-        return float(min(self.max_delay, self.base * self.factor ** (failed_attempt - 1)))
-
-    def retries(self, action: Action) -> int:
-        if action.retry:
-            return action.retry
-        return self.default_retries if action.on_error == "retry" else 0
-
-
-def error_text(exc: BaseException) -> str:
-    """How a failure reads on a node: our own errors as they are, others with their type;
-    secrets redacted (an exception may quote a key). A task group's ``ExceptionGroup``
-    of one error reads as that error."""
-    while (inner := getattr(exc, "exceptions", None)) and isinstance(inner, tuple):
-        if len(inner) != 1:
-            break
-        exc = inner[0]
-    if isinstance(exc, CortexRuntimeError):
-        return redact(str(exc))
-    text = redact(str(exc))
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 class Scheduler:
@@ -134,53 +78,43 @@ class Scheduler:
 
     def __init__(
         self,
+        spec: RunSpec | None = None,
+        /,
         *,
-        registry: Registry | None = None,
-        namespace: Mapping[str, Any] | None = None,
-        model: StreamingModel | None = None,
-        on_event: EventCallback | None = None,
-        bind: BindCallback | None = None,
-        feeds: MutableMapping[str, str] | None = None,
-        internal: InternalPolicy | None = None,
-        retry: RetryPolicy | None = None,
-        max_threads: int = 32,
-        background: TaskGroup | None = None,
         run: Run | None = None,
-        depth: int = 0,
-        max_depth: int = 3,
         limiter: anyio.CapacityLimiter | None = None,
-        approve: Approver | None = None,
-        approve_names: frozenset[str] = frozenset(),
-        approve_timeout: float | None = None,
-        rules: Rules | None = None,
-        request: Mapping[str, Any] | None = None,
+        **options: Any,
     ) -> None:
-        self.registry = registry if registry is not None else default_registry
-        self.namespace: Mapping[str, Any] = namespace if namespace is not None else {}
-        self.model = model
+        """``spec`` says what the run is; or give its fields as keywords instead
+        (``Scheduler(registry=..., namespace=...)``: ``RunSpec.of``). ``run`` is the
+        record to fill (a new ``Run`` unless given); ``limiter`` bounds the worker threads
+        of sync tools and is shared with nested agents' runs."""
+        if spec is None:
+            spec = RunSpec.of(**options)
+        elif options:
+            raise TypeError(f"give a RunSpec or its fields, not both: {', '.join(options)}")
+        self.spec = spec
+        self.registry = spec.registry
+        self.namespace = spec.namespace
+        self.model = spec.model
         #: Extra fields of every request this run sends (``runtime.loop.request``).
-        self.request: Mapping[str, Any] = dict(request or {})
-        self.feeds: MutableMapping[str, str] = feeds if feeds is not None else {}
-        self.internal = internal if internal is not None else InternalPolicy()
-        self.retry = retry if retry is not None else RetryPolicy()
+        self.request = spec.request
+        self.feeds = spec.feeds
+        self.internal = spec.internal
+        self.retry = spec.retry
         self.run = run if run is not None else Run()
         self.graph = Graph()
-        self.depth = depth
-        self.max_depth = max_depth
-        self._on_event = on_event
-        self._bind = bind
-        #: Bounds the worker threads of sync tools; shared with nested agents' runs.
-        self.limiter = limiter if limiter is not None else anyio.CapacityLimiter(max_threads)
-        self._background = background
-        #: The approval rules (``rules``, or made of ``approve``: the approver, None for
-        #: the terminal; ``approve_names``; ``approve_timeout``); a nested agent's extend them.
-        if rules is None:
-            fixed = (approve,) if approve is not None else ()
-            rules = Rules(approve_names, fixed, approve is None, approve_timeout)
-        self.rules = rules
-        self.approve = rules.approver()
-        self.approve_names = rules.names
-        self.approve_timeout = rules.timeout
+        self.depth = spec.depth
+        self.max_depth = spec.max_depth
+        self._on_event = spec.on_event
+        self._bind = spec.bind
+        self.limiter = limiter if limiter is not None else anyio.CapacityLimiter(spec.max_threads)
+        self._background = spec.background
+        #: The approval rules; a nested agent's extend them (``Rules.within``).
+        self.rules = spec.rules
+        self.approve = spec.rules.approver()
+        self.approve_names = spec.rules.names
+        self.approve_timeout = spec.rules.timeout
         self._background_scopes: dict[str, anyio.CancelScope] = {}
         self._tg: TaskGroup | None = None
         self._starts: dict[str, ActionStart] = {}
@@ -634,95 +568,7 @@ class Scheduler:
         return fitted
 
     async def _call(self, spec: ToolSpec, args: list[Any], kwargs: dict[str, Any]) -> Any:
-        try:
-            if spec.executor is not None:
-                # Off the kernel's process: the executors integration passes its runner in.
-                elsewhere = Registry.run_elsewhere
-                if elsewhere is None:
-                    raise CortexRuntimeError(
-                        f"{spec.name}: executor= needs cortex_jupyter.runtime.integrations."
-                        "executors, which is not loaded"
-                    )
-                return await elsewhere(spec.executor, spec.func, args, kwargs)
-            if spec.is_async or spec.type == "internal":
-                result = spec.func(*args, **kwargs)
-            else:
-                call = functools.partial(spec.func, *args, **kwargs)
-                result = await anyio.to_thread.run_sync(
-                    call, abandon_on_cancel=True, limiter=self.limiter
-                )
-            if inspect.isawaitable(result):
-                return await result
-            if inspect.isasyncgen(result) or inspect.isgenerator(result):
-                return await self._drain_generator(result)
-            return result
-        except anyio.get_cancelled_exc_class():
-            raise  # the run is being stopped: not the tool's failure
-        except Exception:
-            raise
-        except BaseException as exc:  # SystemExit from argparse, the tool's own Ctrl-C...
-            raise ToolExited(exc) from exc
-
-    async def _drain_generator(self, gen: Any) -> Any:
-        """A generator tool streams partial results: each yielded value is the node's
-        latest output (shown live, coalesced); the return value, or else the last
-        yielded one, is the output. Sync generators advance in a worker thread."""
-        capture = current()
-        last: Any = None
-        done = object()
-        if inspect.isasyncgen(gen):
-            try:
-                async for item in gen:
-                    last = item
-                    if capture is not None:
-                        capture.node.output = item
-                        capture.partial(summarize(item))
-            finally:
-                await gen.aclose()
-            return last
-
-        # A timeout or Stop abandons the worker thread of a running step: closing the
-        # generator under it raises "generator already executing". Whichever side comes
-        # last closes it: this coroutine when no step runs, else the step as it returns.
-        lock = threading.Lock()
-        state = {"stepping": False, "stopped": False}
-
-        def step() -> Any:
-            with lock:
-                if state["stopped"]:
-                    return (done, None)
-                state["stepping"] = True
-            try:
-                return next(gen)
-            except StopIteration as stop:
-                return (done, stop.value)
-            finally:
-                stepped()
-
-        def stepped() -> None:
-            with lock:
-                state["stepping"] = False
-                last_one = state["stopped"]
-            if last_one:
-                _close_abandoned(gen)
-
-        try:
-            while True:
-                item = await anyio.to_thread.run_sync(
-                    step, abandon_on_cancel=True, limiter=self.limiter
-                )
-                if isinstance(item, tuple) and len(item) == 2 and item[0] is done:
-                    return item[1] if item[1] is not None else last
-                last = item
-                if capture is not None:
-                    capture.node.output = item
-                    capture.partial(summarize(item))
-        finally:
-            with lock:
-                state["stopped"] = True
-                running = state["stepping"]
-            if not running:
-                gen.close()
+        return await call_tool(spec, args, kwargs, self.limiter)
 
     # ---- captured output ------------------------------------------------------------
 
@@ -864,61 +710,3 @@ class Scheduler:
         self.run.record(event, at if isinstance(at, float) else None)
         if self._on_event is not None:
             self._on_event(event)
-
-
-def _close_abandoned(gen: Any) -> None:
-    """Close a generator whose run stopped waiting for it (in the thread of its last
-    step): nothing is left to report a failure to."""
-    with contextlib.suppress(Exception):
-        gen.close()
-
-
-def dispatch_latencies(run: Run) -> list[float]:
-    """For each top-level node that ran: how long after it could start did it start."""
-    out = []
-    for node in run.actions.values():
-        if node.parent is not None or node.started is None or node.submitted is None:
-            continue
-        ready = node.submitted
-        for dep in (*node.depends_on, *node.waits_for):
-            finished = run.actions[dep].finished if dep in run.actions else None
-            if finished is not None:
-                ready = max(ready, finished)
-        out.append(node.started - ready)
-    return out
-
-
-async def parse_chunks(
-    chunks: AsyncIterable[str], dialect: str = "cortex"
-) -> AsyncGenerator[Event, None]:
-    """The parser's events for a stream of protocol text chunks, as they arrive."""
-    parser = Parser(dialect=dialect)
-    async for chunk in chunks:
-        for event in parser.feed(chunk):
-            yield event
-    for event in parser.close():
-        yield event
-
-
-async def run_stream(
-    events: AsyncIterable[Event] | Iterable[Event],
-    **options: Any,
-) -> Run:
-    """Run a whole stream of parser events and return the run record.
-
-    ``options`` are ``Scheduler``'s keyword arguments (``registry``, ``namespace``,
-    ``model``, ``on_event``, ``bind``, ``run``...). Returns when the run has ended and
-    its ``fire_and_forget`` actions too (unless ``background`` owns those). If the
-    stream raises, running actions are cancelled and the error propagates; pass
-    ``run=Run()`` to keep a handle on the record.
-    """
-    scheduler = Scheduler(**options)
-    async with scheduler:
-        if isinstance(events, AsyncIterable):
-            async for event in events:
-                scheduler.submit(event)
-        else:
-            for event in events:
-                scheduler.submit(event)
-                await anyio.lowlevel.checkpoint()
-    return scheduler.run
