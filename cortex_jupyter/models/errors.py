@@ -379,6 +379,24 @@ class ScriptExhausted(ModelError):
         return count(self.turns, "turn", "turns")
 
 
+@dataclass(eq=False, repr=False)
+class ReplayExhausted(ModelError):
+    """Raised when a replay is asked for more turns than its transcripts hold (exported
+    with ``ReplayModel``, by ``models.replay``)."""
+
+    turn: int
+    turns: int
+    template = (
+        "The replay has no turn {e.turn}; its transcripts hold only {e.has}. A replayed run "
+        "asks for the turns in the order they were recorded: replay the same prompt with "
+        "the same tools, or give the transcripts of the later runs too."
+    )
+
+    @property
+    def has(self) -> str:
+        return count(self.turns, "turn", "turns")
+
+
 class GrammarRefused(BadRequest):
     """Raised when the server rejects a request that carries a grammar (``constrain``):
     it does not take grammars, or not in the form sent."""

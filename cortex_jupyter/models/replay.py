@@ -11,36 +11,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from typing import cast
 
 import anyio
 import anyio.lowlevel
 
 from ..runtime.chunks import ModelChunk, TextChunk
-from ..runtime.errors import count
 from ..runtime.transcript import RunSource, TurnRecord, load_runs, turns_of
-from .errors import ModelError, StreamDropped
+from .errors import ReplayExhausted, StreamDropped
 from .script import FixedTurns
 
 __all__ = ["ReplayExhausted", "ReplayModel"]
-
-
-@dataclass(eq=False, repr=False)
-class ReplayExhausted(ModelError):
-    """Raised when a replay is asked for more turns than its transcripts hold."""
-
-    turn: int
-    turns: int
-    template = (
-        "The replay has no turn {e.turn}; its transcripts hold only {e.has}. A replayed run "
-        "asks for the turns in the order they were recorded: replay the same prompt with "
-        "the same tools, or give the transcripts of the later runs too."
-    )
-
-    @property
-    def has(self) -> str:
-        return count(self.turns, "turn", "turns")
 
 
 class ReplayModel(FixedTurns):
