@@ -28,10 +28,10 @@ from typing import Any
 import anyio
 
 from cortex_jupyter.models import OpenAIModel
-from cortex_jupyter.runtime import grammar
-from cortex_jupyter.runtime.agent import Agent
-from cortex_jupyter.runtime.record import Run
-from cortex_jupyter.runtime.registry import Registry
+from cortex_jupyter.runtime.core.record import Run
+from cortex_jupyter.runtime.core.registry import Registry
+from cortex_jupyter.runtime.loop import grammar
+from cortex_jupyter.runtime.loop.agent import Agent
 
 MAX_TURNS = 3
 MAX_TOKENS = 120

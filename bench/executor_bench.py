@@ -35,7 +35,8 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cortex_jupyter.models import ScriptModel
-from cortex_jupyter.runtime import Agent, Registry, Run, executors
+from cortex_jupyter.runtime import Agent, Registry, Run
+from cortex_jupyter.runtime.integrations import executors
 
 Row = Sequence[Any]
 

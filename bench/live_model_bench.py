@@ -39,7 +39,7 @@ from cortex_jupyter.evaluation import TASKS, measure, supports_constrain
 from cortex_jupyter.evaluation import evaluate as run_evaluation
 from cortex_jupyter.models import OpenAIModel
 from cortex_jupyter.protocol.events import ActionReady
-from cortex_jupyter.runtime.events import ActionStatus
+from cortex_jupyter.runtime.core.events import ActionStatus
 
 SERVER_DIR = Path.home() / ".cache/cortex_jupyter/llama-server-11434"
 

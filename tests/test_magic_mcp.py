@@ -21,9 +21,9 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from cortex_jupyter.runtime import Registry
-from cortex_jupyter.runtime.chunks import Finish, TextChunk, ToolCallReady
-from cortex_jupyter.runtime.mcp import NATIVE_NAME
-from cortex_jupyter.runtime.registry import default_registry
+from cortex_jupyter.runtime.core.chunks import Finish, TextChunk, ToolCallReady
+from cortex_jupyter.runtime.core.registry import default_registry
+from cortex_jupyter.runtime.integrations.mcp import NATIVE_NAME
 from tests.agents import run_agent
 from tests.models.fake_openai_server import FakeOpenAIServer, Stream, finish, texts, tool_call
 from tests.runtime.doubles import Scripted

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import KW_ONLY, dataclass
 
-from ..runtime.errors import CortexError, count
+from cortex_jupyter.runtime.core.errors import CortexError, count
 
 __all__ = [
     "AuthenticationFailed",

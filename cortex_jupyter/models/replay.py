@@ -16,8 +16,9 @@ from typing import cast
 import anyio
 import anyio.lowlevel
 
-from ..runtime.chunks import ModelChunk, TextChunk
-from ..runtime.transcript import RunSource, TurnRecord, load_runs, turns_of
+from cortex_jupyter.runtime.core.chunks import ModelChunk, TextChunk
+from cortex_jupyter.runtime.loop.transcript import RunSource, TurnRecord, load_runs, turns_of
+
 from .errors import ReplayExhausted, StreamDropped
 from .script import FixedTurns
 

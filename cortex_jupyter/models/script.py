@@ -36,7 +36,14 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
-from ..runtime.chunks import Finish, Message, ModelChunk, TextChunk, ToolDefinition
+from cortex_jupyter.runtime.core.chunks import (
+    Finish,
+    Message,
+    ModelChunk,
+    TextChunk,
+    ToolDefinition,
+)
+
 from .errors import NoReplyScripted, ScriptExhausted
 
 __all__ = ["TURN_SEPARATOR", "ScriptModel", "split_replies", "split_turns"]

@@ -9,7 +9,7 @@ import pytest
 from cortex_jupyter.display import ViewState, from_run, timeline_svg
 from cortex_jupyter.display.theme import style_for
 from cortex_jupyter.runtime import ActionOutput, Run
-from cortex_jupyter.runtime.events import Progress
+from cortex_jupyter.runtime.core.events import Progress
 
 from .helpers import finished_run, parse, status
 

@@ -34,7 +34,7 @@ from cortex_jupyter.display.widget import (
 )
 from cortex_jupyter.protocol import ActionStart, Parser
 from cortex_jupyter.runtime import ActionStatus, End, Interrupt, Nested
-from cortex_jupyter.runtime.events import ActionOutput, Progress
+from cortex_jupyter.runtime.core.events import ActionOutput, Progress
 
 from .helpers import parse, status
 from .test_xss import (
@@ -1145,7 +1145,7 @@ def secret_run(view: WidgetView, clock: Clock) -> None:
 
 def test_the_live_view_sends_no_part_of_a_secret(clock: Clock, wire: list[str]) -> None:
     # ``$dump`` in the answer is filled from the notebook: cut at its limit in the key.
-    from cortex_jupyter.runtime.answer import VALUE_LIMIT
+    from cortex_jupyter.runtime.core.answer import VALUE_LIMIT
 
     values = {"dump": "." * (VALUE_LIMIT - 5) + KEY}
     view = make_view(clock, values=lambda: values)

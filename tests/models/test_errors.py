@@ -7,7 +7,7 @@ import pickle
 import pytest
 
 from cortex_jupyter.models import errors
-from cortex_jupyter.runtime.errors import CortexError, CortexRuntimeError
+from cortex_jupyter.runtime import CortexError, CortexRuntimeError
 
 E = "http://127.0.0.1:8000"
 

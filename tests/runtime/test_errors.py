@@ -7,8 +7,12 @@ import pickle
 
 import pytest
 
-from cortex_jupyter.runtime import errors
-from cortex_jupyter.runtime.executors import ClusterUnavailable, NotSendable, WorkerDied
+from cortex_jupyter.runtime.core import errors
+from cortex_jupyter.runtime.integrations.executors import (
+    ClusterUnavailable,
+    NotSendable,
+    WorkerDied,
+)
 
 CASES: list[errors.CortexRuntimeError] = [
     errors.UnknownVariable("x", ["xa", "xb"]),

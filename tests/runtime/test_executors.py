@@ -42,9 +42,9 @@ from cortex_jupyter.runtime import (
     Registry,
     RetryPolicy,
     Run,
-    executors,
 )
-from cortex_jupyter.runtime.executors import ClusterInfo, NotSendable, WorkerDied
+from cortex_jupyter.runtime.integrations import executors
+from cortex_jupyter.runtime.integrations.executors import ClusterInfo, NotSendable, WorkerDied
 
 pytestmark = pytest.mark.anyio
 
@@ -533,7 +533,7 @@ import psutil
 
 import cortex_jupyter
 from cortex_jupyter.models import ScriptModel
-from cortex_jupyter.runtime import executors
+from cortex_jupyter.runtime.integrations import executors
 
 @cortex_jupyter.tool(executor="dask")
 def crunch(n: int) -> dict:

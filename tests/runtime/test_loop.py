@@ -19,7 +19,7 @@ from cortex_jupyter.models import (
     UnknownModel,
 )
 from cortex_jupyter.runtime import Agent, End, InternalPolicy, Interrupt, Metric, Registry, Run
-from cortex_jupyter.runtime.chunks import (
+from cortex_jupyter.runtime.core.chunks import (
     Finish,
     Message,
     ModelChunk,
@@ -29,9 +29,9 @@ from cortex_jupyter.runtime.chunks import (
     ToolCallStart,
     Usage,
 )
-from cortex_jupyter.runtime.events import ChatEntry, Chunk, Turn, TurnEnd
-from cortex_jupyter.runtime.feeds import FeedSet, FeedSpec
-from cortex_jupyter.runtime.loop import Conversation
+from cortex_jupyter.runtime.core.events import ChatEntry, Chunk, Turn, TurnEnd
+from cortex_jupyter.runtime.loop.feeds import FeedSet, FeedSpec
+from cortex_jupyter.runtime.loop.turns import Conversation
 from tests.agents import continue_run, run_agent
 from tests.runtime.doubles import Scripted
 

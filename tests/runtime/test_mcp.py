@@ -1,4 +1,4 @@
-"""Tools from MCP servers (runtime/mcp.py), against real servers these tests start.
+"""Tools from MCP servers (runtime/integrations/mcp.py), against real servers these tests start.
 
 ``tests/mcp_servers/demo.py`` (the SDK's ``MCPServer``, once ``FastMCP``) runs over stdio
 and over streamable HTTP on 127.0.0.1; the reference server
@@ -28,9 +28,11 @@ from mcp.types import BlobResourceContents, CallToolResult, EmbeddedResource, Te
 
 import cortex_jupyter.mcp as facade
 from cortex_jupyter.runtime import Registry, Run, parse_chunks, run_stream
-from cortex_jupyter.runtime.errors import InvalidArguments
-from cortex_jupyter.runtime.graph import ActionNode
-from cortex_jupyter.runtime.mcp import (
+from cortex_jupyter.runtime.core.errors import InvalidArguments
+from cortex_jupyter.runtime.core.graph import ActionNode
+from cortex_jupyter.runtime.core.registry import ToolSpec, default_registry
+from cortex_jupyter.runtime.core.secrets import redact
+from cortex_jupyter.runtime.integrations.mcp import (
     NATIVE_NAME,
     McpConfigError,
     McpContent,
@@ -43,8 +45,6 @@ from cortex_jupyter.runtime.mcp import (
     read_config,
     tool_output,
 )
-from cortex_jupyter.runtime.registry import ToolSpec, default_registry
-from cortex_jupyter.runtime.secrets import redact
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = str(ROOT / "tests" / "mcp_servers" / "demo.py")
@@ -559,7 +559,7 @@ def test_servers_close_at_interpreter_exit() -> None:
     script = (
         "import sys\n"
         "from cortex_jupyter.runtime import Registry\n"
-        "from cortex_jupyter.runtime.mcp import McpManager\n"
+        "from cortex_jupyter.runtime.integrations.mcp import McpManager\n"
         "manager = McpManager(Registry(builtins=False))\n"
         f"manager.add('demo', {[*demo_command(tag), '--linger']!r})\n"
         "print(manager.status('demo').state)\n"

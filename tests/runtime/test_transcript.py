@@ -14,15 +14,15 @@ import pytest
 from cortex_jupyter.models import OpenAIModel, ScriptModel
 from cortex_jupyter.models.replay import ReplayModel
 from cortex_jupyter.runtime import Registry, Run
-from cortex_jupyter.runtime.chunks import Message, ModelChunk, TextChunk
-from cortex_jupyter.runtime.loop import Conversation
-from cortex_jupyter.runtime.transcript import (
+from cortex_jupyter.runtime.core.chunks import Message, ModelChunk, TextChunk
+from cortex_jupyter.runtime.loop.transcript import (
     continue_note,
     cut_reply,
     load_run,
     run_messages,
     turns_of,
 )
+from cortex_jupyter.runtime.loop.turns import Conversation
 from tests.agents import continue_run, run_agent
 
 pytestmark = pytest.mark.anyio

@@ -37,6 +37,7 @@ import anyio.lowlevel
 import anyio.to_thread
 from anyio.abc import TaskGroup
 
+from cortex_jupyter.protocol import Parser
 from cortex_jupyter.protocol.events import (
     Action,
     ActionReady,
@@ -45,12 +46,9 @@ from cortex_jupyter.protocol.events import (
     Event,
     ProtocolError,
 )
-
-from .approval import Approver, Rules
-from .capture import FLUSH_HZ, Capture, capturing, current
-from .chunks import StreamingModel, text_client
-from .coerce import fit
-from .errors import (
+from cortex_jupyter.runtime.core.chunks import StreamingModel, text_client
+from cortex_jupyter.runtime.core.coerce import fit
+from cortex_jupyter.runtime.core.errors import (
     ActionTimeout,
     AgentDepthExceeded,
     CortexRuntimeError,
@@ -62,13 +60,22 @@ from .errors import (
     UnknownAction,
     WorkflowStepFailed,
 )
-from .events import ActionStatus, AnyEvent, End, Interrupt, Metric
-from .graph import ActionNode, Graph, Update
-from .model import Message, complete
-from .record import Run, brief_json, summarize
-from .registry import AgentSpec, Registry, Step, ToolSpec, WorkflowSpec, default_registry
-from .secrets import redact
-from .variables import check_variable_name, find_references, resolve
+from cortex_jupyter.runtime.core.events import ActionStatus, AnyEvent, End, Interrupt, Metric
+from cortex_jupyter.runtime.core.graph import ActionNode, Graph, Update
+from cortex_jupyter.runtime.core.model import Message, complete
+from cortex_jupyter.runtime.core.record import Run, brief_json, summarize
+from cortex_jupyter.runtime.core.registry import (
+    AgentSpec,
+    Registry,
+    Step,
+    ToolSpec,
+    WorkflowSpec,
+    default_registry,
+)
+from cortex_jupyter.runtime.core.secrets import redact
+from cortex_jupyter.runtime.core.variables import check_variable_name, find_references, resolve
+from cortex_jupyter.runtime.scheduler.approval import Approver, Rules
+from cortex_jupyter.runtime.scheduler.capture import FLUSH_HZ, Capture, capturing, current
 
 Invoke = Callable[[], Any]
 EventCallback = Callable[[AnyEvent], None]
@@ -151,7 +158,7 @@ class Scheduler:
         self.registry = registry if registry is not None else default_registry
         self.namespace: Mapping[str, Any] = namespace if namespace is not None else {}
         self.model = model
-        #: Extra fields of every request this run sends (``runtime.request``).
+        #: Extra fields of every request this run sends (``runtime.loop.request``).
         self.request: Mapping[str, Any] = dict(request or {})
         self.feeds: MutableMapping[str, str] = feeds if feeds is not None else {}
         self.internal = internal if internal is not None else InternalPolicy()
@@ -615,7 +622,7 @@ class Scheduler:
     def _fit_references(
         self, node: ActionNode, action: Action, spec: Any, params: dict[str, Any]
     ) -> dict[str, Any]:
-        """``$name`` values fitted to the types the entry declares (``runtime.coerce``);
+        """``$name`` values fitted to the types the entry declares (``runtime.core.coerce``);
         each conversion is noted on the node."""
         wants = getattr(spec, "wants", None)
         if wants is None or not isinstance(action.parameters, Mapping):
@@ -629,11 +636,14 @@ class Scheduler:
     async def _call(self, spec: ToolSpec, args: list[Any], kwargs: dict[str, Any]) -> Any:
         try:
             if spec.executor is not None:
-                # Off the kernel's process (runtime.executors): imported on first use, so
-                # a notebook without such tools never loads an engine.
-                from .executors import run_elsewhere
-
-                return await run_elsewhere(spec.executor, spec.func, args, kwargs)
+                # Off the kernel's process: the executors integration passes its runner in.
+                elsewhere = Registry.run_elsewhere
+                if elsewhere is None:
+                    raise CortexRuntimeError(
+                        f"{spec.name}: executor= needs cortex_jupyter.runtime.integrations."
+                        "executors, which is not loaded"
+                    )
+                return await elsewhere(spec.executor, spec.func, args, kwargs)
             if spec.is_async or spec.type == "internal":
                 result = spec.func(*args, **kwargs)
             else:
@@ -882,8 +892,6 @@ async def parse_chunks(
     chunks: AsyncIterable[str], dialect: str = "cortex"
 ) -> AsyncGenerator[Event, None]:
     """The parser's events for a stream of protocol text chunks, as they arrive."""
-    from cortex_jupyter.protocol import Parser
-
     parser = Parser(dialect=dialect)
     async for chunk in chunks:
         for event in parser.feed(chunk):

@@ -27,23 +27,23 @@ import anyio
 import anyio.from_thread
 from anyio.abc import TaskGroup
 
-from .approval import Approver, Rules
-from .chunks import StreamingModel
-from .errors import AgentDidNotAnswer, NoModelConfigured
-from .events import AnyEvent, Nested
-from .feeds import FeedSet
-from .grammar import CONSTRAIN_FORMS, GRAMMAR_DIALECTS
-from .loop import MAX_TURNS, RESULT_LIMIT, Conversation, Loop
-from .prompt import describe_variables
-from .record import Run
-from .registry import AgentSpec, Registry, default_registry
-from .request import check_request, request_fields
-from .scheduler import InternalPolicy, RetryPolicy, Scheduler
-from .transcript import RunSource, continue_note, cut_reply, load_runs
-from .variables import find_references
+from cortex_jupyter.runtime.core.chunks import StreamingModel
+from cortex_jupyter.runtime.core.errors import AgentDidNotAnswer, NoModelConfigured
+from cortex_jupyter.runtime.core.events import AnyEvent, Nested
+from cortex_jupyter.runtime.core.record import Run
+from cortex_jupyter.runtime.core.registry import AgentSpec, Registry, default_registry
+from cortex_jupyter.runtime.core.variables import find_references
+from cortex_jupyter.runtime.loop.feeds import FeedSet
+from cortex_jupyter.runtime.loop.grammar import CONSTRAIN_FORMS, GRAMMAR_DIALECTS
+from cortex_jupyter.runtime.loop.prompt import describe_variables
+from cortex_jupyter.runtime.loop.request import check_request, request_fields
+from cortex_jupyter.runtime.loop.transcript import RunSource, continue_note, cut_reply, load_runs
+from cortex_jupyter.runtime.loop.turns import MAX_TURNS, RESULT_LIMIT, Conversation, Loop
+from cortex_jupyter.runtime.scheduler.approval import Approver, Rules
+from cortex_jupyter.runtime.scheduler.dispatch import InternalPolicy, RetryPolicy, Scheduler
 
 if TYPE_CHECKING:
-    from .graph import ActionNode
+    from cortex_jupyter.runtime.core.graph import ActionNode
 
 __all__ = ["Agent", "RunHooks"]
 
@@ -79,7 +79,7 @@ class Agent:
     (the default registry unless given). ``model`` is any ``StreamingModel``; ``None``
     means the caller's (the session's, or the parent run's for a nested agent).
     ``max_depth`` limits how deep agents may call agents. ``approve`` names tools that
-    wait for approval (see ``runtime.approval``) under the ``approval`` policy; run as a
+    wait for approval (see ``runtime.scheduler.approval``) under the ``approval`` policy; run as a
     nested agent, its caller's ``approve``, ``approval`` and ``approve_timeout`` hold for
     it too, and its own can only add to them.
     """
@@ -108,10 +108,10 @@ class Agent:
     approve_timeout: float | None = None
     #: The context budget in tokens (None: the model's window where known, else 32,000).
     context_tokens: int | None = None
-    #: Extra fields sent with every request (``runtime.request``: temperature, seed,
+    #: Extra fields sent with every request (``runtime.loop.request``: temperature, seed,
     #: top_k, grammar...); ``temperature``/``max_tokens`` above win over the same here.
     request: Mapping[str, Any] | None = field(default=None, repr=False)
-    #: Protocol-constrained decoding (``runtime.grammar``): True or "gbnf" sends a
+    #: Protocol-constrained decoding (``runtime.loop.grammar``): True or "gbnf" sends a
     #: llama.cpp GBNF grammar, "vllm" vLLM's structured-output grammar; False: none.
     constrain: bool | str = False
 
@@ -240,7 +240,7 @@ class Agent:
         that already ran, so it neither repeats text nor actions. A reply that was cut
         off is read on from where it stopped: the continuation's text goes on inside the
         block the cut left open, so the answer is the first part plus the rest
-        (``runtime.resume``). ``conversation`` is the
+        (``runtime.loop.resume``). ``conversation`` is the
         memory the earlier run used (rebuilt from ``previous`` when ``None``). The earlier
         run's outputs stay reachable as ``$name`` and its action ids stay taken.
         """
@@ -412,6 +412,9 @@ def _check(agent: Agent) -> None:
             f"model must be a model object such as OpenAIModel({model!r}) from "
             f"cortex_jupyter.models, not {type(model).__name__} {model!r}"
         )
+
+
+Registry.make_agent = Agent  # ``Registry.add_agent`` makes agents of this loop
 
 
 def _tool_name(entry: str | Callable[..., Any]) -> str:

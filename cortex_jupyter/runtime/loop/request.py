@@ -13,7 +13,7 @@ Where they come from, later over earlier (one rule, stated in ``%%cortex?`` too)
 Fields the run itself must decide (``stream``, ``messages``, ``model``, ``n``,
 ``tools``...) are refused with a sentence saying why. A field whose name looks like a
 credential (``api_key``, ``token``...) or whose value looks like a key is a secret from
-then on: redacted in everything cortex shows, saves or sends (``runtime.secrets``).
+then on: redacted in everything cortex shows, saves or sends (``runtime.core.secrets``).
 
 ``request_fields`` is the one place a request's extra fields are built; other features
 that add fields of their own (a grammar for constrained decoding) merge theirs over it.
@@ -26,7 +26,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from .secrets import CREDENTIAL_NAME, secrets
+from cortex_jupyter.runtime.core.secrets import CREDENTIAL_NAME, secrets
 
 __all__ = ["PROTOCOL_FIELDS", "check_request", "merge_requests", "request_fields"]
 

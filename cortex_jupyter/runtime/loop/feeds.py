@@ -33,14 +33,12 @@ import anyio
 from anyio.abc import TaskGroup
 
 from cortex_jupyter.protocol.events import Action, ActionReady
-
-from .chunks import StreamingModel
-from .errors import CortexRuntimeError, UnknownFeed
-from .prompt import render_value
-from .record import Run
-from .registry import Registry
-from .scheduler import Scheduler
-from .secrets import head, redact
+from cortex_jupyter.runtime.core.chunks import StreamingModel
+from cortex_jupyter.runtime.core.errors import CortexRuntimeError, UnknownFeed
+from cortex_jupyter.runtime.core.record import Run
+from cortex_jupyter.runtime.core.registry import Registry
+from cortex_jupyter.runtime.core.secrets import head, redact, render_value
+from cortex_jupyter.runtime.scheduler.dispatch import Scheduler
 
 __all__ = [
     "FEED_SOURCES",
@@ -520,16 +518,18 @@ class FeedSourceFailed(CortexRuntimeError):
 
 
 async def _mcp_resource(spec: FeedSpec) -> str:
-    """The text of an MCP resource, from the servers ``cortex_jupyter.mcp`` added; a
-    server that does not answer fails the refresh instead of holding up the turn."""
-    from .mcp import McpServerError, read_resource
-
+    """The text of an MCP resource, read by the MCP integration once it is loaded (it
+    passes its reader in: ``Registry.read_resource``); a server that does not answer
+    fails the refresh instead of holding up the turn."""
+    read = Registry.read_resource
+    if read is None:
+        raise FeedSourceFailed(
+            spec, f"no MCP server named {spec.name!r} was added (cortex_jupyter.mcp.add)"
+        )
     uri = str(spec.params["uri"])
     with anyio.move_on_after(MCP_READ_TIMEOUT):
-        return await read_resource(spec.name, uri)
-    raise McpServerError(
-        spec.name, f"could not read {uri!r}", f"no answer within {MCP_READ_TIMEOUT:g} s"
-    )
+        return await read(spec.name, uri)
+    raise FeedSourceFailed(spec, f"could not read {uri!r}: no answer within {MCP_READ_TIMEOUT:g} s")
 
 
 def _internal(spec: FeedSpec) -> Any:

@@ -16,13 +16,19 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from cortex_jupyter.protocol.events import ProtocolError
-
-from .chunks import ChatMessage, ModelChunk
-from .events import ActionStatus, ChatEntry, Chunk, Interrupt, Turn, TurnEnd
-from .prompt import format_results
-from .record import Run
-from .secrets import redact
-from .secrets import tail as secret_tail
+from cortex_jupyter.runtime.core.chunks import ChatMessage, ModelChunk
+from cortex_jupyter.runtime.core.events import (
+    ActionStatus,
+    ChatEntry,
+    Chunk,
+    Interrupt,
+    Turn,
+    TurnEnd,
+)
+from cortex_jupyter.runtime.core.record import Run
+from cortex_jupyter.runtime.core.secrets import redact
+from cortex_jupyter.runtime.core.secrets import tail as secret_tail
+from cortex_jupyter.runtime.loop.prompt import format_results
 
 __all__ = [
     "TurnRecord",
@@ -158,7 +164,7 @@ def cut_reply(run: Run) -> str:
     """The text of the reply ``run`` stopped in the middle of ("" when its last reply
     was whole): a reply cut at the token limit, broken off by a dropped stream, or
     stopped before the model finished writing it. A continued run reads on from it
-    (``runtime.resume``)."""
+    (``runtime.loop.resume``)."""
     turns = turns_of(run)
     if not turns or run.status not in ("truncated", "interrupted", "cancelled"):
         return ""

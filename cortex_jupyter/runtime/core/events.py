@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from cortex_jupyter.protocol.events import Event
-
-from .chunks import (
+from cortex_jupyter.runtime.core.chunks import (
     Finish,
     ModelChunk,
     ReasoningChunk,
@@ -95,7 +94,7 @@ class ActionOutput:
 
 @dataclass(frozen=True, slots=True)
 class ContextUse:
-    """What a turn sent the model, fitted into the context budget (``runtime.context``).
+    """What a turn sent the model, fitted into the context budget (``runtime.loop.context``).
 
     ``tokens`` is the estimate of what was sent and ``budget`` the limit; ``condensed``
     and ``summarised`` count the older messages cut to fit (results to a line each) and

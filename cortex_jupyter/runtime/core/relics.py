@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .errors import CacheValueError
+from cortex_jupyter.runtime.core.errors import CacheValueError
 
 DATA_DIR_ENV = "CORTEX_JUPYTER_DATA_DIR"
 _SCHEMA = """

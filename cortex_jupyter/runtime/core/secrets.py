@@ -24,6 +24,7 @@ or sends goes through one of them.
 from __future__ import annotations
 
 import builtins
+import json
 import os
 import re
 import threading
@@ -31,19 +32,21 @@ from collections.abc import Mapping
 from typing import Any
 
 from cortex_jupyter.protocol import MAX_JSON_DEPTH
-
-from .bounded import BoundedRepr, failed
+from cortex_jupyter.runtime.core.bounded import BoundedRepr, failed
 
 __all__ = [
     "CREDENTIAL_NAME",
     "MIN_FRAGMENT",
     "REDACTED",
+    "RESULT_REPR_LIMIT",
     "Repr",
     "Secrets",
     "head",
     "hide_edges",
     "redact",
     "redact_value",
+    "render_value",
+    "safe_repr",
     "secrets",
     "shorten",
     "tail",
@@ -330,3 +333,27 @@ def hide_edges(text: str, *, start: bool = True, end: bool = True) -> str:
 def shorten(text: str, limit: int, marker: str = "…") -> str:
     """``secrets.shorten(text, limit, marker)``."""
     return secrets.shorten(text, limit, marker)
+
+
+#: Characters of a result's repr the model reads when the result is not JSON.
+RESULT_REPR_LIMIT = 20_000
+
+
+def render_value(value: Any) -> str:
+    """A value as the model reads it: text as it is, JSON when it is JSON, else its repr
+    (bounded: a huge ``bytes`` shows its start and its size)."""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return safe_repr(value, limit=RESULT_REPR_LIMIT, items=100)
+
+
+def safe_repr(value: Any, *, limit: int = 300, items: int = 12) -> str:
+    """A bounded repr (never the whole of a large value), secrets redacted before its
+    cuts, that never raises (a broken ``__repr__`` never breaks a prompt)."""
+    try:
+        return Repr(limit=limit, items=items).repr(value)
+    except Exception as exc:
+        return failed(value, "repr", exc)

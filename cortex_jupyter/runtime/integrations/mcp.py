@@ -54,12 +54,13 @@ import anyio.to_thread
 from anyio.abc import TaskGroup, TaskStatus
 from anyio.from_thread import BlockingPortal
 
-from .capture import Capture, current
-from .errors import CortexRuntimeError, InvalidArguments
-from .prompt import truncate
-from .registry import Registry, ToolSpec, default_registry
-from .schema import Kinds, schema_kinds
-from .secrets import CREDENTIAL_NAME, redact, secrets
+from cortex_jupyter._version import __version__
+from cortex_jupyter.runtime.core.errors import CortexRuntimeError, InvalidArguments
+from cortex_jupyter.runtime.core.registry import Registry, ToolSpec, default_registry
+from cortex_jupyter.runtime.core.schema import Kinds, schema_kinds
+from cortex_jupyter.runtime.core.secrets import CREDENTIAL_NAME, redact, secrets
+from cortex_jupyter.runtime.loop.prompt import truncate
+from cortex_jupyter.runtime.scheduler.capture import Capture, current
 
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator
@@ -1089,8 +1090,6 @@ class McpManager:
         from mcp import Client
         from mcp.types import Implementation, ToolListChangedNotification
 
-        from cortex_jupyter import __version__
-
         async def on_log(params: LoggingMessageNotificationParams) -> None:
             _route_log(server, params)
 
@@ -1362,3 +1361,6 @@ def default_manager() -> McpManager:
 async def read_resource(server: str, uri: str) -> str:
     """``default_manager().read_resource(server, uri)``: a context feed's ``mcp`` source."""
     return await default_manager().read_resource(server, uri)
+
+
+Registry.read_resource = read_resource  # what a context feed with source: mcp reads

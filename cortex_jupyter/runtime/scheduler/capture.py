@@ -35,11 +35,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
-from .events import ActionOutput, Progress
-from .secrets import head
+from cortex_jupyter.runtime.core.events import ActionOutput, Progress
+from cortex_jupyter.runtime.core.secrets import head
 
 if TYPE_CHECKING:
-    from .graph import ActionNode, CapturedText
+    from cortex_jupyter.runtime.core.graph import ActionNode, CapturedText
 
 __all__ = ["FLUSH_HZ", "MAX_KEPT", "Capture", "capturing", "current", "install", "progress"]
 

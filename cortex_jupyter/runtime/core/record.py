@@ -36,13 +36,20 @@ from cortex_jupyter.protocol.events import (
     ThoughtEnd,
     event_to_dict,
 )
-
-from .answer import fill
-from .bounded import failed
-from .errors import TranscriptError
-from .events import RUN_EVENT_TYPES, AnyEvent, Metric, Nested, Progress, Turn, TurnEnd
-from .graph import STATUSES, ActionNode
-from .secrets import Repr, redact_value, shorten
+from cortex_jupyter.runtime.core.answer import fill
+from cortex_jupyter.runtime.core.bounded import failed
+from cortex_jupyter.runtime.core.errors import TranscriptError
+from cortex_jupyter.runtime.core.events import (
+    RUN_EVENT_TYPES,
+    AnyEvent,
+    Metric,
+    Nested,
+    Progress,
+    Turn,
+    TurnEnd,
+)
+from cortex_jupyter.runtime.core.graph import STATUSES, ActionNode
+from cortex_jupyter.runtime.core.secrets import Repr, redact_value, shorten
 
 TRANSCRIPT_FORMAT = "cortex_jupyter.run"
 TRANSCRIPT_VERSION = 1
@@ -74,7 +81,7 @@ _NODE_FIELDS = (
 def summarize(value: Any) -> str:
     """A short one-line repr of any value (for events and non-JSON outputs), secrets
     redacted before it is cut: it is what the view shows of an output. Bounded: it never
-    makes the full repr of a large value (``runtime.bounded``)."""
+    makes the full repr of a large value (``runtime.core.bounded``)."""
     try:
         return _repr.repr(value).replace("\n", " ")
     except Exception as exc:  # a broken __repr__ must not break the run record
@@ -198,7 +205,7 @@ class Run:
         """The final answer as the view shows it: the final response blocks (interim
         replies of earlier turns, and a response followed by actions, left out), or the
         reply itself when it was plain text, with each ``$name`` that has a value
-        filled in whole (``runtime.answer``'s rule: math stays math)."""
+        filled in whole (``runtime.core.answer``'s rule: math stays math)."""
         source = self.final_response
         if "$" not in source:
             return source

@@ -14,18 +14,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cortex_jupyter.protocol.events import ProtocolError
-
-from .bounded import failed
-from .graph import ActionNode
-from .registry import Registry
-from .secrets import Repr, head, redact
-
-if TYPE_CHECKING:
-    from .feeds import FeedSet
-    from .scheduler import InternalPolicy
+from cortex_jupyter.runtime.core.graph import ActionNode
+from cortex_jupyter.runtime.core.registry import Registry
+from cortex_jupyter.runtime.core.secrets import head, redact, render_value, safe_repr
+from cortex_jupyter.runtime.loop.feeds import FeedSet
+from cortex_jupyter.runtime.scheduler.dispatch import InternalPolicy
 
 __all__ = [
     "DIALECTS",
@@ -331,7 +327,6 @@ def _entry(schema: Mapping[str, Any]) -> str:
 
 #: How much of a value that is neither text nor JSON a result shows at most (its repr
 #: is bounded, never made whole and then cut).
-_RESULT_REPR_LIMIT = 20_000
 
 
 def truncate(text: str, limit: int) -> str:
@@ -341,26 +336,6 @@ def truncate(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     return f"{head(text, limit)}\n[truncated: {len(text) - limit:,} more characters]"
-
-
-def render_value(value: Any) -> str:
-    """A value as the model reads it: text as it is, JSON when it is JSON, else its repr
-    (bounded: a huge ``bytes`` shows its start and its size)."""
-    if isinstance(value, str):
-        return value
-    try:
-        return json.dumps(value, ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError, RecursionError):
-        return _safe_repr(value, limit=_RESULT_REPR_LIMIT, items=100)
-
-
-def _safe_repr(value: Any, *, limit: int = _REPR_LIMIT, items: int = 12) -> str:
-    """A bounded repr (never the whole of a large value), secrets redacted before its
-    cuts, that never raises (a broken ``__repr__`` never breaks a prompt)."""
-    try:
-        return Repr(limit=limit, items=items).repr(value)
-    except Exception as exc:
-        return failed(value, "repr", exc)
 
 
 def _type_name(value: Any) -> str:
@@ -390,7 +365,7 @@ def describe_value(value: Any, limit: int = _REPR_LIMIT) -> str:
     """Type, shape or length, and a short repr of ``value`` (never the whole value)."""
     size = _shape(value)
     kind = _type_name(value) + (f", {size}" if size else "")
-    shown = _safe_repr(value, limit=limit)
+    shown = safe_repr(value, limit=limit)
     if len(shown) > limit:
         shown = head(shown, limit) + " ..."
     lines = shown.splitlines() or [""]

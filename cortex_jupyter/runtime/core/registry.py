@@ -11,13 +11,24 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, overload
+from typing import Any, ClassVar, TypeVar, overload
 
-from .errors import InvalidArguments, RegistrationError, UnknownAction, UnknownFeed
-from .relics import CacheRelic
-from .schema import Kinds, function_schema, hint_kinds, resolved_hints, schema_kinds
+from cortex_jupyter.runtime.core.errors import (
+    InvalidArguments,
+    RegistrationError,
+    UnknownAction,
+    UnknownFeed,
+)
+from cortex_jupyter.runtime.core.relics import CacheRelic
+from cortex_jupyter.runtime.core.schema import (
+    Kinds,
+    function_schema,
+    hint_kinds,
+    resolved_hints,
+    schema_kinds,
+)
 
 REGISTRY_TYPES: tuple[str, ...] = ("tool", "agent", "relic", "workflow", "llm", "internal")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -37,10 +48,10 @@ class ToolSpec:
     description: str
     parameters: dict[str, Any]
     injected: tuple[str, ...] = ()
-    #: Ask before it runs (it acts on the world): see ``runtime.approval``.
+    #: Ask before it runs (it acts on the world): see ``runtime.scheduler.approval``.
     approve: bool = False
     #: Where a sync tool runs instead of a kernel thread: ``"dask"`` (the session's
-    #: cluster) or any ``concurrent.futures.Executor``; see ``runtime.executors``.
+    #: cluster) or any ``concurrent.futures.Executor``; see ``runtime.integrations.executors``.
     executor: Any = None
 
     @functools.cached_property
@@ -59,7 +70,7 @@ class ToolSpec:
 
     def wants(self, name: str) -> Kinds | None:
         """The classes parameter ``name`` accepts by its annotation (None: any value);
-        a ``$name`` value is fitted to them (``runtime.coerce``)."""
+        a ``$name`` value is fitted to them (``runtime.core.coerce``)."""
         hint = self.hints.get(name)
         return None if hint is None else hint_kinds(hint)
 
@@ -121,8 +132,8 @@ def _describe_param(param: inspect.Parameter) -> str:
 class AgentSpec:
     """A named agent as an action: ``type="agent"`` actions of this name run ``agent``.
 
-    ``agent`` is a ``runtime.agent.Agent`` (typed loosely here: the agent module imports
-    this one). The scheduler calls its ``run_nested(task, scheduler=..., node=...)``.
+    ``agent`` is a ``runtime.loop.agent.Agent`` (typed loosely here: the agent loop sits
+    above the registry). The scheduler calls its ``run_nested(task, scheduler=..., node=...)``.
     """
 
     name: str
@@ -214,6 +225,16 @@ Spec = ToolSpec | AgentSpec | WorkflowSpec
 
 class Registry:
     """Everything actions may call, by action type and name."""
+
+    #: Makes an agent for ``add_agent`` (``Agent`` of the agent loop, which sits above the
+    #: registry and passes itself in when it is imported).
+    make_agent: ClassVar[Callable[..., Any] | None] = None
+    #: Reads an MCP resource's text (server, uri) for a ``source: mcp`` context feed: the
+    #: MCP integration passes its reader in when it is loaded (no server, no reader).
+    read_resource: ClassVar[Callable[[str, str], Awaitable[str]] | None] = None
+    #: Runs a tool's function off the kernel's process (executor, func, args, kwargs) for a
+    #: tool registered with ``executor=``: the executors integration passes it in.
+    run_elsewhere: ClassVar[Callable[..., Awaitable[Any]] | None] = None
 
     def __init__(self, *, builtins: bool = True, cache: CacheRelic | None = None) -> None:
         self._entries: dict[str, dict[str, Spec]] = {t: {} for t in REGISTRY_TYPES}
@@ -342,9 +363,10 @@ class Registry:
     ) -> AgentSpec:
         """Register an agent (a shortcut for ``Agent(name, ..., registry=this)``):
         ``type="agent"`` actions named ``name`` run its own loop, nested."""
-        from .agent import Agent  # the agent module imports this one
-
-        Agent(
+        make = Registry.make_agent
+        if make is None:
+            raise RegistrationError(name, "no agent loop is loaded: import cortex_jupyter first")
+        make(
             name, instructions=instructions, model=model, description=description,
             tools=tools, registry=self,
         )  # fmt: skip

@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .chunks import ChatMessage
-from .secrets import head, redact, shorten
+from cortex_jupyter.runtime.core.chunks import ChatMessage
+from cortex_jupyter.runtime.core.secrets import head, redact, shorten
 
 __all__ = [
     "DEFAULT_BUDGET",

@@ -32,9 +32,9 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .errors import ParameterTypeError
-from .schema import Kinds
-from .variables import REFERENCE
+from cortex_jupyter.runtime.core.errors import ParameterTypeError
+from cortex_jupyter.runtime.core.schema import Kinds
+from cortex_jupyter.runtime.core.variables import REFERENCE
 
 __all__ = ["Wants", "fit"]
 

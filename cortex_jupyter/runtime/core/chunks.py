@@ -23,19 +23,23 @@ their HTTP stream promptly then.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+import hashlib
+import re
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Protocol, TypedDict, Union
 
-from .model import Message, ModelClient
+from cortex_jupyter.runtime.core.model import Message, ModelClient
 
 __all__ = [
+    "NATIVE_NAME",
     "ChatMessage",
     "Finish",
     "FunctionCallPayload",
     "FunctionDefinition",
     "Message",
     "ModelChunk",
+    "NativeNames",
     "ReasoningChunk",
     "RefusalChunk",
     "StreamingModel",
@@ -227,7 +231,7 @@ class StreamingModel(Protocol):
 
     ``name`` is what the user sees (the model's name, or ``script``). ``tools`` are
     offered only when given; ``temperature`` and ``max_tokens`` are sent only when set.
-    ``request`` holds extra request fields (``runtime.request``; the explicit
+    ``request`` holds extra request fields (``runtime.loop.request``; the explicit
     ``temperature``/``max_tokens`` win over the same fields there); callers pass it only
     when it holds some, so a model that sends nothing extra may leave it out.
     Failures are raised (``cortex_jupyter.models.ModelError`` subclasses) after every
@@ -286,5 +290,42 @@ class _TextClient:
 
 def text_client(model: StreamingModel, request: Mapping[str, Any] | None = None) -> ModelClient:
     """``model`` as a ``ModelClient`` (``llm`` actions): its text (and refusal) chunks
-    only; ``request`` is sent as extra request fields (``runtime.request``)."""
+    only; ``request`` is sent as extra request fields (``runtime.loop.request``)."""
     return _TextClient(model, request)
+
+
+#: What a native tool call's function name may be (OpenAI's rule: servers refuse others).
+NATIVE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+class NativeNames:
+    """Registry names (``fs.read_file``) to native function names (``fs__read_file``,
+    matching ``NATIVE_NAME``) and back, unique within one table.
+
+    A dot becomes ``__`` and any other character outside ``[A-Za-z0-9_-]`` ``_``; a name
+    that is then too long or already taken ends in a short hash of the original instead.
+    """
+
+    def __init__(self, names: Iterable[str] = ()) -> None:
+        self._native: dict[str, str] = {}
+        self._original: dict[str, str] = {}
+        # Names that are native already keep themselves: they go first.
+        for name in sorted(names, key=lambda name: not NATIVE_NAME.match(name)):
+            self.native(name)
+
+    def native(self, name: str) -> str:
+        """The native name for ``name`` (the same one every time)."""
+        if name in self._native:
+            return self._native[name]
+        base = re.sub(r"[^A-Za-z0-9_-]", "_", name.replace(".", "__")) or "_"
+        native = base
+        if len(native) > 64 or native in self._original:
+            digest = hashlib.sha256(name.encode()).hexdigest()[:10]
+            native = f"{base[:53]}_{digest}"
+        self._native[name] = native
+        self._original[native] = name
+        return native
+
+    def original(self, native: str) -> str:
+        """The registry name a native name stands for (an unknown one as it is)."""
+        return self._original.get(native, native)

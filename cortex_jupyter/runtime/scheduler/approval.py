@@ -38,7 +38,7 @@ import anyio
 import anyio.to_thread
 
 if TYPE_CHECKING:
-    from .graph import ActionNode
+    from cortex_jupyter.runtime.core.graph import ActionNode
 
 __all__ = [
     "APPROVAL_MODES", "Approver", "Decision", "Rules", "approver_for", "ask_line", "terminal_ask",

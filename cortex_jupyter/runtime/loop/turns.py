@@ -27,7 +27,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 import anyio
 
@@ -44,13 +44,12 @@ from cortex_jupyter.protocol.events import (
     ThoughtDelta,
     ThoughtEnd,
 )
-
-from . import grammar
-from .chunks import (
+from cortex_jupyter.runtime.core.chunks import (
     ChatMessage,
     Finish,
     Message,
     ModelChunk,
+    NativeNames,
     ReasoningChunk,
     RefusalChunk,
     StreamingModel,
@@ -63,7 +62,22 @@ from .chunks import (
     text_client,
     tool_definition,
 )
-from .context import (
+from cortex_jupyter.runtime.core.events import (
+    AnyEvent,
+    ChatEntry,
+    Chunk,
+    ContextUse,
+    Interrupt,
+    Metric,
+    Turn,
+    TurnEnd,
+)
+from cortex_jupyter.runtime.core.graph import ActionNode
+from cortex_jupyter.runtime.core.model import complete
+from cortex_jupyter.runtime.core.record import Run
+from cortex_jupyter.runtime.core.secrets import head, redact, redact_value
+from cortex_jupyter.runtime.loop import grammar
+from cortex_jupyter.runtime.loop.context import (
     DEFAULT_REPLY_ROOM,
     Fit,
     TokenCounter,
@@ -71,20 +85,11 @@ from .context import (
     fit_messages,
     summary_prompt,
 )
-from .events import AnyEvent, ChatEntry, Chunk, ContextUse, Interrupt, Metric, Turn, TurnEnd
-from .feeds import FeedSet
-from .graph import ActionNode
-from .mcp import NativeNames
-from .model import complete
-from .prompt import format_results, result_text, system_prompt
-from .record import Run
-from .resume import Resume
-from .scheduler import Scheduler, error_text
-from .secrets import head, redact, redact_value
-from .transcript import RunSource, load_runs, run_messages
-
-if TYPE_CHECKING:
-    from .agent import Agent
+from cortex_jupyter.runtime.loop.feeds import FeedSet
+from cortex_jupyter.runtime.loop.prompt import format_results, result_text, system_prompt
+from cortex_jupyter.runtime.loop.resume import Resume
+from cortex_jupyter.runtime.loop.transcript import RunSource, load_runs, run_messages
+from cortex_jupyter.runtime.scheduler.dispatch import Scheduler, error_text
 
 __all__ = ["MAX_TURNS", "RESULT_LIMIT", "Conversation", "Loop"]
 
@@ -240,7 +245,7 @@ class _TurnState:
     reasoning: bool = False
     finish: str | None = None
     error: Exception | None = None
-    #: The cut reply this turn's reply continues (``runtime.resume``), until the first
+    #: The cut reply this turn's reply continues (``runtime.loop.resume``), until the first
     #: characters of the continuation say how the two join; what is held meanwhile.
     resume: Resume | None = None
     held: list[str] = field(default_factory=list)
@@ -368,6 +373,30 @@ def _decide(
 # ---- the loop ---------------------------------------------------------------------------
 
 
+class Settings(Protocol):
+    """What a loop reads of its agent (an ``Agent`` is one): the agent module builds on
+    this one, so the loop names only the settings it reads."""
+
+    @property
+    def dialect(self) -> str: ...
+    @property
+    def max_turns(self) -> int: ...
+    @property
+    def result_limit(self) -> int: ...
+    @property
+    def context_tokens(self) -> int | None: ...
+    @property
+    def max_tokens(self) -> int | None: ...
+    @property
+    def temperature(self) -> float | None: ...
+    @property
+    def native_tools(self) -> bool: ...
+    @property
+    def instructions(self) -> str | None: ...
+    @property
+    def constrain(self) -> bool | str: ...
+
+
 class Loop:
     """One agent run's turns: what ``Agent.run`` drives (see the module docstring).
 
@@ -378,7 +407,7 @@ class Loop:
 
     def __init__(
         self,
-        agent: Agent,
+        agent: Settings,
         *,
         model: StreamingModel,
         conversation: Conversation,
@@ -484,7 +513,7 @@ class Loop:
 
     async def _messages(self) -> tuple[list[Message], Fit]:
         """What this turn sends: the system prompt and the conversation, fitted into the
-        context budget (``runtime.context``); recorded as a ``ContextUse`` event."""
+        context budget (``runtime.loop.context``); recorded as a ``ContextUse`` event."""
         text = system_prompt(
             dialect=self.dialect,
             registry=self.scheduler.registry,

@@ -59,9 +59,10 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.to_thread
 
-from .capture import FLUSH_HZ, Capture, capturing, current
-from .errors import CortexRuntimeError, ToolExited
-from .graph import ActionNode
+from cortex_jupyter.runtime.core.errors import CortexRuntimeError, ToolExited
+from cortex_jupyter.runtime.core.graph import ActionNode
+from cortex_jupyter.runtime.core.registry import Registry
+from cortex_jupyter.runtime.scheduler.capture import FLUSH_HZ, Capture, capturing, current
 
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster
@@ -575,7 +576,7 @@ class _Recorder:
 
     def _drain(self, gen: Generator[Any, Any, Any]) -> Any:
         """A generator tool: each yield is its latest partial output, as locally."""
-        from .record import summarize
+        from cortex_jupyter.runtime.core.record import summarize
 
         last = None
         try:
@@ -960,3 +961,6 @@ def cluster_info() -> ClusterInfo:
         memory=sum(int(w.get("memory_limit") or 0) for w in workers),
         dashboard=dashboard,
     )
+
+
+Registry.run_elsewhere = run_elsewhere  # the scheduler runs executor= tools through it

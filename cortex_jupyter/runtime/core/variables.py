@@ -27,8 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cortex_jupyter.protocol import MAX_JSON_DEPTH
-
-from .errors import (
+from cortex_jupyter.runtime.core.errors import (
     BadReference,
     InvalidVariableName,
     NestedTooDeep,

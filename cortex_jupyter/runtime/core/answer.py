@@ -37,8 +37,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .secrets import Repr, head, redact
-from .variables import REFERENCE, resolve
+from cortex_jupyter.runtime.core.secrets import Repr, head, redact
+from cortex_jupyter.runtime.core.variables import REFERENCE, resolve
 
 #: Characters of a value filled in whole; a longer one is cut with a marker.
 VALUE_LIMIT = 20_000

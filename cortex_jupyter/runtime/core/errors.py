@@ -353,7 +353,7 @@ class ToolExited(CortexRuntimeError):
 @dataclass(eq=False, repr=False)
 class ParameterTypeError(CortexRuntimeError):
     """Raised when a ``$name`` value does not have the type its parameter declares and
-    cannot be converted to it without losing information (see ``runtime.coerce``)."""
+    cannot be converted to it without losing information (see ``runtime.core.coerce``)."""
 
     tool: str
     parameter: str

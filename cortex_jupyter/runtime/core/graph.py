@@ -18,15 +18,23 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     from cortex_jupyter.protocol.events import Action
+    from cortex_jupyter.runtime.core.events import Progress
 
-    from .events import Progress
-    from .record import Run
+
+class NestedRun(Protocol):
+    """The record of a nested agent's run (a ``record.Run``) as its node holds it. The
+    graph only keeps it, so it names no more of it than its actions; the record, which
+    sits above the graph, is free to know the graph."""
+
+    @property
+    def actions(self) -> Mapping[str, ActionNode]: ...
+
 
 Status = Literal["pending", "awaiting", "running", "done", "failed", "skipped", "cancelled"]
 STATUSES: tuple[str, ...] = (
@@ -100,12 +108,12 @@ class ActionNode:
     finished: float | None = None
     attempts: int = 0
     note: str | None = None
-    subrun: Run | None = field(default=None, repr=False)
+    subrun: NestedRun | None = field(default=None, repr=False)
     #: The exact text the model wrote for this action (``ActionReady.source``).
     source: str = field(default="", repr=False)
     #: The parameters with every ``$name`` resolved (what the tool is called with).
     resolved: dict[str, Any] | None = field(default=None, repr=False)
-    #: What the tool wrote while it ran (``runtime.capture``), never the cell's stream.
+    #: What the tool wrote while it ran (``runtime.scheduler.capture``), never the cell's stream.
     captured_stdout: CapturedText = field(default_factory=CapturedText, repr=False)
     captured_stderr: CapturedText = field(default_factory=CapturedText, repr=False)
     logs: list[str] = field(default_factory=list, repr=False)
