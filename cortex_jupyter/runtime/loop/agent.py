@@ -164,6 +164,7 @@ class Agent:
         run: Run | None = None,
         variables: Iterable[str] | None = None,
         taken_ids: Iterable[str] = (),
+        resume: str | None = None,
     ) -> Run:
         """Run ``prompt``: turns of model replies and actions until a final answer.
 
@@ -179,31 +180,9 @@ class Agent:
         Returns the run record; a failing model does not raise (the run then ends
         ``interrupted``, ``failed`` or ``truncated``; ``run.reason`` says why), only a
         failing runtime or a cancelled run. Pass ``run=Run()`` to keep a handle.
+        ``resume`` is set by ``continue_run``: the text of the cut reply to read on from
+        ("" when there is none; see ``Loop.go``).
         """
-        return await self._run(
-            prompt,
-            namespace=namespace,
-            conversation=conversation,
-            hooks=hooks,
-            run=run,
-            variables=variables,
-            taken_ids=taken_ids,
-        )
-
-    async def _run(
-        self,
-        prompt: str,
-        *,
-        namespace: Mapping[str, Any] | None = None,
-        conversation: Conversation | None = None,
-        hooks: RunHooks | None = None,
-        run: Run | None = None,
-        variables: Iterable[str] | None = None,
-        taken_ids: Iterable[str] = (),
-        resume: str | None = None,
-    ) -> Run:
-        """``run``; ``resume`` is set when the run continues the last one (the text of
-        its cut reply, "" when there is none; see ``Loop.go``)."""
         model = self._model(None)
         space: Mapping[str, Any] = namespace if namespace is not None else {}
         feeds = self.feeds if self.feeds is not None else FeedSet()
@@ -253,7 +232,7 @@ class Agent:
         # The notebook first: a value the user changed since wins over the earlier output.
         notebook: Mapping[str, Any] = namespace if namespace is not None else {}
         space = ChainMap(dict(notebook), dict(before.variables))
-        return await self._run(
+        return await self.run(
             note,
             namespace=space,
             conversation=conversation,
