@@ -8,7 +8,7 @@ Every event carries ``time``, a ``time.monotonic()`` reading.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, get_args
 
 from cortex_jupyter.protocol.events import Event
 from cortex_jupyter.runtime.core.chunks import (
@@ -285,19 +285,4 @@ RunEvent = (
 )
 AnyEvent = Event | RunEvent
 
-RUN_EVENT_TYPES: dict[str, type[Any]] = {
-    cls.kind: cls
-    for cls in (
-        ActionStatus,
-        ActionOutput,
-        ContextUse,
-        Metric,
-        Interrupt,
-        End,
-        Nested,
-        Turn,
-        TurnEnd,
-        ChatEntry,
-        Chunk,
-    )
-}
+RUN_EVENT_TYPES: dict[str, type[Any]] = {cls.kind: cls for cls in get_args(RunEvent)}

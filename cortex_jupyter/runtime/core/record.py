@@ -20,20 +20,18 @@ from collections import ChainMap
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, cast, get_args
 
 from cortex_jupyter.protocol.actions import too_deep
 from cortex_jupyter.protocol.events import (
     Action,
     ActionReady,
-    ActionStart,
-    ContextFeedEvent,
+    Event,
     ProtocolError,
     ResponseDelta,
     ResponseEnd,
     TextDelta,
     ThoughtDelta,
-    ThoughtEnd,
     event_to_dict,
 )
 from cortex_jupyter.runtime.core.answer import fill
@@ -57,20 +55,7 @@ MAX_JSON_OUTPUT = 1 << 20
 _TURN_BREAK = "\n\n"  # between the text of one agent turn and the next
 _BLOCK_BREAK = "\n\n"  # between two response blocks: separate paragraphs
 
-_PARSER_EVENT_TYPES: dict[str, type[Any]] = {
-    cls.kind: cls
-    for cls in (
-        ThoughtDelta,
-        ResponseDelta,
-        TextDelta,
-        ThoughtEnd,
-        ResponseEnd,
-        ActionStart,
-        ActionReady,
-        ContextFeedEvent,
-        ProtocolError,
-    )
-}
+_PARSER_EVENT_TYPES: dict[str, type[Any]] = {cls.kind: cls for cls in get_args(Event)}
 _repr = Repr(limit=160, items=8)  # bounded, secrets redacted before its cuts
 _NODE_FIELDS = (
     "name", "type", "mode", "parent", "status", "error", "submitted", "started", "finished",
