@@ -42,18 +42,12 @@ def wait_until(condition: Callable[[], bool], what: str) -> None:
         time.sleep(0.05)
 
 
-def free_port() -> int:
-    """A port nothing listens on (now)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @contextmanager
 def demo_http(token: str) -> Iterator[str]:
     """The demo server over streamable HTTP on a free port, wanting ``token``; its URL."""
-    port = free_port()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     process = subprocess.Popen(
         [sys.executable, DEMO, "--http", str(port)],
         env={**os.environ, "DEMO_TOKEN": token},

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import uuid
@@ -42,7 +43,7 @@ from cortex_jupyter.runtime.mcp import (
 )
 from cortex_jupyter.runtime.registry import ToolSpec, default_registry
 from cortex_jupyter.runtime.secrets import redact
-from tests.mcp_servers.harness import DEMO, PATIENCE, demo_http, free_port, processes, wait_until
+from tests.mcp_servers.harness import DEMO, PATIENCE, demo_http, processes, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 EVERYTHING = ROOT / ".cache/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
@@ -659,7 +660,9 @@ def test_http_server_refusing_the_token_says_so_without_it(
 
 
 def test_an_http_server_that_is_not_there(fresh: McpManager) -> None:
-    port = free_port()  # so nothing listens there
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # free, so nothing listens there
     with pytest.raises(
         McpServerError, match=r"^MCP server 'gone' did not start: could not connect"
     ):
