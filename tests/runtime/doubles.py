@@ -27,9 +27,9 @@ class Scripted:
         messages: Sequence[Message],
         *,
         tools: Sequence[ToolDefinition] | None = None,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
+        **options: Any,
     ) -> AsyncIterator[ModelChunk]:
+        """The next turn; ``options`` (temperature, max_tokens, request) are not read."""
         self.calls.append(list(messages))
         self.tools.append(tools)
         return self._play(self.turns.pop(0))
