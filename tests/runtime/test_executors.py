@@ -503,6 +503,22 @@ def test_registration_refuses_what_is_not_an_executor() -> None:
         Registry(builtins=False).register(spin, executor=4)
 
 
+def test_importing_executors_loads_no_engine() -> None:
+    """A notebook that never sends a tool elsewhere never loads dask, distributed or
+    cloudpickle: the package imports them on first use."""
+    code = (
+        "import sys\n"
+        "from cortex_jupyter.runtime.integrations import executors\n"
+        "print(sorted(m for m in ('cloudpickle', 'dask', 'distributed') if m in sys.modules))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+
+    assert (done.returncode, done.stdout.strip()) == (0, "[]"), done.stderr
+
+
 # ---- through a script and through the magic ----------------------------------------------------
 
 SCRIPT = """
