@@ -14,6 +14,7 @@ import json
 import logging
 import multiprocessing
 import os
+import pickle
 import sqlite3
 import subprocess
 import sys
@@ -394,6 +395,20 @@ def test_not_sendable_message() -> None:
         "be pickled (nope); pass something that can be (a path, a URL, a connection string) "
         "and open it inside the tool"
     )
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        NotSendable("the result of f()", "", "the dask cluster", "nope", back=True),
+        WorkerDied("die", "a ProcessPoolExecutor", "BrokenProcessPool"),
+        executors.ClusterUnavailable("tcp://127.0.0.1:9", "set_dask_address", "OSError"),
+    ],
+)
+def test_errors_pickle_with_their_message_and_fields(error: Exception) -> None:
+    back = pickle.loads(pickle.dumps(error))
+
+    assert (type(back), str(back), vars(back)) == (type(error), str(error), vars(error))
 
 
 # ---- what the tool writes --------------------------------------------------------------------
