@@ -103,11 +103,11 @@ def render() -> str:
     """The SVG text (deterministic: the same input draws the same bytes)."""
     parts: list[str] = []
     row_y = [TOP + i * (ROW_H + GAP) for i in range(len(LAYERS))]
-    for y, row in zip(row_y, LAYERS):
+    for y, row in zip(row_y, LAYERS, strict=True):
         w = (MAIN_W - GAP_X * (len(row) - 1)) / len(row)
         for i, (title, note) in enumerate(row):
             parts.append(_box(MAIN_X + i * (w + GAP_X), y, w, ROW_H, title, note, edge=False))
-    for y, row in zip(row_y[:-1], LAYERS[:-1]):  # each box points at the row below it
+    for y, row in zip(row_y[:-1], LAYERS[:-1], strict=True):  # each box points at the row below it
         w = (MAIN_W - GAP_X * (len(row) - 1)) / len(row)
         for i in range(len(row)):
             x = MAIN_X + i * (w + GAP_X) + w / 2
