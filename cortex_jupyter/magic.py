@@ -40,8 +40,9 @@ from traitlets.config.loader import LazyConfigValue
 
 from cortex_jupyter import commands
 from cortex_jupyter.commands import complain
-from cortex_jupyter.runtime.grammar import CONSTRAIN_FORMS
-from cortex_jupyter.runtime.request import check_request
+from cortex_jupyter.runtime.integrations.executors import set_dask_address
+from cortex_jupyter.runtime.loop.grammar import CONSTRAIN_FORMS
+from cortex_jupyter.runtime.loop.request import check_request
 from cortex_jupyter.session import CellOptions, Session, forget, session_for
 
 if TYPE_CHECKING:
@@ -185,9 +186,6 @@ class CortexMagics(Magics):
 
     @observe("dask_address")
     def _dask_address_changed(self, change: Bunch) -> None:
-        # Imported here: the executors module is light, but what it connects with is not.
-        from cortex_jupyter.runtime.executors import set_dask_address
-
         set_dask_address(change["new"] or None)
 
     @property

@@ -9,7 +9,7 @@ is highlighted by Pygments into inline styles, so a saved notebook shows colours
 stylesheet.
 
 Dollars: ``$name`` is filled before math is read, by the runtime's one rule
-(``cortex_jupyter.runtime.answer``, which the run record's ``.answer`` and the terminal
+(``cortex_jupyter.runtime.core.answer``, which the run record's ``.answer`` and the terminal
 use too): this module only renders each span it finds. A value is text (escaped, never
 parsed or typeset), except a rich object (a DataFrame, a figure), which shows its rich
 form, sanitized as the inspector sanitizes it (``rich.rich_html``).
@@ -54,7 +54,7 @@ from pygments.lexer import Lexer
 from pygments.lexers import get_lexer_by_name
 from pygments.util import ClassNotFound
 
-from cortex_jupyter.runtime.answer import lookup, rich_value, scan, show
+from cortex_jupyter.runtime.core.answer import lookup, rich_value, scan, show
 
 from . import theme
 from .theme import clean, esc

@@ -36,8 +36,8 @@ from collections.abc import Callable, Mapping
 from html.parser import HTMLParser
 from typing import Any
 
-from cortex_jupyter.runtime.bounded import failed
-from cortex_jupyter.runtime.secrets import Repr, head, redact
+from cortex_jupyter.runtime.core.bounded import failed
+from cortex_jupyter.runtime.core.secrets import Repr, head, redact
 
 from .theme import MONO, MUTED, esc, shorten
 

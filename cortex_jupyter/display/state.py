@@ -39,14 +39,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cortex_jupyter.runtime import secrets
-from cortex_jupyter.runtime.events import Progress
-from cortex_jupyter.runtime.graph import FINAL_STATUSES
-from cortex_jupyter.runtime.record import joined
-from cortex_jupyter.runtime.variables import find_references
+from cortex_jupyter.runtime.core import secrets
+from cortex_jupyter.runtime.core.events import Progress
+from cortex_jupyter.runtime.core.graph import FINAL_STATUSES
+from cortex_jupyter.runtime.core.record import joined
+from cortex_jupyter.runtime.core.variables import find_references
 
 if TYPE_CHECKING:
-    from cortex_jupyter.runtime.record import Run
+    from cortex_jupyter.runtime.core.record import Run
 
 PARTS: tuple[str, ...] = ("header", "thought", "graph", "details", "response")
 

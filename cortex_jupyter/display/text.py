@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from cortex_jupyter.runtime.answer import fill_references
+from cortex_jupyter.runtime.core.answer import fill_references
 
 from .state import NodeView, ViewState
 from .theme import clean, fmt_count, fmt_duration, fmt_k, shorten, style_for

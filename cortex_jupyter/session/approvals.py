@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from cortex_jupyter.runtime.approval import Approver, Decision
+from cortex_jupyter.runtime.scheduler.approval import Approver, Decision
 
 
 class Approvals:

@@ -14,10 +14,10 @@ from typing import Any, cast
 
 from cortex_jupyter import models
 from cortex_jupyter.runtime import Agent, Registry
-from cortex_jupyter.runtime.chunks import StreamingModel
-from cortex_jupyter.runtime.feeds import FeedSet
-from cortex_jupyter.runtime.registry import AgentSpec
-from cortex_jupyter.runtime.request import merge_requests
+from cortex_jupyter.runtime.core.chunks import StreamingModel
+from cortex_jupyter.runtime.core.registry import AgentSpec
+from cortex_jupyter.runtime.loop.feeds import FeedSet
+from cortex_jupyter.runtime.loop.request import merge_requests
 from cortex_jupyter.session.record import CortexRunError
 
 #: Model name -> (base URL, API key) of a server that answers for it.
@@ -52,7 +52,7 @@ class CellOptions:
     temperature: float | None = None
     max_tokens: int | None = None
     native_tools: bool = False
-    #: ``--constrain``: False, or the grammar form ("gbnf", "vllm"; ``runtime.grammar``).
+    #: ``--constrain``: False, or the grammar form ("gbnf", "vllm"; ``runtime.loop.grammar``).
     constrain: bool | str = False
     display: str = "auto"
     #: ``--agent NAME``: run a registered ``Agent`` instead of the session's defaults.
@@ -67,7 +67,7 @@ class CellOptions:
     approval: Any = "ask"
     approve_timeout: float | None = None
     #: Extra request fields: ``CortexMagics.request``, and the cell's ``--request`` (which
-    #: goes over the agent's own; see ``runtime.request`` for the whole order).
+    #: goes over the agent's own; see ``runtime.loop.request`` for the whole order).
     request_default: Mapping[str, Any] = field(default_factory=dict)
     request: Mapping[str, Any] = field(default_factory=dict)
 

@@ -23,10 +23,10 @@ from IPython import get_ipython
 
 from cortex_jupyter._bridge import Bridge, Emit, Loop
 from cortex_jupyter.runtime import Agent, Registry, Run, RunHooks, default_registry
-from cortex_jupyter.runtime.feeds import FeedSet
-from cortex_jupyter.runtime.loop import Conversation
-from cortex_jupyter.runtime.scope import Binding, Scope
-from cortex_jupyter.runtime.secrets import redact
+from cortex_jupyter.runtime.core.scope import Binding, Scope
+from cortex_jupyter.runtime.core.secrets import redact
+from cortex_jupyter.runtime.loop.conversation import Conversation
+from cortex_jupyter.runtime.loop.feeds import FeedSet
 from cortex_jupyter.session.approvals import Approvals
 from cortex_jupyter.session.cell import CellOptions, cell_agent, model_name
 from cortex_jupyter.session.names import Names

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from IPython.display import display
 
 from cortex_jupyter.runtime import ActionStatus, Nested, Run
-from cortex_jupyter.runtime.approval import ask_line
-from cortex_jupyter.runtime.secrets import redact
+from cortex_jupyter.runtime.core.secrets import redact
+from cortex_jupyter.runtime.scheduler.approval import ask_line
 from cortex_jupyter.session.approvals import Approvals
 
 if TYPE_CHECKING:
