@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from cortex_jupyter._version import __version__
+
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
@@ -24,8 +26,6 @@ if TYPE_CHECKING:
         progress,
         tool,
     )
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Agent",

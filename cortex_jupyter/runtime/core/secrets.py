@@ -46,6 +46,7 @@ __all__ = [
     "secrets",
     "shorten",
     "tail",
+    "truncate",
 ]
 
 REDACTED = "[redacted]"
@@ -329,3 +330,12 @@ def hide_edges(text: str, *, start: bool = True, end: bool = True) -> str:
 def shorten(text: str, limit: int, marker: str = "…") -> str:
     """``secrets.shorten(text, limit, marker)``."""
     return secrets.shorten(text, limit, marker)
+
+
+def truncate(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, with a note saying how much was left out;
+    secrets redacted first, none of one left at the cut."""
+    text = redact(text)
+    if len(text) <= limit:
+        return text
+    return f"{head(text, limit)}\n[truncated: {len(text) - limit:,} more characters]"

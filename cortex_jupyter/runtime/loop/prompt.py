@@ -20,7 +20,7 @@ from cortex_jupyter.protocol.events import ProtocolError
 from cortex_jupyter.runtime.core.bounded import failed
 from cortex_jupyter.runtime.core.graph import ActionNode
 from cortex_jupyter.runtime.core.registry import Registry
-from cortex_jupyter.runtime.core.secrets import Repr, head, redact
+from cortex_jupyter.runtime.core.secrets import Repr, head, truncate
 
 if TYPE_CHECKING:
     from cortex_jupyter.runtime.loop.feeds import FeedSet
@@ -331,15 +331,6 @@ def _entry(schema: Mapping[str, Any]) -> str:
 #: How much of a value that is neither text nor JSON a result shows at most (its repr
 #: is bounded, never made whole and then cut).
 _RESULT_REPR_LIMIT = 20_000
-
-
-def truncate(text: str, limit: int) -> str:
-    """``text`` cut to ``limit`` characters, with a note saying how much was left out;
-    secrets redacted first, none of one left at the cut."""
-    text = redact(text)
-    if len(text) <= limit:
-        return text
-    return f"{head(text, limit)}\n[truncated: {len(text) - limit:,} more characters]"
 
 
 def render_value(value: Any) -> str:
