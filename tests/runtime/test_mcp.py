@@ -15,7 +15,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -45,9 +44,10 @@ from cortex_jupyter.runtime.integrations.mcp import (
     read_config,
     tool_output,
 )
+from tests import mcp_servers
+from tests.mcp_servers import DEMO, processes
 
 ROOT = Path(__file__).resolve().parents[2]
-DEMO = str(ROOT / "tests" / "mcp_servers" / "demo.py")
 EVERYTHING = ROOT / ".cache/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
 #: Longest wait for something that happens on its own (a process exits, a list changes).
 PATIENCE = 20.0
@@ -61,24 +61,8 @@ def demo_command(tag: str = "", *extra: str) -> list[str]:
     return [sys.executable, DEMO, "--tag", tag or uuid.uuid4().hex, *extra]
 
 
-def processes(tag: str) -> list[psutil.Process]:
-    """Our descendant processes whose command line holds ``tag``."""
-    found = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if tag in child.cmdline() and child.status() != psutil.STATUS_ZOMBIE:
-                found.append(child)
-        except psutil.Error:  # it ended while we looked
-            pass
-    return found
-
-
 def wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + PATIENCE
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"still waiting, after {PATIENCE:g} s, for {what}")
-        time.sleep(0.05)
+    mcp_servers.wait_until(condition, what, PATIENCE)
 
 
 async def chunks(text: str, size: int = 16) -> AsyncIterator[str]:
@@ -132,32 +116,8 @@ HTTP_TOKEN = "demo-bearer-" + uuid.uuid4().hex
 @pytest.fixture(scope="module")
 def http_url() -> Iterator[str]:
     """The demo server over streamable HTTP on a free port; it wants ``HTTP_TOKEN``."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    env = {**os.environ, "DEMO_TOKEN": HTTP_TOKEN}
-    process = subprocess.Popen(
-        [sys.executable, DEMO, "--http", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-    def answers() -> bool:
-        if process.poll() is not None:
-            pytest.fail(f"the demo HTTP server exited with {process.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-        except OSError:
-            return False
-        return True
-
-    try:
-        wait_until(answers, "the demo HTTP server to listen")
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+    with mcp_servers.demo_over_http(HTTP_TOKEN, PATIENCE) as url:
+        yield url
 
 
 @pytest.fixture

@@ -23,9 +23,7 @@ class McpServerError(CortexRuntimeError):
     tools fail with this error too."""
 
     def __init__(self, name: str, what: str, reason: str) -> None:
-        self.name = name
-        self.what = what
-        self.reason = reason
+        self.name, self.what, self.reason = name, what, reason
         super().__init__(f"MCP server {name!r} {what}: {reason}")
 
 
@@ -34,9 +32,7 @@ class McpToolError(CortexRuntimeError):
     response): the message is the server's own text."""
 
     def __init__(self, server: str, tool: str, message: str) -> None:
-        self.server = server
-        self.tool = tool
-        self.message = message
+        self.server, self.tool, self.message = server, tool, message
         super().__init__(f"MCP tool {tool!r} of server {server!r} failed: {message}")
 
 
@@ -71,8 +67,7 @@ class McpConfigError(CortexRuntimeError):
     command and url, an unset ``${VARIABLE}``, an unreadable config file)."""
 
     def __init__(self, where: str, problem: str) -> None:
-        self.where = where
-        self.problem = problem
+        self.where, self.problem = where, problem
         super().__init__(f"MCP configuration {where}: {problem}")
 
 

@@ -150,6 +150,8 @@ class McpManager:
         return [server.status() for server in list(self._servers.values())]
 
     def status(self, name: str) -> ServerStatus:
+        """One server's state, tools, last error and last stderr lines (``.details()`` as
+        text); raises ``UnknownMcpServer``."""
         return self._server(name).status()
 
     def stderr(self, name: str) -> str:
@@ -162,7 +164,7 @@ class McpManager:
 
     def close_all(self) -> None:
         """Close every server (their tools are unregistered) and stop the loop; the
-        manager can be used again after."""
+        manager can be used again after. Done at interpreter exit too."""
         with self._lock:
             loop, self._loop = self._loop, None
         if loop is None:
