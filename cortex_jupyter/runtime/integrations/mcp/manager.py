@@ -24,14 +24,12 @@ from __future__ import annotations
 import atexit
 import math
 import os
-import queue
 import shlex
 import threading
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from concurrent.futures import Future
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack, suppress
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
@@ -46,12 +44,11 @@ from cortex_jupyter.runtime.integrations.mcp.config import (
     read_config,
 )
 from cortex_jupyter.runtime.integrations.mcp.errors import (
-    McpConfigError,
     McpServerError,
     McpToolError,
     UnknownMcpServer,
 )
-from cortex_jupyter.runtime.integrations.mcp.portal import _deliver, _LoopThread, _next_item
+from cortex_jupyter.runtime.integrations.mcp.portal import _LoopThread
 from cortex_jupyter.runtime.integrations.mcp.schema import (
     McpTool,
     _decoded_size,
@@ -62,13 +59,13 @@ from cortex_jupyter.runtime.integrations.mcp.server import (
     ServerStatus,
     _Call,
     _ended,
-    _failure,
-    _root_cause,
+    _reason,
     _route_log,
     _Server,
     _StderrPipe,
+    _with_stderr,
 )
-from cortex_jupyter.runtime.scheduler.capture import Capture, current
+from cortex_jupyter.runtime.scheduler.capture import current
 
 if TYPE_CHECKING:
     from mcp import Client
@@ -81,7 +78,6 @@ __all__ = ["McpManager"]
 CLOSE_WAIT = 15.0
 
 _MAX_PAGES = 100
-T = TypeVar("T")
 
 
 class McpManager:
@@ -128,7 +124,7 @@ class McpManager:
             name, parts, url, dict(env or {}), dict(headers or {}),
             os.fspath(cwd) if cwd is not None else None, timeout,
         )  # fmt: skip
-        status = self._run_sync(self._start, config)
+        status = self._ensure_loop().run_sync(self._start, config)
         if status.state != "ready":
             raise McpServerError(name, "did not start", status.error or status.state)
         return status
@@ -137,13 +133,13 @@ class McpManager:
         """Add every server of a config file (see ``read_config``), all at once. A server
         that fails is listed failed with its reason; the others are added regardless."""
         configs = read_config(source)
-        return self._run_sync(self._start_all, configs)
+        return self._ensure_loop().run_sync(self._start_all, configs)
 
     def remove(self, name: str) -> None:
         """Close a server and unregister its tools."""
         if name not in self._servers:
             raise UnknownMcpServer(name, self._servers)
-        self._run_sync(self._remove, name)
+        self._ensure_loop().run_sync(self._remove, name)
 
     def servers(self) -> list[ServerStatus]:
         """Every added server: state, tools, last error, last stderr lines."""
@@ -187,60 +183,22 @@ class McpManager:
         ``McpServerError`` when the server is not running or stops during the call.
         """
         capture = current()  # the action's, from this context: read before hopping
-        return await self._hop(capture, self._call_on_loop, server, tool, dict(arguments))
+        return await self._ensure_loop().hop(
+            capture, self._call_on_loop, server, tool, dict(arguments)
+        )
 
     async def read_resource(self, server: str, uri: str) -> str:
         """A resource's text (several contents joined by newlines; binary ones
         described, not decoded): what a context feed with ``source: mcp`` reads."""
-        return str(await self._hop(None, self._read_on_loop, server, uri))
+        return str(await self._ensure_loop().hop(None, self._read_on_loop, server, uri))
 
-    # ---- hopping between loops ----------------------------------------------------------
+    # ---- its event loop (portal.py) ---------------------------------------------------
 
     def _ensure_loop(self) -> _LoopThread:
         with self._lock:
             if self._loop is None or not self._loop.alive:
                 self._loop = _LoopThread()
             return self._loop
-
-    def _run_sync(self, func: Callable[..., Awaitable[T]], *args: Any) -> T:
-        loop = self._ensure_loop()
-        if threading.get_ident() == loop.ident:
-            raise RuntimeError("McpManager's blocking methods cannot run on its own loop")
-        start: Callable[..., Future[T]] = loop.portal.start_task_soon
-        future = start(func, *args)
-        try:
-            return future.result()
-        except BaseException:  # the kernel's interrupt while waiting: stop the work too
-            future.cancel()
-            raise
-
-    async def _hop(
-        self, capture: Capture | None, func: Callable[..., Awaitable[T]], *args: Any
-    ) -> T:
-        """``await func(*args, post)`` on the manager's loop, from this loop.
-
-        ``post((kind, payload))`` (log lines, progress) reaches this side through a
-        queue a worker thread waits on; cancelling this side cancels the work there.
-        """
-        outbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
-        start: Callable[..., Future[T]] = self._ensure_loop().portal.start_task_soon
-        future = start(func, *args, outbox.put)
-        future.add_done_callback(lambda _: outbox.put(("end", None)))
-        try:
-            while True:
-                kind, payload = await anyio.to_thread.run_sync(
-                    _next_item, outbox, abandon_on_cancel=True
-                )
-                if kind == "end":
-                    break
-                if capture is not None:
-                    _deliver(capture, kind, payload)
-        finally:
-            if not future.done():
-                future.cancel()
-        if future.cancelled():
-            raise McpServerError(str(args[0]), "was closed", "the call was cancelled by close")
-        return future.result()
 
     # ---- on the manager's loop --------------------------------------------------------------
 
@@ -315,14 +273,14 @@ class McpManager:
                     await server.stop.wait()
             if scope.cancelled_caught and server.state == "starting" and not server.stopping:
                 server.fail(
-                    await self._with_stderr(
+                    await _with_stderr(
                         server,
                         f"did not answer within {config.timeout:g} s "
                         "(raise timeout= if it is only slow to start)",
                     )
                 )
         except Exception as exc:
-            server.fail(await self._reason(server, exc))
+            server.fail(await _reason(server, exc))
         finally:
             server.client = None
             if server.state in ("starting", "ready"):
@@ -483,7 +441,7 @@ class McpManager:
             return McpServerError(name, "was closed", f"it was removed or closed {when}".strip())
         what = _ended(server.config, when)
         if server.state == "ready":
-            server.fail(await self._with_stderr(server, what))
+            server.fail(await _with_stderr(server, what))
         return McpServerError(name, "stopped", server.error or what)
 
     async def _check_alive(self, server: _Server) -> None:
@@ -503,21 +461,6 @@ class McpManager:
         if scope.cancelled_caught:
             return  # still connected, only slow: its next call will tell
         await self._lost(server, "")
-
-    async def _with_stderr(self, server: _Server, text: str) -> str:
-        """``text`` and the server's last stderr line (waiting briefly for the rest of
-        its output when it is exiting)."""
-        if server.pipe is not None:
-            await anyio.to_thread.run_sync(server.stderr.eof.wait, 1.0, abandon_on_cancel=True)
-        last = server.stderr.last(1)
-        return redact(f"{text} (last stderr line: {last[0]})" if last else text)
-
-    async def _reason(self, server: _Server, exc: BaseException) -> str:
-        """Why a server did not start (or stopped), in one line."""
-        root = _root_cause(exc)
-        if isinstance(root, McpConfigError):
-            return f"{root.where} {root.problem}"
-        return await self._with_stderr(server, _failure(server, root))
 
 
 def _tool_spec(manager: McpManager, server: str, tool: Tool) -> McpTool:

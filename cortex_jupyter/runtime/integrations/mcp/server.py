@@ -21,9 +21,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 import anyio
+import anyio.to_thread
 
 from cortex_jupyter.runtime.core.secrets import redact, secrets
 from cortex_jupyter.runtime.integrations.mcp.config import ServerConfig
+from cortex_jupyter.runtime.integrations.mcp.errors import McpConfigError
 from cortex_jupyter.runtime.integrations.mcp.schema import McpTool
 
 if TYPE_CHECKING:
@@ -226,3 +228,20 @@ def _route_log(server: _Server, params: LoggingMessageNotificationParams) -> Non
         server.logs.add(line)
     for call in calls:
         call.post(("log", line))
+
+
+async def _with_stderr(server: _Server, text: str) -> str:
+    """``text`` and the server's last stderr line (waiting briefly for the rest of
+    its output when it is exiting)."""
+    if server.pipe is not None:
+        await anyio.to_thread.run_sync(server.stderr.eof.wait, 1.0, abandon_on_cancel=True)
+    last = server.stderr.last(1)
+    return redact(f"{text} (last stderr line: {last[0]})" if last else text)
+
+
+async def _reason(server: _Server, exc: BaseException) -> str:
+    """Why a server did not start (or stopped), in one line."""
+    root = _root_cause(exc)
+    if isinstance(root, McpConfigError):
+        return f"{root.where} {root.problem}"
+    return await _with_stderr(server, _failure(server, root))
