@@ -36,9 +36,12 @@ from collections.abc import Callable, Mapping
 from html.parser import HTMLParser
 from typing import Any
 
+from markdown_it import MarkdownIt
+
 from cortex_jupyter.runtime.bounded import failed
 from cortex_jupyter.runtime.secrets import Repr, head, redact
 
+from . import commonmark
 from .theme import MONO, MUTED, esc, shorten
 
 #: Largest HTML repr rebuilt (characters); larger ones are shown as text.
@@ -247,6 +250,9 @@ def _html(value: Any) -> str | None:
     )
 
 
+_markdown_parser: MarkdownIt | None = None
+
+
 def _markdown(value: Any) -> str | None:
     method = _method(value, "_repr_markdown_")
     if method is None:
@@ -256,9 +262,10 @@ def _markdown(value: Any) -> str | None:
         text = text[0]
     if not isinstance(text, str) or not text.strip():
         return None
-    from .markdown import render_markdown  # raw HTML off: the markdown's text is escaped
-
-    return render_markdown(head(text, MAX_TEXT))
+    global _markdown_parser
+    if _markdown_parser is None:  # no rich values: this markdown has no ``$name`` to fill
+        _markdown_parser = commonmark.make_parser()
+    return commonmark.render(_markdown_parser, head(text, MAX_TEXT))  # raw HTML off: text escaped
 
 
 # ---- a collapsible tree ----------------------------------------------------------------
