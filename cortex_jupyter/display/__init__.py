@@ -16,8 +16,9 @@ from cortex_jupyter.runtime.answer import value_text as short_str
 
 from .inspector import inspector_html
 from .markdown import IncrementalMarkdown, render_markdown
+from .nodes import NodeView
 from .rich import rich_html, sanitize_html
-from .state import PARTS, NodeView, Segment, ViewState, from_run, reduce
+from .state import PARTS, Segment, ViewState, from_run, reduce
 from .static import (
     endpoint_host,
     header_html,

@@ -59,7 +59,8 @@ from cortex_jupyter.runtime.secrets import redact, redact_value
 from cortex_jupyter.runtime.secrets import tail as secret_tail
 
 from .markdown import render_markdown
-from .state import NodeView, ViewState
+from .nodes import NodeView
+from .state import ViewState
 from .svg import details_html, graph_svg
 from .text import header_parts, render_text
 from .theme import (

@@ -17,7 +17,8 @@ from typing import Any
 
 from cortex_jupyter.runtime.answer import fill_references
 
-from .state import NodeView, ViewState
+from .nodes import NodeView
+from .state import ViewState
 from .theme import clean, fmt_count, fmt_duration, fmt_k, shorten, style_for
 
 _OUTPUT_CHARS = 120

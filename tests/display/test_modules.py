@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import cortex_jupyter.display
 
 PACKAGE = Path(cortex_jupyter.display.__file__).parent
@@ -53,3 +55,9 @@ def test_the_display_modules_import_each_other_without_a_circle() -> None:
 
     for module in graph:
         visit(module, ())
+
+
+@pytest.mark.parametrize("path", MODULES, ids=[p.stem for p in MODULES])
+def test_no_display_module_is_over_800_lines(path: Path) -> None:
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    assert lines <= 800, f"{path.name}: {lines} lines"

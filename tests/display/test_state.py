@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from cortex_jupyter.display import PARTS, ViewState, from_run, reduce
-from cortex_jupyter.display.state import KEEP_LOG_LINES, KEEP_TEXT
+from cortex_jupyter.display.nodes import KEEP_LOG_LINES, KEEP_TEXT
 from cortex_jupyter.protocol import ActionStart, ProtocolError, ResponseDelta, ThoughtDelta
 from cortex_jupyter.runtime import End, Interrupt, Metric, Nested, Run
 from cortex_jupyter.runtime.events import ActionOutput, ContextUse, Progress
