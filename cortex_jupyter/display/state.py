@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from cortex_jupyter.runtime.graph import ActionNode, Graph
 from cortex_jupyter.runtime.record import joined
 from cortex_jupyter.runtime.variables import find_references
 
@@ -81,11 +82,16 @@ class Segment:
 
 @dataclass
 class _Scope:
-    """Where events land: the top-level run, or an agent's sub-run under node ``parent``."""
+    """Where events land: the top-level run, or an agent's sub-run under node ``parent``.
+
+    ``graph`` is the runtime's own dependency graph of that run's actions, fed the same
+    actions: a node's edges are the ones the scheduler waits on, by its rule (explicit
+    ids, and the latest earlier action whose ``output_key`` a ``$name`` uses).
+    """
 
     prefix: str = ""
     parent: str | None = None
-    owners: dict[str, str] = field(default_factory=dict)  # output_key -> node id
+    graph: Graph = field(default_factory=Graph)
 
 
 @dataclass(eq=False)
@@ -445,23 +451,23 @@ class ViewState:
         node.source = str(getattr(event, "source", "") or "")
         if scope.parent is None:  # the body counts towards the estimated tokens written
             self.text_chars += len(node.name) + len(repr(node.parameters)) + 40
-        explicit = [scope.prefix + str(d) for d in action.depends_on]
-        implicit = [
-            scope.owners[r] for r in sorted(find_references(node.parameters)) if r in scope.owners
-        ]
-        node.depends_on = tuple(dict.fromkeys([*explicit, *implicit]))
-        node.references = tuple(d for d in dict.fromkeys(implicit) if d not in explicit)
-        node.refs = tuple(
-            (r, scope.owners[r])
-            for r in sorted(find_references(node.parameters))
-            if r in scope.owners
-        )
-        if node.output_key:
-            scope.owners[str(node.output_key)] = node.id
+        self._edges(node, action, scope)
         if node.parent is None and node.depends_on:
             self.layout.release(node)
             self.layout.place(node, [self.nodes[d] for d in node.depends_on if d in self.nodes])
         self._changed(node, "graph", "header")
+
+    def _edges(self, node: NodeView, action: Any, scope: _Scope) -> None:
+        """``node``'s dependencies, as the runtime's graph draws them (``_Scope``), and
+        which ``$name`` made each implicit one."""
+        names = sorted(find_references(node.parameters))
+        owners = scope.graph.implicit_dependencies  # before this action is added
+        node.refs = tuple((name, scope.prefix + o) for name in names for o in owners([name]))
+        added = ActionNode(id=str(action.id), name=node.name, action=action)
+        scope.graph.add(added, names, action.output_key)
+        explicit = {scope.prefix + str(d) for d in action.depends_on}
+        node.depends_on = tuple(scope.prefix + d for d in added.depends_on)
+        node.references = tuple(d for d in node.depends_on if d not in explicit)
 
     def _on_error(self, event: Any, at: float, scope: _Scope) -> None:
         raw_id = getattr(event, "id", None)
