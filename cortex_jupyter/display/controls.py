@@ -53,14 +53,10 @@ class Controls:
         charge: Callable[[int], None],
         count: Callable[[int], None],
     ) -> None:
-        self.state = state
-        self._decide = decide
-        self._stop = stop
-        self._header = header
-        self._style = style
-        self._plain = plain
-        self._charge = charge
-        self._count = count
+        self.state, self._header = state, header
+        self._decide, self._stop = decide, stop  # what the buttons call
+        self._style, self._plain = style, plain  # the view's shared style and layout
+        self._charge, self._count = charge, count  # messages: drawing, and clicks
         self.rows: dict[str, ipywidgets.HBox] = {}
         self.box: ipywidgets.VBox | None = None
         self.cut = False  # the final frame came without the run's end: rows answer nothing

@@ -259,6 +259,14 @@ class ViewState:
                 out[node.shown_status] = out.get(node.shown_status, 0) + 1
         return out
 
+    def depth(self, node: NodeView) -> int:
+        """How many shown parents ``node`` has (workflow steps, a sub-run's actions):
+        its indentation; at most 8."""
+        depth, parent = 0, node.parent
+        while parent is not None and parent in self.nodes and depth < 8:
+            depth, parent = depth + 1, self.nodes[parent].parent
+        return depth
+
     def top_level(self) -> list[NodeView]:
         return [self.nodes[i] for i in self.order if self.nodes[i].parent is None]
 
