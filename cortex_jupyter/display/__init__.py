@@ -2,7 +2,8 @@
 
 Events (the parser's and the runtime's) are reduced into a ``ViewState``; pure renderers
 turn it into HTML, SVG or text. The ipywidgets view (``widget``, with its graph component
-``live_graph``: the modules here that import ipywidgets) redraws the parts whose
+``live_graph``, its buttons ``controls`` and its message accounting ``pieces``: the
+modules here that import ipywidgets) redraws the parts whose
 ``ViewState.versions`` moved, at most ~25 times a second; everything exported below is
 pure and imports no widget or IPython code.
 """

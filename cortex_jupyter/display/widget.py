@@ -1,6 +1,7 @@
 """The live view of one cell's run: ipywidgets parts redrawn from a ``ViewState``.
 
-The only module that imports ipywidgets (ARCHITECTURE.md, "Layers"). The session feeds
+With its parts (``controls.py``, ``pieces.py``, ``live_graph.py``), the only modules
+that import ipywidgets (ARCHITECTURE.md, "Layers"). The session feeds
 it batches of events (``apply``) and asks it to ``redraw`` at most ~25 times a second;
 ``finish`` leaves the final frame plus a static copy for saved notebooks.
 
