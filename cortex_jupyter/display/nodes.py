@@ -53,37 +53,39 @@ class NodeView:
     lists each failed attempt with its error.
     """
 
+    # What the model wrote.
     id: str
     name: str = ""
     type: str = "tool"
     mode: str = "async"
-    status: str = "pending"
-    streaming: bool = False
     parameters: Mapping[str, Any] = field(default_factory=dict)
     output_key: str | None = None
+    in_thought: bool = False
+    source: str = ""
+    # Where it sits: its edges (the runtime graph's), its family, its grid place.
     depends_on: tuple[str, ...] = ()
     references: tuple[str, ...] = ()
+    refs: tuple[tuple[str, str], ...] = ()
     parent: str | None = None
     children: list[str] = field(default_factory=list)
-    in_thought: bool = False
+    layer: int | None = None
+    slot: int | None = None
+    # What happened to it (a runtime status, ``runtime.graph.STATUSES``), and when.
+    status: str = "pending"
+    streaming: bool = False
+    resolved: str | None = None
     error: str | None = None
     output: str | None = None
     note: str | None = None
     attempt: int = 0
+    attempts: list[tuple[int, str]] = field(default_factory=list)
     retry_in: float | None = None
     retry_error: str | None = None
     seen: float | None = None
+    awaited: float | None = None
     started: float | None = None
     finished: float | None = None
-    metrics: dict[str, float] = field(default_factory=dict)
-    thought: str = ""
-    response: str = ""
-    layer: int | None = None
-    slot: int | None = None
-    version: int = 0
-    refs: tuple[tuple[str, str], ...] = ()
-    resolved: str | None = None
-    source: str = ""
+    # What it wrote and measured while it ran (an agent: its sub-run's text).
     stdout: str = ""
     stderr: str = ""
     logs: list[str] = field(default_factory=list)
@@ -91,8 +93,10 @@ class NodeView:
     progress: Progress | None = None
     partial: str | None = None
     last_line: str = ""
-    attempts: list[tuple[int, str]] = field(default_factory=list)
-    awaited: float | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    thought: str = ""
+    response: str = ""
+    version: int = 0
 
     @property
     def shown_status(self) -> str:
