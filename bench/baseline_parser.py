@@ -35,20 +35,8 @@ import json
 import re
 from typing import Any
 
-from cortex_jupyter.protocol.events import (
-    ACTION_MODES,
-    ACTION_TYPES,
-    Action,
-    ActionReady,
-    ActionStart,
-    Event,
-    ProtocolError,
-    ResponseDelta,
-    ResponseEnd,
-    TextDelta,
-    ThoughtDelta,
-    ThoughtEnd,
-)
+# The events module alone: the baseline shares the real parser's vocabulary, not its code.
+from cortex_jupyter.protocol import events as ev
 
 __all__ = ["BaselineParser"]
 
@@ -90,15 +78,15 @@ class BaselineParser:
 
     # -- public -----------------------------------------------------------------
 
-    def feed(self, chunk: str) -> list[Event]:
-        out: list[Event] = []
+    def feed(self, chunk: str) -> list[ev.Event]:
+        out: list[ev.Event] = []
         for ch in chunk:
             self._step(ch, out)
         self._flush(out)
         return out
 
-    def close(self) -> list[Event]:
-        out: list[Event] = []
+    def close(self) -> list[ev.Event]:
+        out: list[ev.Event] = []
         if self._attrs is not None:  # an opening tag never finished: it was text
             self._text.append(self._tag_name + "".join(self._attrs))
             self._attrs = None
@@ -109,20 +97,22 @@ class BaselineParser:
             body = "".join(self._body) + _CLOSE_ACTION[: self._close_match]
             aid = self._action_attrs.get("id")
             out.append(
-                ProtocolError("truncated_action", f"stream ended inside action: {body[:80]!r}", aid)
+                ev.ProtocolError(
+                    "truncated_action", f"stream ended inside action: {body[:80]!r}", aid
+                )
             )
             self._state = self._action_return
         self._flush(out)
         if self._state == _THOUGHT:
-            out.append(ThoughtEnd())
+            out.append(ev.ThoughtEnd())
         elif self._state == _RESPONSE:
-            out.append(ResponseEnd(self._final))
+            out.append(ev.ResponseEnd(self._final))
         self._enter(_OUTSIDE)
         return out
 
     # -- the state machine ------------------------------------------------------------
 
-    def _step(self, ch: str, out: list[Event]) -> None:
+    def _step(self, ch: str, out: list[ev.Event]) -> None:
         if self._state == _BODY:
             self._body_char(ch, out)
         elif self._attrs is not None:
@@ -134,7 +124,7 @@ class BaselineParser:
         else:
             self._text.append(ch)
 
-    def _tag_char(self, ch: str, out: list[Event]) -> None:
+    def _tag_char(self, ch: str, out: list[ev.Event]) -> None:
         candidate = self._tag + ch
         tags = _TAGS[self._state]
         # A tag that takes attributes is complete at whitespace or ">".
@@ -161,7 +151,7 @@ class BaselineParser:
         self._tag = ""
         self._step(ch, out)
 
-    def _attr_char(self, ch: str, out: list[Event]) -> None:
+    def _attr_char(self, ch: str, out: list[ev.Event]) -> None:
         assert self._attrs is not None
         if self._attr_quote:
             if ch == self._attr_quote:
@@ -173,18 +163,18 @@ class BaselineParser:
             return
         self._attrs.append(ch)
 
-    def _simple_tag(self, tag: str, out: list[Event]) -> None:
+    def _simple_tag(self, tag: str, out: list[ev.Event]) -> None:
         self._flush(out)
         if self._state == _OUTSIDE:  # an opening thought tag
             self._enter(_THOUGHT)
         elif self._state == _THOUGHT:
-            out.append(ThoughtEnd())
+            out.append(ev.ThoughtEnd())
             self._enter(_OUTSIDE)
         else:  # </response>
-            out.append(ResponseEnd(self._final))
+            out.append(ev.ResponseEnd(self._final))
             self._enter(_OUTSIDE)
 
-    def _open_tag(self, out: list[Event]) -> None:
+    def _open_tag(self, out: list[ev.Event]) -> None:
         assert self._attrs is not None
         attrs = {
             m.group(1): m.group(2) if m.group(2) is not None else m.group(3)
@@ -206,7 +196,7 @@ class BaselineParser:
         self._in_string = self._escape = False
         self._close_match = 0
         out.append(
-            ActionStart(
+            ev.ActionStart(
                 attrs["id"],
                 attrs.get("type", "tool"),
                 attrs.get("mode", "async"),
@@ -214,7 +204,7 @@ class BaselineParser:
             )
         )
 
-    def _body_char(self, ch: str, out: list[Event]) -> None:
+    def _body_char(self, ch: str, out: list[ev.Event]) -> None:
         if self._in_string:
             self._body.append(ch)
             if self._escape:
@@ -239,7 +229,7 @@ class BaselineParser:
         if ch == '"':
             self._in_string = True
 
-    def _finish_action(self, out: list[Event]) -> None:
+    def _finish_action(self, out: list[ev.Event]) -> None:
         body = "".join(self._body).strip()
         self._body = []
         if self._action_return == _THOUGHT:
@@ -254,34 +244,40 @@ class BaselineParser:
         try:
             data: Any = json.loads(body)
         except ValueError as exc:
-            out.append(ProtocolError("invalid_json", f"action {aid}: {exc}: {body[:80]!r}", aid))
+            out.append(ev.ProtocolError("invalid_json", f"action {aid}: {exc}: {body[:80]!r}", aid))
             return
         if not isinstance(data, dict):
             out.append(
-                ProtocolError(
+                ev.ProtocolError(
                     "body_not_object", f"action {aid}: body is not an object: {body[:80]!r}", aid
                 )
             )
             return
         if not isinstance(data.get("name"), str):
             out.append(
-                ProtocolError("missing_name", f"action {aid}: no string 'name': {body[:80]!r}", aid)
+                ev.ProtocolError(
+                    "missing_name", f"action {aid}: no string 'name': {body[:80]!r}", aid
+                )
             )
             return
         atype, mode = attrs.get("type", "tool"), attrs.get("mode", "async")
-        if atype not in ACTION_TYPES:
-            out.append(ProtocolError("unknown_type", f"action {aid}: unknown type {atype!r}", aid))
+        if atype not in ev.ACTION_TYPES:
+            out.append(
+                ev.ProtocolError("unknown_type", f"action {aid}: unknown type {atype!r}", aid)
+            )
             return
-        if mode not in ACTION_MODES:
-            out.append(ProtocolError("unknown_mode", f"action {aid}: unknown mode {mode!r}", aid))
+        if mode not in ev.ACTION_MODES:
+            out.append(
+                ev.ProtocolError("unknown_mode", f"action {aid}: unknown mode {mode!r}", aid)
+            )
             return
         if aid in self._seen_ids:
-            out.append(ProtocolError("duplicate_id", f"action {aid}: duplicate id", aid))
+            out.append(ev.ProtocolError("duplicate_id", f"action {aid}: duplicate id", aid))
             return
         self._seen_ids.add(aid)
         out.append(
-            ActionReady(
-                Action(
+            ev.ActionReady(
+                ev.Action(
                     id=aid,
                     name=data["name"],
                     type=atype,
@@ -303,7 +299,7 @@ class BaselineParser:
         self._fresh = True
         self._hold = ""
 
-    def _flush(self, out: list[Event]) -> None:
+    def _flush(self, out: list[ev.Event]) -> None:
         """Emit the pending text of the current block as one delta (whitespace rule above)."""
         if not self._text:
             return
@@ -322,8 +318,8 @@ class BaselineParser:
                 return
             text = visible
         if self._state == _THOUGHT:
-            out.append(ThoughtDelta(text))
+            out.append(ev.ThoughtDelta(text))
         elif self._state == _RESPONSE:
-            out.append(ResponseDelta(text, self._final))
+            out.append(ev.ResponseDelta(text, self._final))
         else:
-            out.append(TextDelta(text))
+            out.append(ev.TextDelta(text))

@@ -33,18 +33,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench._common import table
 
 TARGET_RATIO = 10.0
-Row = Sequence[Any]
-
-
-def table(title: str, header: Row, rows: Sequence[Row]) -> str:
-    lines = [f"### {title}", "", "| " + " | ".join(map(str, header)) + " |"]
-    lines.append("|" + "---|" * len(header))
-    lines += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
 
 
 def print_lines(n: int) -> int:

@@ -28,13 +28,11 @@ from typing import Any
 import anyio
 
 from cortex_jupyter.models import OpenAIModel
-from cortex_jupyter.runtime import grammar
-from cortex_jupyter.runtime.agent import Agent
-from cortex_jupyter.runtime.record import Run
-from cortex_jupyter.runtime.registry import Registry
+from cortex_jupyter.runtime import Agent, Registry, Run
+from cortex_jupyter.runtime.loop import grammar
 
-MAX_TURNS = 3
-MAX_TOKENS = 120
+#: What every run gets besides its model, dialect and ``constrain``.
+LIMITS: dict[str, Any] = {"max_turns": 3, "max_tokens": 120, "temperature": 0.0}
 CITIES = ["Paris", "Tokyo", "Lima", "Oslo", "Cairo", "Quito", "Perth", "Dakar", "Riga", "Hanoi"]
 
 
@@ -63,15 +61,7 @@ def score(run: Run, city: str) -> tuple[bool, bool]:
 async def one(model: OpenAIModel, dialect: str, constrain: bool, city: str) -> tuple[Run, float]:
     registry = Registry()
     registry.tool(get_weather)
-    agent = Agent(
-        model=model,
-        registry=registry,
-        dialect=dialect,
-        constrain=constrain,
-        max_turns=MAX_TURNS,
-        max_tokens=MAX_TOKENS,
-        temperature=0.0,
-    )
+    agent = Agent(model=model, registry=registry, dialect=dialect, constrain=constrain, **LIMITS)
     start = time.monotonic()
     run = await agent.run(f"Use get_weather for {city}, then answer: how warm is it there?")
     return run, time.monotonic() - start

@@ -28,6 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._common import ms, table
 from cortex_jupyter.display import (
     IncrementalMarkdown,
     ViewState,
@@ -41,14 +42,6 @@ from cortex_jupyter.protocol import Parser
 from cortex_jupyter.runtime import ActionStatus, End
 
 REDRAW = 1 / 25
-Row = Sequence[Any]
-
-
-def table(title: str, header: Row, rows: Sequence[Row]) -> str:
-    lines = [f"### {title}", "", "| " + " | ".join(map(str, header)) + " |"]
-    lines.append("|" + "---|" * len(header))
-    lines += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
 
 
 def response_text(rng: random.Random, size: int = 16_000) -> str:
@@ -213,10 +206,6 @@ def redraw(
         full_chars = len(body)
     timer.add("other_parts", parts)
     return full_chars
-
-
-def ms(seconds: float) -> str:
-    return f"{seconds * 1000:.1f} ms"
 
 
 def report(result: dict[str, Any]) -> str:

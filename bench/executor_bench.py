@@ -34,26 +34,10 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._common import ms, table, verdict
 from cortex_jupyter.models import ScriptModel
-from cortex_jupyter.runtime import Agent, Registry, Run, executors
-
-Row = Sequence[Any]
-
-
-def table(title: str, header: Row, rows: Sequence[Row]) -> str:
-    lines = [f"### {title}", "", "| " + " | ".join(map(str, header)) + " |"]
-    lines.append("|" + "---|" * len(header))
-    lines += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
-
-
-def verdict(ok: bool) -> str:
-    return "PASS" if ok else "FAIL"
-
-
-def ms(seconds: float) -> str:
-    return f"{seconds * 1000:.1f} ms"
-
+from cortex_jupyter.runtime import Agent, Registry, Run
+from cortex_jupyter.runtime.integrations import executors
 
 # ---- the tools ------------------------------------------------------------------------------
 

@@ -27,10 +27,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
 
-from display_bench import table  # noqa: E402
-
+from bench._common import table  # noqa: E402
 from tests.kernel.harness import Execution, Kernel, max_per_window  # noqa: E402
 
 TARGET_BYTES = 500_000

@@ -45,10 +45,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
 
-from display_bench import protocol_text, table  # noqa: E402
-
+from bench._common import table  # noqa: E402
+from bench.display_bench import protocol_text  # noqa: E402
 from tests.kernel.harness import Execution, Kernel, Message, max_per_window  # noqa: E402
 
 TARGET_VIEW_RATE = 30  # messages a second, per view

@@ -27,28 +27,22 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._common import table
 from cortex_jupyter import Agent, Registry
 from cortex_jupyter.evaluation import TASKS, measure, supports_constrain
 from cortex_jupyter.evaluation import evaluate as run_evaluation
 from cortex_jupyter.models import OpenAIModel
 from cortex_jupyter.protocol.events import ActionReady
-from cortex_jupyter.runtime.events import ActionStatus
+from cortex_jupyter.runtime.core.events import ActionStatus
 
 SERVER_DIR = Path.home() / ".cache/cortex_jupyter/llama-server-11434"
-
-
-def table(title: str, header: Sequence[Any], rows: Sequence[Sequence[Any]]) -> str:
-    lines = [f"### {title}", "", "| " + " | ".join(map(str, header)) + " |"]
-    lines.append("|" + "---|" * len(header))
-    lines += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
 
 
 def gguf() -> Path:

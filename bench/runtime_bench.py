@@ -23,32 +23,10 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._common import ms, quantile, table, verdict
 from cortex_jupyter.protocol import Parser
 from cortex_jupyter.protocol.events import Action, ActionReady
 from cortex_jupyter.runtime import Registry, Run, Scheduler
-
-Row = Sequence[Any]
-
-
-def table(title: str, header: Row, rows: Sequence[Row]) -> str:
-    lines = [f"### {title}", "", "| " + " | ".join(map(str, header)) + " |"]
-    lines.append("|" + "---|" * len(header))
-    lines += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
-
-
-def verdict(ok: bool) -> str:
-    return "PASS" if ok else "FAIL"
-
-
-def ms(seconds: float) -> str:
-    return f"{seconds * 1000:.3f} ms"
-
-
-def quantile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
 
 # ---- 1. dispatch latency ---------------------------------------------------------------
 
@@ -284,7 +262,7 @@ def report_latency(samples: int) -> str:
         values = anyio.run(dispatch_latency, samples, sync_tool)
         median, p99 = statistics.median(values), quantile(values, 0.99)
         rows.append(
-            [label, samples, ms(median), ms(p99), ms(max(values)),
+            [label, samples, ms(median, 3), ms(p99, 3), ms(max(values), 3),
              verdict(median < 0.001 and p99 < 0.005)]
         )  # fmt: skip
     return table(
@@ -317,10 +295,10 @@ def report_efficiency(results: list[TraceResult]) -> str:
     losses = [
         [
             rate,
-            ms(statistics.mean([r.measured - r.ideal for r in results if r.rate == rate])),
-            ms(statistics.mean([r.parse for r in results if r.rate == rate])),
-            ms(statistics.mean([r.dispatch for r in results if r.rate == rate])),
-            ms(statistics.mean([r.wakeup for r in results if r.rate == rate])),
+            ms(statistics.mean([r.measured - r.ideal for r in results if r.rate == rate]), 3),
+            ms(statistics.mean([r.parse for r in results if r.rate == rate]), 3),
+            ms(statistics.mean([r.dispatch for r in results if r.rate == rate]), 3),
+            ms(statistics.mean([r.wakeup for r in results if r.rate == rate]), 3),
         ]
         for rate in sorted({r.rate for r in results})
     ]

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
         tool,
     )
 
-__version__ = "0.1.0"
+from cortex_jupyter._version import __version__
 
 __all__ = [
     "Agent",

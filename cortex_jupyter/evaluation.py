@@ -30,7 +30,7 @@ import anyio.from_thread
 from cortex_jupyter.protocol.events import ActionStart, ResponseDelta, TextDelta
 from cortex_jupyter.protocol.events import ThoughtDelta as _ThoughtDelta
 from cortex_jupyter.runtime import Agent, Registry, Run
-from cortex_jupyter.runtime.events import Chunk, Turn
+from cortex_jupyter.runtime.core.events import Chunk, Turn
 
 __all__ = [
     "DIALECTS",

@@ -40,16 +40,16 @@ from traitlets import (
 )
 from traitlets.config.loader import LazyConfigValue
 
-from cortex_jupyter.runtime.errors import CortexRuntimeError
-from cortex_jupyter.runtime.mcp import DEFAULT_TIMEOUT
-from cortex_jupyter.runtime.request import check_request
-from cortex_jupyter.runtime.secrets import Repr, redact, shorten
+from cortex_jupyter.runtime.core.errors import CortexRuntimeError
+from cortex_jupyter.runtime.core.secrets import Repr, redact, shorten
+from cortex_jupyter.runtime.integrations.mcp import DEFAULT_TIMEOUT
+from cortex_jupyter.runtime.loop.request import check_request
 from cortex_jupyter.session import CellOptions, Session, forget, session_for
 
 if TYPE_CHECKING:
     from traitlets.utils.bunch import Bunch
 
-    from cortex_jupyter.runtime.mcp import ServerStatus
+    from cortex_jupyter.runtime.integrations.mcp import ServerStatus
 
 DIALECTS = ("cortex", "sigil", "cogency", "hermes", "auto")
 APPROVALS = ("ask", "allow", "deny")
@@ -198,7 +198,7 @@ class CortexMagics(Magics):
     @observe("dask_address")
     def _dask_address_changed(self, change: Bunch) -> None:
         # Imported here: the executors module is light, but what it connects with is not.
-        from cortex_jupyter.runtime.executors import set_dask_address
+        from cortex_jupyter.runtime.integrations.executors import set_dask_address
 
         set_dask_address(change["new"] or None)
 
@@ -460,7 +460,7 @@ class CortexMagics(Magics):
 
     def _cmd_prompt(self, args: list[str]) -> None:
         """The system prompt the model is given (dialect, tools, feeds)."""
-        from cortex_jupyter.runtime.prompt import system_prompt
+        from cortex_jupyter.runtime.loop.prompt import system_prompt
 
         dialect = args[0] if args else self.dialect
         if dialect not in DIALECTS:
@@ -556,7 +556,7 @@ class CortexMagics(Magics):
 
     def _cmd_cluster(self, args: list[str]) -> None:
         """The Dask cluster executor="dask" tools run on: address, workers, dashboard."""
-        from cortex_jupyter.runtime.executors import cluster_info
+        from cortex_jupyter.runtime.integrations.executors import cluster_info
 
         print(cluster_info())
 
@@ -895,12 +895,12 @@ async def run_cell_async(shell: InteractiveShell, line: str, cell: str) -> None:
 def close_tool_sources() -> None:
     """Close the MCP servers and the Dask cluster cortex started (``%unload_ext``; at
     interpreter exit each module closes its own). Only what was imported is touched."""
-    if "cortex_jupyter.runtime.mcp" in sys.modules:
+    if "cortex_jupyter.runtime.integrations.mcp" in sys.modules:
         from cortex_jupyter import mcp
 
         mcp.close_all()
-    if "cortex_jupyter.runtime.executors" in sys.modules:
-        from cortex_jupyter.runtime import executors
+    if "cortex_jupyter.runtime.integrations.executors" in sys.modules:
+        from cortex_jupyter.runtime.integrations import executors
 
         executors.close_all()
 
@@ -934,7 +934,7 @@ def _approval(value: Any) -> Any:
 
 def _constrain(given: str | None, default: Any) -> bool | str:
     """``--constrain [FORM]`` or ``CortexMagics.constrain``: False, or a grammar form."""
-    from cortex_jupyter.runtime.grammar import CONSTRAIN_FORMS
+    from cortex_jupyter.runtime.loop.grammar import CONSTRAIN_FORMS
 
     value = default if given is None else given.lower()
     if value is True or value is False:

@@ -14,7 +14,7 @@ Each server's tools become ``NAME.TOOL`` tools of the default registry (the one
     mcp.remove("fs")
 
 The functions here work on one ``McpManager`` shared by the notebook (see
-``cortex_jupyter.runtime.mcp`` for what it does and the classes named below).
+``cortex_jupyter.runtime.integrations.mcp`` for what it does and the classes named below).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cortex_jupyter.runtime.mcp import (
+from cortex_jupyter.runtime.integrations.mcp import (
     DEFAULT_TIMEOUT,
     InvalidMcpArguments,
     McpConfigError,

@@ -33,19 +33,26 @@ from cortex_jupyter.runtime import (
     RunHooks,
     default_registry,
 )
-from cortex_jupyter.runtime.approval import Approver, Decision, ask_line
-from cortex_jupyter.runtime.errors import InvalidVariableName
-from cortex_jupyter.runtime.feeds import FeedSet
-from cortex_jupyter.runtime.loop import Conversation
-from cortex_jupyter.runtime.request import merge_requests
-from cortex_jupyter.runtime.scope import Binding, Rule, Scope, add_rule, is_pattern, never_visible
-from cortex_jupyter.runtime.secrets import redact, shorten
-from cortex_jupyter.runtime.variables import find_references
+from cortex_jupyter.runtime.core.errors import InvalidVariableName
+from cortex_jupyter.runtime.core.scope import (
+    Binding,
+    Rule,
+    Scope,
+    add_rule,
+    is_pattern,
+    never_visible,
+)
+from cortex_jupyter.runtime.core.secrets import redact, shorten
+from cortex_jupyter.runtime.core.variables import find_references
+from cortex_jupyter.runtime.loop.conversation import Conversation
+from cortex_jupyter.runtime.loop.feeds import FeedSet
+from cortex_jupyter.runtime.loop.request import merge_requests
+from cortex_jupyter.runtime.scheduler.approval import Approver, Decision, ask_line
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
-    from cortex_jupyter.runtime.chunks import StreamingModel
+    from cortex_jupyter.runtime.core.chunks import StreamingModel
 
 RUN_VARIABLE = "_cortex"
 #: How many finished widget views stay live by default (``CortexMagics.live_views``).
@@ -132,7 +139,7 @@ class CellOptions:
     temperature: float | None = None
     max_tokens: int | None = None
     native_tools: bool = False
-    #: ``--constrain``: False, or the grammar form ("gbnf", "vllm"; ``runtime.grammar``).
+    #: ``--constrain``: False, or the grammar form ("gbnf", "vllm"; ``runtime.loop.grammar``).
     constrain: bool | str = False
     display: str = "auto"
     #: ``--agent NAME``: run a registered ``Agent`` instead of the session's defaults.
@@ -147,7 +154,7 @@ class CellOptions:
     approval: Any = "ask"
     approve_timeout: float | None = None
     #: Extra request fields: ``CortexMagics.request``, and the cell's ``--request`` (which
-    #: goes over the agent's own; see ``runtime.request`` for the whole order).
+    #: goes over the agent's own; see ``runtime.loop.request`` for the whole order).
     request_default: Mapping[str, Any] = field(default_factory=dict)
     request: Mapping[str, Any] = field(default_factory=dict)
 
@@ -420,7 +427,7 @@ class Session:
         self.last_options: CellOptions | None = None
         self.last_prompt = ""
         #: notebook names bound by runs -> the run and the object it bound (the name is
-        #: the run's while it holds that object; see ``runtime.scope``)
+        #: the run's while it holds that object; see ``runtime.core.scope``)
         self.bound: dict[str, Binding] = {}
         #: ``%cortex expose`` and ``%cortex hide``, oldest first: the latest match decides
         self.rules: list[Rule] = []
@@ -602,7 +609,7 @@ class Session:
         return agent.with_options(**changes)
 
     def _named_agent(self, name: str) -> Agent:
-        from cortex_jupyter.runtime.registry import AgentSpec
+        from cortex_jupyter.runtime.core.registry import AgentSpec
 
         names = self.registry.names("agent")
         if name not in names:

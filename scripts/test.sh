@@ -86,6 +86,7 @@ step() {
 step "ruff check" ruff check .
 step "ruff format --check" ruff format --check .
 step "mypy" mypy cortex_jupyter
+step "import layers (lint-imports, pyproject.toml)" lint-imports --no-cache
 step "notebooks saved without outputs" python scripts/check_notebooks.py notebooks
 # One pytest run: --nbval-lax only affects .ipynb files; --nbval-current-env runs the
 # notebooks in this .venv's kernel rather than whatever "python3" kernel is installed.

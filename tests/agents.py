@@ -12,7 +12,7 @@ from typing import Any
 from anyio.abc import TaskGroup
 
 from cortex_jupyter.runtime import Agent, Conversation, Run, RunHooks
-from cortex_jupyter.runtime.transcript import RunSource
+from cortex_jupyter.runtime.loop.transcript import RunSource
 
 
 def _split(

@@ -12,7 +12,7 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from cortex_jupyter.models import OpenAIModel, ScriptModel
 from cortex_jupyter.runtime import Registry
-from cortex_jupyter.runtime.registry import default_registry
+from cortex_jupyter.runtime.core.registry import default_registry
 from tests.agents import run_agent
 from tests.models.fake_openai_server import Error, FakeOpenAIServer, Stream, finish, texts
 from tests.runtime.gbnf import accepts

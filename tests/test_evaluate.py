@@ -15,7 +15,7 @@ from cortex_jupyter.evaluation import TASKS, EndpointUnusable, measure, supports
 from cortex_jupyter.models import ScriptModel
 from cortex_jupyter.protocol.events import ResponseDelta
 from cortex_jupyter.runtime import Run
-from cortex_jupyter.runtime.events import Chunk, Metric, Turn
+from cortex_jupyter.runtime.core.events import Chunk, Metric, Turn
 from tests.models.fake_openai_server import (
     FakeOpenAIServer,
     Stream,

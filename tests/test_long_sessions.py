@@ -16,8 +16,8 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from cortex_jupyter import default_registry
-from cortex_jupyter.runtime.context import DEFAULT_REPLY_ROOM, MESSAGE_OVERHEAD
-from cortex_jupyter.runtime.loop import SUMMARY_TOKENS
+from cortex_jupyter.runtime.loop.context import DEFAULT_REPLY_ROOM, MESSAGE_OVERHEAD
+from cortex_jupyter.runtime.loop.turns import SUMMARY_TOKENS
 from cortex_jupyter.session import CortexRunError
 from tests.models.fake_openai_server import (
     Error,

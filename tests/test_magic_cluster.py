@@ -9,7 +9,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from cortex_jupyter import default_registry
-from cortex_jupyter.runtime import executors
+from cortex_jupyter.runtime.integrations import executors
 
 
 @pytest.fixture(autouse=True)

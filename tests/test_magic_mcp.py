@@ -4,57 +4,33 @@ native tools under names function calling allows."""
 
 from __future__ import annotations
 
-import os
-import socket
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
-import psutil
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from cortex_jupyter.runtime import Registry
-from cortex_jupyter.runtime.chunks import Finish, TextChunk, ToolCallReady
-from cortex_jupyter.runtime.mcp import NATIVE_NAME
-from cortex_jupyter.runtime.registry import default_registry
+from cortex_jupyter.runtime.core.chunks import Finish, TextChunk, ToolCallReady
+from cortex_jupyter.runtime.core.registry import default_registry
+from cortex_jupyter.runtime.integrations.mcp import NATIVE_NAME
 from tests.agents import run_agent
+from tests.mcp_servers.harness import DEMO, demo_http, processes, wait_until
 from tests.models.fake_openai_server import FakeOpenAIServer, Stream, finish, texts, tool_call
 from tests.runtime.doubles import Scripted
 
-DEMO = str(Path(__file__).resolve().parent / "mcp_servers" / "demo.py")
 TOKEN = "demo-bearer-" + uuid.uuid4().hex
 
 
 def demo(tag: str = "") -> str:
     """The demo server's command line, marked with ``tag`` so a test can find it."""
     return f"{sys.executable} {DEMO} --tag {tag or uuid.uuid4().hex}"
-
-
-def processes(tag: str) -> list[psutil.Process]:
-    """Our descendant processes whose command line holds ``tag``."""
-    found = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if tag in child.cmdline() and child.status() != psutil.STATUS_ZOMBIE:
-                found.append(child)
-        except psutil.Error:  # it ended while we looked
-            pass
-    return found
-
-
-def wait_until(condition: Callable[[], bool], what: str, patience: float = 15.0) -> None:
-    deadline = time.monotonic() + patience
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"still waiting, after {patience:g} s, for {what}")
-        time.sleep(0.05)
 
 
 def mcp(ip: InteractiveShell, line: str) -> None:
@@ -77,30 +53,8 @@ def added(ip: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> Iterator[
 @pytest.fixture(scope="module")
 def http_url() -> Iterator[str]:
     """The demo server over streamable HTTP on a free port; it wants ``TOKEN``."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    process = subprocess.Popen(
-        [sys.executable, DEMO, "--http", str(port)],
-        env={**os.environ, "DEMO_TOKEN": TOKEN},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-    def answers() -> bool:
-        assert process.poll() is None, f"the demo HTTP server exited with {process.returncode}"
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-        except OSError:
-            return False
-        return True
-
-    try:
-        wait_until(answers, "the demo HTTP server to listen")
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+    with demo_http(TOKEN) as url:
+        yield url
 
 
 # ---- add, list, call, remove -------------------------------------------------------------
@@ -319,16 +273,7 @@ def test_servers_close_at_interpreter_exit_without_unload() -> None:
     assert done.returncode == 0, done.stderr
     assert "MCP server 'demo' is ready" in done.stdout
 
-    def anywhere() -> bool:
-        for process in psutil.process_iter():
-            try:
-                if tag in process.cmdline() and process.status() != psutil.STATUS_ZOMBIE:
-                    return True
-            except psutil.Error:
-                pass
-        return False
-
-    wait_until(lambda: not anywhere(), "the server to be gone")
+    wait_until(lambda: not processes(tag, anywhere=True), "the server to be gone")
 
 
 # ---- native tools --------------------------------------------------------------------------------

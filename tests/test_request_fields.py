@@ -1,4 +1,4 @@
-"""Extra request fields (``runtime.request``) reach every request a run sends.
+"""Extra request fields (``runtime.loop.request``) reach every request a run sends.
 
 Through the loopback OpenAI-compatible server, which records each request's JSON body:
 the turns of the loop, an ``llm`` action's request and a nested agent's requests all

@@ -38,8 +38,8 @@ from typing import Any
 
 from markdown_it import MarkdownIt
 
-from cortex_jupyter.runtime.bounded import failed
-from cortex_jupyter.runtime.secrets import Repr, head, redact
+from cortex_jupyter.runtime.core.bounded import failed
+from cortex_jupyter.runtime.core.secrets import Repr, head, redact
 
 from . import commonmark
 from .theme import MONO, MUTED, esc, shorten

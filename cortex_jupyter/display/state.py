@@ -37,9 +37,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cortex_jupyter.runtime.graph import ActionNode, Graph
-from cortex_jupyter.runtime.record import joined
-from cortex_jupyter.runtime.variables import find_references
+from cortex_jupyter.runtime.core.graph import ActionNode, Graph
+from cortex_jupyter.runtime.core.record import joined
+from cortex_jupyter.runtime.core.variables import find_references
 
 from .nodes import (
     Layout,
@@ -51,7 +51,7 @@ from .nodes import (
 )
 
 if TYPE_CHECKING:
-    from cortex_jupyter.runtime.record import Run
+    from cortex_jupyter.runtime.core.record import Run
 
 PARTS: tuple[str, ...] = ("header", "thought", "graph", "details", "response")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from cortex_jupyter.runtime.answer import fill_references
+from cortex_jupyter.runtime.core.answer import fill_references
 
 from .nodes import NodeView
 from .state import ViewState

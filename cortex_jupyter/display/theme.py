@@ -17,7 +17,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from cortex_jupyter.runtime import secrets
+from cortex_jupyter.runtime.core import secrets
 
 
 @dataclass(frozen=True, slots=True)

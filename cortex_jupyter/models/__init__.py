@@ -1,4 +1,4 @@
-"""Model clients behind one small async interface (``runtime.chunks.StreamingModel``).
+"""Model clients behind one small async interface (``runtime.core.chunks.StreamingModel``).
 
 ``OpenAIModel`` talks to OpenAI and any OpenAI-compatible server (the only package that
 imports ``openai``); ``ScriptModel`` streams protocol text written by hand; ``ReplayModel``
@@ -13,55 +13,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .errors import (
-    AuthenticationFailed,
-    BadRequest,
-    CannotConnect,
-    ContextTooLong,
-    GrammarRefused,
-    MissingAPIKey,
-    ModelError,
-    ModelTimeout,
-    NoReplyScripted,
-    PermissionDenied,
-    RateLimited,
-    ReplyRejected,
-    ScriptExhausted,
-    ServerError,
-    StreamDropped,
-    UnexpectedReply,
-    UnknownModel,
-)
+from . import errors
+from .errors import *  # noqa: F403  (every model error, as listed in errors.__all__)
 from .replay import ReplayExhausted, ReplayModel
 from .script import TURN_SEPARATOR, ScriptModel, split_replies, split_turns
 
 __all__ = [
     "DEFAULT_BASE_URL",
     "TURN_SEPARATOR",
-    "AuthenticationFailed",
-    "BadRequest",
-    "CannotConnect",
-    "ContextTooLong",
-    "GrammarRefused",
-    "MissingAPIKey",
-    "ModelError",
-    "ModelTimeout",
-    "NoReplyScripted",
     "OpenAIModel",
-    "PermissionDenied",
-    "RateLimited",
     "ReplayExhausted",
     "ReplayModel",
-    "ReplyRejected",
-    "ScriptExhausted",
     "ScriptModel",
-    "ServerError",
-    "StreamDropped",
-    "UnexpectedReply",
-    "UnknownModel",
     "split_replies",
     "split_turns",
 ]
+__all__ += errors.__all__
 
 if TYPE_CHECKING:
     from .openai_client import DEFAULT_BASE_URL, OpenAIModel

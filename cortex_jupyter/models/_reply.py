@@ -29,8 +29,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-from ..protocol.actions import too_deep
-from ..runtime.chunks import (
+from cortex_jupyter.runtime.core.chunks import (
     Finish,
     ModelChunk,
     ReasoningChunk,
@@ -40,6 +39,8 @@ from ..runtime.chunks import (
     ToolCallStart,
     Usage,
 )
+
+from ..protocol.actions import too_deep
 
 __all__ = ["ReplyAssembler", "ServerFailure", "call_ids_in", "failure_of"]
 

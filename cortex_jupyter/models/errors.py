@@ -1,13 +1,19 @@
 """Errors of the model clients: one class per way a model call fails.
 
-Each message is built from typed fields, says what happened (with the model, the
-endpoint as ``scheme://host:port`` and what the server said) and what to do next. None
-ever contains an API key or any part of one: server text is passed through
-``_redact.redact`` by the client before it gets here, and no class keeps the SDK's
-exception (whose request carries the ``Authorization`` header).
+Each class is a row of the table: the fields its message names and a ``template`` of
+how it reads (``runtime.errors.CortexError`` builds the message, once, and pickles it).
+Each message says what happened (with the model, the endpoint as ``scheme://host:port``
+and what the server said) and what to do next. None ever contains an API key or any
+part of one: server text is passed through ``_redact.redact`` by the client before it
+gets here, and no class keeps the SDK's exception (whose request carries the
+``Authorization`` header).
 """
 
 from __future__ import annotations
+
+from dataclasses import KW_ONLY, dataclass
+
+from cortex_jupyter.runtime.core.errors import CortexError, count
 
 __all__ = [
     "AuthenticationFailed",
@@ -30,23 +36,7 @@ __all__ = [
 ]
 
 
-def _said(server_message: str) -> str:
-    return f" The server said: {server_message}" if server_message else ""
-
-
-def _seconds(value: float) -> str:
-    return f"{value:g} s"
-
-
-def _code(code: str | None) -> str:
-    return f" ({code})" if code else ""
-
-
-def _tries(tries: int) -> str:
-    return "1 try" if tries == 1 else f"{tries} tries"
-
-
-class ModelError(Exception):
+class ModelError(CortexError):
     """Raised when a model cannot produce its reply (base class).
 
     ``continuable`` says whether the same request may succeed later (a dropped stream,
@@ -56,130 +46,129 @@ class ModelError(Exception):
     """
 
     continuable = True
+    #: What the server said about the failure ("" when it said nothing).
+    server_message: str = ""
+
+    @property
+    def said(self) -> str:
+        """What the server said, as the message's last sentence."""
+        return f" The server said: {self.server_message}" if self.server_message else ""
 
 
+@dataclass(eq=False, repr=False)
 class MissingAPIKey(ModelError):
     """Raised when an OpenAI-compatible model is created without an API key."""
 
     continuable = False
-
-    def __init__(self, model: str) -> None:
-        self.model = model
-        super().__init__(
-            f"No API key for model {model!r}: set the OPENAI_API_KEY environment variable "
-            "(in a notebook: %env OPENAI_API_KEY=...) or pass api_key=... . "
-            "To use another OpenAI-compatible server (vLLM, Ollama, llama.cpp, LM Studio), "
-            "point OPENAI_BASE_URL at it (e.g. http://localhost:11434/v1); if it needs no "
-            "key, set OPENAI_API_KEY to any placeholder such as 'none'."
-        )
+    model: str
+    template = (
+        "No API key for model {e.model!r}: set the OPENAI_API_KEY environment variable "
+        "(in a notebook: %env OPENAI_API_KEY=...) or pass api_key=... . "
+        "To use another OpenAI-compatible server (vLLM, Ollama, llama.cpp, LM Studio), "
+        "point OPENAI_BASE_URL at it (e.g. http://localhost:11434/v1); if it needs no "
+        "key, set OPENAI_API_KEY to any placeholder such as 'none'."
+    )
 
 
+@dataclass(eq=False, repr=False)
 class AuthenticationFailed(ModelError):
     """Raised when the server refuses the API key (HTTP 401)."""
 
     continuable = False
-
-    def __init__(self, model: str, endpoint: str, server_message: str = "") -> None:
-        self.model = model
-        self.endpoint = endpoint
-        self.server_message = server_message
-        super().__init__(
-            f"The server at {endpoint} refused the API key (HTTP 401) for model {model!r}. "
-            "Check OPENAI_API_KEY (or api_key=...) is a valid key for this server, and that "
-            f"OPENAI_BASE_URL points at the server the key belongs to.{_said(server_message)}"
-        )
+    model: str
+    endpoint: str
+    server_message: str = ""
+    template = (
+        "The server at {e.endpoint} refused the API key (HTTP 401) for model {e.model!r}. "
+        "Check OPENAI_API_KEY (or api_key=...) is a valid key for this server, and that "
+        "OPENAI_BASE_URL points at the server the key belongs to.{e.said}"
+    )
 
 
+@dataclass(eq=False, repr=False)
 class PermissionDenied(ModelError):
     """Raised when the key is valid but may not use this model or endpoint (HTTP 403)."""
 
     continuable = False
-
-    def __init__(self, model: str, endpoint: str, server_message: str = "") -> None:
-        self.model = model
-        self.endpoint = endpoint
-        self.server_message = server_message
-        super().__init__(
-            f"The server at {endpoint} does not allow this API key to use model {model!r} "
-            "(HTTP 403). Use a model the key's project or organisation has access to, or a "
-            f"key that has access to this one.{_said(server_message)}"
-        )
+    model: str
+    endpoint: str
+    server_message: str = ""
+    template = (
+        "The server at {e.endpoint} does not allow this API key to use model {e.model!r} "
+        "(HTTP 403). Use a model the key's project or organisation has access to, or a "
+        "key that has access to this one.{e.said}"
+    )
 
 
+@dataclass(eq=False, repr=False)
 class UnknownModel(ModelError):
     """Raised when the server has no such model, or no such API path (HTTP 404)."""
 
     continuable = False
-
-    def __init__(self, model: str, endpoint: str, server_message: str = "") -> None:
-        self.model = model
-        self.endpoint = endpoint
-        self.server_message = server_message
-        super().__init__(
-            f"The server at {endpoint} has no model {model!r} (HTTP 404). Check the model "
-            "name against the server's model list, and that OPENAI_BASE_URL ends with the "
-            f"API root (usually /v1).{_said(server_message)}"
-        )
+    model: str
+    endpoint: str
+    server_message: str = ""
+    template = (
+        "The server at {e.endpoint} has no model {e.model!r} (HTTP 404). Check the model "
+        "name against the server's model list, and that OPENAI_BASE_URL ends with the "
+        "API root (usually /v1).{e.said}"
+    )
 
 
+@dataclass(eq=False, repr=False)
 class BadRequest(ModelError):
     """Raised when the server rejects the request as written (HTTP 400, 413, 422...)."""
 
     continuable = False
-
-    def __init__(self, model: str, endpoint: str, status: int, server_message: str = "") -> None:
-        self.model = model
-        self.endpoint = endpoint
-        self.status = status
-        self.server_message = server_message
-        super().__init__(
-            f"The server at {endpoint} rejected the request for model {model!r} "
-            f"(HTTP {status}). Change what its message names (a parameter this model does "
-            "not support, a prompt longer than its context window...) and run it again."
-            f"{_said(server_message)}"
-        )
+    model: str
+    endpoint: str
+    status: int
+    server_message: str = ""
+    template = (
+        "The server at {e.endpoint} rejected the request for model {e.model!r} "
+        "(HTTP {e.status}). Change what its message names (a parameter this model does "
+        "not support, a prompt longer than its context window...) and run it again.{e.said}"
+    )
 
 
+@dataclass(eq=False, repr=False)
 class RateLimited(ModelError):
     """Raised when the server is still rate-limiting after every retry (HTTP 429)."""
 
-    def __init__(
-        self,
-        model: str,
-        endpoint: str,
-        tries: int,
-        retry_after: float | None = None,
-        server_message: str = "",
-        *,
-        quota: bool = False,
-    ) -> None:
-        self.model = model
-        self.endpoint = endpoint
-        self.tries = tries
-        self.retry_after = retry_after
-        self.server_message = server_message
-        self.quota = quota
-        self.continuable = not quota  # waiting will not refill a quota
-        if quota:
-            advice = (
+    model: str
+    endpoint: str
+    tries: int
+    retry_after: float | None = None
+    server_message: str = ""
+    _: KW_ONLY
+    quota: bool = False
+    template = (
+        "The server at {e.endpoint} is rate-limiting model {e.model!r} (HTTP 429) after "
+        "{e.tried}. {e.advice}{e.said}"
+    )
+
+    def __post_init__(self) -> None:
+        self.continuable = not self.quota  # waiting will not refill a quota
+        super().__post_init__()
+
+    @property
+    def tried(self) -> str:
+        return count(self.tries, "try", "tries")
+
+    @property
+    def advice(self) -> str:
+        if self.quota:
+            return (
                 "The account's quota is used up: check its plan and billing; waiting will not help."
             )
+        if self.retry_after is None:
+            wait = "It gave no retry delay"
         else:
-            wait = (
-                f"it asked to wait {_seconds(retry_after)} before retrying"
-                if retry_after is not None
-                else "it gave no retry delay"
-            )
-            advice = (
-                f"{wait[0].upper()}{wait[1:]}. Wait and run it again, or allow more retries "
-                "(max_retries=...)."
-            )
-        super().__init__(
-            f"The server at {endpoint} is rate-limiting model {model!r} (HTTP 429) after "
-            f"{_tries(tries)}. {advice}{_said(server_message)}"
-        )
+            wait = f"It asked to wait {self.retry_after:g} s before retrying"
+        return f"{wait}. Wait and run it again, or allow more retries (max_retries=...)."
 
 
+@dataclass(eq=False, repr=False)
 class ServerError(ModelError):
     """Raised when the server fails (HTTP 5xx after every retry, or an error event mid-reply).
 
@@ -188,34 +177,31 @@ class ServerError(ModelError):
     server gave it, if any. Raised after every chunk that arrived was yielded.
     """
 
-    def __init__(
-        self,
-        model: str,
-        endpoint: str,
-        status: int | None,
-        tries: int = 1,
-        server_message: str = "",
-        *,
-        code: str | None = None,
-    ) -> None:
-        self.model = model
-        self.endpoint = endpoint
-        self.status = status
-        self.tries = tries
-        self.server_message = server_message
-        self.code = code
-        what = (
-            f"failed (HTTP {status}) after {_tries(tries)}"
-            if status is not None
-            else f"reported an error in the middle of the reply{_code(code)}"
-        )
-        super().__init__(
-            f"The server at {endpoint} {what} for model {model!r}. This is the server's "
-            "fault, not the request's: run it again later, or check the server's logs if it "
-            f"is yours.{_said(server_message)}"
-        )
+    model: str
+    endpoint: str
+    status: int | None
+    tries: int = 1
+    server_message: str = ""
+    _: KW_ONLY
+    code: str | None = None
+    template = (
+        "The server at {e.endpoint} {e.what} for model {e.model!r}. This is the server's "
+        "fault, not the request's: run it again later, or check the server's logs if it "
+        "is yours.{e.said}"
+    )
+
+    @property
+    def what(self) -> str:
+        if self.status is None:
+            return f"reported an error in the middle of the reply{_code(self.code)}"
+        return f"failed (HTTP {self.status}) after {count(self.tries, 'try', 'tries')}"
 
 
+def _code(code: str | None) -> str:
+    return f" ({code})" if code else ""
+
+
+@dataclass(eq=False, repr=False)
 class ReplyRejected(ModelError):
     """Raised when the server stops a reply midway for a reason the request itself causes.
 
@@ -227,23 +213,23 @@ class ReplyRejected(ModelError):
     """
 
     continuable = False
+    model: str
+    endpoint: str
+    server_message: str = ""
+    code: str | None = None
+    template = (
+        "The server at {e.endpoint} stopped the reply of model {e.model!r} midway with an "
+        "error{e.coded} that asking again unchanged will not fix. Change what its "
+        "message names (a conversation longer than the model's context window, content "
+        "its filters flag, a malformed tool call...) and run it again.{e.said}"
+    )
 
-    def __init__(
-        self, model: str, endpoint: str, server_message: str = "", code: str | None = None
-    ) -> None:
-        self.model = model
-        self.endpoint = endpoint
-        self.server_message = server_message
-        self.code = code
-        super().__init__(
-            f"The server at {endpoint} stopped the reply of model {model!r} midway with an "
-            f"error{_code(code)} that asking again unchanged will not fix. Change what its "
-            "message names (a conversation longer than the model's context window, content "
-            "its filters flag, a malformed tool call...) and run it again."
-            f"{_said(server_message)}"
-        )
+    @property
+    def coded(self) -> str:
+        return _code(self.code)
 
 
+@dataclass(eq=False, repr=False)
 class ContextTooLong(ModelError):
     """Raised when the server refuses a request longer than the model's context window
     (a 400 such as OpenAI's ``context_length_exceeded``, or the same error mid-stream).
@@ -253,18 +239,15 @@ class ContextTooLong(ModelError):
     """
 
     continuable = False
-
-    def __init__(self, model: str, endpoint: str, server_message: str = "") -> None:
-        self.model = model
-        self.endpoint = endpoint
-        self.server_message = server_message
-        super().__init__(
-            f"The conversation no longer fits model {model!r}'s context window (the server "
-            f"at {endpoint} refused it). Start afresh with %cortex reset, or set a budget "
-            "below the model's window, e.g. %config CortexMagics.context_tokens = 8000 "
-            "(Agent(context_tokens=...)): older exchanges are then condensed to fit."
-            f"{_said(server_message)}"
-        )
+    model: str
+    endpoint: str
+    server_message: str = ""
+    template = (
+        "The conversation no longer fits model {e.model!r}'s context window (the server "
+        "at {e.endpoint} refused it). Start afresh with %cortex reset, or set a budget "
+        "below the model's window, e.g. %config CortexMagics.context_tokens = 8000 "
+        "(Agent(context_tokens=...)): older exchanges are then condensed to fit.{e.said}"
+    )
 
 
 def is_context_length(*texts: str | None) -> bool:
@@ -285,35 +268,39 @@ _CONTEXT_PHRASES = (
 )
 
 
+@dataclass(eq=False, repr=False)
 class CannotConnect(ModelError):
     """Raised when no connection to the server can be made (refused, unreachable, DNS)."""
 
-    def __init__(self, model: str, host_port: str, reason: str = "") -> None:
-        self.model = model
-        self.host_port = host_port
-        self.reason = reason
-        detail = f" ({reason})" if reason else ""
-        super().__init__(
-            f"Cannot connect to {host_port} for model {model!r}{detail}. Check the server is "
-            "running and listening there, and that OPENAI_BASE_URL (or base_url=...) names "
-            "the right host and port."
-        )
+    model: str
+    host_port: str
+    reason: str = ""
+    template = (
+        "Cannot connect to {e.host_port} for model {e.model!r}{e.detail}. Check the server is "
+        "running and listening there, and that OPENAI_BASE_URL (or base_url=...) names "
+        "the right host and port."
+    )
+
+    @property
+    def detail(self) -> str:
+        return f" ({self.reason})" if self.reason else ""
 
 
+@dataclass(eq=False, repr=False)
 class ModelTimeout(ModelError):
     """Raised when the server sends nothing for ``timeout`` seconds before the reply starts."""
 
-    def __init__(self, model: str, endpoint: str, timeout: float) -> None:
-        self.model = model
-        self.endpoint = endpoint
-        self.timeout = timeout
-        super().__init__(
-            f"The server at {endpoint} did not answer within {_seconds(timeout)} for model "
-            f"{model!r}. It may be overloaded or still loading the model: run it again, or "
-            "allow longer (timeout=...)."
-        )
+    model: str
+    endpoint: str
+    timeout: float
+    template = (
+        "The server at {e.endpoint} did not answer within {e.timeout:g} s for model "
+        "{e.model!r}. It may be overloaded or still loading the model: run it again, or "
+        "allow longer (timeout=...)."
+    )
 
 
+@dataclass(eq=False, repr=False)
 class StreamDropped(ModelError):
     """Raised when the connection ends, or goes silent, in the middle of a reply.
 
@@ -322,86 +309,100 @@ class StreamDropped(ModelError):
     closing the connection.
     """
 
-    def __init__(
-        self,
-        model: str,
-        endpoint: str,
-        chunks: int,
-        characters: int,
-        stalled_for: float | None = None,
-    ) -> None:
-        self.model = model
-        self.endpoint = endpoint
-        self.chunks = chunks
-        self.characters = characters
-        self.stalled_for = stalled_for
-        what = (
-            f"the server sent nothing more for {_seconds(stalled_for)}"
-            if stalled_for is not None
-            else "the connection dropped"
-        )
-        super().__init__(
-            f"The reply of model {model!r} from {endpoint} broke off after {chunks} chunks "
-            f"({characters} characters): {what}. The reply is incomplete. Run it again; if "
-            "it keeps happening, check the network, and a proxy's or the server's timeouts."
-        )
+    model: str
+    endpoint: str
+    chunks: int
+    characters: int
+    stalled_for: float | None = None
+    template = (
+        "The reply of model {e.model!r} from {e.endpoint} broke off after {e.chunks} chunks "
+        "({e.characters} characters): {e.what}. The reply is incomplete. Run it again; if "
+        "it keeps happening, check the network, and a proxy's or the server's timeouts."
+    )
+
+    @property
+    def what(self) -> str:
+        if self.stalled_for is None:
+            return "the connection dropped"
+        return f"the server sent nothing more for {self.stalled_for:g} s"
 
 
+@dataclass(eq=False, repr=False)
 class UnexpectedReply(ModelError):
     """Raised when the server answers, but not with an OpenAI chat completion stream."""
 
-    def __init__(self, model: str, endpoint: str, what: str) -> None:
-        self.model = model
-        self.endpoint = endpoint
-        self.what = what
-        super().__init__(
-            f"The server at {endpoint} answered the request for model {model!r}, but not with "
-            f"an OpenAI chat completion stream: {what}. Check that OPENAI_BASE_URL (or "
-            "base_url=...) is the API root of an OpenAI-compatible server, usually ending in "
-            "/v1."
-        )
+    model: str
+    endpoint: str
+    what: str
+    template = (
+        "The server at {e.endpoint} answered the request for model {e.model!r}, but not with "
+        "an OpenAI chat completion stream: {e.what}. Check that OPENAI_BASE_URL (or "
+        "base_url=...) is the API root of an OpenAI-compatible server, usually ending in "
+        "/v1."
+    )
 
 
+@dataclass(eq=False, repr=False)
 class NoReplyScripted(ModelError):
     """Raised when an ``llm`` or ``agent`` action of a script asks for its reply and the
     script has no ``--- reply to ID ---`` section for that action."""
 
     continuable = False
+    action_id: str
+    sections: list[str]
+    template = (
+        "The script has no reply for action {e.action_id!r}: add a section starting with "
+        "a line '--- reply to {e.action_id} ---' after the main script (what the model "
+        "answers that action; it may hold '--- next turn ---' lines). Sections: {e.have}."
+    )
 
-    def __init__(self, action_id: str, sections: list[str]) -> None:
-        self.action_id = action_id
-        self.sections = sections
-        have = ", ".join(sections) if sections else "none"
-        super().__init__(
-            f"The script has no reply for action {action_id!r}: add a section starting with "
-            f"a line '--- reply to {action_id} ---' after the main script (what the model "
-            f"answers that action; it may hold '--- next turn ---' lines). Sections: {have}."
-        )
+    @property
+    def have(self) -> str:
+        return ", ".join(self.sections) if self.sections else "none"
 
 
+@dataclass(eq=False, repr=False)
 class ScriptExhausted(ModelError):
     """Raised when a script model is asked for more turns than its script has."""
 
-    def __init__(self, turn: int, turns: int) -> None:
-        self.turn = turn
-        self.turns = turns
-        has = "1 turn" if turns == 1 else f"{turns} turns"
-        super().__init__(
-            f"The script has no turn {turn}; it has only {has}. Each reply the run asks the "
-            "model for takes the next turn (the agent asks again after action results): add "
-            f"turn {turn} after a line '--- next turn ---', or pass a list with one text per "
-            "turn."
-        )
+    turn: int
+    turns: int
+    template = (
+        "The script has no turn {e.turn}; it has only {e.has}. Each reply the run asks the "
+        "model for takes the next turn (the agent asks again after action results): add "
+        "turn {e.turn} after a line '--- next turn ---', or pass a list with one text per "
+        "turn."
+    )
+
+    @property
+    def has(self) -> str:
+        return count(self.turns, "turn", "turns")
+
+
+@dataclass(eq=False, repr=False)
+class ReplayExhausted(ModelError):
+    """Raised when a replay is asked for more turns than its transcripts hold (exported
+    with ``ReplayModel``, by ``models.replay``)."""
+
+    turn: int
+    turns: int
+    template = (
+        "The replay has no turn {e.turn}; its transcripts hold only {e.has}. A replayed run "
+        "asks for the turns in the order they were recorded: replay the same prompt with "
+        "the same tools, or give the transcripts of the later runs too."
+    )
+
+    @property
+    def has(self) -> str:
+        return count(self.turns, "turn", "turns")
 
 
 class GrammarRefused(BadRequest):
     """Raised when the server rejects a request that carries a grammar (``constrain``):
     it does not take grammars, or not in the form sent."""
 
-    def __init__(self, model: str, endpoint: str, status: int, server_message: str = "") -> None:
-        super().__init__(model, endpoint, status, server_message)
-        self.args = (
-            f"The server at {endpoint} refused the grammar sent for constrained decoding "
-            f"(HTTP {status}): llama.cpp takes constrain='gbnf', vLLM constrain='vllm'; "
-            f"other servers take none, so run without constrain.{_said(server_message)}",
-        )
+    template = (
+        "The server at {e.endpoint} refused the grammar sent for constrained decoding "
+        "(HTTP {e.status}): llama.cpp takes constrain='gbnf', vLLM constrain='vllm'; "
+        "other servers take none, so run without constrain.{e.said}"
+    )

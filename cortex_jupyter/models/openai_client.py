@@ -1,6 +1,6 @@
 """OpenAI and OpenAI-compatible servers (vLLM, Ollama, llama.cpp, LM Studio) as a model.
 
-``OpenAIModel`` implements ``runtime.chunks.StreamingModel`` over the ``openai`` SDK's
+``OpenAIModel`` implements ``runtime.core.chunks.StreamingModel`` over the ``openai`` SDK's
 streaming chat completions. The SDK does the HTTP work - authentication, retries of 429
 and 5xx honouring the server's ``retry-after``, server-sent events - and this module
 turns its chunks into ``ModelChunk`` values and its exceptions into ``ModelError``
@@ -28,8 +28,9 @@ import anyio.to_thread
 import openai
 from openai._streaming import ServerSentEvent, SSEBytesDecoder, SSEDecoder
 
-from ..runtime.chunks import Message, ModelChunk, ToolDefinition
-from ..runtime.secrets import secrets
+from cortex_jupyter.runtime.core.chunks import Message, ModelChunk, ToolDefinition
+from cortex_jupyter.runtime.core.secrets import secrets
+
 from ._redact import endpoint_of, host_port, redact
 from ._reply import ReplyAssembler, ServerFailure, call_ids_in, failure_of
 from ._window import known_window, server_window
@@ -188,9 +189,9 @@ class OpenAIModel:
     ) -> AsyncIterator[ModelChunk]:
         """The reply to ``messages``, chunk by chunk (see ``StreamingModel``).
 
-        ``request`` holds extra request fields (``runtime.request``), over the model's
+        ``request`` holds extra request fields (``runtime.loop.request``), over the model's
         own ``extra_body``; ``temperature`` and ``max_tokens`` win over the same fields.
-        ``constraint``: the request fields that carry a grammar (``runtime.grammar``),
+        ``constraint``: the request fields that carry a grammar (``runtime.loop.grammar``),
         put in the body over those; never sent together with ``tools``.
         """
         if constraint and tools:

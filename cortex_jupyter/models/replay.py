@@ -10,32 +10,19 @@ model. A turn whose stream broke off ends the same way, with ``StreamDropped``.
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any, cast
+from collections.abc import AsyncIterator, Sequence
+from typing import cast
 
 import anyio
 import anyio.lowlevel
 
-from ..runtime.chunks import Message, ModelChunk, TextChunk, ToolDefinition
-from ..runtime.transcript import RunSource, TurnRecord, load_runs, turns_of
-from .errors import ModelError, StreamDropped
+from cortex_jupyter.runtime.core.chunks import ModelChunk, TextChunk
+from cortex_jupyter.runtime.loop.transcript import RunSource, TurnRecord, load_runs, turns_of
+
+from .errors import ReplayExhausted, StreamDropped
 from .script import FixedTurns
 
 __all__ = ["ReplayExhausted", "ReplayModel"]
-
-
-class ReplayExhausted(ModelError):
-    """Raised when a replay is asked for more turns than its transcripts hold."""
-
-    def __init__(self, turn: int, turns: int) -> None:
-        self.turn = turn
-        self.turns = turns
-        has = "1 turn" if turns == 1 else f"{turns} turns"
-        super().__init__(
-            f"The replay has no turn {turn}; its transcripts hold only {has}. A replayed run "
-            "asks for the turns in the order they were recorded: replay the same prompt with "
-            "the same tools, or give the transcripts of the later runs too."
-        )
 
 
 class ReplayModel(FixedTurns):
@@ -71,20 +58,8 @@ class ReplayModel(FixedTurns):
     def __repr__(self) -> str:
         return f"ReplayModel(turns={len(self.turns)}, speed={self.speed:g})"
 
-    def stream(
-        self,
-        messages: Sequence[Message],
-        *,
-        tools: Sequence[ToolDefinition] | None = None,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-        request: Mapping[str, Any] | None = None,
-    ) -> AsyncIterator[ModelChunk]:
-        """The next recorded turn, paced as it was recorded (``messages`` are not read)."""
-        self.turns_used += 1
-        return self._replay(self.turns_used)
-
     async def _replay(self, number: int) -> AsyncIterator[ModelChunk]:
+        """The recorded turn, paced as it was recorded."""
         if number > len(self.turns):
             raise ReplayExhausted(number, len(self.turns))
         turn = self.turns[number - 1]

@@ -36,7 +36,14 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
-from ..runtime.chunks import Finish, Message, ModelChunk, TextChunk, ToolDefinition
+from cortex_jupyter.runtime.core.chunks import (
+    Finish,
+    Message,
+    ModelChunk,
+    TextChunk,
+    ToolDefinition,
+)
+
 from .errors import NoReplyScripted, ScriptExhausted
 
 __all__ = ["TURN_SEPARATOR", "ScriptModel", "split_replies", "split_turns"]
@@ -96,6 +103,27 @@ class FixedTurns:
     def reset(self) -> None:
         """Start again from the first turn."""
         self.turns_used = 0
+
+    def stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[ToolDefinition] | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        request: Mapping[str, Any] | None = None,
+    ) -> AsyncIterator[ModelChunk]:
+        """The next turn (``messages`` are not read; see ``_replay``).
+
+        The turn is taken when ``stream()`` is called, so replies come in call order; a
+        missing turn is raised when the reply is first read.
+        """
+        self.turns_used += 1
+        return self._replay(self.turns_used)
+
+    def _replay(self, turn: int) -> AsyncIterator[ModelChunk]:
+        """Turn number ``turn`` (from 1), chunk by chunk: an async generator."""
+        raise NotImplementedError
 
 
 class ScriptModel(FixedTurns):
@@ -158,24 +186,8 @@ class ScriptModel(FixedTurns):
         sub.replies = self.replies
         return sub
 
-    def stream(
-        self,
-        messages: Sequence[Message],
-        *,
-        tools: Sequence[ToolDefinition] | None = None,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-        request: Mapping[str, Any] | None = None,
-    ) -> AsyncIterator[ModelChunk]:
-        """The next turn, ``chunk_size`` characters at a time (``messages`` are not read).
-
-        The turn is taken when ``stream()`` is called, so replies come in call order; a
-        missing turn is raised when the reply is first read.
-        """
-        self.turns_used += 1
-        return self._replay(self.turns_used)
-
     async def _replay(self, turn: int) -> AsyncIterator[ModelChunk]:
+        """``chunk_size`` characters at a time, ``delay`` seconds apart."""
         if turn > len(self.turns):
             raise ScriptExhausted(turn, len(self.turns))
         text = self.turns[turn - 1]

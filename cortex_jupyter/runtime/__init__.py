@@ -5,14 +5,13 @@ moment its dependencies allow, and records everything on a ``Run``. Imports no I
 ipywidgets or openai.
 """
 
-from .agent import Agent, RunHooks
-from .capture import progress
-from .errors import (
+from cortex_jupyter.runtime.core.errors import (
     ActionTimeout,
     AgentDepthExceeded,
     AgentDidNotAnswer,
     BadReference,
     CacheValueError,
+    CortexError,
     CortexRuntimeError,
     InternalActionRefused,
     InvalidArguments,
@@ -29,7 +28,7 @@ from .errors import (
     UnknownVariable,
     WorkflowStepFailed,
 )
-from .events import (
+from cortex_jupyter.runtime.core.events import (
     ActionOutput,
     ActionStatus,
     AnyEvent,
@@ -44,13 +43,17 @@ from .events import (
     Turn,
     TurnEnd,
 )
-from .feeds import FeedError, FeedSet, FeedSourceFailed, FeedSpec, FeedUnavailable
-from .graph import FINAL_STATUSES, STATUSES, ActionNode, Graph, Status
-from .loop import Conversation, Loop
-from .model import Message, ModelClient
-from .prompt import describe_variables, format_results, system_prompt
-from .record import OutputRepr, Run, decode_event, encode_event, load_events
-from .registry import (
+from cortex_jupyter.runtime.core.graph import FINAL_STATUSES, STATUSES, ActionNode, Graph, Status
+from cortex_jupyter.runtime.core.model import Message, ModelClient
+from cortex_jupyter.runtime.core.record import (
+    OutputRepr,
+    Run,
+    decode_event,
+    dispatch_latencies,
+    encode_event,
+    load_events,
+)
+from cortex_jupyter.runtime.core.registry import (
     AgentSpec,
     Registry,
     Step,
@@ -59,18 +62,31 @@ from .registry import (
     default_registry,
     tool,
 )
-from .relics import CacheRelic, data_dir, default_cache_path
-from .scheduler import (
-    InternalPolicy,
-    RetryPolicy,
-    Scheduler,
-    dispatch_latencies,
-    parse_chunks,
-    run_stream,
+from cortex_jupyter.runtime.core.relics import CacheRelic, data_dir, default_cache_path
+from cortex_jupyter.runtime.core.scope import Scope
+from cortex_jupyter.runtime.core.variables import (
+    RESERVED_NAMES,
+    check_variable_name,
+    find_references,
+    resolve,
 )
-from .scope import Scope
-from .transcript import TurnRecord, continue_note, turns_of
-from .variables import RESERVED_NAMES, check_variable_name, find_references, resolve
+from cortex_jupyter.runtime.integrations import executors as _executors  # noqa: F401 (plugs in)
+from cortex_jupyter.runtime.loop.agent import Agent, RunHooks
+from cortex_jupyter.runtime.loop.conversation import Conversation
+from cortex_jupyter.runtime.loop.feeds import (
+    FeedError,
+    FeedSet,
+    FeedSourceFailed,
+    FeedSpec,
+    FeedUnavailable,
+)
+from cortex_jupyter.runtime.loop.prompt import describe_variables, format_results, system_prompt
+from cortex_jupyter.runtime.loop.transcript import TurnRecord, continue_note, turns_of
+from cortex_jupyter.runtime.loop.turns import Loop
+from cortex_jupyter.runtime.scheduler.capture import progress
+from cortex_jupyter.runtime.scheduler.dispatch import Scheduler
+from cortex_jupyter.runtime.scheduler.spec import InternalPolicy, RetryPolicy, RunSpec
+from cortex_jupyter.runtime.scheduler.stream import parse_chunks, run_stream
 
 __all__ = [
     "FINAL_STATUSES",
@@ -91,6 +107,7 @@ __all__ = [
     "ChatEntry",
     "Chunk",
     "Conversation",
+    "CortexError",
     "CortexRuntimeError",
     "End",
     "FeedError",
@@ -120,6 +137,7 @@ __all__ = [
     "Run",
     "RunEvent",
     "RunHooks",
+    "RunSpec",
     "Scheduler",
     "SchedulerNotRunning",
     "Scope",

@@ -31,6 +31,8 @@ from urllib.parse import quote
 
 import pytest
 
+from tests.kernel.harness import private_environment
+
 if TYPE_CHECKING:  # Playwright is imported when used: without it the tests skip, not crash.
     from playwright.sync_api import Locator, Page
     from playwright.sync_api._generated import LocatorAssertions
@@ -177,19 +179,13 @@ class LabServer:
     # ------------------------------------------------------------------ life cycle
     def _environment(self) -> dict[str, str]:
         """Keep the server away from the user's Jupyter config, data, kernels and workspaces."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "IPYTHON"))}
-        env.update(
-            JUPYTER_CONFIG_DIR=str(self.base / "config"),
-            JUPYTER_DATA_DIR=str(self.base / "data"),
-            JUPYTER_RUNTIME_DIR=str(self.base / "runtime"),
+        return private_environment(
+            self.base,
             # Searched before every other data dir: the kernelspec installed below wins over
             # any "python3" kernel of the user or the system.
             JUPYTER_PATH=str(self.base / "prefix" / "share" / "jupyter"),
             JUPYTER_PREFER_ENV_PATH="1",
-            IPYTHONDIR=str(self.base / "ipython"),
-            PYTHONUNBUFFERED="1",
         )
-        return env
 
     def _prepare(self, env: dict[str, str]) -> None:
         shutil.copytree(NOTEBOOKS_DIR, self.root, dirs_exist_ok=True)
@@ -335,7 +331,10 @@ def dismiss_popups(page: Page) -> None:
 
 
 def open_notebook(page: Page, server: LabServer, path: str, ui: UI = "lab") -> None:
-    """Open ``path`` (relative to the server root) and wait until its kernel is idle."""
+    """Open ``path`` (relative to the server root) and wait until its kernel is idle; in
+    the ``notebook`` UI, skip the test when Notebook 7 is not installed."""
+    if ui == "notebook":
+        require_notebook7()
     page.goto(notebook_url(server, path, ui), wait_until="domcontentloaded")
     notebook = page.locator(".jp-NotebookPanel:visible .jp-Notebook")
     expect(notebook.locator(".jp-Cell").first).to_be_visible(timeout=PAGE_TIMEOUT_MS)

@@ -19,7 +19,6 @@ from .harness import (
     LabServer,
     expect,
     open_notebook,
-    require_notebook7,
     run_all,
     screenshot,
 )
@@ -73,8 +72,6 @@ def scroll_to(element: Locator) -> None:
 def test_quickstart_streams_live_and_binds_variables(
     page: Page, lab_server: LabServer, ui: UI
 ) -> None:
-    if ui == "notebook":
-        require_notebook7()
     open_notebook(page, lab_server, QUICKSTART, ui=ui)
     page.evaluate(SAMPLER_JS)
     prompts = run_all(page, ui)
@@ -179,8 +176,6 @@ def press_stop(page: Page, ui: UI) -> None:
 def test_stop_interrupts_a_slow_run_and_the_next_cell_works(
     page: Page, lab_server: LabServer, ui: UI
 ) -> None:
-    if ui == "notebook":
-        require_notebook7()
     write_stop_notebook(lab_server)
     open_notebook(page, lab_server, STOP_NOTEBOOK, ui=ui)
     cells = page.locator(CELLS)

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from .harness import UI, LabServer, expect, open_notebook, require_notebook7, run_all, screenshot
+from .harness import UI, LabServer, expect, open_notebook, run_all, screenshot
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -18,8 +18,6 @@ ERROR = '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.error"]'
 
 @pytest.mark.parametrize("ui", ["lab", "notebook"])
 def test_quickstart_runs_clean(page: Page, lab_server: LabServer, ui: UI) -> None:
-    if ui == "notebook":
-        require_notebook7()
     open_notebook(page, lab_server, QUICKSTART, ui=ui)
     prompts = run_all(page, ui)
     cells = page.locator(".jp-NotebookPanel:visible .jp-Notebook .jp-CodeCell")

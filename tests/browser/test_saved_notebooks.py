@@ -29,7 +29,6 @@ from .harness import (
     LabServer,
     expect,
     open_notebook,
-    require_notebook7,
     run_all,
     screenshot,
     trust_notebook,
@@ -160,8 +159,6 @@ def assert_reads_right(cell: Locator) -> None:
 def test_an_untrusted_notebook_shows_the_graph_as_a_picture(
     page: Page, lab_server: LabServer, saved: Saved, ui: UI
 ) -> None:
-    if ui == "notebook":
-        require_notebook7()
     open_notebook(page, lab_server, saved.untrusted, ui=ui)
     cell = run_cell_of(page)
     assert_reads_right(cell)

@@ -21,7 +21,6 @@ from .harness import (
     LabServer,
     expect,
     open_notebook,
-    require_notebook7,
     run_cell,
     screenshot,
     write_notebook,
@@ -123,8 +122,6 @@ def output_text(page: Page, index: int) -> str:
 def test_progress_approvals_and_the_inspector_while_the_run_streams(
     page: Page, lab_server: LabServer, ui: UI
 ) -> None:
-    if ui == "notebook":
-        require_notebook7()
     path = write_notebook(lab_server, "view_controls.ipynb", [TOOLS, RUN, CHECK])
     open_notebook(page, lab_server, path, ui=ui)
     tools = run_cell(page, 0)
@@ -196,8 +193,6 @@ def test_progress_approvals_and_the_inspector_while_the_run_streams(
 
 @pytest.mark.parametrize("ui", ["lab", "notebook"])
 def test_the_views_stop_button_ends_the_run(page: Page, lab_server: LabServer, ui: UI) -> None:
-    if ui == "notebook":
-        require_notebook7()
     path = write_notebook(lab_server, "view_stop.ipynb", [TOOLS, SLOW, STOP_CHECK])
     open_notebook(page, lab_server, path, ui=ui)
     tools = run_cell(page, 0)

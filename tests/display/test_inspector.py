@@ -12,7 +12,7 @@ import pytest
 from cortex_jupyter.display import ViewState
 from cortex_jupyter.display.inspector import inspector_html, record_node, waiting_html
 from cortex_jupyter.runtime import Nested
-from cortex_jupyter.runtime.events import ActionOutput, Progress
+from cortex_jupyter.runtime.core.events import ActionOutput, Progress
 
 from .helpers import feed, finished_run, parse, status
 from .test_rich import ALLOWED, Frame

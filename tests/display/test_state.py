@@ -13,7 +13,7 @@ from cortex_jupyter.display.nodes import KEEP_LOG_LINES, KEEP_TEXT
 from cortex_jupyter.models import ScriptModel
 from cortex_jupyter.protocol import ActionStart, ProtocolError, ResponseDelta, ThoughtDelta
 from cortex_jupyter.runtime import End, Interrupt, Metric, Nested, Run
-from cortex_jupyter.runtime.events import ActionOutput, ContextUse, Progress
+from cortex_jupyter.runtime.core.events import ActionOutput, ContextUse, Progress
 
 from .helpers import PROTOCOL, feed, finished_run, parse, status
 
@@ -196,7 +196,7 @@ def test_a_run_a_limit_stopped_is_not_called_interrupted(
 
 
 def test_the_runtime_turn_events() -> None:
-    from cortex_jupyter.runtime.events import Turn, TurnEnd
+    from cortex_jupyter.runtime.core.events import Turn, TurnEnd
 
     state = ViewState()
     state.apply(Turn(1, 1.0, "gpt-x"))
@@ -367,7 +367,7 @@ def test_context_use_prefers_the_servers_count() -> None:
 
 
 def test_the_rate_counts_only_turns_that_streamed_text_and_their_time() -> None:
-    from cortex_jupyter.runtime.events import Turn, TurnEnd
+    from cortex_jupyter.runtime.core.events import Turn, TurnEnd
 
     state = ViewState()
     # Turn 1: native tool calls only (no text), 50 tokens; then tools run for 10 s.
@@ -385,7 +385,7 @@ def test_the_rate_counts_only_turns_that_streamed_text_and_their_time() -> None:
 
 
 def test_the_rate_leaves_out_the_wait_between_two_turns_of_text() -> None:
-    from cortex_jupyter.runtime.events import Turn
+    from cortex_jupyter.runtime.core.events import Turn
 
     state = ViewState()
     state.apply(Turn(1, 0.0, "m"))

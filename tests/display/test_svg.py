@@ -20,7 +20,7 @@ from cortex_jupyter.display.svg import (
 from cortex_jupyter.display.theme import style_for
 from cortex_jupyter.protocol import ProtocolError
 from cortex_jupyter.runtime import Nested
-from cortex_jupyter.runtime.events import ActionOutput, Progress
+from cortex_jupyter.runtime.core.events import ActionOutput, Progress
 
 from .helpers import feed, finished_run, parse, status
 

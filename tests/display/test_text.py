@@ -5,7 +5,7 @@ from __future__ import annotations
 from cortex_jupyter.display import TextRenderer, ViewState, header_parts, render_text
 from cortex_jupyter.protocol import Parser
 from cortex_jupyter.runtime import End, Metric, Nested
-from cortex_jupyter.runtime.events import ActionOutput, ContextUse, Progress
+from cortex_jupyter.runtime.core.events import ActionOutput, ContextUse, Progress
 
 from .helpers import finished_run, parse, status
 

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-import pytest
-
 from cortex_jupyter.display import ViewState, from_run, timeline_svg
 from cortex_jupyter.display.theme import style_for
 from cortex_jupyter.runtime import ActionOutput, Run
-from cortex_jupyter.runtime.events import Progress
+from cortex_jupyter.runtime.core.events import Progress
 
 from .helpers import finished_run, parse, status
 
@@ -132,11 +130,7 @@ def test_a_response_does_not_look_like_a_done_action() -> None:
         assert name in legend, name
 
 
-def test_a_marks_tip_cut_to_its_tail_keeps_no_part_of_a_secret(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    secret = "sk-qz-KEYVALUEghijkmnopqrstuvw"
-    monkeypatch.setenv("OPENAI_API_KEY", secret)
+def test_a_marks_tip_cut_to_its_tail_keeps_no_part_of_a_secret(secret: str) -> None:
     run = _run_with_output()
     run.record(ActionOutput("a1", 10.95, stdout=secret + "." * 590 + "\n"), 10.95)
     tips = "\n".join(tip for kind, tip in marks(timeline_svg(run)) if kind == "output")

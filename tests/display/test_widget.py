@@ -34,7 +34,7 @@ from cortex_jupyter.display.widget import (
 )
 from cortex_jupyter.protocol import ActionStart, Parser
 from cortex_jupyter.runtime import ActionStatus, End, Interrupt, Nested
-from cortex_jupyter.runtime.events import ActionOutput, Progress
+from cortex_jupyter.runtime.core.events import ActionOutput, Progress
 
 from .helpers import parse, status
 from .test_xss import (
@@ -943,14 +943,20 @@ def test_an_answer_nobody_waits_for_and_a_nested_action(clock: Clock) -> None:
     assert row.children[1].description == "Not waiting"
 
 
-def test_a_stale_row_answers_nothing(clock: Clock) -> None:
-    # The node was answered elsewhere (or timed out) before the row left the page: a
-    # click on the row still shown must not answer anything.
+def awaiting_mail(clock: Clock, parameters: str) -> tuple[WidgetView, list[str]]:
+    """A view showing action a1 (``mail``) awaiting approval; the node ids it answers."""
     answers: list[str] = []
     view = make_view(clock, decide=lambda node_id, ok: answers.append(node_id) or True)
     view.apply(parse('<action id="a1">{"name": "mail"}</action>'))
-    view.apply([status("a1", "awaiting", clock.now, parameters='{"to": "boss@"}')])
+    view.apply([status("a1", "awaiting", clock.now, parameters=parameters)])
     settle(view, clock)
+    return view, answers
+
+
+def test_a_stale_row_answers_nothing(clock: Clock) -> None:
+    # The node was answered elsewhere (or timed out) before the row left the page: a
+    # click on the row still shown must not answer anything.
+    view, answers = awaiting_mail(clock, parameters='{"to": "boss@"}')
     (row,) = part(view, "cortex-approvals").children
     view.apply([status("a1", "skipped", clock.now, error="denied: not approved within 1 s")])
     row.children[1].click()  # before the next redraw takes the row away
@@ -960,11 +966,7 @@ def test_a_stale_row_answers_nothing(clock: Clock) -> None:
 
 
 def test_a_row_whose_run_ended_is_disabled_and_answers_nothing(clock: Clock) -> None:
-    answers: list[str] = []
-    view = make_view(clock, decide=lambda node_id, ok: answers.append(node_id) or True)
-    view.apply(parse('<action id="a1">{"name": "mail"}</action>'))
-    view.apply([status("a1", "awaiting", clock.now, parameters="{}")])
-    settle(view, clock)
+    view, answers = awaiting_mail(clock, parameters="{}")
     view.finish()  # the final frame, and no end came: the run failed, nothing waits
     (row,) = part(view, "cortex-approvals").children
     assert all(b.disabled for b in row.children[1:])
@@ -1145,7 +1147,7 @@ def secret_run(view: WidgetView, clock: Clock) -> None:
 
 def test_the_live_view_sends_no_part_of_a_secret(clock: Clock, wire: list[str]) -> None:
     # ``$dump`` in the answer is filled from the notebook: cut at its limit in the key.
-    from cortex_jupyter.runtime.answer import VALUE_LIMIT
+    from cortex_jupyter.runtime.core.answer import VALUE_LIMIT
 
     values = {"dump": "." * (VALUE_LIMIT - 5) + KEY}
     view = make_view(clock, values=lambda: values)

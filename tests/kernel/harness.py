@@ -166,6 +166,21 @@ def message_size(msg: dict[str, Any]) -> int:
     return text + sum(len(memoryview(buffer).cast("B")) for buffer in msg.get("buffers") or [])
 
 
+def private_environment(base: Path, **extra: str) -> dict[str, str]:
+    """This process's environment with none of the user's Jupyter or IPython settings:
+    their config, data and runtime directories under ``base``; then ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "IPYTHON"))}
+    env.update(
+        IPYTHONDIR=str(base / "ipython"),
+        JUPYTER_CONFIG_DIR=str(base / "config"),
+        JUPYTER_DATA_DIR=str(base / "data"),
+        JUPYTER_RUNTIME_DIR=str(base / "runtime"),
+        PYTHONUNBUFFERED="1",
+        **extra,
+    )
+    return env
+
+
 class Kernel:
     """An ipykernel of this interpreter, started in a private directory (``base``)."""
 
@@ -178,17 +193,11 @@ class Kernel:
     # ---- life cycle ---------------------------------------------------------------
 
     def environment(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "IPYTHON"))}
-        env.update(
-            IPYTHONDIR=str(self.base / "ipython"),
-            JUPYTER_CONFIG_DIR=str(self.base / "config"),
-            JUPYTER_DATA_DIR=str(self.base / "data"),
-            JUPYTER_RUNTIME_DIR=str(self.base / "runtime"),
+        return private_environment(
+            self.base,
             JUPYTER_PLATFORM_DIRS="1",
             CORTEX_JUPYTER_DATA_DIR=str(self.base / "cortex-data"),
-            PYTHONUNBUFFERED="1",
         )
-        return env
 
     def start(self, timeout: float = 60.0) -> Kernel:
         kernels = self.base / "kernels"

@@ -19,7 +19,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from cortex_jupyter import default_registry, local
-from cortex_jupyter.runtime.events import ContextUse
+from cortex_jupyter.runtime.core.events import ContextUse
 from cortex_jupyter.session import CortexInterrupt
 
 from .test_live_model import RUN_ENDINGS, cell, root

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 
 from cortex_jupyter.models import errors
+from cortex_jupyter.runtime import CortexError, CortexRuntimeError
 
 E = "http://127.0.0.1:8000"
 
@@ -45,3 +48,23 @@ def test_every_error_class_is_covered_and_exported() -> None:
     exported = {getattr(errors, name) for name in errors.__all__} - {errors.ModelError}
     assert classes == exported
     assert all(issubclass(cls, errors.ModelError) for cls in exported)
+
+
+@pytest.mark.parametrize(("error", "says"), CASES, ids=lambda v: type(v).__name__)
+def test_an_error_survives_pickling_with_its_message_and_fields(
+    error: errors.ModelError, says: str
+) -> None:
+    # A model error raised in a worker process reaches the kernel whole.
+    back = pickle.loads(pickle.dumps(error))
+    assert type(back) is type(error)
+    assert str(back) == str(error)
+    assert vars(back) == vars(error)
+    assert back.continuable == error.continuable
+
+
+def test_model_and_runtime_errors_share_one_base() -> None:
+    # One `except CortexError` catches a model's failure and the runtime's alike.
+    assert issubclass(errors.RateLimited, CortexError)
+    assert issubclass(CortexRuntimeError, CortexError)
+    with pytest.raises(CortexError, match="HTTP 429"):
+        raise errors.RateLimited("m", E, 2, quota=True)

@@ -26,7 +26,7 @@ from cortex_jupyter.models import (
     UnexpectedReply,
     UnknownModel,
 )
-from cortex_jupyter.runtime.chunks import (
+from cortex_jupyter.runtime.core.chunks import (
     Finish,
     Message,
     ModelChunk,
@@ -38,7 +38,7 @@ from cortex_jupyter.runtime.chunks import (
     text_client,
     tool_definition,
 )
-from cortex_jupyter.runtime.model import complete
+from cortex_jupyter.runtime.core.model import complete
 
 from .fake_openai_server import (
     Error,
@@ -72,6 +72,11 @@ def assert_no_key(text: str) -> None:
 def model_for(server: FakeOpenAIServer, **options: Any) -> OpenAIModel:
     options.setdefault("api_key", KEY)
     return OpenAIModel("fake-model", base_url=server.url, **options)
+
+
+def called(id: str, name: str, arguments: str, index: int = 0) -> list[ModelChunk]:
+    """The chunks of one tool call as the client streams it: its start, then ready."""
+    return [ToolCallStart(index, id, name), ToolCallReady(index, id, name, arguments)]
 
 
 async def collect(model: OpenAIModel, messages: Sequence[Message] = HELLO, **kw: Any) -> list[Any]:
@@ -219,10 +224,8 @@ async def test_a_tool_call_is_ready_before_the_next_ones_arguments_arrive(
     assert held_back == {0: True, 1: True}
     assert not server.gate_timed_out
     assert got == [
-        ToolCallStart(0, "call_a", "get_weather"),
-        ToolCallReady(0, "call_a", "get_weather", '{"city": "Paris", "days": 3}'),
-        ToolCallStart(1, "call_b", "add"),
-        ToolCallReady(1, "call_b", "add", '{"a": 1, "b": 2}'),
+        *called("call_a", "get_weather", '{"city": "Paris", "days": 3}'),
+        *called("call_b", "add", '{"a": 1, "b": 2}', index=1),
         Usage(20, 30),
         Finish("tool_calls"),
     ]
@@ -234,8 +237,7 @@ async def test_text_before_a_tool_call_streams_first(server: FakeOpenAIServer) -
     got = await collect(model_for(server))
     assert got == [
         TextChunk("Checking."),
-        ToolCallStart(0, "c", "f"),
-        ToolCallReady(0, "c", "f", "{}"),
+        *called("c", "f", "{}"),
         Finish("tool_calls"),
     ]
 
@@ -260,10 +262,8 @@ async def test_several_whole_calls_in_one_delta(server: FakeOpenAIServer) -> Non
     ]
     server.script(Stream([chunk({"tool_calls": calls}, finish="tool_calls")]))
     assert await collect(model_for(server)) == [
-        ToolCallStart(0, "c0", "f"),
-        ToolCallReady(0, "c0", "f", '{"i": 0}'),
-        ToolCallStart(1, "c1", "f"),
-        ToolCallReady(1, "c1", "f", '{"i": 1}'),
+        *called("c0", "f", '{"i": 0}'),
+        *called("c1", "f", '{"i": 1}', index=1),
         Finish("tool_calls"),
     ]
 

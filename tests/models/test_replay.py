@@ -16,9 +16,9 @@ import pytest
 from cortex_jupyter.models import OpenAIModel, ScriptModel, StreamDropped
 from cortex_jupyter.models.replay import ReplayExhausted, ReplayModel
 from cortex_jupyter.runtime import Registry, Run
-from cortex_jupyter.runtime.chunks import ModelChunk, TextChunk, ToolCallReady, Usage
-from cortex_jupyter.runtime.loop import Conversation
-from cortex_jupyter.runtime.transcript import turns_of
+from cortex_jupyter.runtime.core.chunks import ModelChunk, TextChunk, ToolCallReady, Usage
+from cortex_jupyter.runtime.loop.conversation import Conversation
+from cortex_jupyter.runtime.loop.transcript import turns_of
 from tests.agents import run_agent
 
 from .fake_openai_server import (

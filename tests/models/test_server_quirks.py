@@ -19,7 +19,7 @@ from cortex_jupyter.models import (
     ServerError,
 )
 from cortex_jupyter.runtime import Agent, Registry
-from cortex_jupyter.runtime.chunks import (
+from cortex_jupyter.runtime.core.chunks import (
     ChatMessage,
     Finish,
     ModelChunk,
@@ -32,7 +32,7 @@ from cortex_jupyter.runtime.chunks import (
     Usage,
     text_client,
 )
-from cortex_jupyter.runtime.model import complete
+from cortex_jupyter.runtime.core.model import complete
 
 from .fake_openai_server import (
     FakeOpenAIServer,
@@ -52,6 +52,7 @@ from .test_openai_client import (
     HELLO,
     MASKED_KEY,
     assert_no_key,
+    called,
     collect,
     collect_until_error,
     model_for,
@@ -623,11 +624,7 @@ async def test_a_call_is_ready_the_moment_its_json_object_is_complete(
     got, held_back = await stream_until(model_for(server), gate, ToolCallReady)
     assert held_back
     assert not server.gate_timed_out
-    assert got == [
-        ToolCallStart(0, "call_a", "get_weather"),
-        ToolCallReady(0, "call_a", "get_weather", arguments),
-        Finish("tool_calls"),
-    ]
+    assert got == [*called("call_a", "get_weather", arguments), Finish("tool_calls")]
 
 
 @pytest.mark.anyio
@@ -646,11 +643,7 @@ async def test_ollamas_whole_call_is_ready_at_once(server: FakeOpenAIServer) -> 
     got, held_back = await stream_until(model_for(server), gate, ToolCallReady)
     assert held_back
     assert not server.gate_timed_out
-    assert got == [
-        ToolCallStart(0, "call_x1y2z3", "add"),
-        ToolCallReady(0, "call_x1y2z3", "add", '{"a":1,"b":2}'),
-        Finish("tool_calls"),
-    ]
+    assert got == [*called("call_x1y2z3", "add", '{"a":1,"b":2}'), Finish("tool_calls")]
 
 
 @pytest.mark.anyio
@@ -668,11 +661,7 @@ async def test_braces_and_quotes_inside_strings_do_not_end_the_call_early(
     got, held_back = await stream_until(model_for(server), gate, ToolCallReady)
     assert held_back
     assert not server.gate_timed_out
-    assert got == [
-        ToolCallStart(0, "c1", "run"),
-        ToolCallReady(0, "c1", "run", arguments),
-        Finish("tool_calls"),
-    ]
+    assert got == [*called("c1", "run", arguments), Finish("tool_calls")]
 
 
 @pytest.mark.anyio
@@ -693,10 +682,8 @@ async def test_arguments_that_are_not_an_object_wait_for_the_end_of_the_call(
             if isinstance(c, ToolCallStart):
                 gate.set()
     assert got == [
-        ToolCallStart(0, "c1", "f"),
-        ToolCallReady(0, "c1", "f", "[1, 2]"),
-        ToolCallStart(1, "c2", "g"),
-        ToolCallReady(1, "c2", "g", "{}"),
+        *called("c1", "f", "[1, 2]"),
+        *called("c2", "g", "{}", index=1),
         Finish("tool_calls"),
     ]
 
@@ -728,7 +715,6 @@ async def test_arguments_sent_as_an_object_are_passed_on_as_json(
     call = {"index": 0, "id": "c1", "function": {"name": "add", "arguments": {"a": 1}}}
     server.script(Stream([chunk({"tool_calls": [call]}), finish("tool_calls")]))
     assert await collect(model_for(server)) == [
-        ToolCallStart(0, "c1", "add"),
-        ToolCallReady(0, "c1", "add", '{"a": 1}'),
+        *called("c1", "add", '{"a": 1}'),
         Finish("tool_calls"),
     ]

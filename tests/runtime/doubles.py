@@ -7,8 +7,8 @@ from typing import Any
 
 import anyio
 
-from cortex_jupyter.runtime.chunks import ModelChunk, ToolDefinition
-from cortex_jupyter.runtime.model import Message
+from cortex_jupyter.runtime.core.chunks import ModelChunk, ToolDefinition
+from cortex_jupyter.runtime.core.model import Message
 
 
 class Scripted:
@@ -27,9 +27,9 @@ class Scripted:
         messages: Sequence[Message],
         *,
         tools: Sequence[ToolDefinition] | None = None,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
+        **options: Any,
     ) -> AsyncIterator[ModelChunk]:
+        """The next turn; ``options`` (temperature, max_tokens, request) are not read."""
         self.calls.append(list(messages))
         self.tools.append(tools)
         return self._play(self.turns.pop(0))

@@ -1,4 +1,4 @@
-"""A small GBNF recognizer for tests: does a grammar (as runtime.grammar writes them)
+"""A small GBNF recognizer for tests: does a grammar (as runtime.loop.grammar writes them)
 admit a text? Rules, string literals, character classes (ranges, ``^``, escapes), groups,
 alternatives and ``? * +``; no left recursion. Every way to match is followed, so the
 answer does not depend on which alternative a greedy matcher would try first."""

@@ -22,7 +22,7 @@ from cortex_jupyter.runtime import (
     RunHooks,
     default_registry,
 )
-from cortex_jupyter.runtime.chunks import Finish, ModelChunk, TextChunk
+from cortex_jupyter.runtime.core.chunks import Finish, ModelChunk, TextChunk
 from tests.runtime.doubles import Scripted
 
 pytestmark = pytest.mark.anyio
@@ -318,15 +318,21 @@ async def test_a_tool_that_exits_fails_only_its_own_node(registry: Registry) -> 
 # ---- nested agents ---------------------------------------------------------------------------
 
 
-async def test_a_nested_agent_runs_its_own_loop_with_its_own_tools(registry: Registry) -> None:
-    inner = Scripted(
-        reply(
-            '<thought>Add.</thought><action id="x">{"name": "add", "parameters": {"a": 2, "b": 3},'
-            ' "output_key": "sum"}</action>'
-        ),
-        reply("<response>The sum is 5.</response>"),
-    )
+def calc_agent(registry: Registry, *replies: str) -> Scripted:
+    """Registers the agent ``calc`` (it adds numbers, with ``add``) whose model gives
+    ``replies``, one a turn; that model, which keeps what it was sent."""
+    inner = Scripted(*(reply(text) for text in replies))
     Agent("calc", instructions="You add numbers.", model=inner, registry=registry, tools=["add"])
+    return inner
+
+
+async def test_a_nested_agent_runs_its_own_loop_with_its_own_tools(registry: Registry) -> None:
+    inner = calc_agent(
+        registry,
+        '<thought>Add.</thought><action id="x">{"name": "add", "parameters": {"a": 2, "b": 3},'
+        ' "output_key": "sum"}</action>',
+        "<response>The sum is 5.</response>",
+    )
     outer = ScriptModel(
         '<action type="agent" id="ag">{"name": "calc", "parameters": {"task": "2+3"}}</action>'
         "\n--- next turn ---\n<response>Done: $sum?</response>"
@@ -349,14 +355,12 @@ async def test_a_nested_agents_output_is_its_answer_interim_left_out_names_fille
     registry: Registry,
 ) -> None:
     # Issue 18 item 4: the output was every response joined, with $five left raw.
-    inner = Scripted(
-        reply(
-            '<response final="false">Adding first…</response><action id="x">'
-            '{"name": "add", "parameters": {"a": 2, "b": 3}, "output_key": "five"}</action>'
-        ),
-        reply("<response>The sum is **$five** (and $x^2$ stays math).</response>"),
+    calc_agent(
+        registry,
+        '<response final="false">Adding first…</response><action id="x">'
+        '{"name": "add", "parameters": {"a": 2, "b": 3}, "output_key": "five"}</action>',
+        "<response>The sum is **$five** (and $x^2$ stays math).</response>",
     )
-    Agent("calc", instructions="You add numbers.", model=inner, registry=registry, tools=["add"])
     outer = ScriptModel(
         '<action type="agent" id="ag">{"name": "calc", "parameters": {"task": "2+3"}, '
         '"output_key": "said"}</action>\n--- next turn ---\n<response>It says: $said</response>'

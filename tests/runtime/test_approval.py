@@ -17,7 +17,7 @@ import pytest
 
 from cortex_jupyter.models import ScriptModel
 from cortex_jupyter.runtime import ActionNode, ActionStatus, Agent, Registry, Run, RunHooks
-from cortex_jupyter.runtime.approval import Decision
+from cortex_jupyter.runtime.scheduler.approval import Decision
 
 pytestmark = pytest.mark.anyio
 

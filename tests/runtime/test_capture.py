@@ -17,7 +17,7 @@ import pytest
 from cortex_jupyter import progress
 from cortex_jupyter.protocol.events import ActionReady
 from cortex_jupyter.runtime import ActionOutput, Registry, Run, Step, run_stream
-from cortex_jupyter.runtime import capture as capture_module
+from cortex_jupyter.runtime.scheduler import capture as capture_module
 
 Act = Callable[..., ActionReady]
 

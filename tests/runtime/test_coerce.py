@@ -1,4 +1,4 @@
-"""``$name`` values fitted to the type their parameter declares (runtime/coerce.py): the
+"""``$name`` values fitted to the type their parameter declares (runtime/core/coerce.py): the
 rule on its own, and through the scheduler with Python tools (MCP tools: test_mcp.py)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 
 from cortex_jupyter.protocol.events import ActionReady
 from cortex_jupyter.runtime import Registry, run_stream
-from cortex_jupyter.runtime.coerce import fit
-from cortex_jupyter.runtime.errors import ParameterTypeError
-from cortex_jupyter.runtime.schema import Kinds, hint_kinds, schema_kinds
+from cortex_jupyter.runtime.core.coerce import fit
+from cortex_jupyter.runtime.core.errors import ParameterTypeError
+from cortex_jupyter.runtime.core.schema import Kinds, hint_kinds, schema_kinds
 
 Act = Callable[..., ActionReady]
 

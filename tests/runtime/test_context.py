@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from cortex_jupyter.runtime.context import (
+from cortex_jupyter.runtime.loop.context import (
     SUMMARY_HEAD,
     TokenCounter,
     condense,
@@ -73,8 +73,8 @@ def test_condensing_cuts_results_and_tool_messages_to_a_line_and_keeps_the_rest(
 
 def test_condensing_cuts_hermes_tool_responses_to_a_line() -> None:
     from cortex_jupyter.protocol.events import ProtocolError
-    from cortex_jupyter.runtime.graph import ActionNode
-    from cortex_jupyter.runtime.prompt import format_results
+    from cortex_jupyter.runtime.core.graph import ActionNode
+    from cortex_jupyter.runtime.loop.prompt import format_results
 
     page = ActionNode(
         "a1", "fetch", "tool", "async", status="done", output="line one\n" + "x" * 500

@@ -14,6 +14,7 @@ import json
 import logging
 import multiprocessing
 import os
+import pickle
 import sqlite3
 import subprocess
 import sys
@@ -42,9 +43,9 @@ from cortex_jupyter.runtime import (
     Registry,
     RetryPolicy,
     Run,
-    executors,
 )
-from cortex_jupyter.runtime.executors import ClusterInfo, NotSendable, WorkerDied
+from cortex_jupyter.runtime.integrations import executors
+from cortex_jupyter.runtime.integrations.executors import ClusterInfo, NotSendable, WorkerDied
 
 pytestmark = pytest.mark.anyio
 
@@ -100,6 +101,21 @@ async def run_action(
     return done.actions["a"]
 
 
+async def run_tool(
+    executor: Any,
+    func: Callable[..., Any],
+    parameters: dict[str, Any] | None = None,
+    namespace: dict[str, Any] | None = None,
+    run: Run | None = None,
+    **fields: Any,
+) -> ActionNode:
+    """Register ``func`` alone, as a tool on ``executor``, and run it once as ``run_action``
+    does (its node)."""
+    registry = Registry(builtins=False)
+    registry.register(func, executor=executor)
+    return await run_action(registry, func.__name__, parameters, namespace, run, **fields)
+
+
 def cluster_tasks(client: Client, tool: str) -> list[str]:
     """The keys of ``tool``'s calls the scheduler still knows about."""
 
@@ -140,14 +156,12 @@ def spin(seconds: float) -> str:
 
 
 async def test_a_tool_runs_in_another_process(executor: Any) -> None:
-    registry = Registry(builtins=False)
     offset = 1000  # a closure: the function travels by value, defined right here
 
-    @registry.tool(executor=executor)
     def heavy(n: int) -> tuple[int, int]:
         return os.getpid(), sum(range(n)) + offset
 
-    node = await run_action(registry, "heavy", {"n": 3})
+    node = await run_tool(executor, heavy, {"n": 3})
 
     assert node.status == "done", node.error
     pid, value = node.output
@@ -156,13 +170,10 @@ async def test_a_tool_runs_in_another_process(executor: Any) -> None:
 
 
 async def test_dask_tools_run_on_the_cluster_workers(client: Client) -> None:
-    registry = Registry(builtins=False)
-
-    @registry.tool(executor="dask")
     def where() -> int:
         return os.getpid()
 
-    node = await run_action(registry, "where")
+    node = await run_tool("dask", where)
 
     assert node.output in client.run(os.getpid).values()
 
@@ -211,10 +222,7 @@ def test_cluster_info_before_any_cluster() -> None:
 async def test_a_timeout_cancels_the_future_and_leaves_nothing_on_the_cluster(
     client: Client,
 ) -> None:
-    registry = Registry(builtins=False)
-    registry.register(spin, executor="dask")
-
-    node = await run_action(registry, "spin", {"seconds": 60}, timeout=1)
+    node = await run_tool("dask", spin, {"seconds": 60}, timeout=1)
 
     assert node.status == "failed"
     assert node.error is not None and "timed out after 1 s" in node.error
@@ -252,12 +260,10 @@ def quiet_spin(seconds: float) -> int:
 
 
 async def test_stop_stops_a_call_that_never_reports_on_its_worker(client: Client) -> None:
-    registry = Registry(builtins=False)
-    registry.register(quiet_spin, executor="dask")
     run = Run()
 
     async with anyio.create_task_group() as tg:
-        tg.start_soon(run_action, registry, "quiet_spin", {"seconds": 60}, None, run)
+        tg.start_soon(run_tool, "dask", quiet_spin, {"seconds": 60}, None, run)
         await wait_for(lambda: executing(client, "quiet_spin"), "the call to start on a worker")
         tg.cancel_scope.cancel()
 
@@ -272,10 +278,8 @@ async def test_stop_stops_a_call_that_never_reports_on_its_worker(client: Client
 
 
 async def test_retries_apply(tmp_path: Path) -> None:
-    registry = Registry(builtins=False)
     marker = tmp_path / "attempts"
 
-    @registry.tool(executor="dask")
     def flaky() -> str:
         tries = int(marker.read_text()) + 1 if marker.exists() else 1
         marker.write_text(str(tries))
@@ -283,24 +287,21 @@ async def test_retries_apply(tmp_path: Path) -> None:
             raise ConnectionError("first attempt fails")
         return f"ok after {tries}"
 
-    node = await run_action(registry, "flaky", retry=1)
+    node = await run_tool("dask", flaky, retry=1)
 
     assert (node.status, node.output, node.attempts) == ("done", "ok after 2", 2)
 
 
 async def test_an_exception_keeps_its_type_and_message(executor: Any) -> None:
-    registry = Registry(builtins=False)
-
     class NotEven(ValueError):
         pass
 
-    @registry.tool(executor=executor)
     def halve(n: int) -> int:
         if n % 2:
             raise NotEven(f"n must be even, got {n}")
         return n // 2
 
-    node = await run_action(registry, "halve", {"n": 3})
+    node = await run_tool(executor, halve, {"n": 3})
 
     assert node.status == "failed"
     assert node.error == "NotEven: n must be even, got 3"
@@ -309,13 +310,10 @@ async def test_an_exception_keeps_its_type_and_message(executor: Any) -> None:
 
 
 async def test_a_worker_that_dies_gives_a_clear_error(client: Client) -> None:
-    registry = Registry(builtins=False)
-
-    @registry.tool(executor="dask")
     def die() -> None:
         os._exit(3)
 
-    node = await run_action(registry, "die")
+    node = await run_tool("dask", die)
 
     assert node.status == "failed"
     assert isinstance(node.exception, WorkerDied)
@@ -327,16 +325,15 @@ async def test_a_worker_that_dies_gives_a_clear_error(client: Client) -> None:
 
 
 async def test_a_broken_process_pool_gives_a_clear_error() -> None:
-    registry = Registry(builtins=False)
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
 
-    @registry.tool(executor=ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")))
     def die() -> None:
         os._exit(3)
 
     try:
-        node = await run_action(registry, "die")
+        node = await run_tool(pool, die)
     finally:
-        registry.get("tool", "die").executor.shutdown()  # type: ignore[union-attr]
+        pool.shutdown()
 
     assert node.error is not None
     assert node.error.startswith("the worker running die() on a ProcessPoolExecutor died")
@@ -357,16 +354,14 @@ async def test_an_unpicklable_argument_is_named(
         executor = request.getfixturevalue("pool")
     else:
         request.getfixturevalue("client")
-    registry = Registry(builtins=False)
 
-    @registry.tool(executor=executor)
     def count_rows(conn: Any, table: str) -> int:
         return 0
 
     conn = sqlite3.connect(":memory:")
     try:
-        node = await run_action(
-            registry, "count_rows", {"conn": "$conn", "table": "t"}, namespace={"conn": conn}
+        node = await run_tool(
+            executor, count_rows, {"conn": "$conn", "table": "t"}, namespace={"conn": conn}
         )
     finally:
         conn.close()
@@ -381,13 +376,10 @@ async def test_an_unpicklable_argument_is_named(
 
 
 async def test_an_unpicklable_result_is_named(client: Client) -> None:
-    registry = Registry(builtins=False)
-
-    @registry.tool(executor="dask")
     def make_lock() -> Any:
         return threading.Lock()
 
-    node = await run_action(registry, "make_lock")
+    node = await run_tool("dask", make_lock)
 
     assert node.error is not None
     assert node.error.startswith(
@@ -403,6 +395,20 @@ def test_not_sendable_message() -> None:
         "be pickled (nope); pass something that can be (a path, a URL, a connection string) "
         "and open it inside the tool"
     )
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        NotSendable("the result of f()", "", "the dask cluster", "nope", back=True),
+        WorkerDied("die", "a ProcessPoolExecutor", "BrokenProcessPool"),
+        executors.ClusterUnavailable("tcp://127.0.0.1:9", "set_dask_address", "OSError"),
+    ],
+)
+def test_errors_pickle_with_their_message_and_fields(error: Exception) -> None:
+    back = pickle.loads(pickle.dumps(error))
+
+    assert (type(back), str(back), vars(back)) == (type(error), str(error), vars(error))
 
 
 # ---- what the tool writes --------------------------------------------------------------------
@@ -423,11 +429,9 @@ def chatty(n: int) -> str:
 
 
 async def test_output_logs_warnings_and_progress_reach_the_node(executor: Any) -> None:
-    registry = Registry(builtins=False)
-    registry.register(chatty, executor=executor)
     run = Run()
 
-    node = await run_action(registry, "chatty", {"n": 3}, run=run)
+    node = await run_tool(executor, chatty, {"n": 3}, run=run)
 
     assert node.status == "done", node.error
     assert node.stdout == "starting 3\ndone\n"
@@ -440,15 +444,12 @@ async def test_output_logs_warnings_and_progress_reach_the_node(executor: Any) -
 
 
 async def test_output_reaches_the_node_when_the_tool_raises(executor: Any) -> None:
-    registry = Registry(builtins=False)
-
-    @registry.tool(executor=executor)
     def fails() -> None:
         print("got this far")
         cortex_jupyter.progress(1, 2)
         raise RuntimeError("then it broke")
 
-    node = await run_action(registry, "fails")
+    node = await run_tool(executor, fails)
 
     assert (node.error, node.stdout) == ("RuntimeError: then it broke", "got this far\n")
     assert node.progress == Progress(1.0, 2.0, "")
@@ -459,10 +460,8 @@ async def test_dask_progress_and_output_arrive_while_the_tool_runs(
 ) -> None:
     """The tool waits for the test to have *seen* its first report on the node: it can
     finish only if progress and print travel live."""
-    registry = Registry(builtins=False)
     seen = tmp_path / "seen"
 
-    @registry.tool(executor="dask")
     def waits_to_be_seen(flag: str) -> str:
         print("half way")
         cortex_jupyter.progress(1, 2, "waiting to be seen")
@@ -475,7 +474,7 @@ async def test_dask_progress_and_output_arrive_while_the_tool_runs(
 
     run = Run()
     async with anyio.create_task_group() as tg:
-        tg.start_soon(run_action, registry, "waits_to_be_seen", {"flag": str(seen)}, None, run)
+        tg.start_soon(run_tool, "dask", waits_to_be_seen, {"flag": str(seen)}, None, run)
         await wait_for(lambda: "a" in run.actions and run.actions["a"].progress, "progress")
         assert run.actions["a"].status == "running"
         assert run.actions["a"].progress == Progress(1.0, 2.0, "waiting to be seen")
@@ -489,14 +488,11 @@ async def test_dask_progress_and_output_arrive_while_the_tool_runs(
 
 
 async def test_a_generator_tool_reports_partial_output(client: Client) -> None:
-    registry = Registry(builtins=False)
-
-    @registry.tool(executor="dask")
     def counts(n: int) -> Iterator[int]:
         yield from range(1, n + 1)
 
     run = Run()
-    node = await run_action(registry, "counts", {"n": 3}, run=run)
+    node = await run_tool("dask", counts, {"n": 3}, run=run)
 
     assert (node.status, node.output) == ("done", 3)
     partials = [e.partial for e in run.events if isinstance(e, ActionOutput) and e.partial]
@@ -522,6 +518,22 @@ def test_registration_refuses_what_is_not_an_executor() -> None:
         Registry(builtins=False).register(spin, executor=4)
 
 
+def test_importing_executors_loads_no_engine() -> None:
+    """A notebook that never sends a tool elsewhere never loads dask, distributed or
+    cloudpickle: the package imports them on first use."""
+    code = (
+        "import sys\n"
+        "from cortex_jupyter.runtime.integrations import executors\n"
+        "print(sorted(m for m in ('cloudpickle', 'dask', 'distributed') if m in sys.modules))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+
+    assert (done.returncode, done.stdout.strip()) == (0, "[]"), done.stderr
+
+
 # ---- through a script and through the magic ----------------------------------------------------
 
 SCRIPT = """
@@ -533,7 +545,7 @@ import psutil
 
 import cortex_jupyter
 from cortex_jupyter.models import ScriptModel
-from cortex_jupyter.runtime import executors
+from cortex_jupyter.runtime.integrations import executors
 
 @cortex_jupyter.tool(executor="dask")
 def crunch(n: int) -> dict:

@@ -13,9 +13,9 @@ import pytest
 
 from cortex_jupyter.protocol.events import Action, ActionReady
 from cortex_jupyter.runtime import Registry, run_stream
-from cortex_jupyter.runtime.chunks import ModelChunk, TextChunk
-from cortex_jupyter.runtime.feeds import FeedError, FeedSet, FeedSpec, FeedUnavailable
-from cortex_jupyter.runtime.model import Message
+from cortex_jupyter.runtime.core.chunks import ModelChunk, TextChunk
+from cortex_jupyter.runtime.core.model import Message
+from cortex_jupyter.runtime.loop.feeds import FeedError, FeedSet, FeedSpec, FeedUnavailable
 
 
 def counting_registry() -> tuple[Registry, dict[str, int]]:

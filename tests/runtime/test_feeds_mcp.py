@@ -14,7 +14,7 @@ import pytest
 import cortex_jupyter.mcp as facade
 from cortex_jupyter.protocol.events import Action, ActionReady
 from cortex_jupyter.runtime import Registry, run_stream
-from cortex_jupyter.runtime.feeds import FeedError, FeedSet, FeedSpec, FeedUnavailable
+from cortex_jupyter.runtime.loop.feeds import FeedError, FeedSet, FeedSpec, FeedUnavailable
 
 from .conftest import paced
 

@@ -10,7 +10,7 @@ import pytest
 
 from cortex_jupyter.protocol import Parser
 from cortex_jupyter.protocol.events import ActionReady, ProtocolError
-from cortex_jupyter.runtime.grammar import Constraint, _Rules, reply_grammar, schema_rules
+from cortex_jupyter.runtime.loop.grammar import Constraint, _Rules, reply_grammar, schema_rules
 
 from .gbnf import accepts, parse
 

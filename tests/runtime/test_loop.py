@@ -19,7 +19,7 @@ from cortex_jupyter.models import (
     UnknownModel,
 )
 from cortex_jupyter.runtime import Agent, End, InternalPolicy, Interrupt, Metric, Registry, Run
-from cortex_jupyter.runtime.chunks import (
+from cortex_jupyter.runtime.core.chunks import (
     Finish,
     Message,
     ModelChunk,
@@ -29,9 +29,9 @@ from cortex_jupyter.runtime.chunks import (
     ToolCallStart,
     Usage,
 )
-from cortex_jupyter.runtime.events import ChatEntry, Chunk, Turn, TurnEnd
-from cortex_jupyter.runtime.feeds import FeedSet, FeedSpec
-from cortex_jupyter.runtime.loop import Conversation
+from cortex_jupyter.runtime.core.events import ChatEntry, Chunk, Turn, TurnEnd
+from cortex_jupyter.runtime.loop.conversation import Conversation
+from cortex_jupyter.runtime.loop.feeds import FeedSet, FeedSpec
 from tests.agents import continue_run, run_agent
 from tests.runtime.doubles import Scripted
 
@@ -275,7 +275,8 @@ async def test_referenced_notebook_variables_are_described(registry: Registry) -
     assert "499" not in system  # never the whole value
 
 
-async def test_feeds_are_refreshed_shown_and_readable(registry: Registry) -> None:
+def add_tick(registry: Registry) -> dict[str, int]:
+    """Registers ``tick()``, which counts its calls; the count, as ``["n"]``."""
     counter = {"n": 0}
 
     @registry.tool
@@ -283,6 +284,12 @@ async def test_feeds_are_refreshed_shown_and_readable(registry: Registry) -> Non
         """Count calls."""
         counter["n"] += 1
         return counter["n"]
+
+    return counter
+
+
+async def test_feeds_are_refreshed_shown_and_readable(registry: Registry) -> None:
+    counter = add_tick(registry)
 
     feeds = FeedSet(
         [
@@ -316,13 +323,7 @@ async def test_feeds_are_refreshed_shown_and_readable(registry: Registry) -> Non
 
 
 async def test_periodic_feeds_refresh_only_while_a_run_is_active(registry: Registry) -> None:
-    counter = {"n": 0}
-
-    @registry.tool
-    def tick() -> int:
-        """Count calls."""
-        counter["n"] += 1
-        return counter["n"]
+    counter = add_tick(registry)
 
     feeds = FeedSet([FeedSpec("ticks", source="tool", name="tick", type="periodic",
                               interval=0.02)])  # fmt: skip

@@ -1,4 +1,4 @@
-"""Tools from MCP servers (runtime/mcp.py), against real servers these tests start.
+"""Tools from MCP servers (runtime/integrations/mcp.py), against real servers these tests start.
 
 ``tests/mcp_servers/demo.py`` (the SDK's ``MCPServer``, once ``FastMCP``) runs over stdio
 and over streamable HTTP on 127.0.0.1; the reference server
@@ -15,22 +15,22 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
-import psutil
 import pytest
 from mcp.types import BlobResourceContents, CallToolResult, EmbeddedResource, TextContent
 
 import cortex_jupyter.mcp as facade
 from cortex_jupyter.runtime import Registry, Run, parse_chunks, run_stream
-from cortex_jupyter.runtime.errors import InvalidArguments
-from cortex_jupyter.runtime.graph import ActionNode
-from cortex_jupyter.runtime.mcp import (
+from cortex_jupyter.runtime.core.errors import InvalidArguments
+from cortex_jupyter.runtime.core.graph import ActionNode
+from cortex_jupyter.runtime.core.registry import ToolSpec, default_registry
+from cortex_jupyter.runtime.core.secrets import redact
+from cortex_jupyter.runtime.integrations.mcp import (
     NATIVE_NAME,
     McpConfigError,
     McpContent,
@@ -43,14 +43,10 @@ from cortex_jupyter.runtime.mcp import (
     read_config,
     tool_output,
 )
-from cortex_jupyter.runtime.registry import ToolSpec, default_registry
-from cortex_jupyter.runtime.secrets import redact
+from tests.mcp_servers.harness import DEMO, PATIENCE, demo_http, processes, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
-DEMO = str(ROOT / "tests" / "mcp_servers" / "demo.py")
 EVERYTHING = ROOT / ".cache/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
-#: Longest wait for something that happens on its own (a process exits, a list changes).
-PATIENCE = 20.0
 
 
 # ---- helpers --------------------------------------------------------------------------
@@ -59,26 +55,6 @@ PATIENCE = 20.0
 def demo_command(tag: str = "", *extra: str) -> list[str]:
     """The demo server over stdio; ``tag`` marks the process so a test can find it."""
     return [sys.executable, DEMO, "--tag", tag or uuid.uuid4().hex, *extra]
-
-
-def processes(tag: str) -> list[psutil.Process]:
-    """Our descendant processes whose command line holds ``tag``."""
-    found = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if tag in child.cmdline() and child.status() != psutil.STATUS_ZOMBIE:
-                found.append(child)
-        except psutil.Error:  # it ended while we looked
-            pass
-    return found
-
-
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + PATIENCE
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"still waiting, after {PATIENCE:g} s, for {what}")
-        time.sleep(0.05)
 
 
 async def chunks(text: str, size: int = 16) -> AsyncIterator[str]:
@@ -132,32 +108,8 @@ HTTP_TOKEN = "demo-bearer-" + uuid.uuid4().hex
 @pytest.fixture(scope="module")
 def http_url() -> Iterator[str]:
     """The demo server over streamable HTTP on a free port; it wants ``HTTP_TOKEN``."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    env = {**os.environ, "DEMO_TOKEN": HTTP_TOKEN}
-    process = subprocess.Popen(
-        [sys.executable, DEMO, "--http", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-    def answers() -> bool:
-        if process.poll() is not None:
-            pytest.fail(f"the demo HTTP server exited with {process.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-        except OSError:
-            return False
-        return True
-
-    try:
-        wait_until(answers, "the demo HTTP server to listen")
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+    with demo_http(HTTP_TOKEN) as url:
+        yield url
 
 
 @pytest.fixture
@@ -559,7 +511,7 @@ def test_servers_close_at_interpreter_exit() -> None:
     script = (
         "import sys\n"
         "from cortex_jupyter.runtime import Registry\n"
-        "from cortex_jupyter.runtime.mcp import McpManager\n"
+        "from cortex_jupyter.runtime.integrations.mcp import McpManager\n"
         "manager = McpManager(Registry(builtins=False))\n"
         f"manager.add('demo', {[*demo_command(tag), '--linger']!r})\n"
         "print(manager.status('demo').state)\n"
@@ -569,17 +521,7 @@ def test_servers_close_at_interpreter_exit() -> None:
     )
     assert (done.returncode, done.stdout, done.stderr) == (0, "ready\n", "")
 
-    def anywhere() -> list[psutil.Process]:
-        found = []
-        for process in psutil.process_iter():
-            try:
-                if tag in process.cmdline() and process.status() != psutil.STATUS_ZOMBIE:
-                    found.append(process)
-            except psutil.Error:
-                pass
-        return found
-
-    wait_until(lambda: not anywhere(), "the server to be gone")
+    wait_until(lambda: not processes(tag, anywhere=True), "the server to be gone")
 
 
 # ---- configuration ----------------------------------------------------------------------------

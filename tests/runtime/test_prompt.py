@@ -14,8 +14,8 @@ import pytest
 
 from cortex_jupyter.protocol.events import Action, ProtocolError
 from cortex_jupyter.runtime import ActionNode, InternalPolicy, Registry
-from cortex_jupyter.runtime.feeds import FeedSet, FeedSpec
-from cortex_jupyter.runtime.prompt import (
+from cortex_jupyter.runtime.loop.feeds import FeedSet, FeedSpec
+from cortex_jupyter.runtime.loop.prompt import (
     describe_value,
     describe_variables,
     format_results,

@@ -1,10 +1,10 @@
-"""How a continuation joins the reply that was cut (``runtime.resume``): pure, no I/O."""
+"""How a continuation joins the reply that was cut (``runtime.loop.resume``): pure, no I/O."""
 
 from __future__ import annotations
 
 import pytest
 
-from cortex_jupyter.runtime.resume import Resume
+from cortex_jupyter.runtime.loop.resume import Resume
 
 CUT = "<thought>Plan.</thought><response>This answer starts here "
 

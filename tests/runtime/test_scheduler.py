@@ -557,16 +557,13 @@ async def test_end_metrics_report_dispatch_latency(act: Act, run_events: RunEven
 # ---- generator tools ---------------------------------------------------------------------
 
 
-async def test_a_sync_generator_cut_by_its_timeout_fails_cleanly_and_is_closed_later(
-    registry: Registry, act: Act, run_events: RunEvents
-) -> None:
-    """Its step still runs in an abandoned worker thread when the timeout ends the
-    attempt: closing it then raised "generator already executing". The node fails with
-    the timeout's line, and the generator is closed once that step returns."""
+def stuck_rows(registry: Registry) -> tuple[threading.Event, threading.Event, threading.Event]:
+    """Registers ``stuck_rows(n)``: it yields a row, sets ``stepping`` and blocks in its
+    next step until ``release``; ``closed`` is set once the generator is closed."""
     release, stepping, closed = threading.Event(), threading.Event(), threading.Event()
 
-    @registry.tool
-    def stuck_rows(n: int) -> Iterator[int]:
+    @registry.tool(name="stuck_rows")
+    def rows(n: int) -> Iterator[int]:
         """Yields a row, then blocks in its next step."""
         try:
             yield 1
@@ -575,6 +572,17 @@ async def test_a_sync_generator_cut_by_its_timeout_fails_cleanly_and_is_closed_l
             yield 2
         finally:
             closed.set()
+
+    return release, stepping, closed
+
+
+async def test_a_sync_generator_cut_by_its_timeout_fails_cleanly_and_is_closed_later(
+    registry: Registry, act: Act, run_events: RunEvents
+) -> None:
+    """Its step still runs in an abandoned worker thread when the timeout ends the
+    attempt: closing it then raised "generator already executing". The node fails with
+    the timeout's line, and the generator is closed once that step returns."""
+    release, stepping, closed = stuck_rows(registry)
 
     run = await run_events([act("g", "stuck_rows", parameters={"n": 2}, timeout=0.2)])
     node = run.actions["g"]
@@ -590,18 +598,7 @@ async def test_a_sync_generator_cut_by_its_timeout_fails_cleanly_and_is_closed_l
 async def test_a_sync_generator_stopped_mid_step_is_cancelled_and_closed_later(
     registry: Registry, act: Act, run_events: RunEvents
 ) -> None:
-    release, stepping, closed = threading.Event(), threading.Event(), threading.Event()
-
-    @registry.tool
-    def stuck_rows(n: int) -> Iterator[int]:
-        """Yields a row, then blocks in its next step."""
-        try:
-            yield 1
-            stepping.set()
-            release.wait(10)
-            yield 2
-        finally:
-            closed.set()
+    release, stepping, closed = stuck_rows(registry)
 
     record = Run()
     async with anyio.create_task_group() as group:

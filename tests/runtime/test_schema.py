@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 import pytest
 
-from cortex_jupyter.runtime.schema import function_schema, parse_docstring, type_schema
+from cortex_jupyter.runtime.core.schema import function_schema, parse_docstring, type_schema
 
 
 class Colour(enum.Enum):

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from cortex_jupyter.runtime import capture, mcp
-from cortex_jupyter.runtime.feeds import FeedSet, FeedSpec
-from cortex_jupyter.runtime.graph import ActionNode
-from cortex_jupyter.runtime.secrets import REDACTED, Repr, Secrets
+from cortex_jupyter.runtime.core.graph import ActionNode
+from cortex_jupyter.runtime.core.secrets import REDACTED, Repr, Secrets
+from cortex_jupyter.runtime.integrations import mcp
+from cortex_jupyter.runtime.loop.feeds import FeedSet, FeedSpec
+from cortex_jupyter.runtime.scheduler import capture
 
 ENV = {
     "OPENAI_API_KEY": "sk-proj-abcdefgh12345678",
@@ -184,7 +185,7 @@ def test_an_mcp_servers_long_stderr_line_keeps_no_part_of_a_secret(
 def test_a_value_filled_into_the_answer_and_cut_at_its_limit_keeps_no_part_of_a_secret(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from cortex_jupyter.runtime.answer import VALUE_LIMIT, value_text
+    from cortex_jupyter.runtime.core.answer import VALUE_LIMIT, value_text
 
     key = "sk-proj-CUTTHROUGHabcdefghijk"
     monkeypatch.setenv("OPENAI_API_KEY", key)
@@ -195,7 +196,7 @@ def test_a_value_filled_into_the_answer_and_cut_at_its_limit_keeps_no_part_of_a_
 
 
 def test_a_cut_never_leaves_half_a_redaction_marker(monkeypatch: pytest.MonkeyPatch) -> None:
-    from cortex_jupyter.runtime.secrets import head
+    from cortex_jupyter.runtime.core.secrets import head
 
     key = "sk-proj-MARKERCUTabcdefghij"
     monkeypatch.setenv("OPENAI_API_KEY", key)

@@ -14,9 +14,9 @@ import pytest
 from cortex_jupyter.models import OpenAIModel, ScriptModel
 from cortex_jupyter.models.replay import ReplayModel
 from cortex_jupyter.runtime import Registry, Run
-from cortex_jupyter.runtime.chunks import Message, ModelChunk, TextChunk
-from cortex_jupyter.runtime.loop import Conversation
-from cortex_jupyter.runtime.transcript import (
+from cortex_jupyter.runtime.core.chunks import Message, ModelChunk, TextChunk
+from cortex_jupyter.runtime.loop.conversation import Conversation
+from cortex_jupyter.runtime.loop.transcript import (
     continue_note,
     cut_reply,
     load_run,

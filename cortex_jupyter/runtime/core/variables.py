@@ -1,0 +1,182 @@
+"""``$name`` references in action parameters: finding them and resolving them.
+
+Pure functions, no I/O. Resolution happens at dispatch time over a list of scopes
+searched in order (outputs of this run, context feeds, the notebook namespace):
+
+- a string that is exactly ``"$name"`` (or ``"$name.key.attr"``) becomes the object
+  itself, identity preserved;
+- ``$name`` inside a longer string is replaced by ``str(value)``;
+- ``$name.key`` / ``$name.attr`` / ``$name.0`` reach inside: a mapping's key, a
+  sequence's index, or a public data attribute; never a name starting with ``_``, nor
+  anything of a module, function, class or method, nor a method itself (model text is
+  untrusted: ``$x.__class__.__init__.__globals__`` must lead nowhere);
+- ``$$`` is a literal ``$``; a ``$`` not followed by a name is left as it is.
+
+Lists, tuples and dict values are walked recursively; dict keys are left alone.
+"""
+
+from __future__ import annotations
+
+import builtins
+import difflib
+import inspect
+import keyword
+import re
+import types
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from cortex_jupyter.protocol import MAX_JSON_DEPTH
+from cortex_jupyter.runtime.core.errors import (
+    BadReference,
+    InvalidVariableName,
+    NestedTooDeep,
+    NotVisible,
+    UnknownVariable,
+)
+
+#: One ``$name[.path]`` reference (group 1: the name, group 2: ``.path``), or ``$$``.
+#: The one place the pattern lives: the display fills the same references.
+REFERENCE = re.compile(r"\$\$|\$([A-Za-z_][A-Za-z0-9_]*)((?:\.[A-Za-z0-9_]+)*)")
+_MISSING = object()
+
+# Names IPython itself keeps in the user namespace; binding over them breaks the shell.
+RESERVED_NAMES: frozenset[str] = frozenset(("In", "Out", "get_ipython", "exit", "quit"))
+
+
+def find_references(value: Any) -> set[str]:
+    """The top-level names referenced by ``$name`` anywhere inside ``value`` (no deeper
+    than ``MAX_JSON_DEPTH``: ``resolve`` refuses deeper values)."""
+    found: set[str] = set()
+    _collect(value, found, 0)
+    return found
+
+
+def _collect(value: Any, found: set[str], depth: int) -> None:
+    if isinstance(value, str):
+        if "$" in value:
+            found.update(m.group(1) for m in REFERENCE.finditer(value) if m.group(1))
+    elif depth >= MAX_JSON_DEPTH:
+        return
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            _collect(item, found, depth + 1)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _collect(item, found, depth + 1)
+
+
+def resolve(value: Any, scopes: Sequence[Mapping[str, Any]], depth: int = 0) -> Any:
+    """``value`` with every reference replaced, looked up in ``scopes`` in order.
+
+    Raises ``UnknownVariable`` (with the closest existing names), ``BadReference``, or
+    ``NestedTooDeep`` for containers nested deeper than ``MAX_JSON_DEPTH``. Values
+    without references come back as the same objects.
+    """
+    if isinstance(value, str):
+        return _resolve_string(value, scopes) if "$" in value else value
+    if not isinstance(value, Mapping | list | tuple):
+        return value
+    if depth >= MAX_JSON_DEPTH:
+        raise NestedTooDeep(MAX_JSON_DEPTH)
+    depth += 1
+    if isinstance(value, Mapping):
+        return {key: resolve(item, scopes, depth) for key, item in value.items()}
+    if isinstance(value, list):
+        return [resolve(item, scopes, depth) for item in value]
+    return tuple(resolve(item, scopes, depth) for item in value)
+
+
+def _resolve_string(text: str, scopes: Sequence[Mapping[str, Any]]) -> Any:
+    whole = REFERENCE.fullmatch(text)
+    if whole is not None and whole.group(1):
+        return _lookup(whole.group(1), whole.group(2), scopes)
+
+    def replace(match: re.Match[str]) -> str:
+        if not match.group(1):
+            return "$"
+        return str(_lookup(match.group(1), match.group(2), scopes))
+
+    return REFERENCE.sub(replace, text)
+
+
+def _lookup(name: str, path: str, scopes: Sequence[Mapping[str, Any]]) -> Any:
+    value = _MISSING
+    for scope in scopes:
+        if name in scope:
+            value = scope[name]
+            break
+    if value is _MISSING:
+        for scope in scopes:
+            hidden = getattr(scope, "hidden", None)
+            why = hidden(name) if hidden is not None else None
+            if why:
+                raise NotVisible(name, why)
+        raise UnknownVariable(name, suggest(name, scopes))
+    reached = name
+    for part in path.split(".")[1:]:
+        value = _reach(value, part, reached)
+        reached = f"{reached}.{part}"
+    return value
+
+
+def _reach(value: Any, part: str, reached: str) -> Any:
+    if isinstance(value, Mapping):
+        if part in value:
+            return value[part]
+        if part.isdigit() and int(part) in value:
+            return value[int(part)]
+    if (
+        part.isdigit()
+        and isinstance(value, Sequence)
+        and not isinstance(value, str)
+        and int(part) < len(value)
+    ):
+        return value[int(part)]
+    ref = f"{reached}.{part}"
+    if part.startswith("_"):
+        raise BadReference(ref, part, type(value).__name__, "names starting with '_' are private")
+    if _opaque(value):
+        raise BadReference(
+            ref,
+            part,
+            type(value).__name__,
+            "nothing inside a module, class or function is reachable",
+        )
+    if not hasattr(value, part):
+        raise BadReference(ref, part, type(value).__name__)
+    found = getattr(value, part)
+    if _opaque(found) or inspect.ismethod(found) or inspect.isroutine(found):
+        raise BadReference(ref, part, type(value).__name__, "only data attributes are reachable")
+    return found
+
+
+def _opaque(value: Any) -> bool:
+    """Modules, classes and functions: code, not data a model may walk through."""
+    return isinstance(value, types.ModuleType) or inspect.isclass(value) or inspect.isroutine(value)
+
+
+def suggest(name: str, scopes: Sequence[Mapping[str, Any]], n: int = 3) -> list[str]:
+    """The names closest to ``name`` that do exist (public names only)."""
+    known = {key for scope in scopes for key in scope if isinstance(key, str)}
+    public = [key for key in known if not key.startswith("_")]
+    return difflib.get_close_matches(name, public, n=n, cutoff=0.6)
+
+
+def check_variable_name(name: str) -> None:
+    """Raise ``InvalidVariableName`` unless ``name`` may be bound in a notebook namespace.
+
+    Refused: non-identifiers, keywords, IPython's own names (``In``, ``Out``,
+    ``get_ipython``, ``exit``, ``quit``), names starting with ``_`` and Python's builtins
+    (``print``, ``list``...: shadowing one breaks the notebook in confusing ways).
+    """
+    if not name.isidentifier():
+        raise InvalidVariableName(name, "it is not a Python identifier")
+    if keyword.iskeyword(name):
+        raise InvalidVariableName(name, "it is a Python keyword")
+    if name.startswith("_"):
+        raise InvalidVariableName(name, "names starting with '_' belong to IPython")
+    if name in RESERVED_NAMES:
+        raise InvalidVariableName(name, "it would overwrite IPython's own name")
+    if hasattr(builtins, name):
+        raise InvalidVariableName(name, f"it would shadow Python's builtin {name!r}")

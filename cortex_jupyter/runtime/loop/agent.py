@@ -1,0 +1,418 @@
+"""The ``Agent``: one frozen configuration of a model loop, and the runtime's public face.
+
+Before it existed, ``run_agent`` took twenty keyword parameters and handed most of them on,
+again by keyword, to the loop and the scheduler, and the session kept a dict of a dozen
+more. An ``Agent`` holds what describes an agent (instructions, the tools it may call, its
+model, dialect, turn limit, feeds, sampling settings) and every layer reads it; what
+changes from one run to the next (the prompt, the notebook namespace, the conversation to
+continue, where events go) is passed to ``run``.
+
+A named ``Agent`` registers itself as the ``type="agent"`` action of that name: a model
+that writes ``<action type="agent">{"name": "researcher", "parameters": {"task": ...}}``
+runs that agent's own loop (its instructions, the protocol taught in its system prompt,
+its tools, up to its own ``max_turns``, on its own model or the caller's), nested under
+the calling node. The latest Agent created under a name is the one that runs (like
+re-running a cell that defines a tool).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import ChainMap
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.from_thread
+from anyio.abc import TaskGroup
+
+from cortex_jupyter.runtime.core.chunks import StreamingModel
+from cortex_jupyter.runtime.core.errors import AgentDidNotAnswer, NoModelConfigured
+from cortex_jupyter.runtime.core.events import AnyEvent, Nested
+from cortex_jupyter.runtime.core.record import Run
+from cortex_jupyter.runtime.core.registry import AgentSpec, Registry, default_registry
+from cortex_jupyter.runtime.core.variables import find_references
+from cortex_jupyter.runtime.loop.conversation import Conversation
+from cortex_jupyter.runtime.loop.feeds import FeedSet
+from cortex_jupyter.runtime.loop.grammar import CONSTRAIN_FORMS, GRAMMAR_DIALECTS
+from cortex_jupyter.runtime.loop.prompt import describe_variables
+from cortex_jupyter.runtime.loop.request import check_request, request_fields
+from cortex_jupyter.runtime.loop.transcript import RunSource, continue_note, cut_reply, load_runs
+from cortex_jupyter.runtime.loop.turns import MAX_TURNS, RESULT_LIMIT, Loop
+from cortex_jupyter.runtime.scheduler.approval import Approver, Rules
+from cortex_jupyter.runtime.scheduler.dispatch import Scheduler
+from cortex_jupyter.runtime.scheduler.spec import InternalPolicy, RetryPolicy, RunSpec
+
+if TYPE_CHECKING:
+    from cortex_jupyter.runtime.core.graph import ActionNode
+
+__all__ = ["Agent", "RunHooks"]
+
+#: The dialects an agent can be taught; checked when the Agent is made, not at its first run.
+_DIALECTS = ("cortex", "sigil", "cogency", "hermes", "auto")
+
+
+@dataclass(frozen=True)
+class RunHooks:
+    """How a run reports to whoever hosts it (a notebook session, a test).
+
+    ``on_event`` receives every event as it happens; ``bind`` is called with each
+    ``output_key`` and its value when an action finishes (a notebook binds it as a
+    variable); ``background`` is the task group that owns ``fire_and_forget`` actions
+    when they may outlive the run (``None``: the run waits for them); ``ask`` asks a
+    person to approve an action.
+    """
+
+    on_event: Callable[[AnyEvent], None] | None = None
+    bind: Callable[[str, Any], None] | None = None
+    background: TaskGroup | None = None
+    #: How the host asks a person to approve an action (buttons, a prompt); ``None``: the
+    #: terminal's ``input()``. Used when the agent's ``approval`` is ``"ask"``.
+    ask: Approver | None = None
+
+
+@dataclass(frozen=True)
+class Agent:
+    """An agent: a model, what it is told, and what it may call (see the module docstring).
+
+    ``tools`` are the entries it may call: names (``"get_weather"``, ``"cache.get"``, an
+    agent's name) or registered functions; ``None`` means everything in ``registry``
+    (the default registry unless given). ``model`` is any ``StreamingModel``; ``None``
+    means the caller's (the session's, or the parent run's for a nested agent).
+    ``max_depth`` limits how deep agents may call agents. ``approve`` names tools that
+    wait for approval (see ``runtime.scheduler.approval``) under the ``approval`` policy; run as a
+    nested agent, its caller's ``approve``, ``approval`` and ``approve_timeout`` hold for
+    it too, and its own can only add to them.
+    """
+
+    name: str | None = None
+    instructions: str | None = None
+    tools: Sequence[str | Callable[..., Any]] | None = None
+    model: StreamingModel | None = None
+    dialect: str = "cortex"
+    max_turns: int = MAX_TURNS
+    feeds: FeedSet | None = None
+    native_tools: bool = False
+    temperature: float | None = None
+    max_tokens: int | None = None
+    result_limit: int = RESULT_LIMIT
+    registry: Registry | None = field(default=None, repr=False)
+    internal: InternalPolicy | None = None
+    retry: RetryPolicy | None = None
+    description: str = ""
+    max_depth: int = 3
+    #: Names of tools this agent must get approval for, besides those marked approve=True.
+    approve: Collection[str] = frozenset()
+    #: The approval policy: "ask", "allow", "deny", or a function (node) -> bool.
+    approval: str | Callable[[ActionNode], Any] = "ask"
+    #: Seconds to wait for an approval before it counts as denied (None: no limit).
+    approve_timeout: float | None = None
+    #: The context budget in tokens (None: the model's window where known, else 32,000).
+    context_tokens: int | None = None
+    #: Extra fields sent with every request (``runtime.loop.request``: temperature, seed,
+    #: top_k, grammar...); ``temperature``/``max_tokens`` above win over the same here.
+    request: Mapping[str, Any] | None = field(default=None, repr=False)
+    #: Protocol-constrained decoding (``runtime.loop.grammar``): True or "gbnf" sends a
+    #: llama.cpp GBNF grammar, "vllm" vLLM's structured-output grammar; False: none.
+    constrain: bool | str = False
+
+    def __post_init__(self) -> None:
+        _check(self)
+        if self.tools is not None and not isinstance(self.tools, tuple):
+            object.__setattr__(self, "tools", tuple(self.tools))
+        if not isinstance(self.approve, frozenset):
+            object.__setattr__(self, "approve", frozenset(self.approve))
+        if self.name is not None:
+            self.home.add(AgentSpec(self.name, self, self.description))
+
+    # ---- configuration --------------------------------------------------------------
+
+    @property
+    def home(self) -> Registry:
+        """The registry its tools are looked up in (and where a named agent is registered)."""
+        return self.registry if self.registry is not None else default_registry
+
+    def callable(self) -> Registry:
+        """What this agent may call: its ``tools`` out of ``home``, or all of ``home``."""
+        if self.tools is None:
+            return self.home
+        return self.home.subset(self.tools)
+
+    def with_options(self, **changes: Any) -> Agent:
+        """A copy with ``changes`` applied that is not registered under its name (the
+        session's per-cell settings, which must not replace the registered agent)."""
+        known = {f.name for f in fields(self)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise TypeError(f"Agent has no option {', '.join(map(repr, unknown))}")
+        copy = object.__new__(Agent)
+        for f in fields(self):
+            object.__setattr__(copy, f.name, changes.get(f.name, getattr(self, f.name)))
+        _check(copy)
+        return copy
+
+    # ---- running --------------------------------------------------------------------
+
+    async def run(
+        self,
+        prompt: str,
+        *,
+        namespace: Mapping[str, Any] | None = None,
+        conversation: Conversation | None = None,
+        hooks: RunHooks | None = None,
+        run: Run | None = None,
+        variables: Iterable[str] | None = None,
+        taken_ids: Iterable[str] = (),
+        resume: str | None = None,
+    ) -> Run:
+        """Run ``prompt``: turns of model replies and actions until a final answer.
+
+        ``namespace`` is what ``$name`` may reach beyond the run's own outputs and feeds
+        (a notebook session passes only the names the model may see). ``conversation``
+        is the memory to continue (a fresh one when ``None``); the prompt, the replies
+        and the results are appended to it. ``variables`` are the names described in
+        the system prompt (by default those the prompt refers to as ``$name`` that
+        exist in ``namespace``). ``taken_ids`` are action ids of earlier runs. An
+        exchange of ``conversation`` the model never answered (its run failed before
+        any reply) is dropped first, so a prompt tried again is sent once.
+
+        Returns the run record; a failing model does not raise (the run then ends
+        ``interrupted``, ``failed`` or ``truncated``; ``run.reason`` says why), only a
+        failing runtime or a cancelled run. Pass ``run=Run()`` to keep a handle.
+        ``resume`` is set by ``continue_run``: the text of the cut reply to read on from
+        ("" when there is none; see ``Loop.go``).
+        """
+        model = self._model(None)
+        space: Mapping[str, Any] = namespace if namespace is not None else {}
+        feeds = self.feeds if self.feeds is not None else FeedSet()
+        names = variables
+        if names is None:
+            names = [n for n in find_references(prompt) if n in space and n not in feeds]
+        scheduler = self._scheduler(model, space, feeds, hooks or RunHooks(), run)
+        scheduler.run.reach = ChainMap(feeds, space)  # type: ignore[arg-type]
+        loop = Loop(
+            self,
+            model=model,
+            conversation=conversation if conversation is not None else Conversation(),
+            scheduler=scheduler,
+            feeds=feeds,
+            variables=describe_variables(space, names),
+            taken_ids=taken_ids,
+        )
+        active = feeds.active(registry=scheduler.registry, namespace=space, model=model)
+        async with scheduler, active:
+            await loop.go(prompt, resume=resume)
+        return scheduler.run
+
+    async def continue_run(
+        self,
+        previous: RunSource,
+        *,
+        namespace: Mapping[str, Any] | None = None,
+        conversation: Conversation | None = None,
+        hooks: RunHooks | None = None,
+        run: Run | None = None,
+    ) -> Run:
+        """Go on with a run that stopped (interrupted, cancelled, truncated, turn limit)
+        as a new run.
+
+        The model is told where its reply stopped and is given the results of the actions
+        that already ran, so it neither repeats text nor actions. A reply that was cut
+        off is read on from where it stopped: the continuation's text goes on inside the
+        block the cut left open, so the answer is the first part plus the rest
+        (``runtime.loop.resume``). ``conversation`` is the
+        memory the earlier run used (rebuilt from ``previous`` when ``None``). The earlier
+        run's outputs stay reachable as ``$name`` and its action ids stay taken.
+        """
+        (before,) = load_runs([previous])
+        if conversation is None:
+            conversation = Conversation.from_run(before)
+        note = continue_note(before, dialect=self.dialect, limit=self.result_limit)
+        # The notebook first: a value the user changed since wins over the earlier output.
+        notebook: Mapping[str, Any] = namespace if namespace is not None else {}
+        space = ChainMap(dict(notebook), dict(before.variables))
+        return await self.run(
+            note,
+            namespace=space,
+            conversation=conversation,
+            hooks=hooks,
+            run=run,
+            taken_ids=set(before.actions),
+            resume=cut_reply(before),
+        )
+
+    def run_sync(self, prompt: str, **options: Any) -> Run:
+        """``run`` for plain scripts (no event loop of your own): blocks until the run ends.
+
+        Works inside a running event loop too (a notebook cell): the run then goes to a
+        worker thread with its own loop, so the caller's loop is not re-entered.
+        """
+        with anyio.from_thread.start_blocking_portal() as portal:
+            return portal.call(functools.partial(self.run, prompt, **options))
+
+    async def run_nested(self, task: str, *, scheduler: Scheduler, node: ActionNode) -> str:
+        """Run as the ``agent`` action ``node`` of ``scheduler``'s run: its own loop, its
+        events forwarded under ``node`` (``Nested``); its answer is the action's output
+        and its run is ``node.subrun``."""
+        model = self._model(scheduler.model, node.id)
+        child = Run()
+        node.subrun = child
+        space = scheduler.namespace
+        feeds = self.feeds if self.feeds is not None else FeedSet()
+        child.reach = ChainMap(feeds, space)  # type: ignore[arg-type]
+        spec = scheduler.spec.nested(
+            registry=self.callable(),
+            model=model,
+            on_event=lambda event: scheduler.emit(Nested(node.id, event)),
+            feeds=feeds,
+            internal=self.internal if self.internal is not None else InternalPolicy(),
+            retry=self.retry if self.retry is not None else RetryPolicy(),
+            max_depth=min(self.max_depth, scheduler.max_depth),
+            # The caller's approval rules hold inside, with this agent's own added; its
+            # questions name ``parent/inner`` (an inner "a1" is not the caller's "a1").
+            rules=scheduler.rules.within(
+                node.id, self.approval, names=self.approve, timeout=self.approve_timeout
+            ),
+            request=request_fields(self, scheduler.request),
+        )
+        nested = Scheduler(spec, run=child, limiter=scheduler.limiter)
+        loop = Loop(
+            self,
+            model=model,
+            conversation=Conversation(),
+            scheduler=nested,
+            feeds=feeds,
+            variables=describe_variables(space, [n for n in find_references(task) if n in space]),
+            taken_ids=(),
+        )
+        active = feeds.active(registry=nested.registry, namespace=space, model=model)
+        async with nested, active:
+            await loop.go(task)
+        if child.status != "completed":
+            raise AgentDidNotAnswer(self.name or "agent", child.status, child.reason)
+        return child.answer  # as the caller's run is answered: final reply, $name filled
+
+    # ---- helpers ----------------------------------------------------------------------
+
+    def _model(self, fallback: StreamingModel | None, action_id: str | None = None) -> Any:
+        model = self.model if self.model is not None else fallback
+        if model is None:
+            raise NoModelConfigured("agent", self.name or "(unnamed)")
+        if action_id is not None and self.model is None:
+            # A nested agent on the caller's model: a script answers it from its own
+            # "--- reply to ID ---" section, never with the caller's next turn.
+            sub = getattr(model, "for_action", None)
+            if sub is not None:
+                model = sub(action_id)
+        return model
+
+    def _scheduler(
+        self,
+        model: StreamingModel,
+        space: Mapping[str, Any],
+        feeds: FeedSet,
+        hooks: RunHooks,
+        run: Run | None,
+    ) -> Scheduler:
+        spec = RunSpec(
+            registry=self.callable(),
+            namespace=space,
+            model=model,
+            feeds=feeds,
+            internal=self.internal if self.internal is not None else InternalPolicy(),
+            retry=self.retry if self.retry is not None else RetryPolicy(),
+            rules=Rules.of(
+                self.approval, names=self.approve, timeout=self.approve_timeout, ask=hooks.ask
+            ),
+            request=dict(request_fields(self)),
+            on_event=hooks.on_event,
+            bind=hooks.bind,
+            background=hooks.background,
+            max_depth=self.max_depth,
+        )
+        return Scheduler(spec, run=run)
+
+    def __repr__(self) -> str:
+        shown = [repr(self.name)] if self.name is not None else []
+        if self.model is not None:
+            shown.append(f"model={getattr(self.model, 'name', self.model)!r}")
+        if self.tools is not None:
+            shown.append(f"tools={[_tool_name(t) for t in self.tools]!r}")
+        shown.append(f"dialect={self.dialect!r}")
+        return f"Agent({', '.join(shown)})"
+
+
+def _check(agent: Agent) -> None:
+    """Refuse a configuration that could only fail later, with a sentence saying why."""
+    if agent.name is not None and (not isinstance(agent.name, str) or not agent.name.strip()):
+        raise ValueError(f"an agent's name must be a non-empty string; got {agent.name!r}")
+    if agent.name is not None and any(c.isspace() for c in agent.name):
+        raise ValueError(f"an agent's name cannot contain spaces; got {agent.name!r}")
+    if agent.dialect not in _DIALECTS:
+        raise ValueError(
+            f"unknown protocol dialect {agent.dialect!r}; choose one of: {', '.join(_DIALECTS)}"
+        )
+    for label, value in (("max_turns", agent.max_turns), ("result_limit", agent.result_limit)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{label} must be a whole number, at least 1; got {value!r}")
+    if agent.tools is not None:
+        if isinstance(agent.tools, str):
+            raise TypeError(
+                "tools must be a list of names or functions, not one string: "
+                f"tools=[{agent.tools!r}]"
+            )
+        for entry in agent.tools:
+            if not isinstance(entry, str) and not callable(entry):
+                raise TypeError(f"tools holds {entry!r}, which is neither a name nor a function")
+    if isinstance(agent.approve, str):
+        raise TypeError(f"approve names tools: approve={{{agent.approve!r}}}, not one string")
+    if not callable(agent.approval) and agent.approval not in ("ask", "allow", "deny"):
+        raise ValueError(
+            "approval must be 'ask', 'allow', 'deny' or a function (node) -> bool; "
+            f"got {agent.approval!r}"
+        )
+    budget = agent.context_tokens
+    if budget is not None and (
+        isinstance(budget, bool) or not isinstance(budget, int) or budget < 256
+    ):
+        raise ValueError(
+            f"context_tokens must be a whole number of tokens, at least 256; got {budget!r}"
+        )
+    timeout = agent.approve_timeout
+    if timeout is not None and (isinstance(timeout, bool) or not timeout > 0):
+        raise ValueError(f"approve_timeout must be a number of seconds above 0; got {timeout!r}")
+    check_request(agent.request, "Agent(request=...)")
+    _check_constrain(agent)
+    model = agent.model
+    if model is not None and (isinstance(model, str) or not hasattr(model, "stream")):
+        raise TypeError(
+            f"model must be a model object such as OpenAIModel({model!r}) from "
+            f"cortex_jupyter.models, not {type(model).__name__} {model!r}"
+        )
+
+
+Registry.make_agent = Agent  # ``Registry.add_agent`` makes agents of this loop
+
+
+def _tool_name(entry: str | Callable[..., Any]) -> str:
+    return entry if isinstance(entry, str) else getattr(entry, "__name__", repr(entry))
+
+
+def _check_constrain(agent: Agent) -> None:
+    constrain = agent.constrain
+    if constrain is False:
+        return
+    if constrain is not True and constrain not in CONSTRAIN_FORMS:
+        forms = ", ".join(repr(f) for f in CONSTRAIN_FORMS)
+        raise ValueError(f"constrain must be True, False, {forms}; got {constrain!r}")
+    if agent.native_tools:
+        raise ValueError(
+            "constrain and native_tools cannot go together (servers refuse a grammar beside "
+            "tools=): use one or the other"
+        )
+    if agent.dialect not in GRAMMAR_DIALECTS:
+        raise ValueError(
+            f"constrain has no grammar for the {agent.dialect!r} dialect; use one of: "
+            f"{', '.join(GRAMMAR_DIALECTS)}"
+        )

@@ -1,0 +1,103 @@
+"""Extra request fields: what a run adds to every request it sends its model.
+
+An endpoint understands more than the chat protocol's core: ``temperature``, ``seed``,
+``top_k``, llama.cpp's ``grammar``, vLLM's structured-output fields. A run passes such
+fields through unchanged, to every request it makes: each turn of its loop, its ``llm``
+actions, and its nested agents (whose own ``request`` goes over their caller's).
+
+Where they come from, later over earlier (one rule, stated in ``%%cortex?`` too)::
+
+    CortexMagics.request  <  Agent(request=...)  <  %%cortex --request JSON
+                          <  explicit options (--temperature, --max-tokens, Agent(temperature=...))
+
+Fields the run itself must decide (``stream``, ``messages``, ``model``, ``n``,
+``tools``...) are refused with a sentence saying why. A field whose name looks like a
+credential (``api_key``, ``token``...) or whose value looks like a key is a secret from
+then on: redacted in everything cortex shows, saves or sends (``runtime.core.secrets``).
+
+``request_fields`` is the one place a request's extra fields are built; other features
+that add fields of their own (a grammar for constrained decoding) merge theirs over it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from cortex_jupyter.runtime.core.secrets import CREDENTIAL_NAME, secrets
+
+__all__ = ["PROTOCOL_FIELDS", "check_request", "merge_requests", "request_fields"]
+
+#: Fields the run sets itself; a request that sets them would break the stream.
+PROTOCOL_FIELDS: Mapping[str, str] = {
+    "stream": "the run always streams",
+    "stream_options": "the run asks for usage itself",
+    "messages": "the run sends the conversation",
+    "model": "choose the model with --model or Agent(model=...)",
+    "n": "the run reads one reply per request",
+    "tools": "offer tools with --native-tools",
+    "functions": "offer tools with --native-tools",
+}
+# A value that is a key whatever its field is called: sk-..., Bearer ...
+_KEY_VALUE = re.compile(r"^(?:(?:sk|rk|pk|sess)-\S{6,}|[Bb]earer\s+\S{6,})$")
+
+
+class _HasRequest(Protocol):
+    @property
+    def request(self) -> Mapping[str, Any] | None: ...
+
+
+def check_request(value: Any, where: str = "request") -> dict[str, Any]:
+    """``value`` as a request's extra fields, or a ``ValueError`` whose message names
+    ``where`` and what is wrong. Credential-looking values become secrets."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(
+            f"{where} must be a JSON object of request fields such as "
+            f'{{"temperature": 0, "seed": 1}}, not {type(value).__name__} {_short(value)}'
+        )
+    fields: dict[str, Any] = {}
+    for name, field in value.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{where}: a field name must be a non-empty string, not {name!r}")
+        if name in PROTOCOL_FIELDS:
+            raise ValueError(f"{where}: the field {name!r} cannot be set ({PROTOCOL_FIELDS[name]})")
+        try:
+            json.dumps(field)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"{where}: the field {name!r} must be a JSON value, not {type(field).__name__}"
+            ) from None
+        fields[name] = field
+    _remember_secrets(fields)
+    return fields
+
+
+def merge_requests(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The layers' fields merged, each over the ones before it (top level only)."""
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        if layer:
+            merged.update(layer)
+    return merged
+
+
+def request_fields(agent: _HasRequest, caller: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The extra fields of every request ``agent`` sends: its caller's (a nested agent
+    runs under the fields of the run that called it), its own ``request`` over them."""
+    return merge_requests(caller, agent.request)
+
+
+def _remember_secrets(fields: Mapping[str, Any]) -> None:
+    for name, value in fields.items():
+        if isinstance(value, str) and (CREDENTIAL_NAME.search(name) or _KEY_VALUE.match(value)):
+            secrets.add(value)
+            secrets.add(value.split()[-1])  # the key of "Bearer KEY" too
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:59] + "…"

@@ -1,0 +1,432 @@
+"""Each action's own output: what a tool prints, logs and warns, and its progress.
+
+In a kernel, ``print()`` from a tool lands in whichever cell is running, interleaved
+across parallel tools, and after the cell ends in the next cell (NOTES.md). Here every
+attempt of an action runs with its ``Capture`` in a context variable (worker threads get
+a copy of the context, so sync tools are covered as well as async ones), and a router in
+front of ``sys.stdout`` / ``sys.stderr``, a logging handler and ``warnings.showwarning``
+send what is written inside that context to the capture instead of the cell. Outside
+any action everything passes through untouched.
+
+A capture keeps the text on its node (``node.stdout``, ``node.stderr``, ``node.logs``,
+``node.progress``) and reports it as ``ActionOutput`` events, coalesced: writers only
+mark the capture dirty and wake the run's flusher, which sends what gathered at most
+``FLUSH_HZ`` times a second. So a tool printing a thousand lines, or reporting progress a
+hundred times a second, costs a few events, not thousands.
+
+``progress(done, total, note)`` is the public way for a tool to report progress; a
+``tqdm`` bar inside a tool reports through it too instead of drawing its own widget.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import importlib
+import importlib.abc
+import importlib.machinery
+import io
+import logging
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TextIO
+
+from cortex_jupyter.runtime.core.events import ActionOutput, Progress
+from cortex_jupyter.runtime.core.secrets import head
+
+if TYPE_CHECKING:
+    from cortex_jupyter.runtime.core.graph import ActionNode, CapturedText
+
+__all__ = ["FLUSH_HZ", "MAX_KEPT", "Capture", "capturing", "current", "install", "progress"]
+
+#: Most ``ActionOutput`` events a second per action.
+FLUSH_HZ = 20.0
+#: Characters of stdout/stderr (each) and of log lines a node keeps; the rest is counted.
+MAX_KEPT = 1 << 20
+
+_current: contextvars.ContextVar[Capture | None] = contextvars.ContextVar(
+    "cortex_capture", default=None
+)
+
+
+def current() -> Capture | None:
+    """The capture of the action running in this context, or None outside actions."""
+    return _current.get()
+
+
+def progress(done: float, total: float | None = None, note: str = "") -> None:
+    """Report a running tool's progress: ``done`` out of ``total`` (``None``: unknown),
+    with an optional ``note``. The action's node shows it live; ``node.progress`` keeps
+    the last report. Outside an action (a tool called directly) it does nothing."""
+    capture = _current.get()
+    if capture is not None:
+        capture.progress(done, total, note)
+
+
+class Capture:
+    """What one action wrote, kept on its node and reported through ``wake``.
+
+    ``wake()`` asks the run to flush soon (the scheduler passes a thread-safe function);
+    ``flush()`` (on the run's loop) returns the ``ActionOutput`` event of what gathered
+    since the last flush, or None.
+
+    Printed text is the hot path (a tool may print 100,000 lines): a write appends to
+    the node's ``CapturedText`` and marks the capture dirty, without a lock (a list
+    append is atomic; the flusher clears ``dirty`` before it reads, and a writer sets it
+    after it appended, so nothing written is missed). The flusher sends the text past
+    what it sent last time. Only text that would pass ``MAX_KEPT``, log lines, progress
+    and partial values take the lock.
+    """
+
+    def __init__(self, node: ActionNode, wake: Callable[[], None]) -> None:
+        self.node = node
+        self._wake = wake
+        self._lock = threading.Lock()
+        self._logs: list[str] = []
+        self._progress: Progress | None = None
+        self._partial: str | None = None
+        self._dirty = False
+        # What the node holds already (an earlier attempt's output counts too) and how
+        # much of it was reported.
+        self._logs_kept = sum(map(len, node.logs))
+        self._sent = {"stdout": len(node.captured_stdout), "stderr": len(node.captured_stderr)}
+
+    # ---- writers (any thread) --------------------------------------------------------
+
+    def write(self, stream: str, text: str) -> None:
+        if not text:
+            return
+        kept = self.node.captured_stdout if stream == "stdout" else self.node.captured_stderr
+        if len(kept) + len(text) > MAX_KEPT:
+            with self._lock:
+                # (secrets redacted first: none of one is left at the cut)
+                text = head(text, self._room(stream, len(kept), len(text)))
+        if text:
+            kept.append(text)
+        if not self._dirty:
+            self._dirty = True
+            self._wake()
+
+    def log(self, line: str) -> None:
+        with self._lock:
+            line = head(line, self._room("logs", self._logs_kept, len(line)))
+            if line:
+                self._logs_kept += len(line)
+                self.node.logs.append(line)
+                self._logs.append(line)
+            news = self._mark()
+        self._tell(news)
+
+    def progress(self, done: float, total: float | None, note: str) -> None:
+        report = Progress(float(done), None if total is None else float(total), str(note))
+        with self._lock:
+            self.node.progress = report
+            self._progress = report
+            news = self._mark()
+        self._tell(news)
+
+    def partial(self, summary: str) -> None:
+        with self._lock:
+            self._partial = summary
+            news = self._mark()
+        self._tell(news)
+
+    def _room(self, stream: str, have: int, size: int) -> int:
+        """How many of ``size`` new characters fit under ``MAX_KEPT`` (under the lock);
+        the rest is counted in ``node.dropped``."""
+        room = max(MAX_KEPT - have, 0)
+        if size > room:
+            dropped = self.node.dropped
+            dropped[stream] = dropped.get(stream, 0) + size - room
+        return room
+
+    def _mark(self) -> bool:
+        """Marks the capture dirty (under the lock); True when it was clean."""
+        news = not self._dirty
+        self._dirty = True
+        return news
+
+    def _tell(self, news: bool) -> None:
+        """Wakes the flusher, never under the lock: ``flush()`` takes that lock on the
+        run's loop, so a wake that waited for the loop while holding it would hang both."""
+        if news:
+            self._wake()
+
+    # ---- the flusher (the run's loop) ------------------------------------------------
+
+    @property
+    def dirty(self) -> bool:
+        return self._dirty
+
+    def flush(self) -> ActionOutput | None:
+        if not self._dirty:
+            return None
+        self._dirty = False  # before reading: a write after this point marks it again
+        with self._lock:
+            logs, progress, partial = tuple(self._logs), self._progress, self._partial
+            self._logs = []
+            self._progress = self._partial = None
+        stdout = self._unsent("stdout", self.node.captured_stdout)
+        stderr = self._unsent("stderr", self.node.captured_stderr)
+        if not (stdout or stderr or logs or progress or partial):
+            return None
+        return ActionOutput(
+            self.node.id,
+            time.monotonic(),
+            stdout=stdout,
+            stderr=stderr,
+            logs=logs,
+            progress=progress,
+            partial=partial,
+            parent=self.node.parent,
+        )
+
+    def _unsent(self, stream: str, kept: CapturedText) -> str:
+        text = kept.text()
+        sent, self._sent[stream] = self._sent[stream], len(text)
+        return text[sent:]
+
+
+@contextlib.contextmanager
+def capturing(capture: Capture) -> Iterator[Capture]:
+    """Run the body (one attempt of an action) with ``capture`` as this context's."""
+    install()
+    token = _current.set(capture)
+    try:
+        yield capture
+    finally:
+        _current.reset(token)
+
+
+# ---- the routers -----------------------------------------------------------------------
+
+
+class _Router(io.TextIOBase):
+    """Stands in for ``sys.stdout`` / ``sys.stderr``: inside an action, writes go to its
+    capture; everywhere else to the stream it wraps (which it imitates otherwise)."""
+
+    def __init__(self, inner: TextIO, name: str) -> None:
+        super().__init__()
+        self.inner = inner
+        self.stream_name = name
+
+    def write(self, text: str) -> int:
+        capture = _current.get()
+        if capture is None:
+            return self.inner.write(text)
+        capture.write(self.stream_name, text)
+        return len(text)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        if _current.get() is None:
+            self.inner.flush()
+
+    def isatty(self) -> bool:
+        return bool(self.inner.isatty())
+
+    def fileno(self) -> int:
+        return self.inner.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return str(getattr(self.inner, "encoding", "utf-8"))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class _LogRouter(logging.Handler):
+    """Takes the log records emitted inside an action (formatted, onto its capture).
+
+    Outside actions, when the root logger has no handler of its own, it does what
+    logging's last resort would have done (warnings and worse to ``sys.stderr``), so
+    installing it changes nothing there.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.NOTSET)
+        self.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        capture = _current.get()
+        if capture is not None:
+            try:
+                capture.log(self.format(record))
+            except Exception:
+                self.handleError(record)
+            return
+        root = logging.getLogger()
+        alone = all(h is self for h in root.handlers)
+        if alone and record.levelno >= logging.WARNING and logging.lastResort is not None:
+            logging.lastResort.handle(record)
+
+
+def _not_in_an_action(record: logging.LogRecord) -> bool:
+    """A filter for the root logger's other handlers: an action's records are its own."""
+    return _current.get() is None
+
+
+_original_showwarning = warnings.showwarning
+
+
+def _showwarning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    capture = _current.get()
+    if capture is None:
+        _original_showwarning(message, category, filename, lineno, file, line)
+        return
+    capture.log(f"{category.__name__}: {message} ({filename}:{lineno})")
+
+
+_install_lock = threading.Lock()
+_log_router = _LogRouter()
+
+
+def install() -> None:
+    """Put the routers in place (idempotent; again after something replaced a stream)."""
+    with _install_lock:
+        for name in ("stdout", "stderr"):
+            stream = getattr(sys, name)
+            if stream is not None and not isinstance(stream, _Router):
+                setattr(sys, name, _Router(stream, name))
+        root = logging.getLogger()
+        if _log_router not in root.handlers:
+            root.addHandler(_log_router)
+        for handler in root.handlers:
+            if handler is not _log_router and _not_in_an_action not in handler.filters:
+                handler.addFilter(_not_in_an_action)
+        if warnings.showwarning is not _showwarning:
+            warnings.showwarning = _showwarning
+        _watch_tqdm()
+
+
+# ---- tqdm ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _TqdmHooks:
+    patched: bool = False
+
+
+_tqdm = _TqdmHooks()
+
+
+class _TqdmFinder(importlib.abc.MetaPathFinder):
+    """Patches tqdm the moment it is imported (a tool usually imports it inside itself,
+    after its action started), so its first bar already reports as progress."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name not in ("tqdm.std", "tqdm.notebook"):
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        loader = getattr(spec, "loader", None)
+        if spec is None or loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        run_module = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            run_module(module)
+            sys.modules[name] = module
+            if name == "tqdm.notebook" and _tqdm.patched:
+                _patch_tqdm_notebook(module, sys.modules["tqdm.std"].tqdm)
+            else:
+                _patch_tqdm()
+
+        loader.exec_module = exec_module
+        return spec
+
+
+_finder = _TqdmFinder()
+
+
+def _watch_tqdm() -> None:
+    if "tqdm.std" in sys.modules:
+        _patch_tqdm()
+    if _finder not in sys.meta_path:
+        sys.meta_path.insert(0, _finder)
+
+
+def _patch_tqdm() -> None:
+    """Make tqdm bars created inside an action report as its progress (no bar drawn, no
+    widget shown); bars outside actions are left as they are."""
+    if _tqdm.patched or "tqdm.std" not in sys.modules:
+        return
+    try:
+        std: Any = importlib.import_module("tqdm.std")
+    except Exception:  # a broken or foreign "tqdm" module: leave it alone
+        return
+    _tqdm.patched = True
+    base = std.tqdm
+    original_init = base.__init__
+    original_display = base.display
+    original_close = base.close
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        capture = _current.get()
+        if capture is not None:
+            kwargs["file"] = io.StringIO()  # drawn nowhere
+            kwargs.setdefault("mininterval", 0.05)
+        original_init(self, *args, **kwargs)
+        self._cortex_capture = capture
+
+    def display(self: Any, *args: Any, **kwargs: Any) -> Any:
+        capture = getattr(self, "_cortex_capture", None)
+        if capture is None:
+            return original_display(self, *args, **kwargs)
+        capture.progress(self.n, self.total, self.desc or "")
+        return None
+
+    def close(self: Any) -> None:
+        capture = getattr(self, "_cortex_capture", None)
+        if capture is not None and not self.disable:
+            capture.progress(self.n, self.total, self.desc or "")
+        original_close(self)
+
+    base.__init__ = __init__
+    base.display = display
+    base.close = close
+    notebook = sys.modules.get("tqdm.notebook")
+    if notebook is not None:
+        _patch_tqdm_notebook(notebook, base)
+
+
+def _patch_tqdm_notebook(notebook: Any, base: Any) -> None:
+    """``tqdm.notebook`` (what ``tqdm.auto`` gives in Jupyter) builds and displays a widget
+    in ``__init__``: inside an action it becomes a plain (patched) std bar instead."""
+    cls = notebook.tqdm_notebook
+    original = cls.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        if _current.get() is None:
+            original(self, *args, **kwargs)
+            return
+        base.__init__(self, *args, **kwargs)
+        self.displayed = True
+        self.container = None
+        self.disp = lambda *a, **k: base.display(self, *a, **k)
+
+    cls.__init__ = __init__
+    for name in ("display", "close", "reset", "clear"):
+        if name in cls.__dict__:
+            method = cls.__dict__[name]
+
+            def routed(self: Any, *args: Any, _method: Any = method, _name: str = name, **kw: Any):  # type: ignore[no-untyped-def]
+                if getattr(self, "_cortex_capture", None) is not None:
+                    return getattr(base, _name)(self, *args, **kw)
+                return _method(self, *args, **kw)
+
+            setattr(cls, name, routed)
