@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up .venv with the test tools and run every check: ruff (lint and format), mypy,
-# pytest over tests/ and the notebooks (nbval). Runs all checks, then exits non-zero
-# if any failed.
+# the docs build, pytest over tests/ and the notebooks (nbval). Runs all checks, then
+# exits non-zero if any failed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/_venv.sh
@@ -70,6 +70,19 @@ export PATH="$PWD/$VENV_DIR/bin:$PATH"
 source scripts/_local.sh
 ensure_local_model
 
+# The docs site into site/, warnings as errors (a broken link or anchor, a docstring griffe
+# cannot read). Not --quiet: that hides the warnings from --strict too, and the build passes.
+# Only the warnings and errors are shown; NO_MKDOCS_2_WARNING quiets mkdocs-material's banner
+# about its successor.
+build_docs() {
+    local log status=0
+    log=$(mktemp)
+    NO_MKDOCS_2_WARNING=1 mkdocs build --strict >"$log" 2>&1 || status=$?
+    grep -v '^INFO' "$log" >&2 || true
+    rm -f "$log"
+    return "$status"
+}
+
 failed=()
 step() {
     local name=$1
@@ -87,6 +100,7 @@ step "ruff check" ruff check .
 step "ruff format --check" ruff format --check .
 step "mypy" mypy cortex_jupyter
 step "import layers (lint-imports, pyproject.toml)" lint-imports --no-cache
+step "docs (mkdocs build --strict)" build_docs
 step "notebooks saved without outputs" python scripts/check_notebooks.py notebooks
 # One pytest run: --nbval-lax only affects .ipynb files; --nbval-current-env runs the
 # notebooks in this .venv's kernel rather than whatever "python3" kernel is installed.

@@ -9,6 +9,7 @@ protocol text a model would write. Nothing here reaches the internet.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import shutil
@@ -25,6 +26,7 @@ import pytest
 from mcp.types import BlobResourceContents, CallToolResult, EmbeddedResource, TextContent
 
 import cortex_jupyter.mcp as facade
+import cortex_jupyter.runtime.integrations.mcp as integration
 from cortex_jupyter.runtime import Registry, Run, parse_chunks, run_stream
 from cortex_jupyter.runtime.core.errors import InvalidArguments
 from cortex_jupyter.runtime.core.graph import ActionNode
@@ -805,3 +807,22 @@ def test_the_facade_uses_the_default_registry() -> None:
         facade.remove(name)
     assert f"{name}.add" not in default_registry.names("tool")
     facade.close_all()
+
+
+def test_the_facade_is_the_mcp_package_itself_by_name() -> None:
+    """``cortex_jupyter.mcp`` and the integration package offer the same objects under the
+    same names: one surface, not a second list that can drift from the first."""
+    assert facade.__all__ == integration.__all__
+    assert all(getattr(facade, name) is getattr(integration, name) for name in facade.__all__)
+    assert {"add", "load_config", "servers", "McpManager", "McpServerError"} <= set(facade.__all__)
+
+
+@pytest.mark.parametrize(
+    "verb", ["add", "load_config", "remove", "servers", "status", "stderr", "logs", "close_all"]
+)
+def test_a_notebook_function_shows_the_managers_parameters_and_help(verb: str) -> None:
+    function, method = getattr(facade, verb), getattr(McpManager, verb)
+    manager_signature = inspect.signature(method)
+    without_self = list(manager_signature.parameters.values())[1:]
+    assert inspect.signature(function) == manager_signature.replace(parameters=without_self)
+    assert function.__name__ == verb and function.__doc__ == method.__doc__

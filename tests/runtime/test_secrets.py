@@ -6,7 +6,7 @@ import pytest
 
 from cortex_jupyter.runtime.core.graph import ActionNode
 from cortex_jupyter.runtime.core.secrets import REDACTED, Repr, Secrets
-from cortex_jupyter.runtime.integrations import mcp
+from cortex_jupyter.runtime.integrations.mcp import server as mcp
 from cortex_jupyter.runtime.loop.feeds import FeedSet, FeedSpec
 from cortex_jupyter.runtime.scheduler import capture
 

@@ -50,6 +50,7 @@ __all__ = [
     "secrets",
     "shorten",
     "tail",
+    "truncate",
 ]
 
 REDACTED = "[redacted]"
@@ -357,3 +358,12 @@ def safe_repr(value: Any, *, limit: int = 300, items: int = 12) -> str:
         return Repr(limit=limit, items=items).repr(value)
     except Exception as exc:
         return failed(value, "repr", exc)
+
+
+def truncate(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, with a note saying how much was left out;
+    secrets redacted first, none of one left at the cut."""
+    text = redact(text)
+    if len(text) <= limit:
+        return text
+    return f"{head(text, limit)}\n[truncated: {len(text) - limit:,} more characters]"

@@ -19,7 +19,12 @@ from typing import Any
 from cortex_jupyter.protocol.events import ProtocolError
 from cortex_jupyter.runtime.core.graph import ActionNode
 from cortex_jupyter.runtime.core.registry import Registry
-from cortex_jupyter.runtime.core.secrets import head, redact, render_value, safe_repr
+from cortex_jupyter.runtime.core.secrets import (
+    head,
+    render_value,
+    safe_repr,
+    truncate,
+)
 from cortex_jupyter.runtime.loop.feeds import FeedSet
 from cortex_jupyter.runtime.scheduler.spec import InternalPolicy
 
@@ -327,15 +332,6 @@ def _entry(schema: Mapping[str, Any]) -> str:
 
 #: How much of a value that is neither text nor JSON a result shows at most (its repr
 #: is bounded, never made whole and then cut).
-
-
-def truncate(text: str, limit: int) -> str:
-    """``text`` cut to ``limit`` characters, with a note saying how much was left out;
-    secrets redacted first, none of one left at the cut."""
-    text = redact(text)
-    if len(text) <= limit:
-        return text
-    return f"{head(text, limit)}\n[truncated: {len(text) - limit:,} more characters]"
 
 
 def _type_name(value: Any) -> str:
