@@ -2,7 +2,8 @@
 
 Events (the parser's and the runtime's) are reduced into a ``ViewState``; pure renderers
 turn it into HTML, SVG or text. The ipywidgets view (``widget``, with its graph component
-``live_graph``: the modules here that import ipywidgets) redraws the parts whose
+``live_graph``, its buttons ``controls`` and its message accounting ``pieces``: the
+modules here that import ipywidgets) redraws the parts whose
 ``ViewState.versions`` moved, at most ~25 times a second; everything exported below is
 pure and imports no widget or IPython code.
 """
@@ -16,8 +17,9 @@ from cortex_jupyter.runtime.core.answer import value_text as short_str
 
 from .inspector import inspector_html
 from .markdown import IncrementalMarkdown, render_markdown
+from .nodes import NodeView
 from .rich import rich_html, sanitize_html
-from .state import PARTS, NodeView, Segment, ViewState, from_run, reduce
+from .state import PARTS, Segment, ViewState, from_run, reduce
 from .static import (
     endpoint_host,
     header_html,

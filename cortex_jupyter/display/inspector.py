@@ -25,8 +25,9 @@ from typing import Any
 from cortex_jupyter.runtime.core import secrets
 from cortex_jupyter.runtime.core.variables import find_references
 
+from .nodes import NodeView
 from .rich import pre, rich_html, tree_html
-from .state import NodeView, ViewState
+from .state import ViewState
 from .svg import subgraph_svg
 from .theme import (
     BORDER_VAR,

@@ -36,9 +36,12 @@ from collections.abc import Callable, Mapping
 from html.parser import HTMLParser
 from typing import Any
 
+from markdown_it import MarkdownIt
+
 from cortex_jupyter.runtime.core.bounded import failed
 from cortex_jupyter.runtime.core.secrets import Repr, head, redact
 
+from . import commonmark
 from .theme import MONO, MUTED, esc, shorten
 
 #: Largest HTML repr rebuilt (characters); larger ones are shown as text.
@@ -232,14 +235,21 @@ def _img(data: Any, mime: str) -> str | None:
     )
 
 
-def _html(value: Any) -> str | None:
-    method = _method(value, "_repr_html_")
+def _repr_text(value: Any, name: str) -> str | None:
+    """What ``value``'s text repr ``name`` (``_repr_html_``...) gives, when it is a
+    non-blank text (IPython's ``(data, metadata)`` form unwrapped), else None."""
+    method = _method(value, name)
     if method is None:
         return None
-    markup = method()
-    if isinstance(markup, tuple):
-        markup = markup[0]
-    if not isinstance(markup, str) or not markup.strip() or len(markup) > MAX_HTML:
+    text = method()
+    if isinstance(text, tuple):  # (data, metadata)
+        text = text[0]
+    return text if isinstance(text, str) and text.strip() else None
+
+
+def _html(value: Any) -> str | None:
+    markup = _repr_text(value, "_repr_html_")
+    if markup is None or len(markup) > MAX_HTML:
         return None
     return (
         '<div class="jp-RenderedHTMLCommon" style="overflow:auto;max-height:32em;'
@@ -247,18 +257,17 @@ def _html(value: Any) -> str | None:
     )
 
 
-def _markdown(value: Any) -> str | None:
-    method = _method(value, "_repr_markdown_")
-    if method is None:
-        return None
-    text = method()
-    if isinstance(text, tuple):
-        text = text[0]
-    if not isinstance(text, str) or not text.strip():
-        return None
-    from .markdown import render_markdown  # raw HTML off: the markdown's text is escaped
+_markdown_parser: MarkdownIt | None = None
 
-    return render_markdown(head(text, MAX_TEXT))
+
+def _markdown(value: Any) -> str | None:
+    text = _repr_text(value, "_repr_markdown_")
+    if text is None:
+        return None
+    global _markdown_parser
+    if _markdown_parser is None:  # no rich values: this markdown has no ``$name`` to fill
+        _markdown_parser = commonmark.make_parser()
+    return commonmark.render(_markdown_parser, head(text, MAX_TEXT))  # raw HTML off: text escaped
 
 
 # ---- a collapsible tree ----------------------------------------------------------------

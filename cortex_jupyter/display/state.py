@@ -24,26 +24,31 @@ Nested events (an agent's sub-run, forwarded in ``Nested``) become child nodes o
 agent's node with ids ``"<parent>/<inner id>"``, so ids of different sub-runs never
 collide; workflow steps are child nodes through ``ActionStatus.parent``.
 
-What a tool writes while it runs (``ActionOutput``: stdout, stderr, log lines, progress,
-a generator's partial value) is kept on its node, bounded (the newest ``KEEP_TEXT``
-characters of each stream, ``KEEP_LOG_LINES`` log lines): the view shows the latest of it
-live, and the run record (``_cortex.actions[id]``) keeps all of it. Every change to a node
-moves its own ``version``, so a view showing one node (the inspector) knows when to
-redraw it without comparing its content.
+Each node's own fields, and how one event changes them, are ``nodes.py``'s (``NodeView``;
+what a tool writes while it runs is kept there, bounded). Every change to a node moves
+its own ``version``, so a view showing one node (the inspector) knows when to redraw it
+without comparing its content.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cortex_jupyter.runtime.core import secrets
-from cortex_jupyter.runtime.core.events import Progress
-from cortex_jupyter.runtime.core.graph import FINAL_STATUSES
+from cortex_jupyter.runtime.core.graph import ActionNode, Graph
 from cortex_jupyter.runtime.core.record import joined
 from cortex_jupyter.runtime.core.variables import find_references
+
+from .nodes import (
+    Layout,
+    NodeView,
+    event_time,
+    take_nested_text,
+    take_output,
+    take_status,
+)
 
 if TYPE_CHECKING:
     from cortex_jupyter.runtime.core.record import Run
@@ -59,94 +64,6 @@ _STOPPED = {
     "turn_limit": "turn limit",
     "turn limit": "turn limit",
 }
-_MAX_NESTED_TEXT = 4000
-#: Characters of a node's captured stdout and of its stderr the view keeps (the newest).
-KEEP_TEXT = 16_000
-#: Log lines (logging records, warnings) a node keeps for the view (the newest).
-KEEP_LOG_LINES = 200
-_LAST_LINE = 200
-
-
-@dataclass
-class NodeView:
-    """One action as the display knows it.
-
-    ``status`` is one of the runtime's node statuses; ``streaming`` is true from the
-    opening tag until the body arrives (shown as "starting"). Times are
-    ``time.monotonic()`` readings: ``seen`` when the node first appeared, ``started`` /
-    ``finished`` from the runtime. ``depends_on`` holds every dependency (explicit and
-    ``$name`` ones), ``references`` just the implicit ``$name`` ones, and ``refs`` which
-    ``$name`` made each of those edges (``("page_3", "f3")``).
-
-    ``parameters`` are the ones the model wrote (``$name`` unresolved); ``resolved`` is
-    the runtime's short JSON of what the tool is called with. ``source`` is the exact
-    text the model wrote for the action (or, for a refused one, the refused text).
-    ``stdout`` / ``stderr`` / ``logs`` are the newest of what the tool wrote (``dropped``
-    counts the characters or lines let go), ``progress`` its last report, ``partial`` a
-    generator's latest value, ``last_line`` the newest line of any of them. ``attempts``
-    lists each failed attempt with its error.
-    """
-
-    id: str
-    name: str = ""
-    type: str = "tool"
-    mode: str = "async"
-    status: str = "pending"
-    streaming: bool = False
-    parameters: Mapping[str, Any] = field(default_factory=dict)
-    output_key: str | None = None
-    depends_on: tuple[str, ...] = ()
-    references: tuple[str, ...] = ()
-    parent: str | None = None
-    children: list[str] = field(default_factory=list)
-    in_thought: bool = False
-    error: str | None = None
-    output: str | None = None
-    note: str | None = None
-    attempt: int = 0
-    retry_in: float | None = None
-    retry_error: str | None = None
-    seen: float | None = None
-    started: float | None = None
-    finished: float | None = None
-    metrics: dict[str, float] = field(default_factory=dict)
-    thought: str = ""
-    response: str = ""
-    layer: int | None = None
-    slot: int | None = None
-    version: int = 0
-    refs: tuple[tuple[str, str], ...] = ()
-    resolved: str | None = None
-    source: str = ""
-    stdout: str = ""
-    stderr: str = ""
-    logs: list[str] = field(default_factory=list)
-    dropped: dict[str, int] = field(default_factory=dict)
-    progress: Progress | None = None
-    partial: str | None = None
-    last_line: str = ""
-    attempts: list[tuple[int, str]] = field(default_factory=list)
-    awaited: float | None = None
-
-    @property
-    def shown_status(self) -> str:
-        """The status word drawn on the node ("starting" while its body streams)."""
-        return "starting" if self.streaming and self.status == "pending" else self.status
-
-    @property
-    def label(self) -> str:
-        return self.name or self.id
-
-    @property
-    def final(self) -> bool:
-        return self.status in FINAL_STATUSES
-
-    def duration(self, now: float | None) -> float | None:
-        """Run time so far: started to finished, or to ``now`` while running."""
-        if self.started is None:
-            return None
-        end = self.finished if self.finished is not None else now
-        return None if end is None else max(end - self.started, 0.0)
 
 
 @dataclass
@@ -163,48 +80,18 @@ class Segment:
     id: str | None = None
 
 
-class Layout:
-    """Append-only grid placement: longest-path layers, barycentre slots.
-
-    A node's layer is one more than the deepest placed dependency; its slot is the free
-    slot nearest the mean slot of those dependencies (the barycentre heuristic, applied
-    once per node as it arrives instead of over the whole graph, which would move nodes).
-    """
-
-    def __init__(self) -> None:
-        self._taken: dict[int, set[int]] = {}
-
-    def place(self, node: NodeView, deps: Iterable[NodeView]) -> None:
-        placed = [d for d in deps if d.layer is not None and d.slot is not None]
-        layer = 1 + max((d.layer for d in placed if d.layer is not None), default=-1)
-        slots = [d.slot for d in placed if d.slot is not None]
-        target = round(sum(slots) / len(slots)) if slots else 0
-        taken = self._taken.setdefault(layer, set())
-        slot = _nearest_free(taken, target)
-        taken.add(slot)
-        node.layer, node.slot = layer, slot
-
-    def release(self, node: NodeView) -> None:
-        if node.layer is not None and node.slot is not None:
-            self._taken.get(node.layer, set()).discard(node.slot)
-        node.layer = node.slot = None
-
-
-def _nearest_free(taken: set[int], target: int) -> int:
-    for distance in range(len(taken) + 1):
-        for slot in (target - distance, target + distance):
-            if slot >= 0 and slot not in taken:
-                return slot
-    return max(taken, default=-1) + 1  # unreachable: len(taken)+1 candidates above
-
-
 @dataclass
 class _Scope:
-    """Where events land: the top-level run, or an agent's sub-run under node ``parent``."""
+    """Where events land: the top-level run, or an agent's sub-run under node ``parent``.
+
+    ``graph`` is the runtime's own dependency graph of that run's actions, fed the same
+    actions: a node's edges are the ones the scheduler waits on, by its rule (explicit
+    ids, and the latest earlier action whose ``output_key`` a ``$name`` uses).
+    """
 
     prefix: str = ""
     parent: str | None = None
-    owners: dict[str, str] = field(default_factory=dict)  # output_key -> node id
+    graph: Graph = field(default_factory=Graph)
 
 
 @dataclass(eq=False)
@@ -372,6 +259,14 @@ class ViewState:
                 out[node.shown_status] = out.get(node.shown_status, 0) + 1
         return out
 
+    def depth(self, node: NodeView) -> int:
+        """How many shown parents ``node`` has (workflow steps, a sub-run's actions):
+        its indentation; at most 8."""
+        depth, parent = 0, node.parent
+        while parent is not None and parent in self.nodes and depth < 8:
+            depth, parent = depth + 1, self.nodes[parent].parent
+        return depth
+
     def top_level(self) -> list[NodeView]:
         return [self.nodes[i] for i in self.order if self.nodes[i].parent is None]
 
@@ -399,7 +294,7 @@ class ViewState:
         ``at`` is when the event was seen (``time.monotonic()``); runtime events carry
         their own ``time``, parser events need ``at`` for the timeline and tokens/s.
         """
-        when = at if at is not None else _event_time(event)
+        when = at if at is not None else event_time(event)
         if when is None:
             when = self.clock if self.clock is not None else 0.0
         if self.clock is None or when > self.clock:
@@ -476,17 +371,10 @@ class ViewState:
         node = self.nodes.get(parent)
         if node is None or kind == "text":
             return
-        if (parent, kind) in self._nested_ended:  # a new block of the sub-run's: a paragraph
-            self._nested_ended.discard((parent, kind))
-            if getattr(node, kind, ""):
-                text = "\n\n" + text
-        if kind == "thought" and len(node.thought) < _MAX_NESTED_TEXT:
-            node.thought = _nested_kept(node.thought + text)
-        elif kind == "response" and len(node.response) < _MAX_NESTED_TEXT:
-            node.response = _nested_kept(node.response + text)
-        else:
-            return
-        self._changed(node, "graph")
+        new_block = (parent, kind) in self._nested_ended  # a new block of the sub-run's
+        self._nested_ended.discard((parent, kind))
+        if take_nested_text(node, kind, text, new_block):
+            self._changed(node, "graph")
 
     def _stream_time(self, kind: str, at: float) -> None:
         if self.first_text is None:
@@ -571,23 +459,23 @@ class ViewState:
         node.source = str(getattr(event, "source", "") or "")
         if scope.parent is None:  # the body counts towards the estimated tokens written
             self.text_chars += len(node.name) + len(repr(node.parameters)) + 40
-        explicit = [scope.prefix + str(d) for d in action.depends_on]
-        implicit = [
-            scope.owners[r] for r in sorted(find_references(node.parameters)) if r in scope.owners
-        ]
-        node.depends_on = tuple(dict.fromkeys([*explicit, *implicit]))
-        node.references = tuple(d for d in dict.fromkeys(implicit) if d not in explicit)
-        node.refs = tuple(
-            (r, scope.owners[r])
-            for r in sorted(find_references(node.parameters))
-            if r in scope.owners
-        )
-        if node.output_key:
-            scope.owners[str(node.output_key)] = node.id
+        self._edges(node, action, scope)
         if node.parent is None and node.depends_on:
             self.layout.release(node)
             self.layout.place(node, [self.nodes[d] for d in node.depends_on if d in self.nodes])
         self._changed(node, "graph", "header")
+
+    def _edges(self, node: NodeView, action: Any, scope: _Scope) -> None:
+        """``node``'s dependencies, as the runtime's graph draws them (``_Scope``), and
+        which ``$name`` made each implicit one."""
+        names = sorted(find_references(node.parameters))
+        owners = scope.graph.implicit_dependencies  # before this action is added
+        node.refs = tuple((name, scope.prefix + o) for name in names for o in owners([name]))
+        added = ActionNode(id=str(action.id), name=node.name, action=action)
+        scope.graph.add(added, names, action.output_key)
+        explicit = {scope.prefix + str(d) for d in action.depends_on}
+        node.depends_on = tuple(scope.prefix + d for d in added.depends_on)
+        node.references = tuple(d for d in node.depends_on if d not in explicit)
 
     def _on_error(self, event: Any, at: float, scope: _Scope) -> None:
         raw_id = getattr(event, "id", None)
@@ -615,87 +503,17 @@ class ViewState:
         node = self._node(scope, str(event.id), at, getattr(event, "parent", None))
         if status == "pending" and node.final:
             return  # the runtime's bookkeeping for a node the parser already failed
-        name, type_ = getattr(event, "name", None), getattr(event, "type", None)
-        if name and (not node.name or node.name == "?"):
-            node.name = str(name)
-        if type_:
-            node.type = str(type_)
-        before = _details_key(node)
-        node.status = status
-        node.attempt = int(getattr(event, "attempt", 0) or node.attempt)
-        note = getattr(event, "note", None)
-        if note:
-            node.note = str(note)
-        parameters = getattr(event, "parameters", None)
-        if parameters:
-            node.resolved = str(parameters)
-        self._status_fields(node, event, status, at)
-        if _details_key(node) != before:
+        if take_status(node, event, at):
             self._changed(node, "graph", "header", "details")
         else:
             self._changed(node, "graph", "header")
         if status == "done" and node.output_key and scope.parent is None:
             self._touch("response")  # a $name in the response may now show its value
 
-    def _status_fields(self, node: NodeView, event: Any, status: str, at: float) -> None:
-        when = _event_time(event)
-        when = at if when is None else when
-        error = getattr(event, "error", None)
-        if status == "awaiting":
-            node.streaming = False
-            node.awaited = when
-        elif status == "running":
-            node.streaming = False
-            if node.started is None:
-                node.started = when
-            node.retry_in = getattr(event, "retry_in", None)
-            node.retry_error = str(error) if error else None
-            if error:  # the attempt before this one failed
-                _add_attempt(node, max(node.attempt, 1), str(error))
-        elif status in FINAL_STATUSES:
-            node.streaming = False
-            node.finished = when
-            node.retry_in = node.retry_error = None
-            if status == "done":
-                node.error = None
-            elif error:
-                node.error = str(error)
-                if status == "failed" and node.attempt:
-                    _add_attempt(node, node.attempt, node.error)
-            output = getattr(event, "output", None)
-            if output is not None:
-                node.output = str(output)
-
     def _on_output(self, event: Any, at: float, scope: _Scope) -> None:
         """What a running tool wrote: kept on its node, the newest of it bounded."""
         node = self._node(scope, str(event.id), at, getattr(event, "parent", None))
-        shown = (node.last_line, node.progress)
-        for stream in ("stdout", "stderr"):
-            text = str(getattr(event, stream, "") or "")
-            if text:
-                kept = getattr(node, stream) + text
-                if len(kept) > KEEP_TEXT:
-                    node.dropped[stream] = node.dropped.get(stream, 0) + len(kept) - KEEP_TEXT
-                    kept = secrets.tail(kept, KEEP_TEXT)  # no part of a secret at the cut
-                setattr(node, stream, kept)
-                node.last_line = _last_line(text) or node.last_line
-        logs = [str(line) for line in getattr(event, "logs", ()) or ()]
-        if logs:
-            node.logs.extend(logs)
-            extra = len(node.logs) - KEEP_LOG_LINES
-            if extra > 0:
-                node.dropped["logs"] = node.dropped.get("logs", 0) + extra
-                del node.logs[:extra]
-            node.last_line = _last_line(logs[-1]) or node.last_line
-        progress = getattr(event, "progress", None)
-        if isinstance(progress, Progress):
-            node.progress = progress
-        partial = getattr(event, "partial", None)
-        if partial is not None:
-            node.partial = str(partial)
-            node.last_line = _last_line(node.partial) or node.last_line
-        # The box shows the newest line and the progress; the rest is the inspector's.
-        if (node.last_line, node.progress) != shown:
+        if take_output(node, event):
             self._changed(node, "graph")
         else:
             node.version += 1
@@ -852,37 +670,5 @@ def _separator(before: str) -> str:
     return "\n" if before.endswith("\n") else "\n\n"
 
 
-def _details_key(node: NodeView) -> tuple[Any, ...]:
-    """What of a node the details list shows: a change here redraws the list."""
-    return (node.final and node.status, node.error, node.note, node.retry_error)
-
-
-def _add_attempt(node: NodeView, attempt: int, error: str) -> None:
-    if (attempt, error) not in node.attempts:
-        node.attempts.append((attempt, error))
-
-
-def _nested_kept(text: str) -> str:
-    """A nested agent's text as kept: past the limit no more is added, so its end is a
-    cut (secrets redacted, none of one left at it)."""
-    if len(text) < _MAX_NESTED_TEXT:
-        return text
-    return secrets.hide_edges(secrets.redact(text), start=False)
-
-
-def _last_line(text: str) -> str:
-    """The newest non-blank line of ``text`` (a piece of a stream, which may start or
-    end inside a secret), cut for a box in the graph; no part of a secret shown."""
-    for line in reversed(secrets.hide_edges(secrets.redact(text)).splitlines()):
-        if line.strip():
-            return secrets.head(line.strip(), _LAST_LINE)
-    return ""
-
-
 def _kind(event: Any) -> str:
     return str(getattr(event, "kind", type(event).__name__))
-
-
-def _event_time(event: Any) -> float | None:
-    value = getattr(event, "time", None)
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None

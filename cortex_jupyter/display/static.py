@@ -59,7 +59,8 @@ from cortex_jupyter.runtime.core.secrets import redact, redact_value
 from cortex_jupyter.runtime.core.secrets import tail as secret_tail
 
 from .markdown import render_markdown
-from .state import NodeView, ViewState
+from .nodes import NodeView
+from .state import ViewState
 from .svg import details_html, graph_svg
 from .text import header_parts, render_text
 from .theme import (
@@ -299,7 +300,7 @@ def actions_html(state: ViewState, now: float | None = None) -> str:
 
 def _action_row(state: ViewState, node: NodeView, now: float | None) -> str:
     style = style_for(node.shown_status)
-    depth = _depth(state, node)
+    depth = state.depth(node)
     duration = fmt_duration(node.duration(now))
     head = (
         f'<span style="color:{style.stroke};font-weight:600">{style.icon}</span> '
@@ -364,13 +365,6 @@ def _tail(text: str) -> str:
     lines = text.rstrip("\n").split("\n")
     kept = secret_tail("\n".join(lines[-_TAIL_LINES:]), _TAIL_CHARS)  # redacted, then cut
     return kept if len(lines) <= _TAIL_LINES else f"…\n{kept}"
-
-
-def _depth(state: ViewState, node: NodeView) -> int:
-    depth, parent = 0, node.parent
-    while parent is not None and parent in state.nodes and depth < 8:
-        depth, parent = depth + 1, state.nodes[parent].parent
-    return depth
 
 
 def static_html(

@@ -30,7 +30,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from .state import NodeView, ViewState
+from .nodes import NodeView
+from .state import ViewState
 from .theme import (
     EDGE,
     FONT,

@@ -17,7 +17,8 @@ from typing import Any
 
 from cortex_jupyter.runtime.core.answer import fill_references
 
-from .state import NodeView, ViewState
+from .nodes import NodeView
+from .state import ViewState
 from .theme import clean, fmt_count, fmt_duration, fmt_k, shorten, style_for
 
 _OUTPUT_CHARS = 120
@@ -158,7 +159,7 @@ class TextRenderer:
     def _node_line(self, node: NodeView) -> None:
         """A node's status line, unless it says exactly what its last one said (the
         parser and the runtime both report an action the parser rejected)."""
-        line = status_line(node, _depth(self.state, node))
+        line = status_line(node, self.state.depth(node))
         if self._last_line.get(node.id) != line:
             self._last_line[node.id] = line
             self._line(line)
@@ -212,7 +213,7 @@ class TextRenderer:
                 self._captured(node, what, held)
 
     def _captured(self, node: NodeView, what: str, text: str) -> None:
-        pad = "  " * (_depth(self.state, node) + 1)
+        pad = "  " * (self.state.depth(node) + 1)
         self._line(f"{pad}{clean(node.id)} {_MARKS[what]} {clean(text.rstrip())}")
 
     def _text(self, kind: str, text: str) -> None:
@@ -283,14 +284,6 @@ def _unwrap(event: Any) -> tuple[Any, str, int]:
     return event, prefix, depth
 
 
-def _depth(state: ViewState, node: NodeView) -> int:
-    """How many workflow parents a node has (its indentation in the stream)."""
-    depth, parent = 0, node.parent
-    while parent is not None and parent in state.nodes and depth < 8:
-        depth, parent = depth + 1, state.nodes[parent].parent
-    return depth
-
-
 def render_text(
     state: ViewState, now: float | None = None, values: Mapping[str, Any] | None = None
 ) -> str:
@@ -306,7 +299,7 @@ def render_text(
         out += ["", "Actions:"]
         for node in nodes:
             style = style_for(node.shown_status)
-            line = status_line(node, 1 + _depth(state, node))
+            line = status_line(node, 1 + state.depth(node))
             out.append(line.replace("[", f"{style.icon} [", 1))
     if state.errors:
         out += ["", "Errors:"]

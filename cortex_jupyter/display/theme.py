@@ -129,21 +129,23 @@ def fmt_duration(seconds: float | None) -> str:
     return f"{minutes} m {rest:02d} s"
 
 
+#: (below, unit, decimals, suffix): a value under ``below`` is shown in ``unit``s.
+_K = ((1000, 1, 0, ""), (10_000, 1000, 1, "k"), (1_000_000, 1000, 0, "k"))
+_COUNT = ((1000, 1, 0, ""), (1_000_000, 1000, 1, "k"))
+
+
 def fmt_k(value: float) -> str:
     """``950``, ``2.1k``, ``21k``, ``1.2M``: token counts side by side (``ctx 21k/32k``)."""
-    if value < 1000:
-        return f"{value:.0f}"
-    if value < 10_000:
-        return f"{value / 1000:.1f}k"
-    if value < 1_000_000:
-        return f"{value / 1000:.0f}k"
-    return f"{value / 1_000_000:.1f}M"
+    return _scaled(value, _K)
 
 
 def fmt_count(value: float) -> str:
     """``950``, ``1.2k``, ``3.4M``: counts that fit in a header."""
-    if value < 1000:
-        return f"{value:.0f}"
-    if value < 1_000_000:
-        return f"{value / 1000:.1f}k"
+    return _scaled(value, _COUNT)
+
+
+def _scaled(value: float, scales: tuple[tuple[int, int, int, str], ...]) -> str:
+    for below, unit, decimals, suffix in scales:
+        if value < below:
+            return f"{value / unit:.{decimals}f}{suffix}"
     return f"{value / 1_000_000:.1f}M"

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from cortex_jupyter.runtime.core import secrets
 
-from .state import NodeView, ViewState, from_run
+from .nodes import NodeView
+from .state import ViewState, from_run
 from .theme import (
     EDGE,
     FONT,

@@ -1,6 +1,7 @@
 """The live view of one cell's run: ipywidgets parts redrawn from a ``ViewState``.
 
-The only module that imports ipywidgets (ARCHITECTURE.md, "Layers"). The session feeds
+With its parts (``controls.py``, ``pieces.py``, ``live_graph.py``), the only modules
+that import ipywidgets (ARCHITECTURE.md, "Layers"). The session feeds
 it batches of events (``apply``) and asks it to ``redraw`` at most ~25 times a second;
 ``finish`` leaves the final frame plus a static copy for saved notebooks.
 
@@ -28,7 +29,7 @@ value, and the server drops messages past its rate limit. So:
   that can no longer change moves into *pieces* (HTML widgets sent once) and only the
   unfinished tail is re-sent. Re-sending the whole text each redraw costs traffic that
   grows with the square of its length (a 16 KB answer at 25 Hz from a slow model: tens
-  of MB); with pieces it grows with the length.
+  of MB); with pieces it grows with the length. The budget and the pieces are ``pieces.py``.
 
 The thought box stays pinned to its newest line with CSS alone (a ``column-reverse``
 scroll container), and keeps a reader's scroll position when they scroll up to read.
@@ -50,7 +51,7 @@ widget messages meanwhile) and after:
   (the session ties it to this view's run). A row whose node no longer waits, or whose
   run has ended, answers nothing: its buttons are disabled, a stale click is ignored.
 - **Stop** the run with the view's own button (``stop()``: the session makes it the
-  kernel's interrupt).
+  kernel's interrupt). The buttons and rows are ``controls.py``.
 
 Buttons are ipywidgets' own (they work even where the graph's front-end module could
 not load). What a click draws goes out at once, charged to the budget (a person's
@@ -78,9 +79,11 @@ from ipywidgets.widgets.widget_string import (  # not re-exported at the top
 
 from cortex_jupyter.runtime.core import secrets
 
-from .inspector import inspector_html, waiting_html
+from .controls import ROW_COST, Controls
+from .inspector import inspector_html
 from .live_graph import LiveGraph, frame, graph_code, patch
 from .markdown import IncrementalMarkdown
+from .pieces import FREEZE_CHARS, Budget, Pieces, set_traits, widget_tree
 from .rich import pre
 from .state import PARTS, ViewState
 from .static import (
@@ -111,16 +114,10 @@ _PART_COST = {"thought": 5, "graph": 2, "details": 2, "response": 3, "inspector"
               "approvals": 6}  # fmt: skip
 #: The parts in the order of the page.
 _ORDER = ("header", "thought", "graph", "approvals", "inspector", "details", "response")
-#: What one approval row costs: its box, its text and two buttons.
-_ROW_COST = 4
-#: Characters of settled HTML the live tail may hold before they move into a piece.
-FREEZE_CHARS = 1024
 #: Longest a due part waits behind busier ones before it goes first (seconds).
 STARVE = 0.3
 # An allowance that lets a text's tail be re-sent but never split into a new piece.
 _NO_FREEZE = 2.0
-#: Shortest time between two freezes of one text: each costs three messages.
-FREEZE_INTERVAL = 0.5
 
 #: A thought line longer than this is cut at a space (a visible line break), so that one
 #: endless paragraph is not re-sent whole on every redraw.
@@ -157,9 +154,6 @@ class WidgetView:
         stop: Callable[[], None] | None = None,
         record: Any = None,
     ) -> None:
-        # What the view's own buttons call: approve/deny an awaiting action, stop the run.
-        self._decide = decide
-        self._stop = stop
         # The run record (``_cortex``, or a function returning it): the inspector reads
         # the output objects, resolved parameters and captured text from it.
         self._record = record
@@ -169,7 +163,7 @@ class WidgetView:
         now = clock()
         self.state = ViewState(model=model, started=now)
         self._markdown = IncrementalMarkdown()
-        self._budget = _Budget(MAX_MESSAGES, BURST, now)
+        self._budget = Budget(MAX_MESSAGES, BURST, now)
         self._seen: dict[str, int] = dict.fromkeys(PARTS, -1)
         self._drawn_at: dict[str, float] = {"header": now}
         self._phase = self.state.phase
@@ -191,12 +185,7 @@ class WidgetView:
         self._graph_behind = False
         self._inspector: ipywidgets.HTML | None = None
         self._rich: dict[Any, str] = {}
-        self._approvals: ipywidgets.VBox | None = None
-        self._rows: dict[str, ipywidgets.HBox] = {}
-        self._rows_layout: ipywidgets.Layout | None = None
-        self._stale: list[ipywidgets.Widget] = []  # left the page; closed when the budget allows
         self._finishing = False  # drawing the final frame (``finish``)
-        self._cut = False  # the final frame came without the run's end: rows answer nothing
         self._placed = True  # every part made is in the root box
         self._closed = False  # ``close``: the widgets are closed, the run let go
 
@@ -214,27 +203,19 @@ class WidgetView:
             _dom_classes=("cortex-header",),
         )
         self._seen["header"] = self.state.versions["header"]
-        top: ipywidgets.Widget = self._header
-        self._top: ipywidgets.HBox | None = None
-        self._stop_button: ipywidgets.Button | None = None
+        # What the view's own buttons call: approve/deny an awaiting action, stop the run.
+        self._controls = Controls(
+            self.state,
+            self._header,
+            decide=decide,
+            stop=stop,
+            style=self._style,
+            plain=self._plain,
+            charge=self._spend,
+            count=self._count,
+        )
+        top = self._controls.top
         if stop is not None:
-            self._button_style = ipywidgets.ButtonStyle()
-            self._button_layout = ipywidgets.Layout(width="auto", height="24px", margin="0 0 0 8px")
-            self._stop_button = ipywidgets.Button(
-                description="Stop",
-                icon="stop",
-                tooltip="Stop the run (as the kernel's interrupt does); what arrived is kept",
-                layout=self._button_layout,
-                style=self._button_style,
-                _dom_classes=("cortex-stop",),
-            )
-            self._stop_button.on_click(self._on_stop)
-            self._top = ipywidgets.HBox(
-                [self._header, self._stop_button],
-                layout=ipywidgets.Layout(align_items="center", margin="0"),
-                _dom_classes=("cortex-top",),
-            )
-            top = self._top
             self.sent += STOP_COST
         self.widget = ipywidgets.VBox(
             [top],
@@ -246,8 +227,8 @@ class WidgetView:
         self._budget.spend(self.sent)
         # The other parts are made when first needed (``_attach``), in _ORDER.
         self._parts: dict[str, ipywidgets.Widget] = {"header": top}
-        self._thought: _Pieces | None = None
-        self._response: _Pieces | None = None
+        self._thought: Pieces | None = None
+        self._response: Pieces | None = None
 
     # ---- the contract -------------------------------------------------------------
 
@@ -287,18 +268,19 @@ class WidgetView:
                 self._spend(pieces.close_stale(int(budget.tokens)))
             behind = behind or (pieces is not None and pieces.stale > 0)
         ended = self.state.end_status is not None
-        if ended and self._stop_button is not None and budget.tokens >= 1:
-            self._spend(self._drop_stop())  # the run ended: its Stop button leaves
-        if self._stale and budget.tokens >= 1:
-            self._spend(self._close_stale(int(budget.tokens)))
-        return behind or bool(self._stale) or self._approvals_behind()
+        controls = self._controls
+        if ended and controls.stop_button is not None and budget.tokens >= 1:
+            self._spend(controls.drop_stop())  # the run ended: its Stop button leaves
+        if controls.stale and budget.tokens >= 1:
+            self._spend(controls.close_stale(int(budget.tokens)))
+        return behind or controls.stale or controls.behind()
 
     def _worst_case(self, part: str) -> int:
         """What drawing ``part`` may cost, checked before drawing it: creating it and
         its first value, or for a text three (moving settled text into a piece; the
         reserve also lets the tail go out in the same redraw as a re-render)."""
         if part == "approvals":  # a question to the person may overdraw a little
-            cost = _PART_COST[part] + 1 if part not in self._parts else 1 + _ROW_COST
+            cost = _PART_COST[part] + 1 if part not in self._parts else 1 + ROW_COST
             return min(int(BURST), cost)
         if part not in self._parts:
             return _PART_COST[part] + 1 if self._has_content(part) else 0
@@ -314,7 +296,7 @@ class WidgetView:
         if part == "graph":
             return bool(state.nodes)
         if part == "approvals":
-            return bool(self._awaiting())
+            return bool(self._controls.awaiting())
         if part == "inspector":
             return self._selected is not None
         return bool(details_html(state))
@@ -322,6 +304,17 @@ class WidgetView:
     def _spend(self, messages: int) -> None:
         self._budget.spend(messages)
         self.sent += messages
+
+    def _count(self, messages: int) -> None:
+        """Messages a click sent (over the budget: a person's click is worth them)."""
+        self.sent += messages
+
+    def _draw_approvals(self, allowance: float) -> int:
+        made = self._controls.box is None
+        sent = self._controls.draw(allowance)
+        if made and self._controls.box is not None:
+            sent += self._attach("approvals", self._controls.box)
+        return sent
 
     @property
     def settled(self) -> bool:
@@ -346,12 +339,10 @@ class WidgetView:
         # The final frame sends as little as it can: parts it makes join the root box in
         # one message, and settled text is not split into pieces (it grows no more).
         self._finishing, self._placed = True, True
-        self._cut = self.state.end_status is None
+        self._controls.cut = self.state.end_status is None
         for part in _ORDER:
             self.sent += self._draw(part, now, math.inf)
-        for node_id, row in self._rows.items():  # rows whose run has ended answer nothing
-            for button in row.children[1:]:
-                self.sent += _set(button, disabled=not self._answerable(node_id))
+        self.sent += self._controls.settle()  # rows whose run has ended answer nothing
         if not self._placed:
             self.widget.children = tuple(self._parts[p] for p in _ORDER if p in self._parts)
             self.sent += 1
@@ -362,8 +353,8 @@ class WidgetView:
             if pieces is not None:
                 self.sent += pieces.close_stale(None)
         # The Stop button leaves first, so that closing what left the page closes it too.
-        self.sent += self._drop_stop()
-        self.sent += self._close_stale(None)
+        self.sent += self._controls.drop_stop()
+        self.sent += self._controls.close_stale(None)
         self.sent += 2  # the view's display update, and the static copy's display
         bundle = self.widget._repr_mimebundle_()
         widget = bundle.get(WIDGET_MIME) if bundle else None
@@ -387,21 +378,20 @@ class WidgetView:
         if self._closed:
             return 0
         self._closed = True
-        roots: list[Any] = [self.widget, *self._parts.values(), *self._stale]
-        roots += [*self._rows.values(), self._stop_button, self._graph, self._inspector]
-        roots += [self._approvals, self._style, self._math_style, self._plain, self._rows_layout]
-        roots += [getattr(self, "_button_style", None), getattr(self, "_button_layout", None)]
+        roots: list[Any] = [self.widget, *self._parts.values(), *self._controls.widgets()]
+        roots += [self._graph, self._inspector, self._style, self._math_style, self._plain]
         for pieces in (self._thought, self._response):
             if pieces is not None:
                 roots += [pieces.box, *pieces.widgets()]
-        widgets = _tree(roots)
+        widgets = widget_tree(roots)
         for widget in widgets:
             widget.close()
-        self._parts, self._stale, self._rows = {}, [], {}
-        self._graph = self._inspector = self._approvals = self._stop_button = self._top = None
+        self._parts = {}
+        self._controls.close()
+        self._graph = self._inspector = None
         self._thought = self._response = None
         self._graph_sent, self._rich, self._selected = {}, {}, None
-        self._record, self._values, self._decide, self._stop = None, dict, None, None
+        self._record, self._values = None, dict
         self._markdown = IncrementalMarkdown()
         self.state = ViewState(model=self.state.model, started=self.state.started)
         return len(widgets)
@@ -419,7 +409,7 @@ class WidgetView:
         if fresh:
             due.append("header")
         # A question to the person goes first: the run may be waiting for the answer.
-        if list(self._rows) != self._awaiting() or self._approvals_behind():
+        if self._controls.moved():
             due.append("approvals")
         # A node changing status is rare and easy to miss (a fast tool is running for a
         # fraction of a second): it goes before the text. Running durations tick in the
@@ -451,7 +441,7 @@ class WidgetView:
     def _draw(self, part: str, now: float, allowance: float) -> int:
         """Draw one part, creating it first if it has something to show; returns the
         number of messages that cost. ``allowance`` is what it may cost at most, but
-        for a re-render's replaced pieces (see ``_Pieces.show``)."""
+        for a re-render's replaced pieces (see ``Pieces.show``)."""
         if part in self.state.versions:  # (the approvals and inspector follow nodes)
             self._seen[part] = self.state.versions[part]
         self._drawn_at[part] = now
@@ -459,7 +449,7 @@ class WidgetView:
         if part == "header":
             self._phase = self.state.phase
             self._counts = self.state.counts()
-            return _set(self._header, value=header_html(self.state, now))
+            return set_traits(self._header, value=header_html(self.state, now))
         if part == "thought":
             return self._draw_thought(now, allowance)
         if part == "graph":
@@ -488,7 +478,7 @@ class WidgetView:
                 _dom_classes=(f"cortex-{part}",),
             )
             return 1 + self._attach(part, widget)
-        return _set(widget, value=value)
+        return set_traits(widget, value=value)
 
     def _attach(self, part: str, widget: ipywidgets.Widget) -> int:
         """Put a newly made part in its place in the root box; one message (in the final
@@ -623,7 +613,7 @@ class WidgetView:
                 _dom_classes=("cortex-inspector",),
             )
             return 1 + self._attach("inspector", self._inspector)
-        return _set(self._inspector, value=value)
+        return set_traits(self._inspector, value=value)
 
     def _read_record(self) -> Any:
         record = self._record
@@ -633,151 +623,6 @@ class WidgetView:
             except Exception:
                 return None
         return record
-
-    # ---- approvals and stop -------------------------------------------------------------
-
-    def _awaiting(self) -> list[str]:
-        return [i for i in self.state.order if self.state.nodes[i].status == "awaiting"]
-
-    def _approvals_behind(self) -> bool:
-        """Whether an action waits for approval without its row yet."""
-        return any(node_id not in self._rows for node_id in self._awaiting())
-
-    def _draw_approvals(self, allowance: float) -> int:
-        """One row per action waiting for approval (its parameters, Approve, Deny), as
-        many new rows as the allowance pays for; rows of answered actions leave."""
-        want = self._awaiting()
-        for node_id in [k for k in self._rows if k not in want]:
-            self._stale.append(self._rows.pop(node_id))
-        sent = 0
-        room = allowance - 1 - (2 if self._approvals is None else 0)
-        for node_id in want:
-            # At least one new row a redraw, whatever the allowance: the run waits for it.
-            if node_id not in self._rows and (room >= _ROW_COST or not sent):
-                self._rows[node_id] = self._row(node_id)
-                sent += _ROW_COST
-                room -= _ROW_COST
-        children = tuple(self._rows[k] for k in want if k in self._rows)
-        if self._approvals is None:
-            if not children:
-                return sent
-            self._approvals = ipywidgets.VBox(
-                children, layout=self._plain, _dom_classes=("cortex-approvals",)
-            )
-            return sent + 1 + self._attach("approvals", self._approvals)
-        return sent + _set(self._approvals, children=children)
-
-    def _row(self, node_id: str) -> ipywidgets.HBox:
-        node = self.state.nodes[node_id]
-        text = ipywidgets.HTML(
-            value=redact_markup(waiting_html(node)),
-            layout=self._plain,
-            style=self._style,
-            _dom_classes=("cortex-approval-text",),
-        )
-        buttons = []
-        if self._decide is not None:
-            style, layout = self._buttons()
-            for label, icon, kind, approved in (
-                ("Approve", "check", "success", True),
-                ("Deny", "times", "danger", False),
-            ):
-                button = ipywidgets.Button(
-                    description=label,
-                    icon=icon,
-                    button_style=kind,
-                    disabled=not self._answerable(node_id),
-                    layout=layout,
-                    style=style,
-                    _dom_classes=(f"cortex-{label.lower()}",),
-                )
-                button.on_click(lambda b, a=approved: self._answer(node_id, a, b))
-                buttons.append(button)
-        else:
-            text.value += "<i>(no way to answer from this view)</i>"
-        return ipywidgets.HBox(
-            [text, *buttons], layout=self._row_layout(), _dom_classes=("cortex-approval",)
-        )
-
-    def _row_layout(self) -> ipywidgets.Layout:
-        """The layout every approval row shares (made once)."""
-        if self._rows_layout is None:
-            self._rows_layout = ipywidgets.Layout(align_items="center", margin="2px 0")
-            self.sent += 1
-            self._budget.spend(1)
-        return self._rows_layout
-
-    def _buttons(self) -> tuple[ipywidgets.ButtonStyle, ipywidgets.Layout]:
-        """The style and layout every button of the view shares (made once)."""
-        if not hasattr(self, "_button_style"):
-            self._button_style = ipywidgets.ButtonStyle()
-            self._button_layout = ipywidgets.Layout(width="auto", height="24px", margin="0 0 0 8px")
-            self.sent += 2
-            self._budget.spend(2)
-        return self._button_style, self._button_layout
-
-    def _answer(self, node_id: str, approved: bool, button: ipywidgets.Button) -> None:
-        """Approve or Deny clicked: the session's ``decide`` gets the node's id in this
-        view (an agent's sub-run action: ``agent/inner``, as its question was asked).
-        A stale click (the node no longer waits, or the view's run has ended) answers
-        nothing."""
-        row = self._rows.get(node_id)
-        answered: object = False
-        if self._answerable(node_id):
-            try:
-                assert self._decide is not None
-                answered = self._decide(node_id, approved)
-            except Exception as exc:
-                answered = False
-                button.tooltip = secrets.redact(f"could not answer: {exc!r}")
-        word = ("Approved" if approved else "Denied") if answered is not False else "Not waiting"
-        for child in row.children[1:] if row is not None else (button,):
-            self.sent += _set(child, disabled=True)
-        self.sent += _set(button, description=word)
-
-    def _answerable(self, node_id: str) -> bool:
-        """Whether a row may answer for ``node_id``: its node waits, and its run has not
-        ended (a ``fire_and_forget`` action, which outlives its run by design, excepted;
-        nothing, once the final frame came without the run's end: it failed)."""
-        nodes = self.state.nodes
-        node = nodes.get(node_id)
-        if node is None or node.status != "awaiting" or self._cut:
-            return False
-        if self.state.end_status is None:
-            return True
-        while node.parent is not None and node.parent in nodes:
-            node = nodes[node.parent]
-        return node.mode == "fire_and_forget"
-
-    def _on_stop(self, _button: Any) -> None:
-        """The view's Stop: the session's ``stop`` (the kernel's interrupt, in effect)."""
-        if self._stop_button is not None:
-            self.sent += _set(self._stop_button, disabled=True, description="Stopping…")
-        if self._stop is not None:
-            self._stop()
-
-    def _drop_stop(self) -> int:
-        """The run ended: its Stop button leaves the view (one message; closing it waits
-        with the other widgets that left)."""
-        if self._top is None or self._stop_button is None:
-            return 0
-        self._stale.append(self._stop_button)
-        self._stop_button = None
-        self._top.children = (self._header,)
-        return 1
-
-    def _close_stale(self, limit: int | None) -> int:
-        """Close widgets that left the page (answered rows): a message each, and each
-        row's own widgets."""
-        sent = 0
-        while self._stale and (limit is None or sent < limit):
-            widget = self._stale.pop(0)
-            for child in getattr(widget, "children", ()):
-                child.close()
-                sent += 1
-            widget.close()
-            sent += 1
-        return sent
 
     # ---- the parts ----------------------------------------------------------------
 
@@ -789,7 +634,9 @@ class WidgetView:
             text = secrets.hide_edges(text, start=False)
         sent = 0
         if self._thought is None:
-            self._thought = _Pieces(_THOUGHT_STYLE, style=self._style, layout=self._plain)
+            self._thought = Pieces(
+                _THOUGHT_STYLE, style=self._style, layout=self._plain, freeze_chars=FREEZE_CHARS
+            )
             # column-reverse: a scroll container that starts, and stays, at its bottom.
             box = ipywidgets.Box(
                 [self._thought.box],
@@ -829,7 +676,7 @@ class WidgetView:
         if self._response is None:
             # HTMLMath: the front end's MathJax typesets the formulas markdown.py keeps
             # (each other $ is marked for MathJax to ignore). Its own style: one message.
-            self._response = _Pieces(
+            self._response = Pieces(
                 # A long URL or hash wraps rather than widening the cell.
                 "line-height:var(--jp-content-line-height,1.6);overflow-wrap:anywhere",
                 style=self._math_style,
@@ -837,6 +684,7 @@ class WidgetView:
                 classes=("jp-RenderedHTMLCommon",),  # Lab's markdown look, in either theme
                 box_class="cortex-response",
                 widget=ipywidgets.HTMLMath,
+                freeze_chars=FREEZE_CHARS,
             )
             sent = 2 + self._attach("response", self._response.box)
         room = _NO_FREEZE if self._finishing else allowance - sent
@@ -849,167 +697,9 @@ class WidgetView:
             return {}
 
 
-def _tree(roots: Sequence[Any]) -> list[ipywidgets.Widget]:
-    """Every widget in ``roots`` and inside them (children, layouts, styles), once each."""
-    found: dict[int, ipywidgets.Widget] = {}
-    todo = [w for w in roots if isinstance(w, ipywidgets.Widget)]
-    while todo:
-        widget = todo.pop()
-        if id(widget) in found:
-            continue
-        found[id(widget)] = widget
-        inside = [*getattr(widget, "children", ())]
-        inside += [getattr(widget, "layout", None), getattr(widget, "style", None)]
-        todo += [w for w in inside if isinstance(w, ipywidgets.Widget)]
-    return list(found.values())
-
-
 def _cached_html(markdown: IncrementalMarkdown) -> str:
     """The HTML of the blocks ``markdown`` has cached: settled until its next restart.
 
     Every render returns it as a prefix, which is all the pieces rely on.
     """
     return markdown.cached_html
-
-
-class _Pieces:
-    """A growing HTML text shown as settled pieces, each sent once, plus a live tail.
-
-    ``show(stable, rest, now, allowance)`` shows ``stable + rest``, where ``stable`` only
-    grows. Settled HTML moves out of the tail in pieces of at least ``FREEZE_CHARS`` and
-    at most every ``FREEZE_INTERVAL`` seconds, when the allowance covers it: a freeze
-    costs three messages, re-sending the tail one.
-
-    When ``stable`` does not start with what the pieces hold, the text was re-rendered
-    (a ``$name`` got its value): the pieces that still match stay, the rest leave the box
-    in the same message, and closing them waits for ``close_stale`` (a message each).
-    """
-
-    def __init__(
-        self,
-        style_css: str,
-        classes: Sequence[str] = (),
-        box_class: str | None = None,
-        *,
-        style: HTMLStyle | HTMLMathStyle,
-        layout: ipywidgets.Layout,
-        widget: Any = ipywidgets.HTML,
-    ) -> None:
-        self._style = style_css
-        self._classes = tuple(classes)
-        # Shared by every piece, so a new piece is one comm message, not three.
-        self._layout = layout
-        self._html_style = style
-        self._widget = widget
-        self._tail = widget(layout=self._layout, style=self._html_style, _dom_classes=self._classes)
-        self._pieces: list[ipywidgets.HTML] = []
-        self._texts: list[str] = []  # what each piece holds, unwrapped
-        self._frozen = ""
-        self._frozen_at = -math.inf
-        self._stale: list[ipywidgets.HTML] = []
-        self.box = ipywidgets.VBox(
-            [self._tail], layout=layout, _dom_classes=(box_class,) if box_class else ()
-        )
-
-    @property
-    def pieces(self) -> int:
-        """How many settled pieces are shown (the tail not counted)."""
-        return len(self._pieces)
-
-    def show(self, stable: str, rest: str, now: float, allowance: float = math.inf) -> int:
-        """Show ``stable + rest``; returns the number of messages that cost."""
-        sent = 0
-        if not stable.startswith(self._frozen):
-            sent += self._keep_matching(stable)
-        settled = len(stable) - len(self._frozen)
-        if (
-            settled >= FREEZE_CHARS
-            and now - self._frozen_at >= FREEZE_INTERVAL
-            and allowance - sent >= 3
-        ):
-            # The tail becomes a piece; a new tail takes the rest. Children first: for a
-            # moment the rest shows twice rather than not at all (no jump in the page).
-            text = stable[len(self._frozen) :]
-            piece, self._tail = self._tail, self._piece(self._wrap(rest))
-            self._pieces.append(piece)
-            self._texts.append(text)
-            self.box.children = (*self._pieces, self._tail)
-            sent += 2 + _set(piece, value=self._wrap(text))
-            self._frozen, self._frozen_at = stable, now
-            return sent
-        return sent + _set(self._tail, value=self._wrap(stable[len(self._frozen) :] + rest))
-
-    def widgets(self) -> list[ipywidgets.HTML]:
-        """Every widget the text is made of: pieces, tail, and replaced pieces not closed."""
-        return [*self._pieces, self._tail, *self._stale]
-
-    @property
-    def stale(self) -> int:
-        """How many replaced pieces still wait to be closed."""
-        return len(self._stale)
-
-    def close_stale(self, limit: int | None) -> int:
-        """Close up to ``limit`` (``None``: all) pieces a re-render replaced; returns
-        how many (a comm_close message each)."""
-        count = len(self._stale) if limit is None else min(limit, len(self._stale))
-        for piece in self._stale[:count]:
-            piece.close()
-        del self._stale[:count]
-        return count
-
-    def _keep_matching(self, stable: str) -> int:
-        """Keep the pieces ``stable`` still starts with; the others leave the box."""
-        kept, at = 0, 0
-        for text in self._texts:
-            if not stable.startswith(text, at):
-                break
-            kept, at = kept + 1, at + len(text)
-        self._stale += self._pieces[kept:]
-        del self._pieces[kept:], self._texts[kept:]
-        self._frozen = stable[:at]
-        self.box.children = (*self._pieces, self._tail)
-        return 1
-
-    def _wrap(self, inner: str) -> str:
-        return f'<div style="{self._style}">{inner}</div>' if inner else ""
-
-    def _piece(self, value: str) -> ipywidgets.HTML:
-        return self._widget(
-            value=redact_markup(value),
-            layout=self._layout,
-            style=self._html_style,
-            _dom_classes=self._classes,
-        )
-
-
-class _Budget:
-    """A token bucket: ``rate`` messages a second on average, ``burst`` at most at once.
-
-    Spending may overdraw it (creating the view, the final frame); later redraws wait.
-    """
-
-    def __init__(self, rate: float, burst: float, now: float) -> None:
-        self.rate, self.burst, self.tokens = rate, burst, burst
-        self._at = now
-
-    def refill(self, now: float) -> None:
-        # Rounded: a clock's float steps must not leave 0.9999... where 1 was earned.
-        gained = max(now - self._at, 0.0) * self.rate
-        self.tokens = min(self.burst, round(self.tokens + gained, 6))
-        self._at = max(now, self._at)
-
-    def spend(self, messages: int) -> None:
-        self.tokens -= messages
-
-
-def _set(widget: ipywidgets.Widget, **traits: Any) -> int:
-    """Set the traits that differ, in one message; returns how many messages (0 or 1).
-    Texts are sent with secrets redacted."""
-    traits = {k: redact_markup(v) if isinstance(v, str) else v for k, v in traits.items()}
-    changes = {name: value for name, value in traits.items() if getattr(widget, name) != value}
-    if not changes:
-        return 0
-    with widget.hold_sync():
-        for name, value in changes.items():
-            setattr(widget, name, value)
-    return 1

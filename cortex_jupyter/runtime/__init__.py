@@ -1,4 +1,6 @@
-"""The runtime layer: the action graph, its scheduler, variables, registries and the run record.
+"""The runtime, in four subpackages read bottom to top: ``core``, ``scheduler``, ``loop``,
+and the ``integrations`` beside them (each one's ``__init__`` lists its modules). This
+module gathers their public names.
 
 Consumes the parser's events while the stream is still arriving, starts each action the
 moment its dependencies allow, and records everything on a ``Run``. Imports no IPython,

@@ -154,3 +154,17 @@ def test_text_is_escaped_and_cut() -> None:
     out = rich_html("<script>x</script>" + "y" * MAX_TEXT)
     assert "&lt;script&gt;" in out and "more characters" in out
     check_tree(tree(out), ALLOWED)
+
+
+class Notes:
+    """A value whose richest form is markdown (``_repr_markdown_``)."""
+
+    def _repr_markdown_(self) -> str:
+        return "**bold** and $x$ <script>alert(1)</script> $name"
+
+
+def test_a_markdown_repr_is_rendered_safely_as_the_answer_is() -> None:
+    out = rich_html(Notes())
+    assert "<strong>bold</strong>" in out
+    assert '<span class="cortex-math">$x$</span>' in out
+    assert "<script" not in out and "&lt;script&gt;" in out

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import pytest
 
+from cortex_jupyter import Agent
 from cortex_jupyter.display import PARTS, ViewState, from_run, reduce
-from cortex_jupyter.display.state import KEEP_LOG_LINES, KEEP_TEXT
+from cortex_jupyter.display.nodes import KEEP_LOG_LINES, KEEP_TEXT
+from cortex_jupyter.models import ScriptModel
 from cortex_jupyter.protocol import ActionStart, ProtocolError, ResponseDelta, ThoughtDelta
 from cortex_jupyter.runtime import End, Interrupt, Metric, Nested, Run
 from cortex_jupyter.runtime.core.events import ActionOutput, ContextUse, Progress
@@ -392,3 +395,29 @@ def test_the_rate_leaves_out_the_wait_between_two_turns_of_text() -> None:
     state.apply(ResponseDelta("y" * 40), 31.0)
     state.apply(ResponseDelta("y" * 360), 32.0)  # 100 more over 1 s
     assert state.tokens_per_second(32.0) == pytest.approx(100)
+
+
+def test_a_nodes_edges_are_the_ones_the_runtime_waited_on() -> None:
+    """The view draws the scheduler's own edges (explicit ids, and the latest earlier
+    action whose output a ``$name`` uses), read from the runtime's graph, not its own."""
+
+    def echo(text: str = "", other: str = "") -> str:
+        """Return the text."""
+        return text + other
+
+    script = (
+        '<action id="a">{"name": "echo", "parameters": {"text": "1"}, "output_key": "x"}</action>'
+        '<action id="b">{"name": "echo", "parameters": {"text": "$x"}, "output_key": "x"}</action>'
+        '<action id="c">{"name": "echo", "parameters": {"text": "$x", "other": "$y"},'
+        ' "output_key": "y", "depends_on": ["a"]}</action>'
+        '<action id="d">{"name": "echo", "parameters": {"text": "$x.z", "other": "$y"},'
+        ' "depends_on": ["b"]}</action><response>done</response>'
+    )
+    run = anyio.run(Agent(model=ScriptModel(script), tools=[echo]).run, "go")
+    state = from_run(run)
+    for node_id in "abcd":
+        assert set(state.nodes[node_id].depends_on) == set(run.actions[node_id].depends_on)
+    assert state.nodes["b"].depends_on == ("a",)
+    assert state.nodes["c"].depends_on == ("a", "b") and state.nodes["c"].references == ("b",)
+    assert state.nodes["d"].references == ("c",)
+    assert state.nodes["d"].refs == (("x", "b"), ("y", "c"))

@@ -1,3 +1,14 @@
-"""The bottom of the runtime: the action graph and node statuses, the run record, events,
-errors, variables, scope and secrets, the tool registry and the model interface.
-It imports nothing above it."""
+"""The bottom of the runtime: what a run is made of. It imports only the protocol.
+
+- ``graph``: action nodes, their statuses and the dependency bookkeeping (pure);
+- ``record``: the run record (``Run``), built from events, saved and loaded as JSON lines;
+- ``events``: the run events the scheduler and the loop emit beside the parser's;
+- ``answer``: the one ``$name`` rule for filling an answer with values;
+- ``variables``, ``scope``: ``$name`` resolution and what a model may reach;
+- ``secrets``, ``bounded``: redaction, and reprs and cuts that never leak a secret;
+- ``registry``, ``schema``, ``coerce``, ``relics``: what actions may call (tools, relics,
+  workflows, agents), their JSON schemas, fitting values to them, the built-in cache;
+  the registry is also where integrations and the loop pass themselves in;
+- ``model``, ``chunks``: the model interface (``StreamingModel``) and its chunks;
+- ``errors``: one error vocabulary (``CortexError``) for the runtime and the models.
+"""

@@ -1,2 +1,12 @@
-"""The agent loop: an ``Agent``, its turns, the prompt, the context budget, transcripts and
-context feeds. It drives the scheduler one reply at a time."""
+"""The agent loop: it asks the model, feeds each reply to the scheduler, and sends the
+results back until there is an answer. It stands on the scheduler and the core.
+
+- ``agent``: ``Agent``, the configuration users write, and its runs (nested ones too);
+- ``turns``: ``Loop``, one run's turns: streaming a reply, deciding what it asks for;
+- ``conversation``: the memory runs continue;
+- ``prompt``: the system prompt and how results are written back;
+- ``context``: the context budget (fitting, condensing, summarising);
+- ``transcript``, ``resume``: saved runs, and reading on from a cut reply;
+- ``feeds``: context feeds (``$id`` values refreshed on demand or periodically);
+- ``request``, ``grammar``: extra request fields, and protocol-constrained decoding.
+"""
