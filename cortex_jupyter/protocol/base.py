@@ -15,45 +15,14 @@ from typing import ClassVar
 
 from .actions import build_action, call_fields, parse_body, quote, with_source
 from .calls import CallHooks
-from .events import (
-    Action,
-    ActionReady,
-    ActionStart,
-    Event,
-    ProtocolError,
-    ResponseDelta,
-    TextDelta,
-    ThoughtDelta,
-)
+from .deltas import response_delta, thought_delta
+from .events import Action, ActionReady, ActionStart, Event, ProtocolError, TextDelta
 from .ids import Ids
 
 #: Largest action body, in characters (1 MiB).
 MAX_ACTION_CHARS = 1 << 20
 #: Most text (thought, response, feeds, loose text) one run may carry (10 MiB).
 MAX_TEXT_CHARS = 10 << 20
-
-# Text deltas are most of the events; building them without the frozen dataclass's
-# __init__ halves their cost, and the result is the same frozen instance. The
-# hottest paths of all (a plain chunk inside a thought or a response, in
-# XmlParser.feed) use the calls inline, without even thought_delta's frame.
-new_event = object.__new__
-set_thought_text = ThoughtDelta.__dict__["text"].__set__
-set_response_text = ResponseDelta.__dict__["text"].__set__
-set_response_final = ResponseDelta.__dict__["final"].__set__
-
-
-def thought_delta(text: str) -> ThoughtDelta:
-    event: ThoughtDelta = new_event(ThoughtDelta)
-    set_thought_text(event, text)
-    return event
-
-
-def response_delta(text: str, final: bool) -> ResponseDelta:
-    event: ResponseDelta = new_event(ResponseDelta)
-    set_response_text(event, text)
-    set_response_final(event, final)
-    return event
-
 
 # Where emitted text goes.
 TOP, THOUGHT, RESPONSE, FEED = 0, 1, 2, 3
@@ -166,17 +135,9 @@ class Parser:
         room = self._text_room - len(text)
         self._text_room = room
         if room < 0:
-            text = self._clip_text(text, out)
-            if not text:
-                return
-        if sink == THOUGHT:
-            out.append(thought_delta(text))
-        elif sink == RESPONSE:
-            out.append(response_delta(text, self._response_final))
-        elif sink == TOP:
-            out.append(self._loose(text))
+            self._clip_text(text, out)
         else:
-            self._feed_parts.append(text)
+            self._send(text, out)
 
     def _loose(self, text: str) -> Event:
         """Text outside any block: shown as it is, or (hermes) the response."""
@@ -185,15 +146,15 @@ class Parser:
             return response_delta(text, False)
         return TextDelta(text)
 
-    def _clip_text(self, text: str, out: list[Event]) -> str:
+    def _clip_text(self, text: str, out: list[Event]) -> None:
         """Keep what fits under the run's text limit; report the overflow once."""
         if self._text_over:
-            return ""
+            return
         self._text_over = True
         room = self._text_room + len(text)  # what was left before this text
         kept = text[: max(room, 0)]
         if kept:
-            self._emit_raw(kept, out)
+            self._send(kept, out)
         out.append(
             ProtocolError(
                 "too_large",
@@ -203,14 +164,14 @@ class Parser:
                 source=f"[the text past the limit of {self._max_text:,} characters was not kept]",
             )
         )
-        return ""
 
-    def _emit_raw(self, text: str, out: list[Event]) -> None:
+    def _send(self, text: str, out: list[Event]) -> None:
+        """``text``, already trimmed and within the limit, as the current block's event."""
         sink = self._sink
         if sink == THOUGHT:
-            out.append(ThoughtDelta(text))
+            out.append(thought_delta(text))
         elif sink == RESPONSE:
-            out.append(ResponseDelta(text, self._response_final))
+            out.append(response_delta(text, self._response_final))
         elif sink == TOP:
             out.append(self._loose(text))
         else:
@@ -311,6 +272,17 @@ class Parser:
             action_id,
             source,
         )
+
+    def _with_held(self, chunk: str) -> str:
+        """``chunk`` after the text held back from the last one (a possible half tag
+        or marker). Refuses a closed parser and a chunk that is not text."""
+        if self._closed or chunk.__class__ is not str:
+            self._check_open(chunk)
+        held = self._buf
+        if held:
+            self._buf = ""
+            return held + chunk
+        return chunk
 
     def _check_open(self, chunk: str) -> None:
         if self._closed:

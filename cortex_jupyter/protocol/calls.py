@@ -19,14 +19,14 @@ from typing import NamedTuple
 
 from .actions import SOURCE_HEAD, clipped, quote, with_source
 from .events import Event, ProtocolError, TextDelta
-from .tags import NEED, _Need
+from .jsonscan import ESCAPED, string_end
+from .tags import NEED, Need
 
-_IN_STRING = re.compile(r'["\\]')
 _SEPARATORS = re.compile(r"\s*,(?:\s*,)*\s*")
 
 #: Answers whether the text at an index is the section's terminator (True), is not
 #: (False), or may be once more text arrives (NEED).
-Terminator = Callable[[str, int], "bool | _Need"]
+Terminator = Callable[[str, int], "bool | Need"]
 
 
 class CallHooks(NamedTuple):
@@ -81,18 +81,12 @@ class CallScanner:
         specials = self._specials
         while i < n:
             if self._in_str:
-                m = _IN_STRING.search(data, i)
-                if m is None:
+                end = string_end(data, i)
+                if end < 0:
+                    self._esc = end == ESCAPED
                     break
-                k = m.start()
-                if data[k] == "\\":
-                    if k + 1 >= n:
-                        self._esc = True
-                        break
-                    i = k + 2
-                    continue
                 self._in_str = False
-                i = k + 1
+                i = end
                 continue
             m = specials.search(data, i)
             if m is None:

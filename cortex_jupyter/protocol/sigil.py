@@ -16,14 +16,14 @@ from typing import Any, Final
 from .base import RESPONSE, THOUGHT, TOP, Parser
 from .calls import CallScanner
 from .events import Event, ResponseEnd, ThoughtEnd
-from .tags import NEED, _Need
+from .tags import NEED, Need
 
 _MARKER = re.compile(r"§(think|calls|execute|respond|end)(:?)", re.IGNORECASE)
 _NAMES: Final = ("think", "calls", "execute", "respond", "end")
 _WHOLE_MARKER = re.compile(r"§(think|calls|execute|respond|end):?\Z", re.IGNORECASE)
 
 
-def marker_at(s: str, k: int) -> tuple[str, int] | _Need | None:
+def marker_at(s: str, k: int) -> tuple[str, int] | Need | None:
     """At ``s[k] == "§"``: (marker name, end index), NEED (could be one) or None."""
     m = _MARKER.match(s, k)
     if m is None:
@@ -41,7 +41,7 @@ def marker_at(s: str, k: int) -> tuple[str, int] | _Need | None:
     return m.group(1).lower(), end
 
 
-def _is_marker(s: str, k: int) -> bool | _Need:
+def _is_marker(s: str, k: int) -> bool | Need:
     found = marker_at(s, k)
     return found if found is NEED else found is not None
 
@@ -56,11 +56,7 @@ class SigilParser(Parser):
         self._calls: CallScanner | None = None
 
     def feed(self, chunk: str) -> list[Event]:
-        if self._closed or not isinstance(chunk, str):
-            self._check_open(chunk)
-        if self._buf:
-            chunk = self._buf + chunk
-            self._buf = ""
+        chunk = self._with_held(chunk)
         out: list[Event] = []
         pos = 0
         n = len(chunk)
