@@ -10,14 +10,18 @@ split, which is what makes any chunking give the same events.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import ClassVar
+import re
+from collections.abc import Callable, Iterable
+from typing import ClassVar, TypeVar
 
 from .actions import build_action, call_fields, parse_body, quote, with_source
 from .calls import CallHooks
 from .deltas import response_delta, thought_delta
 from .events import Action, ActionReady, ActionStart, Event, ProtocolError, TextDelta
 from .ids import Ids
+from .tags import NEED, Need
+
+_Found = TypeVar("_Found")
 
 #: Largest action body, in characters (1 MiB).
 MAX_ACTION_CHARS = 1 << 20
@@ -138,6 +142,35 @@ class Parser:
             self._clip_text(text, out)
         else:
             self._send(text, out)
+
+    def _text_until(
+        self,
+        data: str,
+        pos: int,
+        out: list[Event],
+        candidates: re.Pattern[str],
+        judge: Callable[[str, int], _Found | Need | None],
+    ) -> tuple[int, _Found | Need | None]:
+        """Emit the text of ``data[pos:]`` up to the first marker: the first place
+        ``candidates`` matches that ``judge`` does not reject (None). Returns that
+        place and the verdict; on NEED the rest is held back for the next chunk, and
+        without a marker all of it was text: ``(len(data), None)``."""
+        start = search = pos
+        while True:
+            m = candidates.search(data, search)
+            if m is None:
+                self._emit(data[start:] if start else data, out)
+                return len(data), None
+            i = m.start()
+            found = judge(data, i)
+            if found is None:
+                search = i + 1
+                continue
+            if i > start:
+                self._emit(data[start:i], out)
+            if found is NEED:
+                self._buf = data[i:]
+            return i, found
 
     def _loose(self, text: str) -> Event:
         """Text outside any block: shown as it is, or (hermes) the response."""

@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 from .actions import SOURCE_HEAD, clipped, quote, with_source
 from .events import Event, ProtocolError, TextDelta
-from .jsonscan import ESCAPED, string_end
+from .jsonscan import JsonString
 from .tags import NEED, Need
 
 _SEPARATORS = re.compile(r"\s*,(?:\s*,)*\s*")
@@ -55,8 +55,7 @@ class CallScanner:
         self._in_thought = in_thought
         self._specials = re.compile('["\\[\\]{}' + re.escape(term_char) + "]")
         self._depth = 0
-        self._in_str = False
-        self._esc = False
+        self._string = JsonString()
         self._array = False  # a "[" opened the list
         self._elem: list[str] | None = None  # text of the call being read
         self._elem_len = 0
@@ -75,28 +74,15 @@ class CallScanner:
         """
         n = len(data)
         i = seg = pos
-        if self._esc and i < n:
-            self._esc = False
-            i += 1
         specials = self._specials
-        while i < n:
-            if self._in_str:
-                end = string_end(data, i)
-                if end < 0:
-                    self._esc = end == ESCAPED
-                    break
-                self._in_str = False
-                i = end
-                continue
-            m = specials.search(data, i)
-            if m is None:
+        string = self._string
+        while True:
+            k = string.find(data, i, specials)
+            if k < 0:
                 break
-            k = m.start()
             c = data[k]
             i = k + 1
-            if c == '"':
-                self._in_str = True
-            elif c in "[{":
+            if c in "[{":
                 seg = self._open(c, data, seg, k, out)
             elif c in "]}":
                 seg = self._close(c, data, seg, k, out)

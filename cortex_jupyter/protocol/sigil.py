@@ -20,6 +20,7 @@ from .tags import NEED, Need
 
 _MARKER = re.compile(r"§(think|calls|execute|respond|end)(:?)", re.IGNORECASE)
 _NAMES: Final = ("think", "calls", "execute", "respond", "end")
+_SIGIL = re.compile("§")
 _WHOLE_MARKER = re.compile(r"§(think|calls|execute|respond|end):?\Z", re.IGNORECASE)
 
 
@@ -89,23 +90,11 @@ class SigilParser(Parser):
         return out
 
     def _read_text(self, data: str, pos: int, out: list[Event]) -> int:
-        start = search = pos
-        while True:
-            i = data.find("§", search)
-            if i < 0:
-                self._emit(data[start:] if start else data, out)
-                return len(data)
-            found = marker_at(data, i)
-            if found is None:
-                search = i + 1
-                continue
-            if i > start:
-                self._emit(data[start:i], out)
-            if found is NEED:
-                self._buf = data[i:]
-                return len(data)
-            assert isinstance(found, tuple)
-            return self._on_marker(*found, out)
+        _, found = self._text_until(data, pos, out, _SIGIL, marker_at)
+        if found is None or found is NEED:
+            return len(data)
+        assert isinstance(found, tuple)
+        return self._on_marker(*found, out)
 
     def _on_marker(self, name: str, end: int, out: list[Event]) -> int:
         self._close_section(out, name)

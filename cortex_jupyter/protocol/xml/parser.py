@@ -43,7 +43,7 @@ from ..events import (
     ThoughtDelta,
     ThoughtEnd,
 )
-from ..jsonscan import ESCAPED, string_end
+from ..jsonscan import JsonString
 from ..tags import NEED, Need, Tag, closer, orphan_final, scan_tag, still_partial, tag_set
 from . import dialects
 from .drafts import ACTION_CLOSE, TOOL_CALL_CLOSE, Draft
@@ -97,8 +97,7 @@ class XmlParser(Parser):
         self._deltas = self._thought_deltas
         self._closing = ""  # fast path 5: the plain closing tag of the action being read
         self._closing_len = 0
-        self._in_str = False
-        self._esc = False
+        self._string = JsonString()  # where the action body's JSON stands
         self._forged: ForgedBlock | None = None  # a forged block being skipped
         self._echo: Echo | None = None  # a result block quoted inside a response
         self._calls: CallScanner | None = None
@@ -160,7 +159,11 @@ class XmlParser(Parser):
                 # Without backslashes each quote flips "inside a string"; a "<" can
                 # only end the body outside one. Most chunks hold neither quote nor
                 # backslash (a model's JSON, one token at a time): they only add up.
-                if '"' not in chunk and "\\" not in chunk and ("<" not in chunk or self._in_str):
+                if (
+                    '"' not in chunk
+                    and "\\" not in chunk
+                    and ("<" not in chunk or self._string.inside)
+                ):
                     room = self._act_room - len(chunk)
                     if room >= 0:
                         self._act_room = room
@@ -168,13 +171,14 @@ class XmlParser(Parser):
                         return []
                 elif "\\" not in chunk:
                     quotes = chunk.count('"')
-                    if "<" not in chunk or (not quotes and self._in_str):
+                    if "<" not in chunk or (not quotes and self._string.inside):
                         room = self._act_room - len(chunk)
                         if room >= 0:
                             self._act_room = room
                             self._act_parts.append(chunk)
                             if quotes & 1:
-                                self._in_str = not self._in_str
+                                string = self._string
+                                string.inside = not string.inside
                             return []
             elif fast == 4:
                 # An opening or closing tag still arriving in text: it stays a possible
@@ -241,7 +245,7 @@ class XmlParser(Parser):
                 elif sink == RESPONSE and self._echo is None:  # not inside a forged block
                     self._deltas = self._response_deltas[self._response_final]
                     fast = 3
-        elif state == S_ACTION and not self._act_big and not self._esc:
+        elif state == S_ACTION and not self._act_big and not self._string.escaped:
             fast = 2
         self._fast = fast
 
@@ -525,8 +529,7 @@ class XmlParser(Parser):
         self._act_room = self._max_action
         self._act_big = False
         self._act_head = ""
-        self._in_str = False
-        self._esc = False
+        self._string = JsonString()
         if tag.self_closing:
             self._finish_action("", "", out)
         else:
@@ -536,32 +539,15 @@ class XmlParser(Parser):
         """Find the closing tag outside JSON strings; keep the body up to it."""
         n = len(data)
         i = pos
-        in_str = self._in_str
-        if self._esc:
-            self._esc = False
-            i += 1
-        while i < n:
-            if in_str:
-                past = string_end(data, i)
-                if past < 0:
-                    self._esc = past == ESCAPED
-                    break
-                in_str = False
-                i = past
-                continue
-            m = _BODY_SPECIAL.search(data, i)
-            if m is None:
+        string = self._string
+        while True:
+            k = string.find(data, i, _BODY_SPECIAL)
+            if k < 0:
                 break
-            k = m.start()
-            if data[k] == '"':
-                in_str = True
-                i = k + 1
-                continue
             end = self._draft.closer.at(data, k)
             if end is None:
                 i = k + 1
                 continue
-            self._in_str = False
             self._add_body(data[pos:k], out)
             if end is NEED:
                 self._buf = data[k:]
@@ -569,7 +555,6 @@ class XmlParser(Parser):
             assert isinstance(end, int)
             self._finish_action("".join(self._act_parts), data[k:end], out)
             return end
-        self._in_str = in_str
         self._add_body(data[pos:] if pos else data, out)
         return n
 
