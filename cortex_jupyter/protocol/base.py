@@ -138,10 +138,23 @@ class Parser:
                 text = body
         room = self._text_room - len(text)
         self._text_room = room
-        if room < 0:
-            self._clip_text(text, out)
+        if room < 0:  # past the run's text limit: what still fits, then the report, once
+            if self._text_over:
+                return
+            text = text[: max(room + len(text), 0)]
+            if not text:
+                self._report_overflow(out)
+                return
+        if sink == THOUGHT:
+            out.append(thought_delta(text))
+        elif sink == RESPONSE:
+            out.append(response_delta(text, self._response_final))
+        elif sink == TOP:
+            out.append(self._loose(text))
         else:
-            self._send(text, out)
+            self._feed_parts.append(text)
+        if room < 0:
+            self._report_overflow(out)
 
     def _text_until(
         self,
@@ -179,15 +192,8 @@ class Parser:
             return response_delta(text, False)
         return TextDelta(text)
 
-    def _clip_text(self, text: str, out: list[Event]) -> None:
-        """Keep what fits under the run's text limit; report the overflow once."""
-        if self._text_over:
-            return
+    def _report_overflow(self, out: list[Event]) -> None:
         self._text_over = True
-        room = self._text_room + len(text)  # what was left before this text
-        kept = text[: max(room, 0)]
-        if kept:
-            self._send(kept, out)
         out.append(
             ProtocolError(
                 "too_large",
@@ -197,18 +203,6 @@ class Parser:
                 source=f"[the text past the limit of {self._max_text:,} characters was not kept]",
             )
         )
-
-    def _send(self, text: str, out: list[Event]) -> None:
-        """``text``, already trimmed and within the limit, as the current block's event."""
-        sink = self._sink
-        if sink == THOUGHT:
-            out.append(thought_delta(text))
-        elif sink == RESPONSE:
-            out.append(response_delta(text, self._response_final))
-        elif sink == TOP:
-            out.append(self._loose(text))
-        else:
-            self._feed_parts.append(text)
 
     def _enter(self, sink: int) -> None:
         """Start a new block (or a new stretch of loose text)."""

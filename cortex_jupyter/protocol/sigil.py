@@ -57,8 +57,13 @@ class SigilParser(Parser):
         self._calls: CallScanner | None = None
 
     def feed(self, chunk: str) -> list[Event]:
-        chunk = self._with_held(chunk)
+        if self._buf or self._closed or chunk.__class__ is not str:
+            chunk = self._with_held(chunk)  # (most chunks need none of it)
         out: list[Event] = []
+        if self._calls is None and "§" not in chunk:  # most chunks: text alone
+            if chunk:
+                self._emit(chunk, out)
+            return out
         pos = 0
         n = len(chunk)
         while pos < n:

@@ -201,7 +201,8 @@ class XmlParser(Parser):
                 if len(data) < self._closing_len and self._closing.startswith(data):
                     self._buf = data
                     return []
-        chunk = self._with_held(chunk)
+        if self._buf or self._closed or chunk.__class__ is not str:
+            chunk = self._with_held(chunk)  # (most chunks need none of it)
         out: list[Event] = []
         pos = 0
         n = len(chunk)
