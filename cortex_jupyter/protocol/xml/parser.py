@@ -90,7 +90,7 @@ class XmlParser(Parser):
         self._act_room = self._max_action  # characters the body may still take
         self._act_big = False
         self._act_head = ""  # the start of a body too large to keep
-        # Fast paths 1 and 3 share deltas (see _update_fast): the current block's table,
+        # Fast paths 1 and 2 share deltas (see _update_fast): the current block's table,
         # and the tables for thoughts and for responses by their finality.
         self._thought_deltas: dict[str, Event] = {}
         self._response_deltas: tuple[dict[str, Event], dict[str, Event]] = ({}, {})
@@ -137,7 +137,7 @@ class XmlParser(Parser):
         # each branch does the least that keeps its answer the slow path's answer.
         fast = self._fast
         if fast and chunk.__class__ is str:
-            if fast == 1 or fast == 3:  # thought or response text: most chunks of most replies
+            if fast <= 2:  # thought (1) or response (2) text: most chunks of most replies
                 deltas = self._deltas
                 event = deltas.get(chunk)
                 if event is None and "<" not in chunk and chunk:
@@ -155,7 +155,7 @@ class XmlParser(Parser):
                     if room >= 0:
                         self._text_room = room
                         return [event]
-            elif fast == 2:
+            elif fast == 3:  # an action body
                 # Without backslashes each quote flips "inside a string"; a "<" can
                 # only end the body outside one. Most chunks hold neither quote nor
                 # backslash (a model's JSON, one token at a time): they only add up.
@@ -214,11 +214,11 @@ class XmlParser(Parser):
     def _update_fast(self) -> None:
         """Which fast path (if any) the next chunk may take; see ``feed``.
 
-        In the order ``feed`` tries them (by frequency): 1, text in a thought that has
-        shown something; 2, an action body; 3, text in a response (for 1 and 3
-        ``_deltas`` is the block's table of shared deltas, see below); 4, a tag
-        arriving in text (``_pending`` holds its patterns); 5, an action's closing
-        tag arriving.
+        In the order ``feed`` tries them: 1, text in a thought that has shown
+        something, and 2, text in a response (for both ``_deltas`` is the block's
+        table of shared deltas, see below; one comparison finds either); 3, an action
+        body; 4, a tag arriving in text (``_pending`` holds its patterns); 5, an
+        action's closing tag arriving.
 
         Deltas are immutable, so equal ones may be one object: a short chunk seen
         again in the same kind of block (a character, a common token) gets the delta
@@ -245,9 +245,9 @@ class XmlParser(Parser):
                     fast = 1
                 elif sink == RESPONSE and self._echo is None:  # not inside a forged block
                     self._deltas = self._response_deltas[self._response_final]
-                    fast = 3
+                    fast = 2
         elif state == S_ACTION and not self._act_big and not self._string.escaped:
-            fast = 2
+            fast = 3
         self._fast = fast
 
     def close(self) -> list[Event]:
