@@ -183,7 +183,7 @@ class XmlParser(Parser):
             elif fast == 4:
                 # An opening or closing tag still arriving in text: it stays a possible
                 # tag while it fits. A known name's prefix ("<act", "</thou") is a set
-                # lookup; past the name, _still_partial and then the pattern decide.
+                # lookup; past the name, still_partial and then the pattern decide.
                 if ">" not in chunk and "<" not in chunk:
                     buf = self._buf
                     data = buf + chunk
