@@ -7,27 +7,11 @@ semantics.
 
 from __future__ import annotations
 
+from . import events
 from .actions import MAX_JSON_DEPTH
 from .auto import AutoParser
 from .base import MAX_ACTION_CHARS, MAX_TEXT_CHARS, Parser, ParserClosedError
-from .events import (
-    ACTION_MODES,
-    ACTION_TYPES,
-    ERROR_CODES,
-    Action,
-    ActionReady,
-    ActionStart,
-    ContextFeedEvent,
-    Event,
-    ProtocolError,
-    ResponseDelta,
-    ResponseEnd,
-    TextDelta,
-    ThoughtDelta,
-    ThoughtEnd,
-    action_to_dict,
-    event_to_dict,
-)
+from .events import *  # noqa: F403 - the event vocabulary, as events.__all__ lists it
 from .sigil import SigilParser
 from .xml import XmlParser
 
@@ -36,33 +20,18 @@ Parser._dialects.update(
 )
 
 
-def parse(text: str, dialect: str = "cortex") -> list[Event]:
+def parse(text: str, dialect: str = "cortex") -> list[events.Event]:
     """All events of a complete text (a convenience for tests and notebooks)."""
     parser = Parser(dialect)
     return parser.feed(text) + parser.close()
 
 
 __all__ = [
-    "ACTION_MODES",
-    "ACTION_TYPES",
-    "ERROR_CODES",
     "MAX_ACTION_CHARS",
     "MAX_JSON_DEPTH",
     "MAX_TEXT_CHARS",
-    "Action",
-    "ActionReady",
-    "ActionStart",
-    "ContextFeedEvent",
-    "Event",
     "Parser",
     "ParserClosedError",
-    "ProtocolError",
-    "ResponseDelta",
-    "ResponseEnd",
-    "TextDelta",
-    "ThoughtDelta",
-    "ThoughtEnd",
-    "action_to_dict",
-    "event_to_dict",
     "parse",
 ]
+__all__ += events.__all__

@@ -15,7 +15,7 @@ from typing import Any
 from .base import TOP
 from .events import Event
 from .sigil import SigilParser, marker_at
-from .tags import NEED, Tag, scan_tag, tag_set
+from .tags import NEED, Need, Tag, scan_tag, tag_set
 from .xml import FORGED_TAGS, XmlParser
 
 _LT_OR_SIGIL = re.compile("[<§]")
@@ -68,26 +68,19 @@ class AutoParser(XmlParser):
             end = self._orphan_opener(data, pos, out)
             if end >= 0:
                 return end
-        start = search = pos
-        while True:
-            m = _LT_OR_SIGIL.search(data, search)
-            if m is None:
-                self._emit(data[start:] if start else data, out)
-                return len(data)
-            i = m.start()
-            found = marker_at(data, i) if data[i] == "§" else scan_tag(data, i, self._known)
-            if found is None:
-                search = i + 1
-                continue
-            if i > start:
-                self._emit(data[start:i], out)
-            if found is NEED:
-                self._buf = data[i:]
-                self._pending = tag_set(self._known)
-                return len(data)
-            if isinstance(found, Tag):
-                return self._on_tag(found, out)
-            return self._hand_over(data, i, out)
+        i, found = self._text_until(data, pos, out, _LT_OR_SIGIL, self._marker_or_tag)
+        if found is None:
+            return len(data)
+        if found is NEED:
+            self._pending = tag_set(self._known)
+            return len(data)
+        if isinstance(found, Tag):
+            return self._on_tag(found, out)
+        return self._hand_over(data, i, out)
+
+    def _marker_or_tag(self, data: str, i: int) -> tuple[str, int] | Tag | Need | None:
+        """At a ``<`` or a ``§``: a tag of the merged tables or a sigil marker."""
+        return marker_at(data, i) if data[i] == "§" else scan_tag(data, i, self._known)
 
     def _hand_over(self, data: str, i: int, out: list[Event]) -> int:
         sigil = SigilParser("sigil", **self._limits)

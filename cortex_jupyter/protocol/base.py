@@ -10,50 +10,23 @@ split, which is what makes any chunking give the same events.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import ClassVar
+import re
+from collections.abc import Callable, Iterable
+from typing import ClassVar, TypeVar
 
 from .actions import build_action, call_fields, parse_body, quote, with_source
 from .calls import CallHooks
-from .events import (
-    Action,
-    ActionReady,
-    ActionStart,
-    Event,
-    ProtocolError,
-    ResponseDelta,
-    TextDelta,
-    ThoughtDelta,
-)
+from .deltas import response_delta, thought_delta
+from .events import Action, ActionReady, ActionStart, Event, ProtocolError, TextDelta
 from .ids import Ids
+from .tags import NEED, Need
+
+_Found = TypeVar("_Found")
 
 #: Largest action body, in characters (1 MiB).
 MAX_ACTION_CHARS = 1 << 20
 #: Most text (thought, response, feeds, loose text) one run may carry (10 MiB).
 MAX_TEXT_CHARS = 10 << 20
-
-# Text deltas are most of the events; building them without the frozen dataclass's
-# __init__ halves their cost, and the result is the same frozen instance. The
-# hottest paths of all (a plain chunk inside a thought or a response, in
-# XmlParser.feed) use the calls inline, without even thought_delta's frame.
-new_event = object.__new__
-set_thought_text = ThoughtDelta.__dict__["text"].__set__
-set_response_text = ResponseDelta.__dict__["text"].__set__
-set_response_final = ResponseDelta.__dict__["final"].__set__
-
-
-def thought_delta(text: str) -> ThoughtDelta:
-    event: ThoughtDelta = new_event(ThoughtDelta)
-    set_thought_text(event, text)
-    return event
-
-
-def response_delta(text: str, final: bool) -> ResponseDelta:
-    event: ResponseDelta = new_event(ResponseDelta)
-    set_response_text(event, text)
-    set_response_final(event, final)
-    return event
-
 
 # Where emitted text goes.
 TOP, THOUGHT, RESPONSE, FEED = 0, 1, 2, 3
@@ -165,9 +138,12 @@ class Parser:
                 text = body
         room = self._text_room - len(text)
         self._text_room = room
-        if room < 0:
-            text = self._clip_text(text, out)
+        if room < 0:  # past the run's text limit: what still fits, then the report, once
+            if self._text_over:
+                return
+            text = text[: max(room + len(text), 0)]
             if not text:
+                self._report_overflow(out)
                 return
         if sink == THOUGHT:
             out.append(thought_delta(text))
@@ -177,6 +153,37 @@ class Parser:
             out.append(self._loose(text))
         else:
             self._feed_parts.append(text)
+        if room < 0:
+            self._report_overflow(out)
+
+    def _text_until(
+        self,
+        data: str,
+        pos: int,
+        out: list[Event],
+        candidates: re.Pattern[str],
+        judge: Callable[[str, int], _Found | Need | None],
+    ) -> tuple[int, _Found | Need | None]:
+        """Emit the text of ``data[pos:]`` up to the first marker: the first place
+        ``candidates`` matches that ``judge`` does not reject (None). Returns that
+        place and the verdict; on NEED the rest is held back for the next chunk, and
+        without a marker all of it was text: ``(len(data), None)``."""
+        start = search = pos
+        while True:
+            m = candidates.search(data, search)
+            if m is None:
+                self._emit(data[start:] if start else data, out)
+                return len(data), None
+            i = m.start()
+            found = judge(data, i)
+            if found is None:
+                search = i + 1
+                continue
+            if i > start:
+                self._emit(data[start:i], out)
+            if found is NEED:
+                self._buf = data[i:]
+            return i, found
 
     def _loose(self, text: str) -> Event:
         """Text outside any block: shown as it is, or (hermes) the response."""
@@ -185,15 +192,8 @@ class Parser:
             return response_delta(text, False)
         return TextDelta(text)
 
-    def _clip_text(self, text: str, out: list[Event]) -> str:
-        """Keep what fits under the run's text limit; report the overflow once."""
-        if self._text_over:
-            return ""
+    def _report_overflow(self, out: list[Event]) -> None:
         self._text_over = True
-        room = self._text_room + len(text)  # what was left before this text
-        kept = text[: max(room, 0)]
-        if kept:
-            self._emit_raw(kept, out)
         out.append(
             ProtocolError(
                 "too_large",
@@ -203,18 +203,6 @@ class Parser:
                 source=f"[the text past the limit of {self._max_text:,} characters was not kept]",
             )
         )
-        return ""
-
-    def _emit_raw(self, text: str, out: list[Event]) -> None:
-        sink = self._sink
-        if sink == THOUGHT:
-            out.append(ThoughtDelta(text))
-        elif sink == RESPONSE:
-            out.append(ResponseDelta(text, self._response_final))
-        elif sink == TOP:
-            out.append(self._loose(text))
-        else:
-            self._feed_parts.append(text)
 
     def _enter(self, sink: int) -> None:
         """Start a new block (or a new stretch of loose text)."""
@@ -311,6 +299,17 @@ class Parser:
             action_id,
             source,
         )
+
+    def _with_held(self, chunk: str) -> str:
+        """``chunk`` after the text held back from the last one (a possible half tag
+        or marker). Refuses a closed parser and a chunk that is not text."""
+        if self._closed or chunk.__class__ is not str:
+            self._check_open(chunk)
+        held = self._buf
+        if held:
+            self._buf = ""
+            return held + chunk
+        return chunk
 
     def _check_open(self, chunk: str) -> None:
         if self._closed:

@@ -19,14 +19,14 @@ from typing import NamedTuple
 
 from .actions import SOURCE_HEAD, clipped, quote, with_source
 from .events import Event, ProtocolError, TextDelta
-from .tags import NEED, _Need
+from .jsonscan import JsonString
+from .tags import NEED, Need
 
-_IN_STRING = re.compile(r'["\\]')
 _SEPARATORS = re.compile(r"\s*,(?:\s*,)*\s*")
 
 #: Answers whether the text at an index is the section's terminator (True), is not
 #: (False), or may be once more text arrives (NEED).
-Terminator = Callable[[str, int], "bool | _Need"]
+Terminator = Callable[[str, int], "bool | Need"]
 
 
 class CallHooks(NamedTuple):
@@ -55,8 +55,7 @@ class CallScanner:
         self._in_thought = in_thought
         self._specials = re.compile('["\\[\\]{}' + re.escape(term_char) + "]")
         self._depth = 0
-        self._in_str = False
-        self._esc = False
+        self._string = JsonString()
         self._array = False  # a "[" opened the list
         self._elem: list[str] | None = None  # text of the call being read
         self._elem_len = 0
@@ -75,34 +74,15 @@ class CallScanner:
         """
         n = len(data)
         i = seg = pos
-        if self._esc and i < n:
-            self._esc = False
-            i += 1
         specials = self._specials
-        while i < n:
-            if self._in_str:
-                m = _IN_STRING.search(data, i)
-                if m is None:
-                    break
-                k = m.start()
-                if data[k] == "\\":
-                    if k + 1 >= n:
-                        self._esc = True
-                        break
-                    i = k + 2
-                    continue
-                self._in_str = False
-                i = k + 1
-                continue
-            m = specials.search(data, i)
-            if m is None:
+        string = self._string
+        while True:
+            k = string.find(data, i, specials)
+            if k < 0:
                 break
-            k = m.start()
             c = data[k]
             i = k + 1
-            if c == '"':
-                self._in_str = True
-            elif c in "[{":
+            if c in "[{":
                 seg = self._open(c, data, seg, k, out)
             elif c in "]}":
                 seg = self._close(c, data, seg, k, out)

@@ -9,16 +9,11 @@ and the tests rely on these names and fields.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, Union
+from typing import Any, ClassVar, Literal, Union, get_args
 
 ActionType = Literal["tool", "agent", "relic", "workflow", "llm", "internal"]
 ActionMode = Literal["sync", "async", "fire_and_forget"]
 OnError = Literal["fail", "skip", "retry"]
-
-ACTION_TYPES: frozenset[str] = frozenset(("tool", "agent", "relic", "workflow", "llm", "internal"))
-ACTION_MODES: frozenset[str] = frozenset(("sync", "async", "fire_and_forget"))
-ON_ERROR_VALUES: frozenset[str] = frozenset(("fail", "skip", "retry"))
-
 ErrorCode = Literal[
     "invalid_json",
     "body_not_object",
@@ -32,19 +27,32 @@ ErrorCode = Literal[
     "forged_result",
     "too_large",
 ]
-ERROR_CODES: tuple[str, ...] = (
-    "invalid_json",
-    "body_not_object",
-    "missing_name",
-    "duplicate_id",
-    "unknown_type",
-    "unknown_mode",
-    "invalid_field",
-    "truncated_action",
-    "action_after_final",
-    "forged_result",
-    "too_large",
-)
+
+# The runtime values are read off the types, so a new code or type is written once.
+ACTION_TYPES: frozenset[str] = frozenset(get_args(ActionType))
+ACTION_MODES: frozenset[str] = frozenset(get_args(ActionMode))
+ON_ERROR_VALUES: frozenset[str] = frozenset(get_args(OnError))
+ERROR_CODES: tuple[str, ...] = get_args(ErrorCode)
+
+#: The vocabulary the package re-exports (``cortex_jupyter.protocol``).
+__all__ = [
+    "ACTION_MODES",
+    "ACTION_TYPES",
+    "ERROR_CODES",
+    "Action",
+    "ActionReady",
+    "ActionStart",
+    "ContextFeedEvent",
+    "Event",
+    "ProtocolError",
+    "ResponseDelta",
+    "ResponseEnd",
+    "TextDelta",
+    "ThoughtDelta",
+    "ThoughtEnd",
+    "action_to_dict",
+    "event_to_dict",
+]
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,14 +16,15 @@ from typing import Any, Final
 from .base import RESPONSE, THOUGHT, TOP, Parser
 from .calls import CallScanner
 from .events import Event, ResponseEnd, ThoughtEnd
-from .tags import NEED, _Need
+from .tags import NEED, Need
 
 _MARKER = re.compile(r"§(think|calls|execute|respond|end)(:?)", re.IGNORECASE)
 _NAMES: Final = ("think", "calls", "execute", "respond", "end")
+_SIGIL = re.compile("§")
 _WHOLE_MARKER = re.compile(r"§(think|calls|execute|respond|end):?\Z", re.IGNORECASE)
 
 
-def marker_at(s: str, k: int) -> tuple[str, int] | _Need | None:
+def marker_at(s: str, k: int) -> tuple[str, int] | Need | None:
     """At ``s[k] == "§"``: (marker name, end index), NEED (could be one) or None."""
     m = _MARKER.match(s, k)
     if m is None:
@@ -41,7 +42,7 @@ def marker_at(s: str, k: int) -> tuple[str, int] | _Need | None:
     return m.group(1).lower(), end
 
 
-def _is_marker(s: str, k: int) -> bool | _Need:
+def _is_marker(s: str, k: int) -> bool | Need:
     found = marker_at(s, k)
     return found if found is NEED else found is not None
 
@@ -56,12 +57,13 @@ class SigilParser(Parser):
         self._calls: CallScanner | None = None
 
     def feed(self, chunk: str) -> list[Event]:
-        if self._closed or not isinstance(chunk, str):
-            self._check_open(chunk)
-        if self._buf:
-            chunk = self._buf + chunk
-            self._buf = ""
+        if self._buf or self._closed or chunk.__class__ is not str:
+            chunk = self._with_held(chunk)  # (most chunks need none of it)
         out: list[Event] = []
+        if self._calls is None and "§" not in chunk:  # most chunks: text alone
+            if chunk:
+                self._emit(chunk, out)
+            return out
         pos = 0
         n = len(chunk)
         while pos < n:
@@ -93,23 +95,11 @@ class SigilParser(Parser):
         return out
 
     def _read_text(self, data: str, pos: int, out: list[Event]) -> int:
-        start = search = pos
-        while True:
-            i = data.find("§", search)
-            if i < 0:
-                self._emit(data[start:] if start else data, out)
-                return len(data)
-            found = marker_at(data, i)
-            if found is None:
-                search = i + 1
-                continue
-            if i > start:
-                self._emit(data[start:i], out)
-            if found is NEED:
-                self._buf = data[i:]
-                return len(data)
-            assert isinstance(found, tuple)
-            return self._on_marker(*found, out)
+        _, found = self._text_until(data, pos, out, _SIGIL, marker_at)
+        if found is None or found is NEED:
+            return len(data)
+        assert isinstance(found, tuple)
+        return self._on_marker(*found, out)
 
     def _on_marker(self, name: str, end: int, out: list[Event]) -> int:
         self._close_section(out, name)

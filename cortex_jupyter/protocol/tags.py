@@ -58,7 +58,7 @@ class Tag:
     text: str = ""  # the tag as written
 
 
-class _Need:
+class Need:
     __slots__ = ()
 
     def __repr__(self) -> str:
@@ -66,7 +66,7 @@ class _Need:
 
 
 #: The text at the ``<`` could still become a known tag: wait for more input.
-NEED: Final = _Need()
+NEED: Final = Need()
 
 
 def _name_src(name: str) -> str:
@@ -124,6 +124,32 @@ class _TagSet:
         return self.attrs_partial.match(s, i) is not None
 
 
+#: Characters that continue a tag name, an attribute name or an unquoted value.
+_NAME_CHARS = re.compile(r"[\w:.-]+\Z")
+
+
+def still_partial(buf: str, chunk: str, data: str) -> bool:
+    """Whether ``data`` (``buf``, a possible opening tag already found partial, plus
+    ``chunk``, which holds no ``<`` or ``>``) is still one, without the partial-tag
+    pattern (a regex over the whole tag on every character of it). Two cases are
+    certain: inside a double-quoted value (no single quote anywhere, an odd number of
+    double quotes; the chunk adds none), and name characters past the tag name
+    continuing a name or a value (not after a quote, a slash or whitespace).
+    Anything else is left to the pattern (``False``)."""
+    if len(data) >= MAX_TAG or buf[1:2] == "/":
+        return False
+    if '"' not in chunk and "'" not in data and data.count('"') & 1:
+        return True
+    last = buf[-1]
+    return (
+        last not in "\"'/"
+        and not last.isspace()  # what a new word may be depends on the tag
+        # past the tag name (rarer whitespace is left to the pattern, as above)
+        and (" " in buf or "\n" in buf or "\t" in buf)
+        and _NAME_CHARS.match(chunk) is not None
+    )
+
+
 _compiled: dict[frozenset[str], _TagSet] = {}
 
 
@@ -134,7 +160,7 @@ def tag_set(known: frozenset[str]) -> _TagSet:
     return found
 
 
-def scan_tag(s: str, i: int, known: frozenset[str]) -> Tag | _Need | None:
+def scan_tag(s: str, i: int, known: frozenset[str]) -> Tag | Need | None:
     """Classify the text at ``s[i] == "<"`` against the tag names in ``known``."""
     tags = tag_set(known)
     if s.find(">", i) >= 0:
@@ -196,7 +222,7 @@ class Closer:
             tail = rf"{re.escape(char)}(?:{tail})?"
         self.partial = re.compile(rf"<(?:/(?:\s*(?:{tail})?)?)?\Z", re.IGNORECASE)
 
-    def at(self, s: str, k: int) -> int | _Need | None:
+    def at(self, s: str, k: int) -> int | Need | None:
         # The plain tag (or a plain prefix at the end of the chunk) first: it is by far
         # the commonest, and cheaper to check than the patterns.
         literal = self.literal
@@ -243,7 +269,7 @@ _ORPHAN_PARTIAL = re.compile(
 )
 
 
-def orphan_final(s: str, i: int) -> tuple[bool, int] | _Need | None:
+def orphan_final(s: str, i: int) -> tuple[bool, int] | Need | None:
     """At ``s[i]``: (final, end) of a ``final="..."> `` left without its ``<response``."""
     m = _ORPHAN_FINAL.match(s, i)
     if m is not None:

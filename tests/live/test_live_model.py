@@ -25,7 +25,7 @@ from cortex_jupyter.session import CortexRunError, session_for
 
 pytestmark = pytest.mark.live
 
-#: Every way a run can end (runtime/loop/turns.py and scheduler.py).
+#: Every way a run can end (runtime/loop/turns.py and runtime/scheduler/dispatch.py).
 RUN_ENDINGS = {"completed", "truncated", "interrupted", "failed", "turn_limit", "cancelled"}
 
 

@@ -24,7 +24,8 @@ from cortex_jupyter.protocol import (
 )
 from cortex_jupyter.protocol.events import Event
 from cortex_jupyter.protocol.tags import tag_set
-from cortex_jupyter.protocol.xml import _THOUGHT_CLOSE, TABLES
+from cortex_jupyter.protocol.xml import TABLES
+from cortex_jupyter.protocol.xml.dialects import THOUGHT_CLOSE as _THOUGHT_CLOSE
 
 
 def feed_each(parser: Parser, text: str) -> list[Event]:

@@ -157,7 +157,7 @@ def test_the_fast_partial_tag_check_agrees_with_the_pattern(
     head: str, tail: str, cut: int, size: int
 ) -> None:
     from cortex_jupyter.protocol import Parser
-    from cortex_jupyter.protocol.xml import _still_partial
+    from cortex_jupyter.protocol.tags import still_partial as _still_partial
 
     pending = Parser(dialect="cortex")._pending  # type: ignore[attr-defined]
     text = head + tail

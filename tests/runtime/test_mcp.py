@@ -1,4 +1,4 @@
-"""Tools from MCP servers (runtime/integrations/mcp.py), against real servers these tests start.
+"""Tools from MCP servers (runtime/integrations/mcp/), against real servers these tests start.
 
 ``tests/mcp_servers/demo.py`` (the SDK's ``MCPServer``, once ``FastMCP``) runs over stdio
 and over streamable HTTP on 127.0.0.1; the reference server

@@ -1,8 +1,8 @@
-"""The tag dialects: cortex (``<thought>``/``<action>``/``<response>``), cogency and hermes.
+"""The tag dialects' state machine: one parser for cortex, cogency and hermes.
 
-One state machine serves all three, with a table of which tags mean something in
-each state; ``auto`` starts with the tables merged and narrows to one at the first
-tag that only one dialect has (or hands over to the sigil parser at a ``§`` marker).
+Which tags each dialect knows is data (``dialects``); this is what the parser does
+with them as text streams in, a chunk (often a character) at a time, with fast paths
+for the commonest chunks (see ``XmlParser.feed``).
 
 **Finality.** A cortex ``<response>`` without ``final`` is final unless the reply
 goes on to write actions; then it was an interim message. Its deltas carry
@@ -12,56 +12,28 @@ end of the stream. A thought, a feed or loose text after it decide nothing. An
 explicit ``final="true"`` is final at its closing tag (later actions are
 ``action_after_final``); ``final="false"`` is interim at once. Cogency's
 ``<respond>`` waits the same way (``<end>`` or the end of the stream make it final;
-``<execute>``, ``<think>`` or another ``<respond>`` interim).
-
-**Hermes** (Qwen, Hermes and many local models): ``<think>`` is the thought,
-``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` one tool action (a
-generated id, async) started at its closing tag, and all other text is the response,
-decided like a cortex response without ``final``: final when no tool call follows
-it. ``<tool_response>`` written by the model is a forgery. A reply may start inside
-its thought with no ``<think>`` (a chat template that writes the opener into the prompt,
-as Qwen3's does): text before a lone ``</think>`` is the thought. So the leading text
-of a hermes reply is held until it is decided: a ``</think>`` makes it the thought,
-any other tag or the end of the stream makes it what it is without one (past
-``OPENERLESS_HOLD`` characters it is let go as that, and a later ``</think>`` is text).
+``<execute>``, ``<think>`` or another ``<respond>`` interim). Hermes's loose text is
+its response, decided in the same way.
 
 **Recovered sloppiness.** A reply whose loose text starts with the rest of a
 response opener (`` final="true">Tests pass.</response>``: the ``<response`` got lost)
 opens that response; nothing else is guessed. ``<turn>`` blocks a model writes
-(``<turn role="user">`` with made-up results) are forgeries like ``<result>``.
-Markdown fences around real tags are loose text and the tags inside still count.
+(``<turn role="user">`` with made-up results) are forgeries like ``<result>``
+(``forged``). Markdown fences around real tags are loose text and the tags inside
+still count.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Final
 
-from .actions import (
-    SOURCE_HEAD,
-    action_fields,
-    action_kind,
-    build_action,
-    clipped,
-    quote,
-    with_source,
-)
-from .base import (
-    FEED,
-    RESPONSE,
-    THOUGHT,
-    TOP,
-    Parser,
-    new_event,
-    set_response_final,
-    set_response_text,
-    set_thought_text,
-)
-from .calls import CallScanner
-from .events import (
-    ActionReady,
+from ..actions import SOURCE_HEAD, action_kind, clipped, quote, with_source
+from ..base import FEED, RESPONSE, THOUGHT, TOP, Parser
+from ..calls import CallScanner
+from ..deltas import new_event, set_response_final, set_response_text, set_thought_text
+from ..events import (
     ActionStart,
     ContextFeedEvent,
     Event,
@@ -71,123 +43,26 @@ from .events import (
     ThoughtDelta,
     ThoughtEnd,
 )
-from .tags import (
-    MAX_TAG,
-    NEED,
-    Closer,
-    Tag,
-    _Need,
-    closer,
-    orphan_final,
-    scan_tag,
-    tag_set,
-)
+from ..jsonscan import JsonString
+from ..tags import NEED, Need, Tag, closer, orphan_final, scan_tag, still_partial, tag_set
+from . import dialects
+from .drafts import ACTION_CLOSE, TOOL_CALL_CLOSE, Draft
+from .forged import Echo, ForgedBlock
 
 # Parser states (where the next character goes).
 S_TEXT, S_ACTION, S_CALLS, S_FORGED = 0, 1, 2, 3
 
-_THOUGHT_OPEN = frozenset(("thought", "think", "thinking"))
-_THOUGHT_CLOSE = frozenset(("/thought", "/think", "/thinking"))
-# <tool_response> is what chat templates wrap native results in: a model that echoes one
-# (hermes, or native tool calls in any dialect) forges a result just as with <result>.
-_FORGED = frozenset(("result", "results", "turn", "tool_response"))
-_HERMES_FORGED = _FORGED
-#: Every tag that opens a forged block in some dialect.
-FORGED_TAGS: Final = _HERMES_FORGED
-#: Forged results inside a response: the answer never quotes a result the run did not
-#: produce (a <turn> there is prose about a conversation, kept as text).
-_RESPONSE_FORGED = frozenset(("result", "results", "tool_response"))
-
-#: Which tags mean something, per dialect and per text sink.
-TABLES: Final[dict[str, dict[int, frozenset[str]]]] = {
-    "cortex": {
-        TOP: _THOUGHT_OPEN | _FORGED | {"action", "response", "context_feed"},
-        THOUGHT: _THOUGHT_CLOSE | _FORGED | {"action"},
-        RESPONSE: _RESPONSE_FORGED | {"/response"},
-        FEED: frozenset({"/context_feed"}),
-    },
-    "cogency": {
-        TOP: _THOUGHT_OPEN | _FORGED | {"execute", "respond", "end", "/end"},
-        THOUGHT: _THOUGHT_CLOSE | _FORGED | {"execute"},
-        RESPONSE: _RESPONSE_FORGED | {"/respond"},
-        FEED: frozenset(),
-    },
-    "hermes": {
-        TOP: _THOUGHT_OPEN | _HERMES_FORGED | {"tool_call"},
-        THOUGHT: _THOUGHT_CLOSE | _HERMES_FORGED | {"tool_call"},
-        RESPONSE: frozenset(),
-        FEED: frozenset(),
-    },
-}
-TABLES["auto"] = {
-    sink: TABLES["cortex"][sink] | TABLES["cogency"][sink] | TABLES["hermes"][sink]
-    for sink in (TOP, THOUGHT, RESPONSE, FEED)
-}
-_CORTEX_ONLY = frozenset(("thought", "thinking", "action", "response", "context_feed"))
-_COGENCY_ONLY = frozenset(("execute", "respond", "end", "/end"))
-_HERMES_ONLY = frozenset(("tool_call",))
-
-#: Characters of a hermes reply's leading text held while a lone ``</think>`` may still
-#: make it the thought (see the module docstring).
-OPENERLESS_HOLD = 65_536
-
 _NOT_TAG_START = frozenset(" \t\r\n=<>0123456789-")
 _BODY_SPECIAL = re.compile(r'["<]')
-_STRING_SPECIAL = re.compile(r'["\\]')
 _VISIBLE = re.compile(r"\S")
-_ACTION_CLOSE = closer("action")
-_TOOL_CALL_CLOSE = closer("tool_call")
 _EXECUTE_CLOSE = closer("execute")
 _FALSE = frozenset(("false", "0", "no"))
 _TRUE = frozenset(("true", "1", "yes", ""))
-
-
-@dataclass(slots=True)
-class _Draft:
-    """The action being read, as its opening tag described it."""
-
-    id: str
-    open_text: str  # the opening tag as written
-    closer: Closer
-    in_thought: bool = False
-    type: str = "tool"
-    mode: str = "async"
-    call: bool = False  # a hermes <tool_call>: the body is {"name", "arguments"}
-    name: str | None = None  # the tag's name attribute: the body is the parameters
-    problem: str | None = None  # the tag contradicts itself
-    skip: ProtocolError | None = None  # refused at the tag (duplicate id, after final)
-    original_id: str | None = None
-
 
 #: Fast paths share the delta of a chunk this short (see XmlParser._update_fast) ...
 SHARED_DELTA_CHARS: Final = 4
 #: ... while its block kind's table holds fewer deltas than this.
 SHARED_DELTAS: Final = 1024
-
-#: Characters that continue a tag name, an attribute name or an unquoted value.
-_NAME_CHARS = re.compile(r"[\w:.-]+\Z")
-
-
-def _still_partial(buf: str, chunk: str, data: str) -> bool:
-    """Whether ``data`` (``buf``, a possible opening tag already found partial, plus
-    ``chunk``, which holds no ``<`` or ``>``) is still one, without the partial-tag
-    pattern (a regex over the whole tag on every character of it). Two cases are
-    certain: inside a double-quoted value (no single quote anywhere, an odd number of
-    double quotes; the chunk adds none), and name characters past the tag name
-    continuing a name or a value (not after a quote, a slash or whitespace).
-    Anything else is left to the pattern."""
-    if len(data) >= MAX_TAG or buf[1:2] == "/":
-        return False
-    if '"' not in chunk and "'" not in data and data.count('"') & 1:
-        return True
-    last = buf[-1]
-    return (
-        last not in "\"'/"
-        and not last.isspace()  # what a new word may be depends on the tag
-        # past the tag name (rarer whitespace is left to the pattern, as above)
-        and (" " in buf or "\n" in buf or "\t" in buf)
-        and _NAME_CHARS.match(chunk) is not None
-    )
 
 
 class XmlParser(Parser):
@@ -202,7 +77,7 @@ class XmlParser(Parser):
         self._held_parts: list[str] = []
         self._held_len = 0
         if self._opener_less:
-            self._known = self._tables[TOP] | _THOUGHT_CLOSE
+            self._known = self._tables[TOP] | dialects.THOUGHT_CLOSE
             # Only a hermes parser pays for the hold, and only until it is decided.
             self._emit = self._hold_leading  # type: ignore[method-assign]
         self._state = S_TEXT
@@ -210,38 +85,30 @@ class XmlParser(Parser):
         self._pending = tag_set(self._known)  # for a tag still arriving
         self._in_thought = False  # an action or forged block interrupted a thought
         # the action being read
-        self._draft = _Draft("", "", _ACTION_CLOSE)
+        self._draft = Draft("", "", ACTION_CLOSE)
         self._act_parts: list[str] = []
         self._act_room = self._max_action  # characters the body may still take
         self._act_big = False
         self._act_head = ""  # the start of a body too large to keep
-        # Fast paths 1 and 3 share deltas (see _update_fast): the current block's table,
+        # Fast paths 1 and 2 share deltas (see _update_fast): the current block's table,
         # and the tables for thoughts and for responses by their finality.
         self._thought_deltas: dict[str, Event] = {}
         self._response_deltas: tuple[dict[str, Event], dict[str, Event]] = ({}, {})
         self._deltas = self._thought_deltas
         self._closing = ""  # fast path 5: the plain closing tag of the action being read
         self._closing_len = 0
-        self._in_str = False
-        self._esc = False
-        # a forged block (<result>, <turn>, ...) being skipped
-        self._forged_open = ""
-        self._forged_close = ""
-        self._forged_name = ""
-        self._forged_parts: list[str] = []
-        self._forged_len = 0
-        # a result block quoted inside a response: its text so far (see _open_echo)
-        self._echo: list[str] | None = None
-        self._echo_close = ""
+        self._string = JsonString()  # where the action body's JSON stands
+        self._forged: ForgedBlock | None = None  # a forged block being skipped
+        self._echo: Echo | None = None  # a result block quoted inside a response
         self._calls: CallScanner | None = None
         self._feed_id = ""
         self._feed_open = ""
         self._response_deferred = False  # the open response's finality waits (see above)
         self._tag_so_far: str | None = None  # a held tag the fast path found partial
         self._on: dict[str, Callable[[Tag, list[Event]], None]] = {
-            **dict.fromkeys(_THOUGHT_OPEN, self._open_thought),
-            **dict.fromkeys(_THOUGHT_CLOSE, self._close_thought),
-            **dict.fromkeys(FORGED_TAGS, self._open_forged),
+            **dict.fromkeys(dialects.THOUGHT_OPEN, self._open_thought),
+            **dict.fromkeys(dialects.THOUGHT_CLOSE, self._close_thought),
+            **dict.fromkeys(dialects.FORGED_TAGS, self._open_forged),
             "action": self._open_action,
             "tool_call": self._open_tool_call,
             "execute": self._open_calls,
@@ -251,7 +118,7 @@ class XmlParser(Parser):
             "/respond": self._close_response,
             "context_feed": self._open_feed,
             "/context_feed": self._close_feed,
-            **dict.fromkeys(("/" + name for name in _RESPONSE_FORGED), self._close_echo),
+            **dict.fromkeys(("/" + name for name in dialects.RESPONSE_FORGED), self._close_echo),
             "end": self._on_end,
             "/end": self._on_end,
         }
@@ -270,12 +137,17 @@ class XmlParser(Parser):
         # each branch does the least that keeps its answer the slow path's answer.
         fast = self._fast
         if fast and chunk.__class__ is str:
-            if fast == 1:  # thought text: most chunks of most replies
+            if fast <= 2:  # thought (1) or response (2) text: most chunks of most replies
                 deltas = self._deltas
                 event = deltas.get(chunk)
                 if event is None and "<" not in chunk and chunk:
-                    event = new_event(ThoughtDelta)
-                    set_thought_text(event, chunk)
+                    if fast == 1:
+                        event = new_event(ThoughtDelta)
+                        set_thought_text(event, chunk)
+                    else:  # a response's deltas carry its finality
+                        event = new_event(ResponseDelta)
+                        set_response_text(event, chunk)
+                        set_response_final(event, self._response_final)
                     if len(chunk) <= SHARED_DELTA_CHARS and len(deltas) < SHARED_DELTAS:
                         deltas[chunk] = event
                 if event is not None:
@@ -283,11 +155,15 @@ class XmlParser(Parser):
                     if room >= 0:
                         self._text_room = room
                         return [event]
-            elif fast == 2:
+            elif fast == 3:  # an action body
                 # Without backslashes each quote flips "inside a string"; a "<" can
                 # only end the body outside one. Most chunks hold neither quote nor
                 # backslash (a model's JSON, one token at a time): they only add up.
-                if '"' not in chunk and "\\" not in chunk and ("<" not in chunk or self._in_str):
+                if (
+                    '"' not in chunk
+                    and "\\" not in chunk
+                    and ("<" not in chunk or self._string.inside)
+                ):
                     room = self._act_room - len(chunk)
                     if room >= 0:
                         self._act_room = room
@@ -295,38 +171,25 @@ class XmlParser(Parser):
                         return []
                 elif "\\" not in chunk:
                     quotes = chunk.count('"')
-                    if "<" not in chunk or (not quotes and self._in_str):
+                    if "<" not in chunk or (not quotes and self._string.inside):
                         room = self._act_room - len(chunk)
                         if room >= 0:
                             self._act_room = room
                             self._act_parts.append(chunk)
                             if quotes & 1:
-                                self._in_str = not self._in_str
+                                string = self._string
+                                string.inside = not string.inside
                             return []
-            elif fast == 3:  # response text: as thought text, with its finality
-                deltas = self._deltas
-                event = deltas.get(chunk)
-                if event is None and "<" not in chunk and chunk:
-                    event = new_event(ResponseDelta)
-                    set_response_text(event, chunk)
-                    set_response_final(event, self._response_final)
-                    if len(chunk) <= SHARED_DELTA_CHARS and len(deltas) < SHARED_DELTAS:
-                        deltas[chunk] = event
-                if event is not None:
-                    room = self._text_room - len(chunk)
-                    if room >= 0:
-                        self._text_room = room
-                        return [event]
             elif fast == 4:
                 # An opening or closing tag still arriving in text: it stays a possible
                 # tag while it fits. A known name's prefix ("<act", "</thou") is a set
-                # lookup; past the name, _still_partial and then the pattern decide.
+                # lookup; past the name, still_partial and then the pattern decide.
                 if ">" not in chunk and "<" not in chunk:
                     buf = self._buf
                     data = buf + chunk
                     if (
                         data in self._pending.heads
-                        or (buf is self._tag_so_far and _still_partial(buf, chunk, data))
+                        or (buf is self._tag_so_far and still_partial(buf, chunk, data))
                         or self._pending.is_partial(data, 0)
                     ):
                         self._buf = self._tag_so_far = data
@@ -338,11 +201,8 @@ class XmlParser(Parser):
                 if len(data) < self._closing_len and self._closing.startswith(data):
                     self._buf = data
                     return []
-        if self._closed or chunk.__class__ is not str:
-            self._check_open(chunk)
-        if self._buf:
-            chunk = self._buf + chunk
-            self._buf = ""
+        if self._buf or self._closed or chunk.__class__ is not str:
+            chunk = self._with_held(chunk)  # (most chunks need none of it)
         out: list[Event] = []
         pos = 0
         n = len(chunk)
@@ -354,11 +214,11 @@ class XmlParser(Parser):
     def _update_fast(self) -> None:
         """Which fast path (if any) the next chunk may take; see ``feed``.
 
-        In the order ``feed`` tries them (by frequency): 1, text in a thought that has
-        shown something; 2, an action body; 3, text in a response (for 1 and 3
-        ``_deltas`` is the block's table of shared deltas, see below); 4, a tag
-        arriving in text (``_pending`` holds its patterns); 5, an action's closing
-        tag arriving.
+        In the order ``feed`` tries them: 1, text in a thought that has shown
+        something, and 2, text in a response (for both ``_deltas`` is the block's
+        table of shared deltas, see below; one comparison finds either); 3, an action
+        body; 4, a tag arriving in text (``_pending`` holds its patterns); 5, an
+        action's closing tag arriving.
 
         Deltas are immutable, so equal ones may be one object: a short chunk seen
         again in the same kind of block (a character, a common token) gets the delta
@@ -385,9 +245,9 @@ class XmlParser(Parser):
                     fast = 1
                 elif sink == RESPONSE and self._echo is None:  # not inside a forged block
                     self._deltas = self._response_deltas[self._response_final]
-                    fast = 3
-        elif state == S_ACTION and not self._act_big and not self._esc:
-            fast = 2
+                    fast = 2
+        elif state == S_ACTION and not self._act_big and not self._string.escaped:
+            fast = 3
         self._fast = fast
 
     def close(self) -> list[Event]:
@@ -413,7 +273,8 @@ class XmlParser(Parser):
             self._calls.add_tail(held, out)
             self._end_calls(out)
         elif state == S_FORGED:
-            self._keep_forged(held)
+            assert self._forged is not None
+            self._forged.keep(held)
             self._end_forged(out, "")
         elif held:
             self._emit(held, out)
@@ -442,7 +303,7 @@ class XmlParser(Parser):
             i = data.find("<", search)
             if i < 0:
                 if self._echo is not None:
-                    self._echo.append(data[start:])
+                    self._echo.add(data[start:])
                 self._emit(data[start:] if start else data, out)
                 return len(data)
             # Most "<" in prose ("x < 3") cannot start a tag: reject without scanning.
@@ -452,7 +313,7 @@ class XmlParser(Parser):
                 continue
             if i > start:
                 if self._echo is not None:
-                    self._echo.append(data[start:i])
+                    self._echo.add(data[start:i])
                 self._emit(data[start:i], out)
             if tag is NEED:
                 self._buf = data[i:]
@@ -487,7 +348,7 @@ class XmlParser(Parser):
         """``_emit`` while a hermes reply's leading text is undecided."""
         self._held_parts.append(text)
         self._held_len += len(text)
-        if self._held_len > OPENERLESS_HOLD:
+        if self._held_len > dialects.OPENERLESS_HOLD:
             self._decide_opener_less(False, out)
 
     def _decide_opener_less(self, thought: bool, out: list[Event]) -> None:
@@ -506,26 +367,20 @@ class XmlParser(Parser):
 
     def _on_tag(self, tag: Tag, out: list[Event]) -> int:
         if self._opener_less:
-            lone_close = tag.name in _THOUGHT_CLOSE
+            lone_close = tag.name in dialects.THOUGHT_CLOSE
             self._decide_opener_less(lone_close, out)
             if lone_close and self._sink != THOUGHT:
                 return tag.end  # an empty thought: the tag alone shows nothing
         if self.dialect == "auto":
-            self._decide(tag.name)
+            dialect = dialects.decided_by(tag.name)
+            if dialect is not None:
+                self._set_dialect(dialect)
         self._on[tag.name](tag, out)
         return tag.end
 
-    def _decide(self, name: str) -> None:
-        if name in _CORTEX_ONLY:
-            self._set_dialect("cortex")
-        elif name in _COGENCY_ONLY:
-            self._set_dialect("cogency")
-        elif name in _HERMES_ONLY:
-            self._set_dialect("hermes")
-
     def _set_dialect(self, dialect: str) -> None:
         self.dialect = dialect
-        self._tables = TABLES[dialect]
+        self._tables = dialects.TABLES[dialect]
         self._known = self._tables[self._sink]
         self._loose_response = dialect == "hermes"
         self._orphans = dialect in ("cortex", "auto")
@@ -656,7 +511,7 @@ class XmlParser(Parser):
         in_thought = self._sink == THOUGHT
         if skip is None:
             out.append(ActionStart(action_id, type_, mode, in_thought))
-        draft = _Draft(action_id, tag.text, _ACTION_CLOSE, in_thought, type_, mode)
+        draft = Draft(action_id, tag.text, ACTION_CLOSE, in_thought, type_, mode)
         draft.name = attrs.get("name", "").strip() or None
         draft.problem, draft.skip, draft.original_id = problem, skip, original
         self._begin_body(draft, tag, out)
@@ -665,18 +520,17 @@ class XmlParser(Parser):
         self._resolve_response_end(out, False)  # text before a tool call was interim
         in_thought = self._sink == THOUGHT
         action_id, skip = self._start_call(out, in_thought)
-        draft = _Draft(action_id, tag.text, _TOOL_CALL_CLOSE, in_thought, call=True, skip=skip)
+        draft = Draft(action_id, tag.text, TOOL_CALL_CLOSE, in_thought, call=True, skip=skip)
         self._begin_body(draft, tag, out)
 
-    def _begin_body(self, draft: _Draft, tag: Tag, out: list[Event]) -> None:
+    def _begin_body(self, draft: Draft, tag: Tag, out: list[Event]) -> None:
         self._draft = draft
         self._in_thought = draft.in_thought
         self._act_parts = []
         self._act_room = self._max_action
         self._act_big = False
         self._act_head = ""
-        self._in_str = False
-        self._esc = False
+        self._string = JsonString()
         if tag.self_closing:
             self._finish_action("", "", out)
         else:
@@ -686,38 +540,15 @@ class XmlParser(Parser):
         """Find the closing tag outside JSON strings; keep the body up to it."""
         n = len(data)
         i = pos
-        in_str = self._in_str
-        if self._esc:
-            self._esc = False
-            i += 1
-        while i < n:
-            if in_str:
-                m = _STRING_SPECIAL.search(data, i)
-                if m is None:
-                    break
-                k = m.start()
-                if data[k] == "\\":
-                    if k + 1 >= n:
-                        self._esc = True
-                        break
-                    i = k + 2
-                    continue
-                in_str = False
-                i = k + 1
-                continue
-            m = _BODY_SPECIAL.search(data, i)
-            if m is None:
+        string = self._string
+        while True:
+            k = string.find(data, i, _BODY_SPECIAL)
+            if k < 0:
                 break
-            k = m.start()
-            if data[k] == '"':
-                in_str = True
-                i = k + 1
-                continue
             end = self._draft.closer.at(data, k)
             if end is None:
                 i = k + 1
                 continue
-            self._in_str = False
             self._add_body(data[pos:k], out)
             if end is NEED:
                 self._buf = data[k:]
@@ -725,7 +556,6 @@ class XmlParser(Parser):
             assert isinstance(end, int)
             self._finish_action("".join(self._act_parts), data[k:end], out)
             return end
-        self._in_str = in_str
         self._add_body(data[pos:] if pos else data, out)
         return n
 
@@ -761,32 +591,8 @@ class XmlParser(Parser):
         elif draft.call:
             self._finish_call(body, draft.id, draft.in_thought, out, source)
         else:
-            out.append(self._action_event(body, source))
+            out.append(draft.event(body, source, self._ids))
         self._resume()
-
-    def _action_event(self, body: str, source: str) -> ActionReady | ProtocolError:
-        draft = self._draft
-        fields = action_fields(body, draft.id, draft.name)
-        if isinstance(fields, ProtocolError):
-            return with_source(fields, source)
-        if draft.problem is not None:
-            return ProtocolError(
-                "invalid_field",
-                f"action {draft.id!r}: {draft.problem}. It was not run.",
-                draft.id,
-                source,
-            )
-        result = build_action(
-            fields,
-            action_id=draft.id,
-            type=draft.type,
-            mode=draft.mode,
-            in_thought=draft.in_thought,
-            original_id=draft.original_id,
-        )
-        if isinstance(result, ProtocolError):
-            return with_source(result, source)
-        return ActionReady(self._ids.follow_renames(result), source)
 
     def _close_in_action(self, held: str, out: list[Event]) -> None:
         """End of stream inside an action body: maybe a stray quote hid its end tag."""
@@ -838,7 +644,7 @@ class XmlParser(Parser):
             self._state = S_CALLS
 
     @staticmethod
-    def _execute_end_at(data: str, k: int) -> bool | _Need:
+    def _execute_end_at(data: str, k: int) -> bool | Need:
         end = _EXECUTE_CLOSE.at(data, k)
         return end if end is NEED else end is not None
 
@@ -863,14 +669,10 @@ class XmlParser(Parser):
     # -- forged results ------------------------------------------------------------
 
     def _open_forged(self, tag: Tag, out: list[Event]) -> None:
-        self._forged_name = tag.name
-        self._forged_open = tag.text
-        self._forged_close = "/" + tag.name
-        self._forged_parts = []
-        self._forged_len = 0
         if self._sink == RESPONSE:
             self._open_echo(tag, out)
             return
+        self._forged = ForgedBlock(tag, self._max_action)
         self._in_thought = self._sink == THOUGHT
         if tag.self_closing:
             self._end_forged(out, "")
@@ -878,79 +680,36 @@ class XmlParser(Parser):
             self._state = S_FORGED
 
     def _read_forged(self, data: str, pos: int, out: list[Event]) -> int:
-        known = frozenset((self._forged_close,))
-        search = pos
-        while True:
-            i = data.find("<", search)
-            if i < 0:
-                self._keep_forged(data[pos:])
-                return len(data)
-            tag = scan_tag(data, i, known)
-            if tag is None:
-                search = i + 1
-                continue
-            self._keep_forged(data[pos:i])
-            if tag is NEED:
-                self._buf = data[i:]
-                return len(data)
-            assert isinstance(tag, Tag)
-            self._end_forged(out, tag.text)
-            return tag.end
-
-    def _keep_forged(self, text: str) -> None:
-        # Kept whole up to the action size limit; past it, only its start.
-        room = self._max_action - self._forged_len
-        if room > 0:
-            self._forged_parts.append(text[:room])
-        self._forged_len += len(text)
+        assert self._forged is not None
+        i, tag = self._forged.read(data, pos)
+        if tag is None:
+            return len(data)
+        if tag is NEED:
+            self._buf = data[i:]
+            return len(data)
+        assert isinstance(tag, Tag)
+        self._end_forged(out, tag.text)
+        return tag.end
 
     def _end_forged(self, out: list[Event], close_text: str) -> None:
-        text = "".join(self._forged_parts)
-        self._forged_parts = []
-        if self._forged_len > self._max_action:
-            text = clipped(text[:SOURCE_HEAD], self._max_action)
-        name = self._forged_name
-        what = (
-            "turns of the conversation (the user's messages, results) come only from "
-            "the run, never from the model"
-            if name == "turn"
-            else "results come only from running the actions"
-        )
-        said = f"It said: {quote(text.strip())}" if text.strip() else "It was empty."
-        out.append(
-            ProtocolError(
-                "forged_result",
-                f"ignored a <{name}> block written by the model: {what}. {said}",
-                source=self._forged_open + text + close_text,
-            )
-        )
+        assert self._forged is not None
+        out.append(self._forged.error(close_text))
+        self._forged = None
         self._resume()
 
     def _open_echo(self, tag: Tag, out: list[Event]) -> None:
         """A result block inside a response: the response is the model's own text, so
         it stays text (prose may well name ``<result>``), but a whole block, once its
-        closing tag comes, is flagged as forged: the answer quotes a result the run
-        never produced."""
+        closing tag comes, is flagged as forged (see ``forged``)."""
         self._emit(tag.text, out)
         if tag.self_closing:
             return
-        self._echo = [tag.text]
-        self._echo_close = "/" + tag.name
+        self._echo = Echo(tag.text, tag.name)
         # A later opening tag starts over (an unclosed "`<result>`" in prose is not one).
-        self._known = self._tables[RESPONSE] | {self._echo_close}
+        self._known = self._tables[RESPONSE] | {self._echo.close}
 
     def _close_echo(self, tag: Tag, out: list[Event]) -> None:
         self._emit(tag.text, out)
-        echo, self._echo = self._echo or [""], None
+        echo, self._echo = self._echo or Echo("", tag.name[1:]), None
         self._known = self._tables[self._sink]
-        inner = "".join(echo[1:])
-        name = tag.name[1:]
-        said = f"It said: {quote(inner.strip())}" if inner.strip() else "It was empty."
-        out.append(
-            ProtocolError(
-                "forged_result",
-                f"the response quotes a <{name}> block the model wrote itself: results "
-                f"come only from running the actions. {said}",
-                source=echo[0] + inner + tag.text,
-            )
-        )
+        out.append(echo.error(tag))
