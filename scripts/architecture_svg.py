@@ -20,9 +20,10 @@ OUT = Path(__file__).resolve().parents[1] / "docs" / "images" / "architecture.sv
 # Top to bottom: each row imports only the rows below it. A row may hold boxes side by side
 # (independent of each other). (folder, what it holds)
 LAYERS: list[list[tuple[str, str]]] = [
-    [("magic", "%%cortex / %cortex: parse arguments, call the session")],
+    [("magic", "%%cortex / %cortex: parse arguments, call the session or a command")],
+    [("commands", "the work of %cortex vars, views, mcp, cluster, local, eval, save")],
     [
-        ("session", "one cell: namespace, model, run and view wired together"),
+        ("session/", "one cell: agent, reachable names, views, record"),
         ("evaluation · local · mcp", "evaluate(); the local server; notebook MCP"),
     ],
     [
