@@ -88,8 +88,9 @@ step() {
     local name=$1
     shift
     say "$name"
-    local status=0
+    local status=0 start=$SECONDS
     "$@" || status=$?
+    printf '    (%s: %d s)\n' "$name" $((SECONDS - start)) >&2
     if [[ $status -eq 5 && $1 == pytest ]]; then
         printf 'error: pytest collected no tests; that counts as a failure.\n' >&2
     fi
@@ -110,4 +111,4 @@ if [[ ${#failed[@]} -gt 0 ]]; then
     printf 'FAILED: %s\n' "${failed[@]}" >&2
     exit 1
 fi
-say "all checks passed"
+say "all checks passed in $SECONDS s"
