@@ -551,7 +551,7 @@ class Scheduler:
             return functools.partial(self._run_llm, spec, model, args, kwargs)
         if spec.type == "internal":
             kwargs["feeds"] = self.feeds
-        return functools.partial(self._call, spec, args, kwargs)
+        return functools.partial(call_tool, spec, args, kwargs, self.limiter)
 
     def _fit_references(
         self, node: ActionNode, action: Action, spec: Any, params: dict[str, Any]
@@ -566,9 +566,6 @@ class Scheduler:
             node.resolved = fitted
             self._note(node, "; ".join(filter(None, [node.note, *notes])))
         return fitted
-
-    async def _call(self, spec: ToolSpec, args: list[Any], kwargs: dict[str, Any]) -> Any:
-        return await call_tool(spec, args, kwargs, self.limiter)
 
     # ---- captured output ------------------------------------------------------------
 
@@ -635,7 +632,7 @@ class Scheduler:
     async def _run_llm(
         self, spec: ToolSpec, model: StreamingModel, args: list[Any], kwargs: dict[str, Any]
     ) -> str:
-        prompt = await self._call(spec, args, kwargs)
+        prompt = await call_tool(spec, args, kwargs, self.limiter)
         messages: list[Message] = (
             [{"role": "user", "content": str(prompt)}] if not isinstance(prompt, list) else prompt
         )
