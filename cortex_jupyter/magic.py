@@ -512,6 +512,7 @@ class CortexMagics(Magics):
             return print(_EVAL.format_help())
         given = _EVAL.parse_args(args)
         return commands.evaluate_dialects(
+            self.session,
             given.model or self.model, given.dialects, n=given.n, constrain=given.constrain,
             max_turns=given.max_turns, temperature=self.temperature,
         )  # fmt: skip

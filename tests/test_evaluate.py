@@ -4,6 +4,7 @@ each count below is known in advance; nothing here judges a real model."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from tests.models.fake_openai_server import (
     finish,
     free_port,
     role,
+    serve,
     texts,
     usage,
 )
@@ -251,3 +253,34 @@ def test_magic_eval_unreachable_prints_one_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("cortex: evaluate: Cannot connect to 127.0.0.1:")
     assert shown is not None and len(shown.tries) == 1
+
+
+@pytest.fixture
+def local_server(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> Iterator[FakeOpenAIServer]:
+    """What ``%cortex local start`` finds: a server answering for ``smollm2``, here the
+    loopback fake, and no OPENAI_* variables (a fresh machine with no key). The cache is a
+    temporary one, so nothing here can reach the user's real local server."""
+    from cortex_jupyter import local
+
+    monkeypatch.setenv("CORTEX_LOCAL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    for running in serve():
+        server = local.Server(running.url, "smollm2", 0, running.port, tmp_path / "log")
+        monkeypatch.setattr(local, "start", lambda port=None, **_: server)
+        yield running
+
+
+def test_magic_eval_asks_the_server_local_start_set_up(
+    ip: InteractiveShell, local_server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ip.run_line_magic("cortex", "local start")
+    local_server.script(*(reply("6912") for _ in range(len(TASKS) + 1)))
+    result: Any = ip.run_line_magic("cortex", "eval --dialects cortex --n 1")
+    assert result is not None and len(result.tries) == len(TASKS)
+    # The cell's way: the same server, the same model name, the local server's key.
+    ip.run_cell_magic("cortex", "", "Add 1234 and 5678.")
+    asked = [(r.json["model"], r.headers.get("authorization")) for r in local_server.requests]
+    assert asked[: len(TASKS)] == [("smollm2", "Bearer local")] * len(TASKS)
+    assert asked[-1] == ("smollm2", "Bearer local")
+    assert "No API key" not in capsys.readouterr().err
