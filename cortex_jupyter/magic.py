@@ -515,6 +515,7 @@ class CortexMagics(Magics):
             self.session,
             given.model or self.model, given.dialects, n=given.n, constrain=given.constrain,
             max_turns=given.max_turns, temperature=self.temperature,
+            max_tokens=given.max_tokens, time_limit=given.time_limit,
         )  # fmt: skip
 
     def _cmd_mcp(self, args: list[str]) -> None:
@@ -532,6 +533,10 @@ _EVAL.add_argument(
 _EVAL.add_argument("--n", "-n", type=int, default=3, help="Tries per task (default 3).")
 _EVAL.add_argument("--constrain", action="store_true", help="Constrained as well.")
 _EVAL.add_argument("--max-turns", type=int, default=4, metavar="N", help="Default 4.")
+_EVAL.add_argument("--max-tokens", type=int, metavar="N", help="Most tokens a reply (512).")
+_EVAL.add_argument(
+    "--time-limit", type=float, metavar="SECONDS", help="Seconds a try may take (120)."
+)
 
 
 def _number(
