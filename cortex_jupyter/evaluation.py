@@ -686,7 +686,6 @@ def evaluate(
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"evaluate: n must be a whole number, at least 1; got {n!r}")
-    _bounds(max_tokens, time_limit)
     chosen = list(TASKS if tasks is None else tasks)
     if not chosen or not all(isinstance(t, Task) for t in chosen):
         raise TypeError("evaluate: tasks must be a non-empty list of cortex_jupyter.Task")
@@ -696,6 +695,7 @@ def evaluate(
         "max_turns": max_turns, "max_tokens": max_tokens, "temperature": temperature
     }  # fmt: skip
     extra.update(options or {})
+    _bounds(extra["max_tokens"], time_limit)  # options= may carry max_tokens too
     result = Evaluation(
         watched.name, len(chosen), n, max_tokens=extra["max_tokens"], time_limit=time_limit
     )

@@ -533,7 +533,7 @@ def stop(name: str = "default") -> Server | None:
 
     The server is shared by every notebook and shell of this user: stopping it here stops
     it for them too. A start in progress elsewhere finishes first (the same lock)."""
-    with _locked(_lock_name(name)):
+    with _locked(_lock_name(name), _say):
         server = _read_state(name)
         if server is not None and _alive(server.pid):
             _terminate(server.pid)

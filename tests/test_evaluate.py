@@ -375,3 +375,14 @@ def test_magic_eval_takes_the_bounds(ip: InteractiveShell, server: FakeOpenAISer
     )
     assert {r.json["max_tokens"] for r in server.requests} == {99}
     assert result.caption.endswith("at most 99 tokens a reply, 30 s a try")
+
+
+def test_max_tokens_in_options_is_checked_and_shown(server: FakeOpenAIServer) -> None:
+    with pytest.raises(ValueError, match="max_tokens must be a whole number, at least 1"):
+        evaluate("fake-model", ["cortex"], n=1, tasks=[ADD], options={"max_tokens": "lots"})
+    server.script(reply("6912"))
+    result = evaluate(
+        "fake-model", ["cortex"], n=1, tasks=[ADD], options={"max_tokens": 77}, progress=quiet
+    )
+    assert server.requests[0].json["max_tokens"] == 77
+    assert "at most 77 tokens a reply" in result.caption
