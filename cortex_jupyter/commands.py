@@ -267,6 +267,7 @@ def local_status() -> None:
 
 
 def evaluate_dialects(
+    session: Session,
     model: str,
     dialects: str,
     *,
@@ -274,15 +275,26 @@ def evaluate_dialects(
     constrain: bool,
     max_turns: int,
     temperature: float | None,
+    max_tokens: int | None,
+    time_limit: float | None,
 ) -> Any:
     """``%cortex eval``: score ``model`` on the built-in tool tasks in each dialect
-    (constrained as well, with ``constrain``); the result, or None if nothing ran."""
+    (constrained as well, with ``constrain``); the result, or None if nothing ran.
+
+    The model is asked where a ``%%cortex`` cell would ask it: at the endpoint the session
+    knows for that name (``%cortex local start``'s server), else ``OPENAI_BASE_URL``."""
     from cortex_jupyter import evaluation
 
+    base_url, api_key = session.endpoints.get(model, (None, None))
+    given: dict[str, Any] = {
+        "max_tokens": max_tokens,
+        "time_limit": time_limit,
+    }  # unset: evaluate()'s bounds
     try:
         return evaluation.evaluate(
             model, dialects, n=n, constrain=(False, True) if constrain else False,
-            max_turns=max_turns, temperature=temperature,
+            base_url=base_url, api_key=api_key, max_turns=max_turns, temperature=temperature,
+            **{name: value for name, value in given.items() if value is not None},
         )  # fmt: skip
     except (TypeError, ValueError) as exc:
         raise UsageError(f"%cortex eval: {str(exc).removeprefix('evaluate: ')}") from None

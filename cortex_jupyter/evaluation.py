@@ -18,9 +18,12 @@ import base64
 import dataclasses
 import functools
 import html
+import importlib
+import math
 import re
 import statistics
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +53,14 @@ _DEFAULT_DIALECTS = ("cortex", "sigil", "cogency", "hermes", "native")
 # The first text of a reply, in the run's events (parser events are recorded as they come).
 _FIRST_TEXT = (_ThoughtDelta, ResponseDelta, TextDelta, ActionStart)
 _CONTENT_CHUNKS = ("text", "reasoning", "refusal", "tool_call_start", "tool_call_ready")
+#: The bounds of an evaluation a user need not know about (both overridable, both in the
+#: table's caption): most tokens per reply, so a model that never stops (SmolLM2 once
+#: wrote 6,500 tokens, four minutes, to the end of its window) cannot hold a try up; and
+#: seconds per try (all its turns and actions), after which the try is cut and counted.
+MAX_TOKENS = 512
+TIME_LIMIT = 120.0
+#: ``Try.status`` of a try cut at the time limit.
+TIMED_OUT = "timeout"
 # Failures of the endpoint itself: every further try would fail the same way.
 _FATAL = frozenset(
     ("CannotConnect", "MissingAPIKey", "AuthenticationFailed", "PermissionDenied", "UnknownModel")
@@ -222,6 +233,8 @@ class Try:
     ``runnable``: the model wrote at least one action and every action ran to ``done``;
     ``malformed``: the run has protocol error events (text the runtime refused);
     ``correct``: the run completed and its answer passes the task's check.
+    ``constrain``: a grammar went with its requests (asked for, and the model took one).
+    ``status`` is the run's, or ``"timeout"`` when the try was cut at the time limit.
     ``first_token`` is the seconds from asking to the first text or call of the first
     reply; ``generating`` the seconds from each reply's first to its last chunk, summed.
     """
@@ -248,7 +261,8 @@ class Row:
     """The tries of one dialect and constraint setting, summed up. Shares are 0..1;
     ``first_token`` is the median over tries; ``tokens_per_second`` is completion
     tokens over the seconds spent generating them. ``note`` says why a setting has no
-    tries (the Agent refused it)."""
+    tries (the Agent refused it), or that a grammar was asked for but none could be sent.
+    ``tries`` are the tries it sums up."""
 
     dialect: str
     constrain: bool
@@ -261,10 +275,16 @@ class Row:
     tokens_per_second: float | None
     statuses: Mapping[str, int] = field(default_factory=dict)
     note: str = ""
+    tries: tuple[Try, ...] = field(default=(), repr=False, compare=False)
 
     @classmethod
     def of(cls, dialect: str, constrain: bool, tries: Sequence[Try], note: str = "") -> Row:
+        """The row of ``tries`` made with ``constrain`` asked for: constrained only if a
+        grammar really went out (a model object may take none)."""
         count = len(tries)
+        if constrain and tries and not any(t.constrain for t in tries):
+            constrain = False
+            note = note or "constrain asked, but the model takes no grammar: unconstrained"
 
         def share(flag: str) -> float:
             return sum(getattr(t, flag) for t in tries) / count if count else 0.0
@@ -280,7 +300,7 @@ class Row:
             tokens,
             statistics.median(firsts) if firsts else None,
             tokens / seconds if tokens and seconds > 0 else None,
-            statuses, note,
+            statuses, note, tuple(tries),
         )  # fmt: skip
 
 
@@ -304,7 +324,11 @@ def _cells(row: Row) -> list[str]:
         f"{row.tokens:,}",
         "-" if row.first_token is None else f"{row.first_token:.2f} s",
         "-" if row.tokens_per_second is None else f"{row.tokens_per_second:.1f}",
-        row.note or ", ".join(f"{k} {v}" for k, v in sorted(row.statuses.items())),
+        "; ".join(
+            part
+            for part in (", ".join(f"{k} {v}" for k, v in sorted(row.statuses.items())), row.note)
+            if part
+        ),
     ]
 
 
@@ -318,12 +342,26 @@ class Evaluation:
     n: int
     rows: list[Row] = field(default_factory=list)
     tries: list[Try] = field(default_factory=list)
+    #: The bounds each try ran under (``None``: none): most tokens per reply, seconds per try.
+    max_tokens: int | None = None
+    time_limit: float | None = None
+
+    @property
+    def caption(self) -> str:
+        """What was run, and under which bounds: the line above the table."""
+        tokens = "no token limit" if self.max_tokens is None else (
+            f"at most {self.max_tokens:,} tokens a reply"
+        )  # fmt: skip
+        seconds = "no time limit" if self.time_limit is None else (
+            f"{self.time_limit:g} s a try"
+        )  # fmt: skip
+        return f"model {self.model} · {self.tasks} tasks × {self.n} tries · {tokens}, {seconds}"
 
     def summary(self) -> str:
-        """A text table: one line per row, under a header."""
+        """A text table: one line per row, under the caption."""
         table = [list(_COLUMNS), *(_cells(row) for row in self.rows)]
         widths = [max(len(line[i]) for line in table) for i in range(len(_COLUMNS))]
-        lines = [f"model {self.model} · {self.tasks} tasks × {self.n} tries"]
+        lines = [self.caption]
         for line in table:
             lines.append("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)))
         return "\n".join(line.rstrip() for line in lines)
@@ -345,7 +383,7 @@ class Evaluation:
         )
         wrong = []
         for row in self.rows:
-            miss = next((t for t in self.tries if _belongs(t, row) and not t.correct), None)
+            miss = next((t for t in row.tries if not t.correct), None)
             if miss is not None:
                 shown = miss.answer.strip() or f"(no answer: {miss.reason or miss.status})"
                 wrong.append(
@@ -360,14 +398,9 @@ class Evaluation:
         )
         chart = _chart(self.rows)
         return (
-            f"<div class='cortex-eval'><p>model <b>{esc(self.model)}</b> · {self.tasks} tasks "
-            f"× {self.n} tries</p><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody>"
-            f"</table>{chart}{details}</div>"
+            f"<div class='cortex-eval'><table><caption>{esc(self.caption)}</caption>"
+            f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{chart}{details}</div>"
         )
-
-
-def _belongs(t: Try, row: Row) -> bool:
-    return t.dialect == row.dialect and t.constrain == row.constrain
 
 
 def _label(row: Row) -> str:
@@ -477,16 +510,19 @@ def _timings(run: Run) -> tuple[float | None, float]:
 
 class _Watched:
     """The model, with the last failure of its stream kept (``failure``): how an
-    unreachable endpoint is told from a model that merely writes badly."""
+    unreachable endpoint is told from a model that merely writes badly; and whether a
+    grammar went with a request since the last ``reset`` (``constrained``)."""
 
     def __init__(self, model: Any) -> None:
         self._model = model
         self.failure: BaseException | None = None
+        self.constrained = False
 
         # The model's own ``stream`` signature shows through (``inspect`` follows
         # ``__wrapped__``): the loop asks it whether the model takes a grammar.
         @functools.wraps(model.stream)
         def stream(messages: Any, **options: Any) -> AsyncIterator[Any]:
+            self.constrained = self.constrained or options.get("constraint") is not None
             return self._watch(model.stream(messages, **options))
 
         self.stream: Callable[..., AsyncIterator[Any]] = stream
@@ -570,9 +606,51 @@ def _agent(
     return Agent(**settings)
 
 
-def _text_progress(done: int, total: int, note: str) -> None:
-    end = "\n" if done >= total else ""
-    print(f"\revaluate: {done}/{total} {note}".ljust(78), end=end, file=sys.stderr, flush=True)
+class _Bar:
+    """The default progress: a bar with the time left, from tqdm (a widget in a notebook,
+    text on stderr in a terminal), or one line on stderr where tqdm is not installed."""
+
+    def __init__(self, total: int) -> None:
+        self._start = time.monotonic()
+        self._bar: Any = None
+        try:
+            auto = importlib.import_module("tqdm.auto")
+        except ImportError:
+            return
+        self._bar = auto.tqdm(total=total, desc="evaluate", unit="try", dynamic_ncols=True)
+
+    def __call__(self, done: int, total: int, note: str) -> None:
+        if self._bar is not None:
+            self._bar.set_postfix_str(note, refresh=False)
+            self._bar.update(done - self._bar.n)
+            return
+        spent = time.monotonic() - self._start
+        left = f", about {spent / done * (total - done):.0f} s left" if done < total else ""
+        end = "\n" if done >= total else ""
+        line = f"\revaluate: {done}/{total} {note}{left}"
+        print(line.ljust(78), end=end, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def _bounds(max_tokens: Any, time_limit: Any) -> None:
+    if max_tokens is not None and (
+        isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
+    ):
+        raise ValueError(
+            f"evaluate: max_tokens must be a whole number, at least 1, or None; got {max_tokens!r}"
+        )
+    if time_limit is not None and (
+        isinstance(time_limit, bool)
+        or not isinstance(time_limit, (int, float))
+        or not math.isfinite(time_limit)
+        or time_limit <= 0
+    ):
+        raise ValueError(
+            f"evaluate: time_limit must be a number of seconds above 0, or None; got {time_limit!r}"
+        )
 
 
 def evaluate(
@@ -585,7 +663,8 @@ def evaluate(
     api_key: str | None = None,
     *,
     max_turns: int = 4,
-    max_tokens: int | None = None,
+    max_tokens: int | None = MAX_TOKENS,
+    time_limit: float | None = TIME_LIMIT,
     temperature: float | None = None,
     options: Mapping[str, Any] | None = None,
     progress: Callable[[int, int, str], None] | bool | None = None,
@@ -596,10 +675,13 @@ def evaluate(
     ``OPENAI_BASE_URL``) with ``api_key`` (default ``OPENAI_API_KEY``), or any model
     object (a ``ScriptModel`` is reset before each try). ``dialects`` are names from
     ``DIALECTS`` (``"native"``: the endpoint's own tool calls). ``tasks`` default to
-    ``TASKS``. ``constrain`` is a bool or both (``(False, True)``): one row per setting.
-    ``options`` are further ``Agent`` settings. ``progress`` is called after each try
-    with (done, total, note); by default a line on stderr says how far it got
-    (``False``: silent). An endpoint that cannot be used at all raises
+    ``TASKS``. ``constrain`` is a bool or both (``(False, True)``): one row per setting;
+    a model that takes no grammar gives an unconstrained row saying so.
+    Each reply is bounded to ``max_tokens`` (512) and each try to ``time_limit`` seconds
+    (120; a try cut there counts as ``timeout``); ``None`` lifts a bound. The table's
+    caption shows both. ``options`` are further ``Agent`` settings. ``progress`` is
+    called after each try with (done, total, note); by default a bar shows how far it got
+    and the time left (``False``: silent). An endpoint that cannot be used at all raises
     ``EndpointUnusable`` with one line, its ``result`` holding what was done before.
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -609,42 +691,91 @@ def evaluate(
         raise TypeError("evaluate: tasks must be a non-empty list of cortex_jupyter.Task")
     settings = _settings(dialects, constrain)
     watched = _Watched(_model(model, base_url, api_key))
-    extra = {"max_turns": max_turns, "max_tokens": max_tokens, "temperature": temperature}
+    extra: dict[str, Any] = {
+        "max_turns": max_turns, "max_tokens": max_tokens, "temperature": temperature
+    }  # fmt: skip
     extra.update(options or {})
-    report = _text_progress if progress is None or progress is True else progress or None
-    result = Evaluation(watched.name, len(chosen), n)
+    _bounds(extra["max_tokens"], time_limit)  # options= may carry max_tokens too
+    result = Evaluation(
+        watched.name, len(chosen), n, max_tokens=extra["max_tokens"], time_limit=time_limit
+    )
     total = len(settings) * len(chosen) * n
-    with anyio.from_thread.start_blocking_portal() as portal:
-        for dialect, constrained in settings:
-            try:
-                agents = [_agent(watched, t, dialect, constrained, extra) for t in chosen]
-            except (TypeError, ValueError) as exc:
-                result.rows.append(Row.of(dialect, constrained, [], note=str(exc)))
-                continue
-            tries: list[Try] = []
-            for _ in range(n):
-                for task, agent in zip(chosen, agents, strict=True):
-                    tried = _one(portal, watched, agent, task, dialect, constrained)
-                    tries.append(tried)
-                    result.tries.append(tried)
-                    if type(watched.failure).__name__ in _FATAL:
-                        result.rows.append(Row.of(dialect, constrained, tries))
-                        raise EndpointUnusable(str(watched.failure), result)
-                    if report is not None:
-                        ran = sum(t.runnable for t in tries)
-                        label = dialect + (" constrained" if constrained else "")
-                        report(len(result.tries), total, f"{label}: {ran}/{len(tries)} runnable")
-            result.rows.append(Row.of(dialect, constrained, tries))
+    bar = _Bar(total) if progress is None or progress is True else None
+    report: Callable[[int, int, str], None] | None = (
+        bar if bar is not None or isinstance(progress, bool) else progress
+    )
+
+    def tick(note: str) -> None:
+        if report is not None:
+            report(len(result.tries), total, note)
+
+    try:
+        with anyio.from_thread.start_blocking_portal() as portal:
+            for dialect, constrained in settings:
+                _setting(portal, watched, result, (dialect, constrained), chosen, extra, tick)
+    finally:
+        if bar is not None:
+            bar.close()
     return result
 
 
+def _setting(
+    portal: Any,
+    watched: _Watched,
+    result: Evaluation,
+    setting: tuple[str, bool],
+    chosen: Sequence[Task],
+    extra: Mapping[str, Any],
+    tick: Callable[[str], None],
+) -> None:
+    """Every try of one dialect and constraint setting, and its row."""
+    dialect, constrained = setting
+    try:
+        agents = [_agent(watched, t, dialect, constrained, extra) for t in chosen]
+    except (TypeError, ValueError) as exc:
+        result.rows.append(Row.of(dialect, constrained, [], note=str(exc)))
+        return
+    tries: list[Try] = []
+    for _ in range(result.n):
+        for task, agent in zip(chosen, agents, strict=True):
+            tried = _one(portal, watched, agent, task, dialect, result.time_limit)
+            tries.append(tried)
+            result.tries.append(tried)
+            if type(watched.failure).__name__ in _FATAL:
+                result.rows.append(Row.of(dialect, constrained, tries))
+                raise EndpointUnusable(str(watched.failure), result)
+            ran = sum(t.runnable for t in tries)
+            label = dialect + (" constrained" if constrained else "")
+            tick(f"{label}: {ran}/{len(tries)} runnable")
+    result.rows.append(Row.of(dialect, constrained, tries))
+
+
 def _one(
-    portal: Any, watched: _Watched, agent: Agent, task: Task, dialect: str, constrained: bool
+    portal: Any,
+    watched: _Watched,
+    agent: Agent,
+    task: Task,
+    dialect: str,
+    time_limit: float | None,
 ) -> Try:
-    """One try: a fresh run of ``task`` (a scripted model starts its script again)."""
+    """One try: a fresh run of ``task`` (a scripted model starts its script again), cut
+    at ``time_limit`` seconds."""
     reset = getattr(watched, "reset", None)
     if callable(reset):
         reset()
     watched.failure = None
-    run = portal.call(agent.run, task.prompt)
-    return measure(run, task, dialect, constrained)
+    watched.constrained = False
+    run, cut = portal.call(_bounded_run, agent, task.prompt, time_limit)
+    tried = measure(run, task, dialect, watched.constrained)
+    if cut:
+        reason = f"cut at the time limit of {time_limit:g} s a try"
+        tried = dataclasses.replace(tried, status=TIMED_OUT, correct=False, reason=reason)
+    return tried
+
+
+async def _bounded_run(agent: Agent, prompt: str, time_limit: float | None) -> tuple[Run, bool]:
+    """The run of ``prompt``, and whether it was cut at ``time_limit`` seconds."""
+    run = Run()
+    with anyio.move_on_after(math.inf if time_limit is None else time_limit) as scope:
+        await agent.run(prompt, run=run)
+    return run, scope.cancel_called

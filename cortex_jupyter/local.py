@@ -152,8 +152,9 @@ def _build_log() -> Path:
 
 
 @contextlib.contextmanager
-def _locked(name: str) -> Iterator[None]:
-    """One build or start at a time across processes (two test runs, a notebook and a shell)."""
+def _locked(name: str, waiting: Progress | None = None) -> Iterator[None]:
+    """One build, or one start or stop, at a time across processes (two notebooks, a test
+    run and a shell); ``waiting`` is told when another process holds the lock."""
     path = cache_dir() / name
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as handle:
@@ -162,7 +163,12 @@ def _locked(name: str) -> Iterator[None]:
         except ImportError:  # Windows: no lock, the atomic rename still keeps the cache whole
             yield
             return
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if waiting is not None:
+                waiting(f"Waiting for another process to finish starting or stopping ({path}).")
+            fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
         finally:
@@ -390,20 +396,27 @@ def start(
     """Start the local server (building it first if needed), or reuse the one running.
 
     It runs detached (its own session, output in a log file in the cache), so it outlives the
-    process that started it until :func:`stop`. ``name`` keeps a second server apart.
+    process that started it until :func:`stop`. There is one per user (its state is in the
+    user cache): every notebook and shell of that user shares it. Starts and stops hold a
+    file lock from the check to the end, so two racing starts leave one server, the second
+    reusing the first's. ``name`` keeps a second server apart.
     """
-    running = status(name)
-    if running is not None:
-        if running.model == model and port in (None, running.port):
-            return running
-        raise LocalServerError(
-            f"a local server already runs at {running.base_url} with model {running.model}; "
-            "stop it first (python -m cortex_jupyter.local stop)."
-        )
-    binary = ensure_built(progress)
-    gguf = find_model(model)
-    with _locked(f"server-{name}.lock"):
+    with _locked(_lock_name(name), progress or _say):
+        running = status(name)
+        if running is not None:
+            if running.model == model and port in (None, running.port):
+                return running
+            raise LocalServerError(
+                f"a local server already runs at {running.base_url} with model "
+                f"{running.model}; stop it first (python -m cortex_jupyter.local stop)."
+            )
+        binary = ensure_built(progress)
+        gguf = find_model(model)
         return _launch(binary, gguf, model, port or _free_port(), name, timeout)
+
+
+def _lock_name(name: str) -> str:
+    return f"server-{name}.lock"
 
 
 def _free_port() -> int:
@@ -516,13 +529,17 @@ def status(name: str = "default") -> Server | None:
 
 
 def stop(name: str = "default") -> Server | None:
-    """Stop the local server (SIGTERM, then SIGKILL); the server that was stopped, or None."""
-    server = _read_state(name)
-    if server is not None and _alive(server.pid):
-        _terminate(server.pid)
-    else:
-        server = None
-    _state_file(name).unlink(missing_ok=True)
+    """Stop the local server (SIGTERM, then SIGKILL); the server that was stopped, or None.
+
+    The server is shared by every notebook and shell of this user: stopping it here stops
+    it for them too. A start in progress elsewhere finishes first (the same lock)."""
+    with _locked(_lock_name(name), _say):
+        server = _read_state(name)
+        if server is not None and _alive(server.pid):
+            _terminate(server.pid)
+        else:
+            server = None
+        _state_file(name).unlink(missing_ok=True)
     return server
 
 

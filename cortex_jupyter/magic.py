@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import shlex
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +33,9 @@ from traitlets import (
     Float,
     Int,
     TraitError,
+    TraitType,
     Unicode,
+    Union,
     observe,
     validate,
 )
@@ -73,6 +76,26 @@ COMMANDS = (
 )
 
 
+class _Finite(Float):  # type: ignore[type-arg]
+    """A ``Float`` setting a person types: a bool, NaN or infinity is refused with
+    ``allowed`` (what it takes) rather than taken as 1.0 or as no limit at all."""
+
+    def __init__(self, default: float | None, allowed: str, **kwargs: Any) -> None:
+        super().__init__(default, **kwargs)
+        self.allowed = allowed
+
+    def validate(self, obj: Any, value: Any) -> Any:
+        if isinstance(value, bool) or (isinstance(value, float) and not math.isfinite(value)):
+            self.error(obj, value, info=self.allowed)
+        return super().validate(obj, value)
+
+
+def _described(trait: TraitType[Any, Any], allowed: str) -> Any:
+    """``trait``, its refusals saying ``allowed`` (what it takes) in words."""
+    trait.info_text = allowed
+    return trait
+
+
 def _flag(name: str, text: str) -> argument:
     """An on/off option of ``%%cortex``: off unless the line names it."""
     return argument(name, action="store_true", help=text)
@@ -92,17 +115,27 @@ class CortexMagics(Magics):
         config=True
     )
     max_turns = Int(10, min=1, help="Most model turns one cell may take.").tag(config=True)
-    temperature = Float(
-        None, allow_none=True, min=0.0, help="Sampling temperature (server default)."
+    temperature = _Finite(
+        None,
+        "a finite number, 0 or more, or None (the server's default)",
+        allow_none=True,
+        min=0.0,
+        help="Sampling temperature (server default).",
     ).tag(config=True)
     chunk_size = Int(16, min=1, help="Characters per chunk in --script mode.").tag(config=True)
-    delay = Float(0.02, min=0.0, help="Seconds between chunks in --script mode.").tag(config=True)
+    delay = _Finite(
+        0.02, "a finite number, 0 or more", min=0.0, help="Seconds between chunks in --script mode."
+    ).tag(config=True)
     native_tools = Bool(False, help="Also offer tools as the endpoint's native tools=.").tag(
         config=True
     )
-    constrain = AnyTrait(
-        False,
-        help="Protocol-constrained decoding: True or 'gbnf' (llama.cpp), 'vllm', False.",
+    constrain = _described(
+        Union(
+            [Bool(), CaselessStrEnum(CONSTRAIN_FORMS)],
+            default_value=False,
+            help="Protocol-constrained decoding: True or 'gbnf' (llama.cpp), 'vllm', False.",
+        ),
+        "True, False, " + " or ".join(map(repr, CONSTRAIN_FORMS)),
     ).tag(config=True)
     context_tokens = Int(
         None,
@@ -115,8 +148,11 @@ class CortexMagics(Magics):
         help="Approval before tools marked approve=True: 'ask', 'allow', 'deny' or a "
         "function (node) -> bool.",
     ).tag(config=True)
-    approve_timeout = Float(
-        None, allow_none=True, help="Seconds to wait for an approval before denying it."
+    approve_timeout = _Finite(
+        None,
+        "a number of seconds above 0, or None (wait as long as it takes)",
+        allow_none=True,
+        help="Seconds to wait for an approval before denying it.",
     ).tag(config=True)
     overwrite = Bool(
         False,
@@ -169,7 +205,7 @@ class CortexMagics(Magics):
             f"(wait as long as it takes), not {value!r}"
         )
 
-    @validate("max_turns", "chunk_size", "context_tokens")
+    @validate("max_turns", "chunk_size", "context_tokens", "live_views")
     def _check_whole_number(self, proposal: Bunch) -> Any:
         value = proposal["value"]
         if isinstance(value, bool):  # an int to traitlets, never a count to a person
@@ -183,6 +219,18 @@ class CortexMagics(Magics):
         if value.strip():
             return value
         raise TraitError(f"CortexMagics.model must name a model, not {value!r}")
+
+    @validate("dask_address")
+    def _check_dask_address(self, proposal: Bunch) -> Any:
+        value = proposal["value"]
+        if not value:  # "" as None: what DASK_SCHEDULER_ADDRESS says, or a local cluster
+            return None
+        if value.strip() and not any(c.isspace() for c in value):
+            return value
+        raise TraitError(
+            f"CortexMagics.dask_address must be a scheduler address such as "
+            f"tcp://host:8786, or None, not {value!r}"
+        )
 
     @observe("dask_address")
     def _dask_address_changed(self, change: Bunch) -> None:
@@ -464,8 +512,10 @@ class CortexMagics(Magics):
             return print(_EVAL.format_help())
         given = _EVAL.parse_args(args)
         return commands.evaluate_dialects(
+            self.session,
             given.model or self.model, given.dialects, n=given.n, constrain=given.constrain,
             max_turns=given.max_turns, temperature=self.temperature,
+            max_tokens=given.max_tokens, time_limit=given.time_limit,
         )  # fmt: skip
 
     def _cmd_mcp(self, args: list[str]) -> None:
@@ -483,6 +533,10 @@ _EVAL.add_argument(
 _EVAL.add_argument("--n", "-n", type=int, default=3, help="Tries per task (default 3).")
 _EVAL.add_argument("--constrain", action="store_true", help="Constrained as well.")
 _EVAL.add_argument("--max-turns", type=int, default=4, metavar="N", help="Default 4.")
+_EVAL.add_argument("--max-tokens", type=int, metavar="N", help="Most tokens a reply (512).")
+_EVAL.add_argument(
+    "--time-limit", type=float, metavar="SECONDS", help="Seconds a try may take (120)."
+)
 
 
 def _number(
@@ -547,6 +601,8 @@ def _coerce(trait: Any, value: str) -> Any:
         if value.lower() not in _BOOLEANS:
             raise ValueError("it takes true or false")
         return _BOOLEANS[value.lower()]
+    if isinstance(trait, Union) and any(isinstance(t, Bool) for t in trait.trait_types):
+        return _BOOLEANS.get(value.lower(), value)  # constrain=true, or a grammar form
     kind = int if isinstance(trait, Int) else float if isinstance(trait, Float) else None
     if kind is None:
         return value
@@ -651,15 +707,14 @@ def _approval(value: Any) -> Any:
     )
 
 
-def _constrain(given: str | None, default: Any) -> bool | str:
-    """``--constrain [FORM]`` or ``CortexMagics.constrain``: False, or a grammar form."""
-    value = default if given is None else given.lower()
+def _constrain(given: str | None, default: bool | str) -> bool | str:
+    """``--constrain [FORM]``, else ``CortexMagics.constrain`` (checked when it was set):
+    False, or a grammar form."""
+    value: bool | str = default if given is None else given.lower()
     if value is True or value is False:
         return "gbnf" if value else False
     if value in CONSTRAIN_FORMS:
         return str(value)
-    where = "--constrain" if given is not None else "CortexMagics.constrain"
     raise UsageError(
-        f"%%cortex: {where} must be {' or '.join(CONSTRAIN_FORMS)} (or True/False for "
-        f"CortexMagics.constrain); got {value!r}."
+        f"%%cortex: --constrain must be {' or '.join(CONSTRAIN_FORMS)}; got {value!r}."
     )

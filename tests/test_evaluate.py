@@ -4,6 +4,9 @@ each count below is known in advance; nothing here judges a real model."""
 
 from __future__ import annotations
 
+import inspect
+import re
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,6 +25,7 @@ from tests.models.fake_openai_server import (
     finish,
     free_port,
     role,
+    serve,
     texts,
     usage,
 )
@@ -94,7 +98,10 @@ def test_summary_has_the_header_and_a_line_per_row(server: FakeOpenAIServer) -> 
     server.script(reply("no idea"))
     result = evaluate("fake-model", "cortex,hermes", n=1, tasks=[ADD], progress=quiet)
     lines = result.summary().splitlines()
-    assert lines[0] == "model fake-model · 1 tasks × 1 tries"
+    # The caption says the bounds each try ran under (issue 25: they were invisible).
+    assert lines[0] == (
+        "model fake-model · 1 tasks × 1 tries · at most 512 tokens a reply, 120 s a try"
+    )
     assert lines[1].split()[:7] == [
         "dialect", "constrain", "replies", "runnable", "malformed", "correct", "tokens",
     ]  # fmt: skip
@@ -251,3 +258,131 @@ def test_magic_eval_unreachable_prints_one_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("cortex: evaluate: Cannot connect to 127.0.0.1:")
     assert shown is not None and len(shown.tries) == 1
+
+
+@pytest.fixture
+def local_server(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> Iterator[FakeOpenAIServer]:
+    """What ``%cortex local start`` finds: a server answering for ``smollm2``, here the
+    loopback fake, and no OPENAI_* variables (a fresh machine with no key). The cache is a
+    temporary one, so nothing here can reach the user's real local server."""
+    from cortex_jupyter import local
+
+    monkeypatch.setenv("CORTEX_LOCAL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    for running in serve():
+        server = local.Server(running.url, "smollm2", 0, running.port, tmp_path / "log")
+        monkeypatch.setattr(local, "start", lambda port=None, _found=server, **_: _found)
+        yield running
+
+
+def test_magic_eval_asks_the_server_local_start_set_up(
+    ip: InteractiveShell, local_server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ip.run_line_magic("cortex", "local start")
+    local_server.script(*(reply("6912") for _ in range(len(TASKS) + 1)))
+    result: Any = ip.run_line_magic("cortex", "eval --dialects cortex --n 1")
+    assert result is not None and len(result.tries) == len(TASKS)
+    # The cell's way: the same server, the same model name, the local server's key.
+    ip.run_cell_magic("cortex", "", "Add 1234 and 5678.")
+    asked = [(r.json["model"], r.headers.get("authorization")) for r in local_server.requests]
+    assert asked[: len(TASKS)] == [("smollm2", "Bearer local")] * len(TASKS)
+    assert asked[-1] == ("smollm2", "Bearer local")
+    assert "No API key" not in capsys.readouterr().err
+
+
+# ---- bounds a user need not know about (issue 25, 3.11) --------------------------------
+
+
+def test_every_reply_is_bounded_unless_told_otherwise(server: FakeOpenAIServer) -> None:
+    server.script(*(reply("6912") for _ in range(3)))
+    evaluate("fake-model", ["cortex"], n=1, tasks=[ADD], progress=quiet)
+    evaluate("fake-model", ["cortex"], n=1, tasks=[ADD], max_tokens=64, progress=quiet)
+    evaluate("fake-model", ["cortex"], n=1, tasks=[ADD], max_tokens=None, progress=quiet)
+    assert [r.json.get("max_tokens") for r in server.requests] == [512, 64, None]
+
+
+def test_a_try_over_its_time_limit_is_cut_and_counted(server: FakeOpenAIServer) -> None:
+    # The first try's reply starts, then the server sends nothing more (it would wait
+    # MAX_WAIT seconds for the client to go); the second try is answered at once.
+    server.script(Stream([role(), *texts("Let me think about", 6)], stall=True), reply("6912"))
+    result = evaluate("fake-model", ["cortex"], n=2, tasks=[ADD], time_limit=0.5, progress=quiet)
+    cut, answered = result.tries
+    assert (cut.status, cut.correct) == ("timeout", False)
+    assert cut.reason == "cut at the time limit of 0.5 s a try"
+    assert server.client_closed.is_set()  # the stalled request was given up, not left open
+    assert (answered.status, answered.correct) == ("completed", True)
+    (row,) = result.rows
+    assert row.statuses == {"completed": 1, "timeout": 1}
+    assert "timeout 1" in result.summary().splitlines()[2]
+
+
+def test_the_caption_shows_the_bounds_given(server: FakeOpenAIServer) -> None:
+    server.script(reply("6912"))
+    result = evaluate(
+        "fake-model", ["cortex"], n=1, tasks=[ADD], max_tokens=2000, time_limit=None,
+        progress=quiet,
+    )  # fmt: skip
+    caption = "model fake-model · 1 tasks × 1 tries · at most 2,000 tokens a reply, no time limit"
+    assert result.summary().splitlines()[0] == caption
+    assert f"<caption>{caption}</caption>" in result._repr_html_()
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        ({"max_tokens": 0}, "max_tokens must be a whole number, at least 1, or None; got 0"),
+        ({"max_tokens": True}, "max_tokens must be a whole number, at least 1, or None"),
+        ({"time_limit": float("nan")}, "time_limit must be a number of seconds above 0"),
+        ({"time_limit": -1}, "time_limit must be a number of seconds above 0, or None; got -1"),
+    ],
+)
+def test_bad_bounds_are_one_line(
+    server: FakeOpenAIServer, given: dict[str, Any], says: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(says)):
+        evaluate("fake-model", ["cortex"], n=1, tasks=[ADD], progress=quiet, **given)
+    assert server.requests == []
+
+
+def test_a_model_that_takes_no_grammar_gives_an_unconstrained_row() -> None:
+    script = ScriptModel(['<response final="true">6912</response>'])
+    assert "constraint" not in inspect.signature(script.stream).parameters
+    result = evaluate(script, ["cortex"], n=1, tasks=[ADD], constrain=True, progress=quiet)
+    (row,) = result.rows
+    assert (row.constrain, row.replies) == (False, 1)
+    assert [t.constrain for t in result.tries] == [False]
+    assert "the model takes no grammar: unconstrained" in row.note
+    line = result.summary().splitlines()[2].split()
+    assert line[:2] == ["cortex", "no"]
+
+
+def test_the_default_progress_is_a_bar_with_the_time_left(
+    server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server.script(reply("6912"), reply("6912"))
+    evaluate("fake-model", ["cortex"], n=2, tasks=[ADD])
+    err = capsys.readouterr().err
+    # tqdm's text bar in a terminal: done/total [elapsed<left, rate], and the latest note
+    assert re.search(r"evaluate: 100%.*\| 2/2 \[\d\d:\d\d<\d\d:\d\d", err), err
+    assert "cortex: 0/2 runnable" in err
+
+
+def test_magic_eval_takes_the_bounds(ip: InteractiveShell, server: FakeOpenAIServer) -> None:
+    server.script(*(reply("6912") for _ in range(len(TASKS))))
+    result: Any = ip.run_line_magic(
+        "cortex", "eval --dialects cortex --n 1 --max-tokens 99 --time-limit 30"
+    )
+    assert {r.json["max_tokens"] for r in server.requests} == {99}
+    assert result.caption.endswith("at most 99 tokens a reply, 30 s a try")
+
+
+def test_max_tokens_in_options_is_checked_and_shown(server: FakeOpenAIServer) -> None:
+    with pytest.raises(ValueError, match="max_tokens must be a whole number, at least 1"):
+        evaluate("fake-model", ["cortex"], n=1, tasks=[ADD], options={"max_tokens": "lots"})
+    server.script(reply("6912"))
+    result = evaluate(
+        "fake-model", ["cortex"], n=1, tasks=[ADD], options={"max_tokens": 77}, progress=quiet
+    )
+    assert server.requests[0].json["max_tokens"] == 77
+    assert "at most 77 tokens a reply" in result.caption

@@ -16,6 +16,7 @@ import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
@@ -210,6 +211,74 @@ def test_the_command_line_prints_the_base_url_on_a_line_of_its_own(built: Path) 
     assert cli("start").stdout.strip() == url  # reused
     assert cli("stop").stdout.strip() == f"stopped {url}"
     assert cli("status").stdout.strip() == "stopped"
+
+
+RACER = """
+import pathlib, sys, time
+from cortex_jupyter import local
+
+gate, gguf, me = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3]
+local.find_model = lambda model: gguf
+built = local.ensure_built
+
+
+def meet(progress=None):
+    # Each racer waits here until the other arrives too, so both are past any check for a
+    # running server before either launches one. A racer kept out (by the lock) never
+    # arrives: the other goes on after a few seconds.
+    (gate / me).touch()
+    deadline = time.monotonic() + 3
+    while len(list(gate.iterdir())) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return built(progress)
+
+
+local.ensure_built = meet
+sys.exit(local.main(sys.argv[4:]))
+"""
+
+
+def _servers(folder: Path) -> list[psutil.Process]:
+    """The fake llama-servers running from ``folder`` (this test's cache alone)."""
+    binary = str(folder / local.BUILD_NAME / "llama-server")
+    found = []
+    for process in psutil.process_iter(["cmdline", "status"]):
+        command = process.info["cmdline"] or []
+        if binary in command and "--port" in command and process.info["status"] != "zombie":
+            found.append(process)
+    return found
+
+
+def test_two_racing_starts_leave_one_server_and_stop_stops_it(
+    built: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    request.addfinalizer(lambda: [p.kill() for p in _servers(built)])  # whatever happens
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    script = tmp_path / "racer.py"
+    script.write_text(RACER)
+    racers = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(gate), str(built / "model.gguf"), me, "start"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for me in ("a", "b")
+    ]
+    outputs = [racer.communicate(timeout=120) for racer in racers]
+    assert [racer.returncode for racer in racers] == [0, 0], outputs
+    urls = {out.strip() for out, _ in outputs}
+    assert len(urls) == 1, outputs  # the second start reused the first's server
+    (server,) = _servers(built)
+    running = local.status()
+    assert running is not None and running.pid == server.pid
+    stopped = subprocess.run(
+        [sys.executable, "-m", "cortex_jupyter.local", "stop"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert stopped.stdout.strip() == f"stopped {urls.pop()}"
+    assert _servers(built) == []
 
 
 def test_cortex_local_start_points_the_session_at_the_server(
