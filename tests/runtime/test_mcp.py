@@ -253,8 +253,8 @@ async def test_a_name_value_is_fitted_to_the_input_schema_or_fails_naming_the_ty
     )
     bad = run.actions["bad"]
     assert bad.started is None and bad.error == (
-        "parameter 'b' of 'demo.add' wants integer, but $word is a str that cannot become "
-        "one without loss; the action was not run"
+        "parameter 'b' of 'demo.add' wants an integer, but $word is a str, which cannot "
+        "become one without loss; the action was not run"
     )
     assert "42 is not of type 'string'" in (run.actions["own"].error or "")
 
