@@ -143,7 +143,8 @@ def test_kinds_come_from_annotations_and_schemas() -> None:
     assert hint_kinds(list[int]) == (list,)
     assert hint_kinds(Any) is None
     assert schema_kinds({"type": ["string", "null"]}) == ("string", "null")
-    assert schema_kinds({"anyOf": [{"type": "string"}]}) is None
+    assert schema_kinds({"anyOf": [{"type": "string"}, {"type": "null"}]}) == ("string", "null")
+    assert schema_kinds({"anyOf": [{"type": "string"}, {}]}) is None
 
 
 # ---- through the scheduler, with Python tools ---------------------------------------------

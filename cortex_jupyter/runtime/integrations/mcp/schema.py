@@ -197,7 +197,9 @@ class McpTool(ToolSpec):
     def wants(self, name: str) -> Kinds | None:
         """The JSON types the input schema declares for ``name`` (None: unchecked)."""
         properties = self.parameters.get("properties")
-        return schema_kinds(properties.get(name)) if isinstance(properties, Mapping) else None
+        if not isinstance(properties, Mapping):
+            return None
+        return schema_kinds(properties.get(name), self.parameters)
 
     def takes(self) -> str:
         """The parameters from the schema, e.g. ``a: integer, n: integer = 2``."""
@@ -208,8 +210,7 @@ class McpTool(ToolSpec):
         shown = []
         for key, prop in properties.items():
             prop = prop if isinstance(prop, Mapping) else {}
-            kind = prop.get("type", "any")
-            label = f"{key}: {'|'.join(kind) if isinstance(kind, list) else kind}"
+            label = f"{key}: {'|'.join(schema_kinds(prop, self.parameters) or ['any'])}"
             if key in required:
                 shown.append(label)
             elif "default" in prop:
