@@ -1,8 +1,9 @@
 """An MCP server (the SDK's ``MCPServer``) whose tools declare their parameters the way
 pydantic writes them, not as a plain ``"type"``: ``int | None`` is ``anyOf`` with
 ``null``, an enum is a ``$ref`` into ``$defs``, a union of two numbers ``anyOf`` without
-null. Each tool answers with what it received, type and value, so a test sees what a
-``$name`` value became on the way. ``python typed.py`` serves over stdio.
+null (and a list of numbers, a plain array). Each tool answers with what it received,
+type and value, so a test sees what a ``$name`` value became on the way. ``python
+typed.py`` serves over stdio.
 """
 
 from __future__ import annotations
@@ -46,6 +47,12 @@ def level(value: Level) -> str:
 def label(text: str | None) -> str:
     """A label, or none."""
     return _seen(text)
+
+
+@server.tool()
+def total(values: list[float]) -> str:
+    """Some numbers."""
+    return _seen(values)
 
 
 if __name__ == "__main__":

@@ -233,10 +233,10 @@ def probes() -> Iterator[None]:
         tool.__doc__ = f"Report a {kind.__name__}."
         return tool
 
-    for kind in (str, int, float, bool):
+    for kind in (str, int, float, bool, list):
         default_registry.tool(name=f"probe_{kind.__name__}")(probe(kind))
     yield
-    for kind in (str, int, float, bool):
+    for kind in (str, int, float, bool, list):
         default_registry.remove("tool", f"probe_{kind.__name__}")
 
 
@@ -270,6 +270,7 @@ def call_probe(ip: InteractiveShell, kind: str, value: Any) -> Any:
         ("float", Decimal("0.1"), "float:0.1", "decimal.Decimal"),
         ("float", Fraction(1, 2), "float:0.5", "fractions.Fraction"),
         ("bool", np.bool_(True), "bool:True", "numpy.bool"),
+        ("list", np.array([1, 2]), "list:[1, 2]", "numpy.ndarray"),
     ],
     ids=_id,
 )

@@ -338,6 +338,24 @@ async def test_a_name_value_is_fitted_to_anyof_nullable_and_ref_parameters(
 
 
 @pytest.mark.anyio
+async def test_numpy_values_inside_the_arguments_reach_the_server_as_json_numbers(
+    typed: McpManager,
+) -> None:
+    # A notebook's lists hold numpy's numbers (`[df.n.max(), 2]`, an array): the wire is JSON.
+    run = await run_actions(
+        typed.registry,
+        action("array", "typed.total", {"values": "$arr"}),
+        action("nested", "typed.total", {"values": ["$n", "$x", 2]}),
+        namespace={"arr": np.array([1.5, 2.5]), "n": np.int64(3), "x": np.float32(0.5)},
+    )
+    assert {id: (node.status, node.output) for id, node in run.actions.items()} == {
+        "array": ("done", "list:[1.5, 2.5]"),
+        "nested": ("done", "list:[3.0, 0.5, 2.0]"),  # the server's pydantic makes floats
+    }
+    assert run.actions["array"].note == "$arr (numpy.ndarray) was passed to 'values' as array"
+
+
+@pytest.mark.anyio
 async def test_a_refusal_shows_the_types_anyof_and_ref_declare(typed: McpManager) -> None:
     run = await run_actions(
         typed.registry,

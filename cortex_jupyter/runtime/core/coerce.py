@@ -19,7 +19,8 @@ Numbers are numbers whoever made them: numpy's and pandas' scalars (``np.int64``
   a ``Decimal`` whose text a float writes back, ``Decimal("0.1")``), or a string that is
   exactly a number's text as Python writes it (``"2.5"``, ``"42"``; not ``"2.50"``);
 - to a **boolean**: numpy's bool becomes a bool;
-- to an **array** (a JSON ``array``, a Python ``list``): a tuple becomes a list.
+- to an **array** (a JSON ``array``, a Python ``list``): a tuple or a numpy array becomes a
+  list (an array's numbers as Python's).
 
 A bool is never a number or text, although Python counts ``True`` as an int: ``True`` given
 for an ``int`` parameter is a mistake to report, not a 1 to pass on. Nothing else is
@@ -139,8 +140,13 @@ def _is_numeric(kind: type) -> bool:
 
 def _is_bool(value: Any) -> bool:
     """A bool, Python's or numpy's (``np.bool_``, not an ``int`` subclass)."""
+    return type(value) is bool or _is_numpy(value, "bool", "bool_")
+
+
+def _is_numpy(value: Any, *names: str) -> bool:
+    """Whether ``value`` is of numpy's class of one of these names (numpy not imported)."""
     kind = type(value)
-    return kind is bool or (kind.__module__ == "numpy" and kind.__name__ in ("bool", "bool_"))
+    return kind.__module__ == "numpy" and kind.__name__ in names
 
 
 # ---- conversions: the value as the target type, or _NO -------------------------------------
@@ -158,8 +164,8 @@ def _convert(value: Any, target: str | None) -> Any:
         return _to_integer(value)
     if target == "number":
         return _to_number(value)
-    if target == "array" and isinstance(value, tuple):
-        return list(value)
+    if target == "array":
+        return _to_list(value)
     return _NO
 
 
@@ -168,6 +174,14 @@ def _to_string(value: Any) -> Any:
         return _text_of(operator.index(value))
     if isinstance(value, numbers.Real | Decimal):
         return str(value)  # numpy writes its floats' shortest text: float32(0.1) is "0.1"
+    return _NO
+
+
+def _to_list(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return list(value)
+    if _is_numpy(value, "ndarray") and value.ndim >= 1:
+        return value.tolist()  # nested lists of Python numbers, exactly
     return _NO
 
 

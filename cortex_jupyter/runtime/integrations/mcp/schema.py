@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 __all__ = ["McpContent", "McpResource", "McpTool", "tool_output"]
 
 _MAX_PROBLEMS = 8
+# How deep _json_ready looks for numpy values inside arguments.
+_MAX_DEPTH = 64
 
 
 @dataclass(frozen=True)
@@ -168,7 +170,7 @@ class McpTool(ToolSpec):
 
     def check(self, params: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
         """``([arguments], {})`` for ``func``; raises ``InvalidMcpArguments``."""
-        arguments = dict(params)
+        arguments = {key: _json_ready(value) for key, value in params.items()}
         validator = self._validator
         if validator is not None:
             errors = sorted(validator.iter_errors(arguments), key=lambda e: list(map(str, e.path)))
@@ -218,6 +220,21 @@ class McpTool(ToolSpec):
             else:
                 shown.append(f"{label} (optional)")
         return ", ".join(shown) or "no parameters"
+
+
+def _json_ready(value: Any, depth: int = 0) -> Any:
+    """``value`` with numpy's numbers and arrays, at any depth, as the Python values they
+    hold: the arguments travel as JSON, which the SDK cannot write numpy's types in (and
+    the schema check would refuse an ``np.int64`` for an ``integer``)."""
+    if type(value).__module__ == "numpy" and callable(getattr(value, "tolist", None)):
+        return value.tolist()  # a scalar's Python value, an array's nested lists
+    if depth >= _MAX_DEPTH:
+        return value
+    if isinstance(value, Mapping):
+        return {key: _json_ready(item, depth + 1) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_ready(item, depth + 1) for item in value]
+    return value
 
 
 def _problem(error: Any) -> str:
