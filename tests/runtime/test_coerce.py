@@ -113,6 +113,10 @@ def test_a_value_that_would_lose_something_fails_naming_parameter_wanted_and_got
         (Decimal("0.1"), ("number",), 0.1),
         (np.bool_(False), ("boolean",), False),
         (np.bool_(True), ("integer", "boolean"), True),
+        # a number stays a number when the parameter takes one, whatever the order declared
+        (np.int64(5), (str, int), 5),
+        (3.0, ("string", "integer"), 3),
+        (np.float64(2.5), (str, int), "2.5"),
     ],
 )
 def test_numpy_and_decimal_values_convert_to_json_types_like_pythons(

@@ -100,7 +100,7 @@ def fit(
         value = resolved[key]
         if any(_fits(value, kind) for kind in kinds):
             continue
-        for kind in kinds:
+        for kind in sorted(kinds, key=lambda kind: _rank(value, kind)):
             converted = _convert(value, _TARGETS.get(kind))
             if converted is not _NO:
                 fitted[key] = converted
@@ -111,6 +111,14 @@ def fit(
         else:
             raise _refused(tool, key, reference, kinds, value)
     return fitted, notes
+
+
+def _rank(value: Any, kind: str | type) -> int:
+    """Which conversion to try first: a number stays a number where the parameter takes
+    one (``np.int64(5)`` for ``str | int`` is ``5``, as a Python 5 would be), else the
+    order the parameter declares."""
+    number = isinstance(value, numbers.Real | Decimal) and not _is_bool(value)
+    return 0 if number and _TARGETS.get(kind) in ("integer", "number") else 1
 
 
 def _whole_reference(source: Any) -> str | None:
