@@ -143,7 +143,10 @@ def _fits(value: Any, kind: str | type) -> bool:
 
 
 def _is_numeric(kind: type) -> bool:
-    return isinstance(kind, type) and kind is not bool and issubclass(kind, numbers.Number)
+    try:
+        return isinstance(kind, type) and kind is not bool and issubclass(kind, numbers.Number)
+    except TypeError:  # a class that refuses issubclass
+        return False
 
 
 def _is_bool(value: Any) -> bool:
