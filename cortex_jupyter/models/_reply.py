@@ -15,9 +15,12 @@ fields OpenAI always sends may be missing. What each server does, and where it i
 - tool calls in fragments (OpenAI), whole (Ollama), with the name in every fragment, with
   no ``index`` or no ``id`` (llama.cpp, some vLLM), or with the same id in every reply:
   ``ReplyAssembler._tool_call``;
-- usage in a last chunk with ``"choices": []``, after ``finish_reason``, or in every chunk;
-- errors inside an ordinary chunk (OpenRouter, vLLM) or as ``finish_reason: "error"``:
-  ``ReplyAssembler.failure``, classified by ``failure_of``.
+- usage in a last chunk with ``"choices": []``, after ``finish_reason``, in every chunk, or
+  in the chunk that carries an error (OpenRouter): ``ReplyAssembler.count_usage``;
+- errors inside an ordinary chunk (OpenRouter, vLLM), as an ``event: error`` frame (Groq)
+  or as ``finish_reason: "error"``: ``ReplyAssembler.failure``, classified by
+  ``failure_of``. An error after a ``finish_reason`` is the reply's tail, not its failure
+  (OpenRouter sends ``"length"``, then ``{"error": "Token limit reached", "usage": ...}``).
 """
 
 from __future__ import annotations
@@ -278,13 +281,15 @@ class ReplyAssembler:
             elif reason:
                 out += self._ready_all()
                 self.finish_reason = str(reason)
-        self.failure = _failure_in(chunk) or self.failure
+        if self.finish_reason is None:
+            self.failure = _failure_in(chunk) or self.failure
+        # else the reply has ended as its finish_reason says, and an error after it is its
+        # tail: OpenRouter follows "length" with {"error": "Token limit reached", "usage"}.
         return out
 
     def count_usage(self, chunk: object) -> None:
         """Keep the ``usage`` a chunk reports (the last report wins: some servers send one
-        every chunk). Also for a chunk that is not fed: the SDK raises on one with an
-        ``error`` key (OpenRouter's), which can carry the tokens the failed reply spent."""
+        every chunk). Also for a chunk that is not fed: the stream's tail after an error."""
         usage = _field(chunk, "usage")
         if usage is not None:
             self.usage = Usage(_tokens(usage, "prompt_tokens"), _tokens(usage, "completion_tokens"))
@@ -429,12 +434,8 @@ def _is_object(text: str) -> bool:
 
 
 def _failure_in(chunk: object) -> ServerFailure | None:
-    """An error reported in an ordinary chunk the SDK let through, if any.
-
-    The installed SDK raises on a chunk with a truthy ``error`` key itself (that path is
-    ``OpenAIModel._mid_reply_error``); this reads the shapes it passes through: vLLM's
-    ``{"object": "error", "message": ...}``, and ``error`` should a later SDK stop raising.
-    """
+    """An error reported in a chunk, if any: an ``error`` key (OpenRouter's chunks, Groq's
+    ``event: error`` frame), or vLLM's ``{"object": "error", "message": ...}``."""
     error = _field(chunk, "error")
     if error:
         return failure_of(error, "the server reported an error")

@@ -19,14 +19,14 @@ import json
 import math
 import os
 import re
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Literal, cast
 from urllib.parse import urlsplit
 
 import anyio
 import anyio.to_thread
 import openai
-from openai._streaming import ServerSentEvent, SSEBytesDecoder, SSEDecoder
+from openai._models import FinalRequestOptions
 
 from cortex_jupyter.runtime.core.chunks import Message, ModelChunk, ToolDefinition
 from cortex_jupyter.runtime.core.secrets import secrets
@@ -213,14 +213,16 @@ class OpenAIModel:
                 fields["max_tokens"] = max_tokens
             response = await self._open(client, messages, tools, fields, constraint)
             try:
-                while (raw := await self._next(response, assembler, client)) is not _END:
+                while (raw := await self._next(response, assembler)) is not _END:
                     for chunk in assembler.feed(raw):
                         yield chunk
                     if assembler.failure is not None:  # raised after what arrived with it
+                        await _read_tail(response, assembler)
                         raise self._reported(assembler.failure)
             except ModelError:
-                # The failed reply still cost tokens (OpenRouter reports them in the
-                # chunk that carries its error): the run counts them.
+                # The failed reply still cost tokens (OpenRouter reports them in the chunk
+                # that carries its error, others in the usage chunk after it): the run
+                # counts them.
                 if assembler.usage is not None:
                     yield assembler.usage
                 raise
@@ -243,9 +245,7 @@ class OpenAIModel:
             timeout=openai.Timeout(self.timeout, connect=min(self.timeout, _CONNECT_TIMEOUT)),
         )
 
-    async def _next(
-        self, response: openai.AsyncStream[Any], assembler: ReplyAssembler, client: _Client
-    ) -> Any:
+    async def _next(self, response: openai.AsyncStream[Any], assembler: ReplyAssembler) -> Any:
         """The server's next chunk, ``_END`` at the end; a failure as a ``ModelError``."""
         try:
             return await response.__anext__()
@@ -254,9 +254,6 @@ class OpenAIModel:
         except openai.APIError as err:
             if assembler.finish_reason is not None:
                 return _END  # the reply was complete; only its tail (usage, [DONE]) was lost
-            if not isinstance(err, openai.APIConnectionError):
-                # The SDK raised on an event's `error` key and dropped the rest of it.
-                assembler.count_usage(client.last_event())
             raise self._mid_reply_error(err, assembler) from _cause(err)
         except json.JSONDecodeError as err:
             what = f"an event is not JSON: {self._said(err.doc[:80])!r}"
@@ -360,9 +357,9 @@ class OpenAIModel:
             return StreamDropped(
                 self.model, self.endpoint, assembler.chunks, assembler.characters, stalled
             )
-        # The SDK raises this itself for an event whose data has an `error` key: Groq's
-        # `event: error` frame, OpenRouter's and vLLM's `data: {"error": {...}}`. Its
-        # `body` is that error object (or string); what else the event held is lost.
+        # An SDK without `stream_mode` (see _Client) raises this itself for an event whose
+        # data has an `error` key: its `body` is that error; what else the event held
+        # (the usage) is lost.
         return self._reported(failure_of(err.body, err.message))
 
     def _reported(self, failure: ServerFailure) -> ModelError:
@@ -396,40 +393,33 @@ def _cause(err: openai.OpenAIError) -> BaseException | None:
 
 
 class _Client(openai.AsyncOpenAI):
-    """The SDK's client, keeping the last server-sent event each stream decoded.
+    """The SDK's client, handing over every event of a stream as it was sent.
 
-    The SDK raises on an event whose data has an ``error`` key and hands over only that
-    error: OpenRouter's error chunk also carries ``usage``, the tokens the failed reply
-    cost, and this is where they are read from.
+    By default (its ``"legacy"`` stream mode) the SDK raises on an event whose data has an
+    ``error`` key and stops reading: the rest of that event is lost (OpenRouter's error
+    chunk carries the ``usage``, what the reply cost), and so is everything after it
+    (the usage chunk, or the rest of a reply that had already finished: OpenRouter sends
+    ``finish_reason: "length"``, then an error chunk saying the token limit was reached).
+    In ``"events"`` mode it passes such events on like any other, and ``ReplyAssembler``
+    reads them: one place decides what an error in a stream means.
     """
 
-    _last: ServerSentEvent | None = None
+    async def _prepare_options(self, options: FinalRequestOptions) -> FinalRequestOptions:
+        options = await super()._prepare_options(options)
+        if hasattr(options, "stream_mode"):  # an older SDK raises (see _mid_reply_error)
+            options.stream_mode = "events"
+        return options
 
-    def _make_sse_decoder(self) -> SSEDecoder | SSEBytesDecoder:
-        return _Recording(super()._make_sse_decoder(), self)
 
-    def last_event(self) -> Any:
-        """The last event's data as JSON (``None`` when there is none, or it is not JSON)."""
+async def _read_tail(response: openai.AsyncStream[Any], assembler: ReplyAssembler) -> None:
+    """After an error, the rest of the stream, for the usage a later chunk may report: for
+    at most ``_CLOSE_TIMEOUT`` seconds, and nothing it says is an error of its own."""
+    with anyio.move_on_after(_CLOSE_TIMEOUT):
         try:
-            return json.loads(self._last.data) if self._last is not None else None
-        except ValueError:
-            return None
-
-
-class _Recording:
-    """An SSE decoder that tells its client about each event it decodes."""
-
-    def __init__(self, inner: SSEDecoder | SSEBytesDecoder, client: _Client) -> None:
-        self._inner = inner
-        self._client = client
-
-    def iter_bytes(self, iterator: Iterator[bytes]) -> Iterator[ServerSentEvent]:
-        return self._inner.iter_bytes(iterator)
-
-    async def aiter_bytes(self, iterator: AsyncIterator[bytes]) -> AsyncIterator[ServerSentEvent]:
-        async for event in self._inner.aiter_bytes(iterator):
-            self._client._last = event
-            yield event
+            async for raw in response:
+                assembler.count_usage(raw)
+        except (openai.APIError, ValueError):
+            pass  # a broken tail changes nothing: the error is what is reported
 
 
 def _server_message(body: object) -> str:

@@ -16,6 +16,8 @@ import psutil
 import pytest
 
 DEMO = str(Path(__file__).resolve().parent / "demo.py")
+#: A server whose parameters are declared with anyOf, null and $ref (typed.py).
+TYPED = str(Path(__file__).resolve().parent / "typed.py")
 #: Longest wait for something that happens on its own (a process exits, a list changes).
 PATIENCE = 20.0
 

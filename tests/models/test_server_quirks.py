@@ -246,13 +246,94 @@ async def test_an_error_event_the_sdk_passes_through_is_raised_too(
 @pytest.mark.anyio
 async def test_a_finish_reason_error_is_a_failure_not_an_answer(server: FakeOpenAIServer) -> None:
     # OpenRouter's finish_reason "error", as a proxy that drops the `error` key passes it
-    # on: the partial text must not be taken for the model's whole answer.
+    # on: the partial text must not be taken for the model's whole answer; the usage chunk
+    # after it is still read, and what the failed reply cost is counted.
     server.script(Stream([text("The answer is"), finish("error"), usage(5, 3)]))
     got, error = await collect_until_error(model_for(server))
-    assert got == [TextChunk("The answer is")]
+    assert got == [TextChunk("The answer is"), Usage(5, 3)]
     assert isinstance(error, ServerError)
     assert error.continuable
     assert 'in the middle of the reply (finish_reason "error")' in str(error)
+
+
+# An error or usage after finish_reason: the reply has ended, so what follows is its tail (the
+# tokens it cost, a restatement of why it ended). The stream is read to its end whatever came
+# before, the usage is kept, and the reply ends as its finish_reason said.
+
+OPENROUTER_USAGE = {"prompt_tokens": 120, "completion_tokens": 64, "total_tokens": 184}
+
+
+def openrouter_cut() -> list[dict[str, Any]]:
+    """OpenRouter's real stream for a reply cut at max_tokens: the `length` chunk, then a
+    chunk with an `error` (code 400, "Token limit reached"), finish_reason null and the
+    usage, then [DONE]."""
+    return [
+        openrouter_chunk(
+            choices=[{"index": 0, "delta": {"content": ""}, "finish_reason": "length"}]
+        ),
+        openrouter_chunk(
+            error={"code": 400, "message": "Token limit reached"},
+            choices=[{"index": 0, "delta": {"content": ""}, "finish_reason": None}],
+            usage=OPENROUTER_USAGE,
+        ),
+    ]
+
+
+@pytest.mark.anyio
+async def test_openrouters_token_limit_error_after_length_keeps_the_cut_and_the_usage(
+    server: FakeOpenAIServer,
+) -> None:
+    # OpenRouter (the order its real stream has): finish_reason "length", then the error
+    # chunk that carries the usage. Not a failure: the reply was cut, and it cost tokens.
+    server.script(Stream([role(), text("<response>Once upon a"), *openrouter_cut()]))
+    got = await collect(model_for(server))
+    assert got == [TextChunk("<response>Once upon a"), Usage(120, 64), Finish("length")]
+
+    server.script(Stream([role(), text("<response>Once upon a"), *openrouter_cut()]))
+    run = await Agent(model=model_for(server), registry=Registry(builtins=False)).run("Hi")
+    assert run.status == "truncated"
+    assert run.usage == {"prompt_tokens": 120, "completion_tokens": 64}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "tail",
+    [
+        # Groq: an `event: error` frame after the finish, and no [DONE]
+        pytest.param([event("error", GROQ_INTERNAL)], id="groq-error-frame"),
+        # the usage chunk (`choices: []`), then an error chunk
+        pytest.param(
+            [usage(9, 4), openrouter_chunk(error={"code": 502, "message": "upstream closed"})],
+            id="usage-then-error",
+        ),
+        # an error chunk, then the usage chunk: read on to the end for it
+        pytest.param(
+            [openrouter_chunk(error={"code": 502, "message": "upstream closed"}), usage(9, 4)],
+            id="error-then-usage",
+        ),
+        # Groq's error frame, then the usage chunk
+        pytest.param([event("error", GROQ_INTERNAL), usage(9, 4)], id="groq-frame-then-usage"),
+    ],
+)
+async def test_an_error_after_the_finish_is_the_replys_tail_not_its_failure(
+    server: FakeOpenAIServer, tail: list[Any]
+) -> None:
+    server.script(Stream([role(), text("Done."), finish("stop"), *tail], done=False))
+    got = await collect(model_for(server))
+    counted = [Usage(9, 4)] if any(c == usage(9, 4) for c in tail) else []
+    assert got == [TextChunk("Done."), *counted, Finish("stop")]
+
+
+@pytest.mark.anyio
+async def test_the_usage_after_a_failure_is_still_counted(server: FakeOpenAIServer) -> None:
+    # An error in the middle of the reply, then the usage chunk (`choices: []`) the request
+    # asked for: the failure is raised, after the tokens it cost are reported.
+    failed = openrouter_chunk(error={"code": 502, "message": "Provider returned error"})
+    server.script(Stream([role(), text("Half"), failed, usage(30, 2)]))
+    got, error = await collect_until_error(model_for(server))
+    assert got == [TextChunk("Half"), Usage(30, 2)]
+    assert isinstance(error, ServerError)
+    assert "Provider returned error" in str(error)
 
 
 # --------------------------------------------------------------------------- content shapes

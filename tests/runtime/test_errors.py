@@ -24,7 +24,7 @@ CASES: list[errors.CortexRuntimeError] = [
     errors.TranscriptError(3, "bad"),
     errors.AgentDidNotAnswer("a", "failed", "its model failed"),
     errors.ToolExited(SystemExit(2)),
-    errors.ParameterTypeError("t", "p", "$x", "int", "str"),
+    errors.ParameterTypeError("t", "p", "$x", "an int", "a bool", "which is never converted"),
     NotSendable("arg", "Lock", "a worker", "cannot pickle '_thread.lock' object"),
     WorkerDied("t", "a worker", "killed"),
     ClusterUnavailable(None, "default", "no ports"),

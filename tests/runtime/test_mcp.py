@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import numpy as np
 import pytest
 from mcp.types import BlobResourceContents, CallToolResult, EmbeddedResource, TextContent
 
@@ -45,7 +46,14 @@ from cortex_jupyter.runtime.integrations.mcp import (
     read_config,
     tool_output,
 )
-from tests.mcp_servers.harness import DEMO, PATIENCE, demo_http, processes, wait_until
+from tests.mcp_servers.harness import (
+    DEMO,
+    PATIENCE,
+    TYPED,
+    demo_http,
+    processes,
+    wait_until,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 EVERYTHING = ROOT / ".cache/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
@@ -253,8 +261,8 @@ async def test_a_name_value_is_fitted_to_the_input_schema_or_fails_naming_the_ty
     )
     bad = run.actions["bad"]
     assert bad.started is None and bad.error == (
-        "parameter 'b' of 'demo.add' wants integer, but $word is a str that cannot become "
-        "one without loss; the action was not run"
+        "parameter 'b' of 'demo.add' wants an integer, but $word is a str, which cannot "
+        "become one without loss; the action was not run"
     )
     assert "42 is not of type 'string'" in (run.actions["own"].error or "")
 
@@ -269,6 +277,93 @@ async def test_log_messages_and_progress_reach_the_node(demo: McpManager) -> Non
     ]
     assert node.progress is not None
     assert (node.progress.done, node.progress.total, node.progress.note) == (3, 3, "step 3")
+
+
+@pytest.fixture(scope="module")
+def typed() -> Iterator[McpManager]:
+    """tests/mcp_servers/typed.py: parameters declared with anyOf, null and $ref."""
+    manager = McpManager(Registry(builtins=False))
+    manager.add("typed", [sys.executable, TYPED])
+    yield manager
+    manager.close_all()
+
+
+@pytest.mark.anyio
+async def test_a_name_value_is_fitted_to_anyof_nullable_and_ref_parameters(
+    typed: McpManager,
+) -> None:
+    # The SDK writes `int | None` as {"anyOf": [{"type": "integer"}, {"type": "null"}]}
+    # and an enum as {"$ref": "#/$defs/Level"}: a "$name" holding "5" must still become 5.
+    run = await run_actions(
+        typed.registry,
+        action("text", "typed.page", {"number": "$five"}),
+        action("numpy", "typed.page", {"number": "$count"}),
+        action("none", "typed.page", {"number": "$nothing"}),
+        action("half", "typed.scale", {"factor": "$half"}),
+        action("level", "typed.level", {"value": "$high"}),
+        action("label", "typed.label", {"text": "$answer"}),
+        action("word", "typed.page", {"number": "$word"}),
+        namespace={
+            "five": "5",
+            "count": np.int64(7),
+            "nothing": None,
+            "half": "2.5",
+            "high": "2",
+            "answer": 42,
+            "word": "five",
+        },
+    )
+    outputs = {id: node.output for id, node in run.actions.items() if node.status == "done"}
+    assert outputs == {
+        "text": "int:5",
+        "numpy": "int:7",
+        "none": "NoneType:None",
+        "half": "float:2.5",
+        "level": "Level:<Level.HIGH: 2>",
+        "label": "str:'42'",
+    }
+    notes = {id: node.note for id, node in run.actions.items()}
+    assert notes["text"] == "$five (str) was passed to 'number' as integer"
+    assert notes["numpy"] == "$count (numpy.int64) was passed to 'number' as integer"
+    assert notes["none"] is None
+    assert notes["half"] == "$half (str) was passed to 'factor' as number"
+    assert notes["level"] == "$high (str) was passed to 'value' as integer"
+    assert notes["label"] == "$answer (int) was passed to 'text' as string"
+    word = run.actions["word"]
+    assert (word.status, word.started) == ("failed", None)
+    assert word.error == (
+        "parameter 'number' of 'typed.page' wants an integer or null, but $word is a str, "
+        "which cannot become one without loss; the action was not run"
+    )
+
+
+@pytest.mark.anyio
+async def test_numpy_values_inside_the_arguments_reach_the_server_as_json_numbers(
+    typed: McpManager,
+) -> None:
+    # A notebook's lists hold numpy's numbers (`[df.n.max(), 2]`, an array): the wire is JSON.
+    run = await run_actions(
+        typed.registry,
+        action("array", "typed.total", {"values": "$arr"}),
+        action("nested", "typed.total", {"values": ["$n", "$x", 2]}),
+        namespace={"arr": np.array([1.5, 2.5]), "n": np.int64(3), "x": np.float32(0.5)},
+    )
+    assert {id: (node.status, node.output) for id, node in run.actions.items()} == {
+        "array": ("done", "list:[1.5, 2.5]"),
+        "nested": ("done", "list:[3.0, 0.5, 2.0]"),  # the server's pydantic makes floats
+    }
+    assert run.actions["array"].note == "$arr (numpy.ndarray) was passed to 'values' as array"
+
+
+@pytest.mark.anyio
+async def test_a_refusal_shows_the_types_anyof_and_ref_declare(typed: McpManager) -> None:
+    run = await run_actions(
+        typed.registry,
+        action("page", "typed.page", {"number": "five"}),  # the model's own literal
+        action("level", "typed.level", {"value": 3}),
+    )
+    assert (run.actions["page"].error or "").endswith("it takes (number: integer|null = null)")
+    assert (run.actions["level"].error or "").endswith("it takes (value: integer)")
 
 
 # ---- concurrency, timeouts and Stop --------------------------------------------------------

@@ -8,7 +8,12 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 import pytest
 
-from cortex_jupyter.runtime.core.schema import function_schema, parse_docstring, type_schema
+from cortex_jupyter.runtime.core.schema import (
+    function_schema,
+    parse_docstring,
+    schema_kinds,
+    type_schema,
+)
 
 
 class Colour(enum.Enum):
@@ -163,3 +168,41 @@ def test_docstring_description_is_the_first_paragraph_joined() -> None:
         {},
     )
     assert parse_docstring("") == ("", {})
+
+
+# ---- the JSON types a property declares, for fitting $name values (coerce.py) ----------------
+
+DEFS = {"$defs": {"Level": {"enum": [1, 2], "type": "integer"}, "Loop": {"$ref": "#/$defs/Loop"}}}
+
+
+@pytest.mark.parametrize(
+    ("prop", "kinds"),
+    [
+        ({"type": "string"}, ("string",)),
+        ({"type": ["integer", "null"]}, ("integer", "null")),
+        # pydantic's int | None, and a union with no null
+        ({"anyOf": [{"type": "integer"}, {"type": "null"}], "default": None}, ("integer", "null")),
+        ({"oneOf": [{"type": "number"}, {"type": "integer"}]}, ("number", "integer")),
+        ({"anyOf": [{"type": ["string", "null"]}, {"type": "string"}]}, ("string", "null")),
+        ({"$ref": "#/$defs/Level"}, ("integer",)),
+        ({"anyOf": [{"$ref": "#/$defs/Level"}, {"type": "null"}]}, ("integer", "null")),
+        ({"allOf": [{"$ref": "#/$defs/Level"}], "description": "how loud"}, ("integer",)),
+        ({"enum": ["a", "b"]}, ("string",)),
+        ({"const": 3}, ("integer",)),
+        # any value: nothing to fit to
+        ({}, None),
+        ({"anyOf": [{"type": "integer"}, {}]}, None),
+        ({"anyOf": []}, None),
+        ({"type": "decimal"}, None),
+        ({"$ref": "#/$defs/Missing"}, None),
+        ({"$ref": "https://example.com/schema.json"}, None),
+        ({"$ref": "#/$defs/Loop"}, None),
+        ({"enum": [object()]}, None),
+        ("string", None),
+    ],
+    ids=repr,
+)
+def test_schema_kinds_reads_type_anyof_oneof_allof_enum_and_local_refs(
+    prop: Any, kinds: tuple[str, ...] | None
+) -> None:
+    assert schema_kinds(prop, DEFS) == kinds

@@ -358,9 +358,13 @@ class ParameterTypeError(CortexRuntimeError):
     tool: str
     parameter: str
     reference: str
+    #: What the parameter takes, as read: ``an int``, ``a string or null``.
     wants: str
+    #: What the value is, as read: ``a str``, ``a float64 (nan)``, ``None``.
     got: str
+    #: Why it was not converted, when that is not simply that something would be lost.
+    why: str = "which cannot become one without loss"
     template = (
-        "parameter {e.parameter!r} of {e.tool!r} wants {e.wants}, but {e.reference} is a "
-        "{e.got} that cannot become one without loss; the action was not run"
+        "parameter {e.parameter!r} of {e.tool!r} wants {e.wants}, but {e.reference} is "
+        "{e.got}, {e.why}; the action was not run"
     )

@@ -237,16 +237,98 @@ Kinds = tuple[str | type, ...]
 JSON_TYPES = frozenset(("string", "integer", "number", "boolean", "array", "object", "null"))
 
 
-def schema_kinds(prop: Any) -> tuple[str, ...] | None:
-    """The JSON types a property schema declares (``"type": "string"`` or a list of
-    types), or None when it declares none cortex can check (no ``type``, ``anyOf``...)."""
-    if not isinstance(prop, Mapping):
+# How deep `anyOf`, `oneOf`, `allOf` and `$ref` are followed: real schemas nest one or two.
+_MAX_SCHEMA_DEPTH = 8
+# JSON value -> its JSON type, for `enum` and `const` without a `type`.
+_JSON_TYPE_OF: tuple[tuple[type, str], ...] = (
+    (bool, "boolean"),
+    (int, "integer"),
+    (float, "number"),
+    (str, "string"),
+    (list, "array"),
+    (dict, "object"),
+    (type(None), "null"),
+)
+
+
+def schema_kinds(prop: Any, root: Any = None) -> tuple[str, ...] | None:
+    """The JSON types a property schema declares, or None when it may be any value (or
+    declares what cortex cannot check).
+
+    Read the way schema generators write types: ``"type"`` (one or a list),
+    ``anyOf``/``oneOf`` (pydantic's ``int | None`` is ``{"anyOf": [{"type": "integer"},
+    {"type": "null"}]}``), ``allOf``, ``enum``/``const`` values, and a ``$ref`` to
+    ``#/$defs/...`` or ``#/definitions/...`` in ``root`` (the whole input schema)."""
+    kinds = _declared(prop, root, 0)
+    return tuple(dict.fromkeys(kinds)) if kinds else None
+
+
+def _declared(prop: Any, root: Any, depth: int) -> list[str] | None:
+    if not isinstance(prop, Mapping) or depth > _MAX_SCHEMA_DEPTH:
         return None
-    declared = prop.get("type")
-    kinds = [declared] if isinstance(declared, str) else declared
-    if not isinstance(kinds, list) or not kinds or not all(k in JSON_TYPES for k in kinds):
+    if "type" in prop:
+        declared = prop["type"]
+        kinds = [declared] if isinstance(declared, str) else declared
+        ok = isinstance(kinds, list) and kinds and all(k in JSON_TYPES for k in kinds)
+        return list(kinds) if ok else None
+    for key in ("anyOf", "oneOf"):
+        if key in prop:
+            return _either(prop[key], root, depth)
+    if "allOf" in prop:
+        return _all(prop["allOf"], root, depth)
+    if "enum" in prop or "const" in prop:
+        values = prop["enum"] if "enum" in prop else [prop["const"]]
+        return _types_of(values)
+    if isinstance(prop.get("$ref"), str):
+        return _declared(_resolve(prop["$ref"], root), root, depth + 1)
+    return None
+
+
+def _either(branches: Any, root: Any, depth: int) -> list[str] | None:
+    """A value may be of any branch's types; a branch that takes anything takes all."""
+    if not isinstance(branches, list) or not branches:
         return None
-    return tuple(kinds)
+    kinds: list[str] = []
+    for branch in branches:
+        found = _declared(branch, root, depth + 1)
+        if found is None:
+            return None
+        kinds += found
+    return kinds
+
+
+def _all(branches: Any, root: Any, depth: int) -> list[str] | None:
+    """A value must be of every branch's types: those the constraining branches share."""
+    if not isinstance(branches, list):
+        return None
+    found = [k for k in (_declared(b, root, depth + 1) for b in branches) if k is not None]
+    if not found:
+        return None
+    shared = [kind for kind in found[0] if all(kind in other for other in found[1:])]
+    return shared or None
+
+
+def _types_of(values: Any) -> list[str] | None:
+    if not isinstance(values, list) or not values:
+        return None
+    kinds = []
+    for value in values:
+        kind = next((name for cls, name in _JSON_TYPE_OF if isinstance(value, cls)), None)
+        if kind is None:
+            return None
+        kinds.append(kind)
+    return kinds
+
+
+def _resolve(ref: str, root: Any) -> Any:
+    """The schema a local ``$ref`` (``#/$defs/Name``, ``#/definitions/Name``) points to."""
+    if not ref.startswith("#/") or not isinstance(root, Mapping):
+        return None
+    node: Any = root
+    for part in ref[2:].split("/"):
+        part = part.replace("~1", "/").replace("~0", "~")
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return node
 
 
 def hint_kinds(hint: Any) -> tuple[type, ...] | None:

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 __all__ = ["McpContent", "McpResource", "McpTool", "tool_output"]
 
 _MAX_PROBLEMS = 8
+# How deep _json_ready looks for numpy values inside arguments.
+_MAX_DEPTH = 64
 
 
 @dataclass(frozen=True)
@@ -168,7 +170,7 @@ class McpTool(ToolSpec):
 
     def check(self, params: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
         """``([arguments], {})`` for ``func``; raises ``InvalidMcpArguments``."""
-        arguments = dict(params)
+        arguments = {key: _json_ready(value) for key, value in params.items()}
         validator = self._validator
         if validator is not None:
             errors = sorted(validator.iter_errors(arguments), key=lambda e: list(map(str, e.path)))
@@ -197,7 +199,9 @@ class McpTool(ToolSpec):
     def wants(self, name: str) -> Kinds | None:
         """The JSON types the input schema declares for ``name`` (None: unchecked)."""
         properties = self.parameters.get("properties")
-        return schema_kinds(properties.get(name)) if isinstance(properties, Mapping) else None
+        if not isinstance(properties, Mapping):
+            return None
+        return schema_kinds(properties.get(name), self.parameters)
 
     def takes(self) -> str:
         """The parameters from the schema, e.g. ``a: integer, n: integer = 2``."""
@@ -208,8 +212,7 @@ class McpTool(ToolSpec):
         shown = []
         for key, prop in properties.items():
             prop = prop if isinstance(prop, Mapping) else {}
-            kind = prop.get("type", "any")
-            label = f"{key}: {'|'.join(kind) if isinstance(kind, list) else kind}"
+            label = f"{key}: {'|'.join(schema_kinds(prop, self.parameters) or ['any'])}"
             if key in required:
                 shown.append(label)
             elif "default" in prop:
@@ -217,6 +220,21 @@ class McpTool(ToolSpec):
             else:
                 shown.append(f"{label} (optional)")
         return ", ".join(shown) or "no parameters"
+
+
+def _json_ready(value: Any, depth: int = 0) -> Any:
+    """``value`` with numpy's numbers and arrays, at any depth, as the Python values they
+    hold: the arguments travel as JSON, which the SDK cannot write numpy's types in (and
+    the schema check would refuse an ``np.int64`` for an ``integer``)."""
+    if type(value).__module__ == "numpy" and callable(getattr(value, "tolist", None)):
+        return value.tolist()  # a scalar's Python value, an array's nested lists
+    if depth >= _MAX_DEPTH:
+        return value
+    if isinstance(value, Mapping):
+        return {key: _json_ready(item, depth + 1) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_ready(item, depth + 1) for item in value]
+    return value
 
 
 def _problem(error: Any) -> str:
