@@ -1,0 +1,72 @@
+"""Issue 25, section 3: wrong results a user saw through the magic (continue, $name,
+names the user assigns, odd objects, %cortex save), each checked through a real shell."""
+
+from __future__ import annotations
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+from cortex_jupyter.session import CortexRunError
+from tests.models.fake_openai_server import FakeOpenAIServer, Stream, finish, texts
+
+# ---- 3.1: what a cut reply left open is what its parser says ---------------------------
+
+# (dialect, the cut reply (it quotes a tag), the continuation, the same reply uncut)
+CUT_REPLIES = [
+    (
+        "cortex",
+        "<response>Wrap reasoning in a <thought> tag and the answer in a response tag, like",
+        "<response> this: done.</response>",
+        "<response>Wrap reasoning in a <thought> tag and the answer in a response tag, "
+        "like this: done.</response>",
+    ),
+    (
+        "cogency",
+        "<respond>Wrap reasoning in a <think> tag, like",
+        "<respond> this: done.</respond><end>",
+        "<respond>Wrap reasoning in a <think> tag, like this: done.</respond><end>",
+    ),
+    (
+        "hermes",
+        "In cortex the answer goes in <response>, like",
+        "<think>Go on.</think> this: done.",
+        "In cortex the answer goes in <response>, like<think>Go on.</think> this: done.",
+    ),
+    (
+        "sigil",
+        "§RESPOND: Wrap reasoning in a <thought> tag, like",
+        "§RESPOND: this: done.§END:",
+        "§RESPOND: Wrap reasoning in a <thought> tag, like this: done.§END:",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("dialect", "cut", "continuation", "whole"), CUT_REPLIES, ids=[c[0] for c in CUT_REPLIES]
+)
+def test_continuing_a_cut_reply_that_quotes_a_tag_adds_no_tag(
+    ip: InteractiveShell,
+    server: FakeOpenAIServer,
+    dialect: str,
+    cut: str,
+    continuation: str,
+    whole: str,
+) -> None:
+    server.script(
+        Stream([*texts(whole, 7), finish()]),
+        Stream([*texts(cut, 7), finish("length")]),
+        Stream([*texts(continuation, 7), finish()]),
+    )
+    ip.run_cell_magic("cortex", f"--model m --dialect {dialect}", "Explain.")
+    uncut = ip.user_ns["_cortex"]
+    with pytest.raises(CortexRunError, match="token limit"):
+        ip.run_cell_magic("cortex", f"--model m --dialect {dialect}", "Explain.")
+    ip.run_line_magic("cortex", "continue")
+    continued = ip.user_ns["_cortex"]
+    assert continued.status == "completed"
+    # The continued answer is the answer the reply gives uncut: no closing tag for a
+    # block that the quoted tag never opened, and no re-opened tag.
+    assert continued.answer == uncut.answer
+    assert continued.response == uncut.response
+    assert "like" in continued.answer and "done." in continued.answer
+    assert continued.answer.count("<") == 1 and "§" not in continued.answer  # the quoted tag
