@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
+from cortex_jupyter.display.markdown import render_markdown
 from cortex_jupyter.session import CortexRunError
 from tests.models.fake_openai_server import FakeOpenAIServer, Stream, finish, texts
 
@@ -70,3 +71,28 @@ def test_continuing_a_cut_reply_that_quotes_a_tag_adds_no_tag(
     assert continued.response == uncut.response
     assert "like" in continued.answer and "done." in continued.answer
     assert continued.answer.count("<") == 1 and "§" not in continued.answer  # the quoted tag
+
+
+# ---- 3.3: names first, whatever the later `$word` is -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("response", "answer"),
+    [
+        ("A=$a B=$nope", "A=1 B=$nope"),
+        ("A=$a B=$b", "A=1 B=2"),
+        ("Totals: $a and **$b**", "Totals: 1 and **2**"),
+        ("the $a$th and $x^2 + 1$ stay math", "the $a$th and $x^2 + 1$ stay math"),
+        ("$a + 1 = $nope", "1 + 1 = $nope"),
+    ],
+)
+def test_a_name_with_a_value_is_filled_before_a_later_word_makes_math(
+    ip: InteractiveShell, response: str, answer: str
+) -> None:
+    ip.user_ns.update(a=1, b=2)
+    ip.run_cell_magic("cortex", "--script", f"<response>{response}</response>")
+    record = ip.user_ns["_cortex"]
+    assert record.answer == answer
+    # The view renders the same decision: the value is shown, no formula is made of it.
+    html = render_markdown(response, {"a": 1, "b": 2})
+    assert ("$a" in html) == ("$a" in answer)
