@@ -18,6 +18,7 @@ import json
 import re
 import sys
 import traceback
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
@@ -193,9 +194,21 @@ def save(run: NotebookRun, path: str) -> None:
     try:
         written = run.save(path)
     except OSError as exc:  # a directory, a missing folder, no permission, a full disk
-        why = exc.strerror or str(exc) or type(exc).__name__
-        raise UsageError(f"%cortex save: cannot write {path!r}: {why}.") from None
+        raise UsageError(f"%cortex save: {_write_problem(exc, path)}.") from None
     print(f"Saved the run's transcript to {written} ({len(run.events)} events).")
+
+
+def _write_problem(exc: OSError, path: str) -> str:
+    """Why ``path`` could not be written, in a sentence naming what is wrong."""
+    target = Path(exc.filename) if exc.filename else Path(path)
+    if isinstance(exc, IsADirectoryError) or target.is_dir():
+        return f"{target} is a folder; give a file in it, e.g. {target / 'run.jsonl'}"
+    if isinstance(exc, FileNotFoundError) and not target.parent.is_dir():
+        return f"the folder {target.parent} does not exist; create it first or pick another"
+    if isinstance(exc, PermissionError):
+        return f"no permission to write {target}"
+    why = exc.strerror or str(exc) or type(exc).__name__
+    return f"cannot write {target}: {why}"
 
 
 def debug(run: NotebookRun, action: str | None) -> None:

@@ -3,9 +3,12 @@ names the user assigns, odd objects, %cortex save), each checked through a real 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
+from cortex_jupyter import Run
 from cortex_jupyter.display.markdown import render_markdown
 from cortex_jupyter.session import CortexRunError
 from tests.models.fake_openai_server import FakeOpenAIServer, Stream, finish, texts
@@ -96,3 +99,24 @@ def test_a_name_with_a_value_is_filled_before_a_later_word_makes_math(
     # The view renders the same decision: the value is shown, no formula is made of it.
     html = render_markdown(response, {"a": 1, "b": 2})
     assert ("$a" in html) == ("$a" in answer)
+
+
+# ---- 3.10: %cortex save takes a path as a person writes it ------------------------------
+
+
+def _a_run(ip: InteractiveShell) -> None:
+    ip.run_cell_magic("cortex", "--script", "<response>Saved.</response>")
+
+
+def test_save_expands_the_home_folder_and_variables(
+    ip: InteractiveShell, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("CORTEX_TEST_RUNS", str(tmp_path / "runs"))
+    (tmp_path / "runs").mkdir()
+    _a_run(ip)
+    ip.run_line_magic("cortex", "save ~/x.jsonl")
+    ip.run_line_magic("cortex", "save $CORTEX_TEST_RUNS/y.jsonl")
+    for saved in (tmp_path / "x.jsonl", tmp_path / "runs" / "y.jsonl"):
+        assert Run.load(saved).answer == "Saved."
+    assert not (Path.cwd() / "~").exists()

@@ -99,6 +99,12 @@ def _head(value: Any, limit: int, depth: int = 0) -> Any:
     return value
 
 
+def user_path(path: str | os.PathLike[str]) -> Path:
+    """``path`` as a person means it: ``~`` is their home, ``$VAR`` an environment
+    variable (an unknown one is kept as written)."""
+    return Path(os.path.expanduser(os.path.expandvars(os.fspath(path))))
+
+
 class OutputRepr(str):
     """The short repr standing in for an output that was not JSON (in a replayed run)."""
 
@@ -318,13 +324,17 @@ class Run:
         yield {"record": "variables", "values": values, "repr": reprs}
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        out = Path(path)
-        out.write_text(self.to_jsonl(), encoding="utf-8")
+        """Write the transcript to ``path`` (``~`` and ``$VAR`` expanded, as a shell
+        would); returns the path written. The transcript is made before the file is
+        opened: a run that cannot be written leaves an existing file as it was."""
+        out = user_path(path)
+        text = self.to_jsonl()
+        out.write_text(text, encoding="utf-8")
         return out
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Run:
-        return cls.from_jsonl(Path(path).read_text(encoding="utf-8"))
+        return cls.from_jsonl(user_path(path).read_text(encoding="utf-8"))
 
     @classmethod
     def from_jsonl(cls, text: str) -> Run:
