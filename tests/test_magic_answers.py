@@ -3,12 +3,13 @@ names the user assigns, odd objects, %cortex save), each checked through a real 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from cortex_jupyter import Run
+from cortex_jupyter import Run, default_registry
 from cortex_jupyter.display.markdown import render_markdown
 from cortex_jupyter.session import CortexRunError
 from tests.models.fake_openai_server import FakeOpenAIServer, Stream, finish, texts
@@ -120,3 +121,93 @@ def test_save_expands_the_home_folder_and_variables(
     for saved in (tmp_path / "x.jsonl", tmp_path / "runs" / "y.jsonl"):
         assert Run.load(saved).answer == "Saved."
     assert not (Path.cwd() / "~").exists()
+
+
+# ---- 3.8: a name the user assigns is theirs, whatever the value -------------------------
+
+#: What a cell may import as ``n``: the very object the run bound (small ints are shared).
+SIX = 6
+
+
+@pytest.fixture
+def six() -> Iterator[None]:
+    """A tool that answers 6: the run binds it as ``n``."""
+
+    @default_registry.tool(name="answers_six")
+    def answers_six() -> int:
+        """Six."""
+        return 6
+
+    yield
+    default_registry.remove("tool", "answers_six")
+
+
+BIND_N = (
+    '<action id="a">{"name": "answers_six", "output_key": "n"}</action>'
+    "--- next turn ---\n<response>n is $n</response>"
+)
+
+
+@pytest.mark.parametrize(
+    "cell",
+    [
+        "n = 6",
+        "n += 0",
+        "for n in [6]:\n    pass",
+        "(n := 6)",
+        "[(n := 6) for _ in range(1)]",
+        "n, m = 6, 7",
+        "def f():\n    global n\n    n = 6\n\nf()",
+        "from tests.test_magic_answers import SIX as n",
+        "del n\nn = 6",
+        "n: int = 6",
+        "%time n = 6",
+    ],
+)
+def test_a_name_the_user_assigns_is_theirs_even_with_the_same_value(
+    ip: InteractiveShell, six: None, capsys: pytest.CaptureFixture[str], cell: str
+) -> None:
+    ip.run_cell_magic("cortex", "--script --delay 0", BIND_N)
+    assert ip.user_ns["n"] == 6
+    ip.run_line_magic("cortex", "vars")
+    assert "(bound by cortex run" in capsys.readouterr().out
+
+    ip.run_cell(cell)
+    assert ip.user_ns["n"] is SIX  # the same object the run bound
+    ip.run_line_magic("cortex", "vars")
+    out = capsys.readouterr().out
+    assert "n = 6  (yours: you assigned it after cortex run" in out
+    assert "bound by cortex run" not in out
+
+    # The next run may not take it back without --overwrite: it says so, and the name
+    # stays the user's.
+    ip.run_cell_magic("cortex", "--script --delay 0", BIND_N)
+    assert any("'n' is yours: you assigned it" in note for note in ip.user_ns["_cortex"].notes)
+    ip.run_line_magic("cortex", "vars")
+    assert "n = 6  (yours: you assigned it" in capsys.readouterr().out
+    ip.run_cell_magic("cortex", "--script --delay 0 --overwrite", BIND_N)
+    assert not ip.user_ns["_cortex"].notes
+    ip.run_line_magic("cortex", "vars")
+    assert "n = 6  (bound by cortex run" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "cell",
+    [
+        "print(n)",
+        "m = n",
+        "def g(n):\n    n = 7\n    return n",
+        "[n for n in range(3)]",
+        "class C:\n    n = 6",
+        "f = lambda n: n",
+    ],
+)
+def test_code_that_only_reads_the_name_or_binds_its_own_leaves_it_the_runs(
+    ip: InteractiveShell, six: None, capsys: pytest.CaptureFixture[str], cell: str
+) -> None:
+    ip.run_cell_magic("cortex", "--script --delay 0", BIND_N)
+    ip.run_cell(cell)
+    ip.run_cell("%%cortex --script --delay 0\n" + BIND_N)  # the run's own binding, again
+    assert not ip.user_ns["_cortex"].notes  # bound again, without --overwrite
+    ip.run_line_magic("cortex", "vars")
+    assert "n = 6  (bound by cortex run" in capsys.readouterr().out
