@@ -27,7 +27,7 @@ from IPython.core.magic_arguments import MagicArgumentParser
 from cortex_jupyter import mcp
 from cortex_jupyter.runtime import Registry
 from cortex_jupyter.runtime.core.errors import CortexRuntimeError
-from cortex_jupyter.runtime.core.secrets import Repr, redact, shorten
+from cortex_jupyter.runtime.core.secrets import redact, safe_repr, shorten
 from cortex_jupyter.runtime.integrations import executors
 from cortex_jupyter.runtime.integrations.mcp import DEFAULT_TIMEOUT
 from cortex_jupyter.runtime.loop.conversation import Conversation
@@ -46,8 +46,6 @@ MCP_USAGE = (
     "%cortex mcp list [NAME]   servers, state and tools (with NAME: its stderr too)\n"
     "%cortex mcp remove NAME   close a server and unregister its tools"
 )
-#: What ``%cortex vars`` shows of a value: bounded, secrets redacted before its cuts.
-_SHORT = Repr(limit=400, items=8)
 #: ``$NAME`` in a header or env value: the environment variable, read when connecting.
 _ENV_REFERENCE = re.compile(r"\$(?=[A-Za-z_])([A-Za-z_][A-Za-z0-9_]*)")
 
@@ -84,7 +82,7 @@ def show_vars(session: Session) -> None:
     def show(name: str, why: str) -> None:
         # Bounded (never the full repr of a huge value), on one line, secrets
         # redacted before the cut; a repr that raises says so.
-        text = " ".join(_SHORT.repr(namespace.get(name)).split())
+        text = " ".join(safe_repr(namespace.get(name), limit=400, items=8).split())
         print(f"  {name} = {shorten(text, 70)}  ({why})")
 
     visible = scope.reasons()

@@ -3,8 +3,10 @@ names the user assigns, odd objects, %cortex save), each checked through a real 
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
@@ -13,6 +15,7 @@ from cortex_jupyter import Run, default_registry
 from cortex_jupyter.display.markdown import render_markdown
 from cortex_jupyter.session import CortexRunError
 from tests.models.fake_openai_server import FakeOpenAIServer, Stream, finish, texts
+from tests.odd_objects import odd_objects
 
 # ---- 3.1: what a cut reply left open is what its parser says ---------------------------
 
@@ -211,3 +214,95 @@ def test_code_that_only_reads_the_name_or_binds_its_own_leaves_it_the_runs(
     assert not ip.user_ns["_cortex"].notes  # bound again, without --overwrite
     ip.run_line_magic("cortex", "vars")
     assert "n = 6  (bound by cortex run" in capsys.readouterr().out
+
+
+# ---- 3.9: odd objects fail nothing but, at most, the action whose output they are -------
+
+ODD = odd_objects()
+
+
+@pytest.fixture
+def odd_tools() -> Iterator[dict[str, Any]]:
+    """``odd_make`` returns the object named by ``kind``; ``odd_take`` takes any value."""
+    made: dict[str, Any] = {}
+
+    @default_registry.tool(name="odd_make")
+    def odd_make(kind: str) -> Any:
+        """An odd object."""
+        return made.setdefault(kind, odd_objects()[kind])
+
+    @default_registry.tool(name="odd_take")
+    def odd_take(value: Any) -> str:
+        """Takes anything."""
+        return "taken"
+
+    yield made
+    default_registry.remove("tool", "odd_make")
+    default_registry.remove("tool", "odd_take")
+
+
+@pytest.mark.parametrize("display", ["text", "widgets"])
+@pytest.mark.parametrize("kind", list(ODD))
+def test_an_odd_object_passes_through_a_run_and_every_command_in_one_line(
+    ip: InteractiveShell,
+    server: FakeOpenAIServer,
+    odd_tools: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    kind: str,
+    display: str,
+) -> None:
+    ip.user_ns["odd_nb"] = odd_objects()[kind]  # the same kind, as a notebook variable
+    server.script(
+        Stream(
+            [
+                *texts(
+                    '<action id="m">{"name": "odd_make", "parameters": {"kind": "KIND"}, '
+                    '"output_key": "odd_out"}</action>'.replace("KIND", kind),
+                    40,
+                ),
+                finish(),
+            ]
+        ),
+        Stream(
+            [
+                *texts(
+                    '<action id="t">{"name": "odd_take", "parameters": {"value": "$odd_out"}}'
+                    '</action><action id="u">{"name": "odd_take", "parameters": '
+                    '{"value": "$odd_nb"}}</action>',
+                    40,
+                ),
+                finish(),
+            ]
+        ),
+        Stream([*texts("<response>Made $odd_out from $odd_nb.</response>", 40), finish()]),
+    )
+    ip.run_line_magic("config", f"CortexMagics.display = {display!r}")
+    try:
+        ip.run_cell_magic("cortex", "--model m", "Use $odd_nb.")
+    finally:
+        ip.run_line_magic("config", "CortexMagics.display = 'auto'")
+    record = ip.user_ns["_cortex"]
+    assert record.status == "completed", "".join(traceback.format_exception(record.error))
+    assert {n.id: n.status for n in record.actions.values()} == {
+        "m": "done",
+        "t": "done",
+        "u": "done",
+    }
+    assert ip.user_ns["odd_out"] is odd_tools[kind]
+    assert record.answer.startswith("Made ") and "\n" not in record.answer
+    # The model was sent a result for every action, each in a bounded text.
+    assert len(server.requests) == 3
+
+    text = record.to_jsonl()
+    assert Run.from_jsonl(text).actions["m"].status == "done"
+    capsys.readouterr()
+    ip.run_line_magic("cortex", f"save {tmp_path / 'odd.jsonl'}")
+    ip.run_line_magic("cortex", "expose odd_out odd_nb")
+    ip.run_line_magic("cortex", "vars")
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    assert out.startswith("Saved the run's transcript to ")
+    for name in ("odd_out", "odd_nb"):
+        lines = [line for line in out.splitlines() if line.strip().startswith(f"{name} =")]
+        assert len(lines) == 1 and len(lines[0]) < 200

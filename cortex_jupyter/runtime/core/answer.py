@@ -312,7 +312,11 @@ def rich_value(name: str, path: str, values: Mapping[str, Any]) -> Any:
         return None
     if isinstance(value, type | str | int | float | bool):
         return None
-    return value if any(hasattr(value, method) for method in _RICH) else None
+    try:
+        rich = any(hasattr(value, method) for method in _RICH)
+    except Exception:  # a __getattr__ that raises: the value is shown as text
+        return None
+    return value if rich else None
 
 
 _RICH = ("_repr_html_", "_repr_png_", "_repr_jpeg_", "_repr_svg_", "savefig")

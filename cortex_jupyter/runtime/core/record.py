@@ -79,7 +79,7 @@ def brief_json(value: Any, limit: int = 600) -> str:
     try:
         shown = _head(value, limit)
         text = json.dumps(shown, ensure_ascii=False, default=summarize, allow_nan=True)
-    except (TypeError, ValueError, RecursionError):
+    except Exception:  # not JSON, or an object whose items(), __iter__... raise
         text = summarize(value)
     return shorten(text, limit)
 
@@ -113,14 +113,15 @@ class OutputRepr(str):
 
 def to_json_value(value: Any) -> tuple[Any, bool]:
     """(value, False) when ``value`` is JSON (and neither huge nor nested deeper than
-    ``MAX_JSON_DEPTH``), else (short repr, True)."""
+    ``MAX_JSON_DEPTH``), else (short repr, True). Never raises: a value whose own
+    methods raise is shown by its short repr (or says its repr failed)."""
     if isinstance(value, OutputRepr):
         return str(value), True
-    if isinstance(value, str) and len(value) > MAX_JSON_OUTPUT:
+    if isinstance(value, str) and str.__len__(value) > MAX_JSON_OUTPUT:
         return summarize(value), True  # not a copy of all of it first
     try:
         text = json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError, RecursionError):
+    except Exception:  # not JSON, or an object whose items(), __iter__... raise
         return summarize(value), True
     if len(text) > MAX_JSON_OUTPUT or too_deep(text):
         return summarize(value), True
