@@ -306,3 +306,16 @@ def test_an_odd_object_passes_through_a_run_and_every_command_in_one_line(
     for name in ("odd_out", "odd_nb"):
         lines = [line for line in out.splitlines() if line.strip().startswith(f"{name} =")]
         assert len(lines) == 1 and len(lines[0]) < 200
+
+
+def test_the_cell_reader_leaves_the_shell_with_the_extension(ip: InteractiveShell) -> None:
+    from cortex_jupyter.session.names import Assignments
+
+    ip.run_cell_magic("cortex", "--script --delay 0", "<response>ok</response>")
+    assert sum(isinstance(t, Assignments) for t in ip.ast_transformers) == 1
+    ip.run_line_magic("reload_ext", "cortex_jupyter")
+    ip.run_cell_magic("cortex", "--script --delay 0", "<response>ok</response>")
+    assert sum(isinstance(t, Assignments) for t in ip.ast_transformers) == 1
+    ip.run_line_magic("unload_ext", "cortex_jupyter")
+    assert not any(isinstance(t, Assignments) for t in ip.ast_transformers)
+    ip.run_line_magic("load_ext", "cortex_jupyter")  # as the fixture expects to leave it
