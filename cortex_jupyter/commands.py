@@ -18,6 +18,7 @@ import json
 import re
 import sys
 import traceback
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
@@ -26,7 +27,7 @@ from IPython.core.magic_arguments import MagicArgumentParser
 from cortex_jupyter import mcp
 from cortex_jupyter.runtime import Registry
 from cortex_jupyter.runtime.core.errors import CortexRuntimeError
-from cortex_jupyter.runtime.core.secrets import Repr, redact, shorten
+from cortex_jupyter.runtime.core.secrets import redact, safe_repr, shorten
 from cortex_jupyter.runtime.integrations import executors
 from cortex_jupyter.runtime.integrations.mcp import DEFAULT_TIMEOUT
 from cortex_jupyter.runtime.loop.conversation import Conversation
@@ -45,8 +46,6 @@ MCP_USAGE = (
     "%cortex mcp list [NAME]   servers, state and tools (with NAME: its stderr too)\n"
     "%cortex mcp remove NAME   close a server and unregister its tools"
 )
-#: What ``%cortex vars`` shows of a value: bounded, secrets redacted before its cuts.
-_SHORT = Repr(limit=400, items=8)
 #: ``$NAME`` in a header or env value: the environment variable, read when connecting.
 _ENV_REFERENCE = re.compile(r"\$(?=[A-Za-z_])([A-Za-z_][A-Za-z0-9_]*)")
 
@@ -83,7 +82,7 @@ def show_vars(session: Session) -> None:
     def show(name: str, why: str) -> None:
         # Bounded (never the full repr of a huge value), on one line, secrets
         # redacted before the cut; a repr that raises says so.
-        text = " ".join(_SHORT.repr(namespace.get(name)).split())
+        text = " ".join(safe_repr(namespace.get(name), limit=400, items=8).split())
         print(f"  {name} = {shorten(text, 70)}  ({why})")
 
     visible = scope.reasons()
@@ -193,9 +192,21 @@ def save(run: NotebookRun, path: str) -> None:
     try:
         written = run.save(path)
     except OSError as exc:  # a directory, a missing folder, no permission, a full disk
-        why = exc.strerror or str(exc) or type(exc).__name__
-        raise UsageError(f"%cortex save: cannot write {path!r}: {why}.") from None
+        raise UsageError(f"%cortex save: {_write_problem(exc, path)}.") from None
     print(f"Saved the run's transcript to {written} ({len(run.events)} events).")
+
+
+def _write_problem(exc: OSError, path: str) -> str:
+    """Why ``path`` could not be written, in a sentence naming what is wrong."""
+    target = Path(exc.filename) if exc.filename else Path(path)
+    if isinstance(exc, IsADirectoryError) or target.is_dir():
+        return f"{target} is a folder; give a file in it, e.g. {target / 'run.jsonl'}"
+    if isinstance(exc, FileNotFoundError) and not target.parent.is_dir():
+        return f"the folder {target.parent} does not exist; create it first or pick another"
+    if isinstance(exc, PermissionError):
+        return f"no permission to write {target}"
+    why = exc.strerror or str(exc) or type(exc).__name__
+    return f"cannot write {target}: {why}"
 
 
 def debug(run: NotebookRun, action: str | None) -> None:

@@ -38,6 +38,10 @@ class AutoParser(XmlParser):
             return events
         return super().feed(chunk)
 
+    @property
+    def open_block(self) -> str | None:
+        return self._sigil.open_block if self._sigil is not None else super().open_block
+
     def close(self) -> list[Event]:
         if self._sigil is None:
             return super().close()

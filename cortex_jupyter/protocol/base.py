@@ -30,6 +30,8 @@ MAX_TEXT_CHARS = 10 << 20
 
 # Where emitted text goes.
 TOP, THOUGHT, RESPONSE, FEED = 0, 1, 2, 3
+# What ``Parser.open_block`` calls the blocks text can be inside.
+_OPEN_KINDS = {THOUGHT: "thought", RESPONSE: "response"}
 
 
 class ParserClosedError(RuntimeError):
@@ -106,6 +108,15 @@ class Parser:
         #: Set when the stream marks the end of a turn: ``"execute"`` (sigil's
         #: ``§EXECUTE:``, cogency's ``</execute>``) or ``"end"`` (``§END:``, ``<end>``).
         self.boundary: str | None = None
+
+    @property
+    def open_block(self) -> str | None:
+        """The kind of block the text read so far ends inside: ``"thought"``,
+        ``"response"`` or ``"action"`` (an action body, a call list or a tool call), or
+        ``None`` between blocks (loose text, even hermes's, which no tag opened). What a
+        cut reply leaves open is this, not what a scan of its text finds
+        (``runtime.loop.resume``): a tag quoted inside a response is text."""
+        return _OPEN_KINDS.get(self._sink)
 
     def continue_from(self, other: Parser) -> None:
         """Read on where ``other`` stopped (``auto`` handing over to another dialect):

@@ -56,6 +56,10 @@ class SigilParser(Parser):
         self._section: str | None = None
         self._calls: CallScanner | None = None
 
+    @property
+    def open_block(self) -> str | None:
+        return "action" if self._calls is not None else super().open_block
+
     def feed(self, chunk: str) -> list[Event]:
         if self._buf or self._closed or chunk.__class__ is not str:
             chunk = self._with_held(chunk)  # (most chunks need none of it)

@@ -285,6 +285,7 @@ class Session:
 
     def close(self) -> None:
         """``%unload_ext``: cancel background actions and stop the session's loop."""
+        self.names.close()
         if self._loop is not None:
             self._loop.close()
             self._loop = None

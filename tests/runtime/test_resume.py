@@ -49,3 +49,37 @@ def test_too_little_of_the_continuation_waits(head: str) -> None:
     resume = Resume(CUT)
     assert not resume.decided(head)
     assert resume.decided(head, end=True)  # the stream ended: decide with what there is
+
+
+@pytest.mark.parametrize(
+    ("dialect", "cut", "ready"),
+    [
+        ("cortex", "<response>Use a <thought> tag, like", ""),
+        ("cortex", "<thought>a</thought><response>b <action> c", "<thought>a</thought>"),
+        ("cortex", '<thought>Plan <action id="a">{"name": "t"}</action> then', ""),
+        ("cogency", "<respond>Use <think>, like", ""),
+        ("hermes", "Loose text names <response>, like", "Loose text names <response>, like"),
+        ("hermes", "<think>Use <response> here", ""),
+        ("sigil", "§THINK: x §RESPOND: Use a <thought> tag", "§THINK: x "),
+        ("auto", "§RESPOND: Use a <thought> tag", ""),
+    ],
+)
+def test_what_is_open_is_what_the_parser_reads(dialect: str, cut: str, ready: str) -> None:
+    # A tag quoted inside a block is text: the block the parser is in stays the open one.
+    assert Resume(cut, dialect).ready == ready
+
+
+def test_a_cut_block_is_closed_in_its_dialect_before_another_block() -> None:
+    assert Resume("<respond>Use <think>", "cogency").join("<execute>[]</execute>") == (
+        "<respond>Use <think></respond>",
+        "<execute>[]</execute>",
+    )
+    # A sigil section ends at the next marker: nothing is added.
+    assert Resume("§RESPOND: so far", "sigil").join("§CALLS: []") == (
+        "§RESPOND: so far",
+        "§CALLS: []",
+    )
+    assert Resume("§RESPOND: so far", "sigil").join("§RESPOND: and on") == (
+        "§RESPOND: so far",
+        " and on",
+    )

@@ -129,6 +129,14 @@ class XmlParser(Parser):
             self._read_forged,
         )
 
+    @property
+    def open_block(self) -> str | None:
+        if self._state in (S_ACTION, S_CALLS):
+            return "action"
+        if self._state == S_FORGED:
+            return None  # a forged block is skipped, never carried on
+        return super().open_block
+
     # -- feeding ---------------------------------------------------------------
 
     def feed(self, chunk: str) -> list[Event]:  # noqa: C901 - fast paths inlined on purpose

@@ -9,7 +9,10 @@ The rule for dollars (the README states it):
 - ``$name`` / ``$name.key`` (``REFERENCE``, the runtime's own pattern) whose name has a
   value is filled **first**: in ``Totals: $a and **$b**`` both are values, never one
   formula, although pandoc's rule alone would read ``$a and **$`` as math. A ``$`` that
-  would close a formula but itself starts a ``$name`` with a value does not close it.
+  would close a formula but itself starts a ``$name`` with a value does not close it;
+  nor does one that starts any other ``$word`` when the formula's opening ``$`` starts
+  a ``$name`` with a value and a space lies between them (``A=$a B=$nope`` fills ``a``
+  and keeps ``$nope``; ``the $n$th`` is math).
 - Math, kept as written, never filled:
   ``$...$`` when the opening ``$`` has a non-space character right after it and the next
   ``$`` (not ``\$``) a non-space character right before it and no digit right after it
@@ -89,6 +92,7 @@ _DOUBLE_OR_ESCAPE = re.compile(r"\\[\s\S]|\$\$|`|\]\(")
 _ESCAPE = re.compile(r"\\[\s\S]|`|\]\(")
 _BLANK_LINE = re.compile(r"\n[ \t]*\n")
 _SPACE_LETTER = re.compile(r"\s[^\W\d_]")
+_SPACE = re.compile(r"\s")
 _SPECIAL = re.compile(r"[$\\]|`+|\]\([^)\s]*")
 _BRACKETS = {"(": "\\)", "[": "\\]"}
 
@@ -120,8 +124,7 @@ def scan(
             return Span("literal", pos + 2)  # the protocol's `$$`: a literal `$`
         return Span("math", close + 2, "$$", "$$", src[pos + 2 : close])
     close = _inline_close(src, pos + 1, end)
-    # Names first: a closing `$` that starts a `$name` with a value closes nothing.
-    if close is not None and not _starts_value(src, close, end, values, used):
+    if close is not None and not _names_first(src, pos, close, end, values, used):
         return Span("math", close + 1, "$", "$", src[pos + 1 : close])
     match = REFERENCE.match(src, pos, end)
     if match is not None and match.group(1):
@@ -258,6 +261,24 @@ def _resolved(
     return None
 
 
+def _names_first(
+    src: str, pos: int, close: int, end: int, values: Mapping[str, Any], used: dict[str, str | None]
+) -> bool:
+    """Whether the ``$...$`` from ``pos`` to ``close`` is names, not math (the module's
+    rule): its closing ``$`` starts a ``$name`` with a value, or its opening ``$`` does
+    and the closing one starts another ``$word`` with a space between them (``A=$a
+    B=$b``: two names, whether ``b`` has a value or not; ``the $n$th`` stays math)."""
+    if _starts_value(src, close, end, values, used):
+        return True
+    word = REFERENCE.match(src, close, end)
+    return (
+        word is not None
+        and bool(word.group(1))
+        and _SPACE.search(src, pos + 1, close) is not None
+        and _starts_value(src, pos, end, values, used)
+    )
+
+
 def _starts_value(
     src: str, at: int, end: int, values: Mapping[str, Any], used: dict[str, str | None]
 ) -> bool:
@@ -291,7 +312,11 @@ def rich_value(name: str, path: str, values: Mapping[str, Any]) -> Any:
         return None
     if isinstance(value, type | str | int | float | bool):
         return None
-    return value if any(hasattr(value, method) for method in _RICH) else None
+    try:
+        rich = any(hasattr(value, method) for method in _RICH)
+    except Exception:  # a __getattr__ that raises: the value is shown as text
+        return None
+    return value if rich else None
 
 
 _RICH = ("_repr_html_", "_repr_png_", "_repr_jpeg_", "_repr_svg_", "savefig")

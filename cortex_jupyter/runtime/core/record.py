@@ -79,7 +79,7 @@ def brief_json(value: Any, limit: int = 600) -> str:
     try:
         shown = _head(value, limit)
         text = json.dumps(shown, ensure_ascii=False, default=summarize, allow_nan=True)
-    except (TypeError, ValueError, RecursionError):
+    except Exception:  # not JSON, or an object whose items(), __iter__... raise
         text = summarize(value)
     return shorten(text, limit)
 
@@ -99,6 +99,12 @@ def _head(value: Any, limit: int, depth: int = 0) -> Any:
     return value
 
 
+def user_path(path: str | os.PathLike[str]) -> Path:
+    """``path`` as a person means it: ``~`` is their home, ``$VAR`` an environment
+    variable (an unknown one is kept as written)."""
+    return Path(os.path.expanduser(os.path.expandvars(os.fspath(path))))
+
+
 class OutputRepr(str):
     """The short repr standing in for an output that was not JSON (in a replayed run)."""
 
@@ -107,14 +113,15 @@ class OutputRepr(str):
 
 def to_json_value(value: Any) -> tuple[Any, bool]:
     """(value, False) when ``value`` is JSON (and neither huge nor nested deeper than
-    ``MAX_JSON_DEPTH``), else (short repr, True)."""
+    ``MAX_JSON_DEPTH``), else (short repr, True). Never raises: a value whose own
+    methods raise is shown by its short repr (or says its repr failed)."""
     if isinstance(value, OutputRepr):
         return str(value), True
-    if isinstance(value, str) and len(value) > MAX_JSON_OUTPUT:
+    if isinstance(value, str) and str.__len__(value) > MAX_JSON_OUTPUT:
         return summarize(value), True  # not a copy of all of it first
     try:
         text = json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError, RecursionError):
+    except Exception:  # not JSON, or an object whose items(), __iter__... raise
         return summarize(value), True
     if len(text) > MAX_JSON_OUTPUT or too_deep(text):
         return summarize(value), True
@@ -318,13 +325,17 @@ class Run:
         yield {"record": "variables", "values": values, "repr": reprs}
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        out = Path(path)
-        out.write_text(self.to_jsonl(), encoding="utf-8")
+        """Write the transcript to ``path`` (``~`` and ``$VAR`` expanded, as a shell
+        would); returns the path written. The transcript is made before the file is
+        opened: a run that cannot be written leaves an existing file as it was."""
+        out = user_path(path)
+        text = self.to_jsonl()
+        out.write_text(text, encoding="utf-8")
         return out
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Run:
-        return cls.from_jsonl(Path(path).read_text(encoding="utf-8"))
+        return cls.from_jsonl(user_path(path).read_text(encoding="utf-8"))
 
     @classmethod
     def from_jsonl(cls, text: str) -> Run:

@@ -11,8 +11,10 @@ so everything that resolves ``$name`` (parameters, feeds, ``llm`` prompts, neste
 the response's filled-in values) gets the same rule by being given the scope instead of
 the namespace.
 
-A name is a run's only while it still holds the object the run bound (``Binding``): once
-the user assigns it, it is the user's again, hidden like any other notebook name. ``%cortex
+A name is a run's only while it still holds the object the run bound (``Binding``) and no
+cell of the user's assigned it (``session.names`` reads each cell's code and releases the
+binding, whatever the value): once the user assigns it, it is the user's again, hidden
+like any other notebook name. ``%cortex
 expose`` and ``%cortex hide`` add ``Rule``s, names or glob patterns; the latest rule whose
 pattern matches a name decides for it, so ``expose data_*`` then ``hide data_b`` leaves
 ``data_b`` hidden and the other ``data_`` names visible, and a hide also covers names runs
@@ -50,7 +52,9 @@ class Binding:
     """What a cortex run bound to a notebook name: the run's id and the object itself.
 
     The name is the run's while it holds this very object (``is``): then it is visible and
-    a later run may bind it again. Once the user assigns the name, it is theirs.
+    a later run may bind it again. Once the user assigns the name, it is theirs: a value
+    of their own fails the ``is``, and a cell that assigns it (the same value too) makes
+    the session release the binding (``released``).
     """
 
     run: str

@@ -347,7 +347,7 @@ def render_value(value: Any) -> str:
         return value
     try:
         return json.dumps(value, ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError, RecursionError):
+    except Exception:  # not JSON, or an object whose items(), __iter__... raise
         return safe_repr(value, limit=RESULT_REPR_LIMIT, items=100)
 
 

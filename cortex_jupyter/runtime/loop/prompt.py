@@ -349,7 +349,7 @@ def _shape(value: Any) -> str:
             return f"shape {shape}"
     except Exception:
         pass
-    if isinstance(value, str | bytes | Sequence | Mapping) or hasattr(value, "__len__"):
+    if isinstance(value, str | bytes | Sequence | Mapping) or hasattr(type(value), "__len__"):
         try:
             return f"length {len(value)}"
         except Exception:

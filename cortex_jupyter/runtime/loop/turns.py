@@ -318,7 +318,7 @@ class Loop:
         """Run the turns, from the prompt ``user_text``. ``resume`` (``Agent.continue_run``)
         is set when this run continues the last one: the text of its cut reply, which the
         first reply goes on from ("" when it was not cut)."""
-        self._resume = Resume(resume) if resume else None
+        self._resume = Resume(resume, self.dialect) if resume else None
         await self._learn_window()
         if resume is None:  # a new prompt: one the model never answered is not kept
             self.conversation.drop_unanswered()
