@@ -339,7 +339,7 @@ class CortexMagics(Magics):
             script=bool(args.script),
             chunk_size=_number(args.chunk_size, "--chunk-size", int, self.chunk_size, low=1),
             delay=_number(args.delay, "--delay", float, self.delay, low=0),
-            replay=args.replay,
+            replay=_unquote(args.replay),
             speed=_number(args.speed, "--speed", float, 1.0, low=0, strict=True),
             fresh=bool(args.fresh),
             max_turns=_number(args.max_turns, "--max-turns", int, self.max_turns, low=1),
@@ -437,7 +437,8 @@ class CortexMagics(Magics):
         speed = _number(
             args[1] if len(args) == 2 else None, "speed", float, 1.0, low=0, strict=True
         )
-        self.session.run_cell("", self._options(f"--replay {shlex.quote(args[0])}", speed=speed))
+        # The path as given, not through the cell's option line, which keeps quotes.
+        self.session.run_cell("", self._options("", replay=args[0], speed=speed))
 
     def _cmd_save(self, args: list[str]) -> None:
         """Save the last run's transcript (JSON lines) to PATH."""
@@ -537,6 +538,14 @@ _EVAL.add_argument("--max-tokens", type=int, metavar="N", help="Most tokens a re
 _EVAL.add_argument(
     "--time-limit", type=float, metavar="SECONDS", help="Seconds a try may take (120)."
 )
+
+
+def _unquote(text: str | None) -> str | None:
+    """A cell-line value as the user meant it: IPython's option parser keeps the quotes
+    around ``--replay "my run.jsonl"``."""
+    if text is not None and len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    return text
 
 
 def _number(

@@ -319,3 +319,16 @@ def test_the_cell_reader_leaves_the_shell_with_the_extension(ip: InteractiveShel
     ip.run_line_magic("unload_ext", "cortex_jupyter")
     assert not any(isinstance(t, Assignments) for t in ip.ast_transformers)
     ip.run_line_magic("load_ext", "cortex_jupyter")  # as the fixture expects to leave it
+
+
+def test_replay_expands_the_home_folder_and_takes_a_quoted_path(
+    ip: InteractiveShell, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    _a_run(ip)
+    ip.run_line_magic("cortex", "save '~/my run.jsonl'")
+    assert (tmp_path / "my run.jsonl").exists()
+    ip.run_line_magic("cortex", "replay '~/my run.jsonl' 1000")
+    assert ip.user_ns["_cortex"].answer == "Saved."
+    ip.run_cell_magic("cortex", f'--replay "{tmp_path}/my run.jsonl" --speed 1000', "\n")
+    assert ip.user_ns["_cortex"].answer == "Saved."
