@@ -73,6 +73,8 @@ CREDENTIAL_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.
 MIN_SECRET = 8
 #: The shortest part of a secret a cut may leave at its edge that is still hidden.
 MIN_FRAGMENT = 4
+# What others write where they cut a text (pandas, numpy, reprlib, cortex itself).
+_ELLIPSIS = re.compile(r"(\.\.\.|…)")
 # Where ``Repr`` cut (reprlib's fill value while it works): never in a repr of a string.
 _CUT = "\x00\ufdd0cut\ufdd0\x00"
 
@@ -137,11 +139,23 @@ class Secrets:
         return self._compiled()[0]
 
     def redact(self, text: str) -> str:
-        """``text`` with every secret replaced by ``[redacted]``."""
+        """``text`` with every secret (in every form) replaced by ``[redacted]``, and the
+        part of one that something else cut where it wrote ``...`` or ``…`` (pandas,
+        numpy and ``reprlib`` cut long texts so, a tool may quote such a repr)."""
         if not text:
             return text
         pattern = self._pattern()
-        return text if pattern is None else pattern.sub(REDACTED, text)
+        if pattern is None:
+            return text
+        text = pattern.sub(REDACTED, text)
+        if "..." in text or "…" in text:
+            pieces = _ELLIPSIS.split(text)  # text, mark, text, mark, ..., text
+            last = len(pieces) - 1
+            text = "".join(
+                piece if i % 2 else self.hide_edges(piece, start=i > 0, end=i < last)
+                for i, piece in enumerate(pieces)
+            )
+        return text
 
     def redact_value(self, value: Any) -> Any:
         """A JSON-like value with every string in it redacted (new containers; other
@@ -245,9 +259,12 @@ class Secrets:
         if pandas is None or self._pattern() is None:
             return value
         try:
-            return _redacted_pandas(value, pandas, self._cell)
-        except Exception:  # an odd frame: rendered as it is, its text redacted after
-            return value
+            # One at a time: pandas fills a frame's caches as it reads it, and two
+            # threads reading one frame (two actions returned it) can trip on that.
+            with _PANDAS_LOCK:
+                return _redacted_pandas(value, pandas, self._cell)
+        except Exception as exc:  # never the frame itself: pandas would cut its cells
+            return _Unshown(value, exc)
 
     def _cell(self, value: Any) -> Any:
         if isinstance(value, str):
@@ -276,6 +293,24 @@ _ESCAPES: tuple[Callable[[str], str], ...] = (
     lambda s: html.escape(s, quote=True),
     lambda s: html.escape(s, quote=False),
 )
+
+
+_PANDAS_LOCK = threading.Lock()
+
+
+class _Unshown:
+    """What stands for a pandas value that could not be redacted: its shape, no cell."""
+
+    def __init__(self, value: Any, exc: BaseException) -> None:
+        self._text = f"<{type(value).__name__}: {failed(value, 'redaction', exc)}>"
+
+    def __repr__(self) -> str:
+        return self._text
+
+    __str__ = __repr__
+
+    def _repr_html_(self) -> str:
+        return html.escape(self._text)
 
 
 #: Rows of a long frame redacted for display: pandas shows at most ``display.max_rows``
