@@ -40,7 +40,7 @@ import sys
 import threading
 import urllib.parse
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from cortex_jupyter.protocol import MAX_JSON_DEPTH
 from cortex_jupyter.runtime.core.bounded import BoundedRepr, failed
@@ -86,11 +86,7 @@ class Secrets:
         self._environ = environ
         self._added: set[str] = set()
         self._lock = threading.Lock()
-        self._cache: tuple[tuple[str, ...], tuple[str, ...], re.Pattern[str] | None] = (
-            (),
-            (),
-            None,
-        )
+        self._cache: _Compiled = _Compiled((), (), None, frozenset(), frozenset())
         self._environment: tuple[dict[Any, Any], tuple[str, ...], int] = ({}, (), -1)
 
     def add(self, value: str | None) -> None:
@@ -120,23 +116,26 @@ class Secrets:
             if len(value) >= MIN_SECRET and CREDENTIAL_NAME.search(name)
         }
 
-    def _compiled(self) -> tuple[tuple[str, ...], re.Pattern[str] | None]:
-        """Every form of every secret (longest first) and one pattern matching them."""
+    def _compiled(self) -> _Compiled:
+        """Every form of every secret (longest first), one pattern matching them, and
+        the first and last ``MIN_FRAGMENT`` characters of each of their proper parts."""
         values = self.values()
         cached = self._cache
-        if values != cached[0]:
+        if values != cached.values:
             every = {form for value in values for form in escaped_forms(value)}
             found = tuple(sorted(every, key=_longest_first))
             pattern = re.compile("|".join(map(re.escape, found))) if found else None
-            cached = self._cache = (values, found, pattern)
-        return cached[1], cached[2]
+            ends = frozenset(f[i - MIN_FRAGMENT : i] for f in found for i in _cuts(f))
+            starts = frozenset(f[i : i + MIN_FRAGMENT] for f in found for i in _cuts(f, 1))
+            cached = self._cache = _Compiled(values, found, pattern, ends, starts)
+        return cached
 
     def _pattern(self) -> re.Pattern[str] | None:
-        return self._compiled()[1]
+        return self._compiled().pattern
 
     def forms(self) -> tuple[str, ...]:
         """Every form of every secret now (``escaped_forms``), longest first."""
-        return self._compiled()[0]
+        return self._compiled().forms
 
     def redact(self, text: str) -> str:
         """``text`` with every secret (in every form) replaced by ``[redacted]``, and the
@@ -144,18 +143,28 @@ class Secrets:
         numpy and ``reprlib`` cut long texts so, a tool may quote such a repr)."""
         if not text:
             return text
-        pattern = self._pattern()
-        if pattern is None:
+        known = self._compiled()
+        if known.pattern is None:
             return text
-        text = pattern.sub(REDACTED, text)
+        text = known.pattern.sub(REDACTED, text)
         if "..." in text or "…" in text:
-            pieces = _ELLIPSIS.split(text)  # text, mark, text, mark, ..., text
-            last = len(pieces) - 1
-            text = "".join(
-                piece if i % 2 else self.hide_edges(piece, start=i > 0, end=i < last)
-                for i, piece in enumerate(pieces)
-            )
+            text = self._hide_at_marks(text, known)
         return text
+
+    def _hide_at_marks(self, text: str, known: _Compiled) -> str:
+        """``text`` with the part of a secret next to a ``...`` or ``…`` hidden."""
+        if not any(
+            text[max(mark.start() - MIN_FRAGMENT, 0) : mark.start()] in known.ends
+            or text[mark.end() : mark.end() + MIN_FRAGMENT] in known.starts
+            for mark in _ELLIPSIS.finditer(text)
+        ):
+            return text  # (almost always: a set lookup on each side of each mark)
+        pieces = _ELLIPSIS.split(text)  # text, mark, text, mark, ..., text
+        last = len(pieces) - 1
+        return "".join(
+            piece if i % 2 else self.hide_edges(piece, start=i > 0, end=i < last)
+            for i, piece in enumerate(pieces)
+        )
 
     def redact_value(self, value: Any) -> Any:
         """A JSON-like value with every string in it redacted (new containers; other
@@ -237,15 +246,17 @@ class Secrets:
         of its forms) that a cut left at its ``end`` (a secret's first characters) or
         ``start`` (its last characters) replaced by ``[redacted]``, when
         ``MIN_FRAGMENT`` or more are left."""
-        forms = self.forms()
-        if not forms or len(text) < MIN_FRAGMENT:
+        known = self._compiled()
+        if not known.forms or len(text) < MIN_FRAGMENT:
             return text
-        if end:
-            cut = max((_prefix_at_end(text, v) for v in forms), default=0)
+        # Only a text that ends (starts) as a proper prefix (suffix) of a form can: a
+        # set lookup spares the search almost always (the view checks every piece).
+        if end and text[-MIN_FRAGMENT:] in known.ends:
+            cut = max((_prefix_at_end(text, v) for v in known.forms), default=0)
             if cut:
                 text = text[: len(text) - cut] + REDACTED
-        if start:
-            cut = max((_suffix_at_start(text, v) for v in forms), default=0)
+        if start and text[:MIN_FRAGMENT] in known.starts:
+            cut = max((_suffix_at_start(text, v) for v in known.forms), default=0)
             if cut:
                 text = REDACTED + text[cut:]
         return text
@@ -272,6 +283,22 @@ class Secrets:
         if isinstance(value, list | tuple | Mapping):
             return self.redact_value(value)
         return value
+
+
+class _Compiled(NamedTuple):
+    values: tuple[str, ...]
+    forms: tuple[str, ...]
+    pattern: re.Pattern[str] | None
+    ends: frozenset[str]  # the last MIN_FRAGMENT characters of each proper prefix
+    starts: frozenset[str]  # the first MIN_FRAGMENT characters of each proper suffix
+
+
+def _cuts(form: str, start: int = 0) -> range:
+    """Where a proper prefix of ``form`` ends (``start`` 0), or a proper suffix starts
+    (``start`` 1), for parts of ``MIN_FRAGMENT`` characters or more."""
+    if start:
+        return range(1, len(form) - MIN_FRAGMENT + 1)
+    return range(MIN_FRAGMENT, len(form))
 
 
 def escaped_forms(value: str) -> set[str]:
