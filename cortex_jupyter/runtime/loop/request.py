@@ -28,7 +28,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from cortex_jupyter.runtime.core.secrets import CREDENTIAL_NAME, secrets
+from cortex_jupyter.runtime.core.secrets import CREDENTIAL_NAME, safe_repr, secrets
 
 __all__ = ["PROTOCOL_FIELDS", "check_request", "merge_requests", "request_fields"]
 
@@ -120,5 +120,4 @@ def _remember_secrets(value: Any, named: bool = False, depth: int = 0) -> None:
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:59] + "…"
+    return safe_repr(value, limit=60)  # bounded, redacted before its cut
