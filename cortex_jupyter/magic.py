@@ -43,6 +43,7 @@ from traitlets.config.loader import LazyConfigValue
 
 from cortex_jupyter import commands
 from cortex_jupyter.commands import complain
+from cortex_jupyter.runtime.core.secrets import redact
 from cortex_jupyter.runtime.integrations.executors import set_dask_address
 from cortex_jupyter.runtime.loop.grammar import CONSTRAIN_FORMS
 from cortex_jupyter.runtime.loop.request import check_request
@@ -472,8 +473,8 @@ class CortexMagics(Magics):
                     f"%cortex config: {key}={value!r} was refused: {exc} (it stays "
                     f"{getattr(self, key)!r})."
                 ) from None
-        for name in self._config_names():
-            print(f"{name} = {getattr(self, name)!r}")
+        for name in self._config_names():  # request defaults may hold a key
+            print(redact(f"{name} = {getattr(self, name)!r}"))
 
     def _config_names(self) -> list[str]:
         return sorted(self.class_own_traits(config=True))

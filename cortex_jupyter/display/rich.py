@@ -40,6 +40,7 @@ from markdown_it import MarkdownIt
 
 from cortex_jupyter.runtime.core.bounded import failed
 from cortex_jupyter.runtime.core.secrets import Repr, head, redact
+from cortex_jupyter.runtime.core.secrets import shown as redacted_frame
 
 from . import commonmark
 from .theme import MONO, MUTED, esc, shorten
@@ -147,6 +148,7 @@ def sanitize_html(markup: str) -> str:
 
 def rich_html(value: Any) -> str:
     """``value`` as safe HTML, in the richest form it offers (see the module docstring)."""
+    value = redacted_frame(value)  # a frame's cells redacted before pandas cuts them
     for render in (_image, _html, _markdown):
         try:
             shown = render(value)

@@ -91,19 +91,17 @@ def esc(text: object) -> str:
 def shorten(text: str, limit: int) -> str:
     """``text`` on one line, cut to ``limit`` characters with an ellipsis; secrets
     redacted before the cut, none of one left at it (``secrets.shorten``)."""
-    flat = " ".join(text.split()) if ("\n" in text or "\t" in text or "\r" in text) else text
-    return secrets.shorten(flat, limit)
+    if "\n" in text or "\t" in text or "\r" in text:
+        # Redacted before the spaces are joined: a secret holding a line break is
+        # another text once it is flattened.
+        text = " ".join(secrets.redact(text).split())
+    return secrets.shorten(text, limit)
 
 
 def redact_markup(text: str) -> str:
     """``redact`` for HTML: also a secret as HTML escaping wrote it (``a&amp;b``). What
     the live view sends, the inspector and the static copy pass through it."""
-    text = secrets.redact(text)
-    for value in secrets.secrets.values():
-        for escaped in {html.escape(value, quote=True), html.escape(value, quote=False)}:
-            if escaped != value and escaped in text:
-                text = text.replace(escaped, secrets.REDACTED)
-    return text
+    return secrets.redact(text)  # HTML escaping is one of the forms it redacts
 
 
 def shorten_middle(text: str, limit: int) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from cortex_jupyter.runtime.core.graph import ActionNode
@@ -192,7 +194,10 @@ def test_a_value_filled_into_the_answer_and_cut_at_its_limit_keeps_no_part_of_a_
     for left in (4, 9, len(key) - 2):  # the limit falls inside the key
         shown = value_text("." * (VALUE_LIMIT - left) + key + " tail", where="dump")
         assert key[:4] not in shown, left
-        assert "more characters; the whole value is dump]" in shown
+        # cut with a marker, unless the text once redacted fits whole
+        assert "more characters; the whole value is dump]" in shown or (
+            len(shown) <= VALUE_LIMIT and shown.endswith(REDACTED + " tail")
+        )
 
 
 def test_a_cut_never_leaves_half_a_redaction_marker(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -205,3 +210,62 @@ def test_a_cut_never_leaves_half_a_redaction_marker(monkeypatch: pytest.MonkeyPa
         shown = head(text, limit)
         assert shown == "x" * 20, (limit, shown)
     assert head(text, 30) == "x" * 20 + REDACTED
+
+
+# ---- every form of a secret (issue 25) ---------------------------------------------------
+
+FORMED = "pw\"with\\back'slash/ü &<x>+%"
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        lambda s: __import__("json").dumps({"p": s}),
+        lambda s: __import__("json").dumps({"p": s}, ensure_ascii=False),
+        lambda s: repr({"p": s}),
+        lambda s: repr([s + "'"]),  # the other quote style
+        lambda s: ascii(s),
+        lambda s: "?p=" + __import__("urllib.parse").parse.quote(s, safe=""),
+        lambda s: "?p=" + __import__("urllib.parse").parse.quote(s),
+        lambda s: "?p=" + __import__("urllib.parse").parse.quote_plus(s),
+        lambda s: __import__("html").escape(s),
+        lambda s: __import__("json").dumps(__import__("json").dumps({"p": s})),  # JSON in JSON
+        lambda s: repr(__import__("json").dumps(s)),
+    ],
+)
+def test_a_secret_is_redacted_in_every_escaped_form(written: Any) -> None:
+    secrets = Secrets({"DB_PASSWORD": FORMED})
+    text = written(FORMED)
+    assert FORMED not in text or "\\" not in FORMED  # the form is not the raw value
+    shown = secrets.redact(text)
+    assert REDACTED in shown and "pw" not in shown.replace(REDACTED, ""), shown
+
+
+def test_a_cut_through_an_escaped_form_hides_its_edge() -> None:
+    import json
+
+    secrets = Secrets({"DB_PASSWORD": FORMED})
+    text = "." * 20 + json.dumps(FORMED) + "." * 20
+    for limit in range(21, 40):
+        assert "pw" not in secrets.head(text, limit).replace(REDACTED, ""), limit
+        assert "%" not in secrets.tail(text, limit).replace(REDACTED, "")[:3], limit
+
+
+def test_a_part_of_a_secret_another_library_cut_is_hidden() -> None:
+    secrets = Secrets(ENV)
+    assert secrets.redact("auth  token=sk-proj-abcdefg...") == f"auth  token={REDACTED}..."
+    assert secrets.redact("…12345678 end") == f"…{REDACTED} end"
+    assert secrets.redact("sk-proj is a prefix...") == "sk-proj is a prefix..."  # not at a cut
+
+
+def test_a_frame_is_shown_from_redacted_cells_labels_and_index() -> None:
+    pd = pytest.importorskip("pandas")
+    secrets = Secrets(ENV)
+    index = pd.MultiIndex.from_tuples([("a", KEY), ("b", "x")], names=["k", TOKEN])
+    frame = pd.DataFrame({KEY: ["x" * 60 + KEY, 1]}, index=index)
+    shown = secrets.shown(frame)
+    for text in (str(shown), shown._repr_html_()):
+        assert parts_of_secrets(text) == [], text
+    assert frame.iloc[0, 0].endswith(KEY)  # the frame itself is untouched
+    big = pd.DataFrame({"v": [KEY] * 5000})  # only the rows pandas may show are read
+    assert parts_of_secrets(str(secrets.shown(big))) == []

@@ -27,7 +27,7 @@ The rule for dollars (the README states it):
 - A ``$name`` with no value stays as written. Code spans and blocks are never math and
   never filled; a link's address is kept as written.
 
-A value shows as its ``str`` (a short repr for containers), secrets redacted, whole up
+A value shows as its ``str`` (the ``repr`` of containers), secrets redacted, whole up
 to ``VALUE_LIMIT`` characters; past that it is cut with a marker saying how much was
 left out and where the whole value is (``value_text``).
 """
@@ -40,41 +40,48 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from cortex_jupyter.runtime.core.secrets import Repr, head, redact
+from cortex_jupyter.runtime.core.bounded import whole_repr
+from cortex_jupyter.runtime.core.secrets import Repr, clip, shown
 from cortex_jupyter.runtime.core.variables import REFERENCE, resolve
 
 #: Characters of a value filled in whole; a longer one is cut with a marker.
 VALUE_LIMIT = 20_000
-
-_short = Repr()  # secrets redacted before its cuts
-_short.maxstring = _short.maxother = 200
-_short.maxlist = _short.maxdict = _short.maxtuple = _short.maxset = 10
+_BYTES = Repr(limit=200)  # the start of a ``bytes`` value, then its size
 
 
 def value_text(value: Any, where: str = "", limit: int = VALUE_LIMIT) -> str:
     """The text a ``$name`` shows: ``str`` of strings, scalars and objects (a
-    DataFrame's table), a short repr of containers (never the ``str`` of a
-    million-item list); secrets redacted before any cut. Past ``limit`` characters the
-    text is cut with a marker naming how much was left out and ``where`` the whole
-    value is."""
+    DataFrame's table), the ``repr`` of containers (made only as far as ``limit``:
+    never the whole text of a million-item list); secrets redacted before any cut.
+    Past ``limit`` characters the text is cut with a marker naming how much was left
+    out and ``where`` the whole value is."""
+    total: int | None = None
     try:
         if isinstance(value, list | tuple | dict | set | frozenset):
-            text = _short.repr(value)
+            text, _ = whole_repr(value, limit, clip, _other)
         elif isinstance(value, bytes | bytearray):  # never the repr of 200 MB
-            text = _short.repr(bytes(value[:200])) + (
-                f" ({len(value):,} bytes)" * (len(value) > 200)
-            )
+            text = _BYTES.repr(bytes(value[:200])) + f" ({len(value):,} bytes)" * (len(value) > 200)
         else:
-            text = str(value)
+            text = str(shown(value))  # a frame's cells redacted before pandas cuts them
+            total = len(text)
     except Exception as exc:  # a broken __str__ must not break the answer
         text = f"<{type(value).__name__} (str failed: {type(exc).__name__})>"
-    if len(text) <= limit:
-        return redact(text)
-    # Redacted before the cut (a secret is never half shown), and only the head of a
-    # huge text is scanned: redaction never shortens it by as much as ``limit``.
-    shown = head(text[: 2 * limit], limit)  # no part of a secret at the cut
+        total = len(text)
+    # Rendered, redacted, then cut: no part of a secret at the cut.
+    kept, cut = clip(text, limit)
+    if not cut:
+        return kept
     home = f"; the whole value is {where}" if where else ""
-    return f"{shown}… [{len(text) - limit:,} more characters{home}]"
+    if total is None:  # a container: its whole text was never made
+        return f"{kept}… [cut at {limit:,} characters{home}]"
+    return f"{kept}… [{total - limit:,} more characters{home}]"
+
+
+def _other(value: Any, room: int) -> str:
+    """A value inside a container that is not a builtin one: its bounded repr."""
+    if type(value) in (float, bool, type(None)) or (type(value) is int and abs(value) < 1 << 64):
+        return repr(value)
+    return Repr(limit=max(room, 1), items=100).repr(value)
 
 
 def fill(text: str, values: Mapping[str, Any]) -> str:

@@ -16,9 +16,10 @@ from __future__ import annotations
 import builtins
 import reprlib
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["BoundedRepr", "bounded_repr", "bounded_str", "failed"]
+__all__ = ["BoundedRepr", "bounded_repr", "bounded_str", "failed", "whole_repr"]
 
 
 class BoundedRepr(reprlib.Repr):
@@ -115,3 +116,93 @@ def bounded_str(value: Any, limit: int = 160) -> str:
         except Exception as exc:
             return failed(value, "str", exc)
     return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
+
+
+class _Full(Exception):
+    """Raised inside ``whole_repr`` when its text reached the limit."""
+
+
+#: Containers nested deeper than this are shown by ``other`` (no stack overflow).
+_WHOLE_DEPTH = 64
+
+
+def whole_repr(
+    value: Any,
+    limit: int,
+    text: Callable[[str, int], tuple[str, bool]],
+    other: Callable[[Any, int], str],
+) -> tuple[str, bool]:
+    """``repr(value)`` of builtin containers as Python writes it, whole up to ``limit``
+    characters and never made further; and whether it was cut. Each string is first
+    passed through ``text(string, room)`` (which redacts and cuts it, saying whether it
+    cut), every value that is not a builtin container nor a string through
+    ``other(value, room)`` (a bounded repr)."""
+    out: list[str] = []
+    room = [limit + 1]
+
+    def emit(piece: str, cut: bool = False) -> None:
+        out.append(piece)
+        room[0] -= len(piece)
+        if cut or room[0] <= 0:
+            raise _Full
+
+    try:
+        _whole(value, emit, room, text, other, ())
+    except _Full:
+        return "".join(out), True
+    return "".join(out), False
+
+
+_OPEN: dict[type, tuple[str, str]] = {
+    list: ("[", "]"),
+    tuple: ("(", ")"),
+    set: ("{", "}"),
+    frozenset: ("frozenset({", "})"),
+}
+_EMPTY: dict[type, str] = {
+    dict: "{}",
+    list: "[]",
+    tuple: "()",
+    set: "set()",
+    frozenset: "frozenset()",
+}
+
+
+def _whole(
+    value: Any,
+    emit: Callable[..., None],
+    room: list[int],
+    text: Callable[[str, int], tuple[str, bool]],
+    other: Callable[[Any, int], str],
+    stack: tuple[int, ...],
+) -> None:
+    kind = type(value)
+    if kind is str:
+        shown, cut = text(value, room[0])
+        emit(builtins.repr(shown), cut)
+        return
+    if kind not in (dict, *_OPEN) or len(stack) >= _WHOLE_DEPTH:
+        emit(other(value, room[0]))
+        return
+    if id(value) in stack:
+        emit("{...}" if kind is dict else "[...]")
+        return
+    stack = (*stack, id(value))
+    if not value:
+        emit(_EMPTY[kind])
+        return
+    if kind is dict:
+        emit("{")
+        for i, (key, item) in enumerate(value.items()):
+            emit(", " * (i > 0))
+            _whole(key, emit, room, text, other, stack)
+            emit(": ")
+            _whole(item, emit, room, text, other, stack)
+        emit("}")
+        return
+    opening, closing = _OPEN[kind]
+    emit(opening)
+    for i, item in enumerate(value):
+        emit(", " * (i > 0))
+        _whole(item, emit, room, text, other, stack)
+    emit("," * (kind is tuple and len(value) == 1) + closing)

@@ -47,7 +47,7 @@ from cortex_jupyter.runtime.core.events import (
     TurnEnd,
 )
 from cortex_jupyter.runtime.core.graph import STATUSES, ActionNode
-from cortex_jupyter.runtime.core.secrets import Repr, redact_value, shorten
+from cortex_jupyter.runtime.core.secrets import Repr, clip, redact_value, shorten
 
 TRANSCRIPT_FORMAT = "cortex_jupyter.run"
 TRANSCRIPT_VERSION = 1
@@ -88,8 +88,8 @@ def _head(value: Any, limit: int, depth: int = 0) -> Any:
     """The part of a JSON-like ``value`` whose JSON starts as the whole value's does, for
     its first ``limit`` characters: strings, lists and dicts cut to ``limit`` (so a
     huge parameter is never dumped whole just to show its start)."""
-    if isinstance(value, str):
-        return str.__getitem__(value, slice(0, limit + 1))
+    if isinstance(value, str):  # redacted, then cut: no part of a secret at the cut
+        return clip(value, limit + 1)[0]
     if depth > 32:
         return value
     if isinstance(value, dict):

@@ -9,27 +9,38 @@ live view and its saved static copy, printed lines. Values the user's own notebo
 (an ``output_key`` variable, ``_cortex.actions[id].output``) stay exact: they are the
 user's data, not something cortex shows.
 
-Only exact values are replaced (no guessing from patterns here: "sk-learn" is not a
-key). Values shorter than 8 characters are not secrets worth the damage of replacing
-them everywhere ("none", "ollama" are placeholders, not keys).
+Only a secret's own values are replaced (no guessing from patterns here: "sk-learn" is
+not a key), but in every **form** a value takes when text is escaped on its way out: as
+JSON writes it (``ensure_ascii`` on and off), as Python's ``repr`` and ``ascii`` write
+it (either quote style), percent-encoded (``quote``, ``quote_plus``), HTML-escaped, and
+each of those escaped once more (JSON inside JSON, a repr of JSON...). ``forms`` lists
+them, longest first; one compiled pattern matches them all. Values shorter than 8
+characters are not secrets worth the damage of replacing them everywhere ("none",
+"ollama" are placeholders, not keys).
 
-**Redact before cutting.** Text shortened to a limit is redacted first, then cut, and
-the part of a secret the cut leaves at its edge (the first characters of a key cut at
-the end, the last ones of a key cut at the start, ``MIN_FRAGMENT`` or more) is hidden
-too: ``head``, ``tail`` and ``shorten`` do it for a text, ``Repr`` for ``reprlib``'s
-short reprs (which cut in the middle). Every place that shortens what it shows, saves
-or sends goes through one of them.
+**One pipeline where text is bounded: render, redact, cut, hide the edges.** Strings
+inside a value are redacted before it is rendered (``render_value``, ``Repr``, and a
+pandas frame through ``shown``: pandas cuts long cells itself), the rendered text is
+redacted again (an object's own ``repr`` may quote a key), and only then cut; the part
+of a secret, in any of its forms, that a cut leaves at its edge (``MIN_FRAGMENT``
+characters or more) is hidden too. ``head``, ``tail``, ``clip`` and ``shorten`` do it
+for a text (reading only a window of a huge one: the window's own edge counts as a
+cut), ``Repr`` for ``reprlib``'s short reprs (which cut in the middle). Every place
+that shortens what it shows, saves or sends goes through one of them.
 """
 
 from __future__ import annotations
 
 import builtins
+import html
 import json
 import os
 import re
+import sys
 import threading
-from collections.abc import Mapping
-from typing import Any
+import urllib.parse
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 from cortex_jupyter.protocol import MAX_JSON_DEPTH
 from cortex_jupyter.runtime.core.bounded import BoundedRepr, failed
@@ -41,6 +52,8 @@ __all__ = [
     "RESULT_REPR_LIMIT",
     "Repr",
     "Secrets",
+    "clip",
+    "forms",
     "head",
     "hide_edges",
     "redact",
@@ -49,6 +62,7 @@ __all__ = [
     "safe_repr",
     "secrets",
     "shorten",
+    "shown",
     "tail",
     "truncate",
 ]
@@ -59,6 +73,8 @@ CREDENTIAL_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.
 MIN_SECRET = 8
 #: The shortest part of a secret a cut may leave at its edge that is still hidden.
 MIN_FRAGMENT = 4
+# What others write where they cut a text (pandas, numpy, reprlib, cortex itself).
+_ELLIPSIS = re.compile(r"(\.\.\.|…)")
 # Where ``Repr`` cut (reprlib's fill value while it works): never in a repr of a string.
 _CUT = "\x00\ufdd0cut\ufdd0\x00"
 
@@ -70,7 +86,7 @@ class Secrets:
         self._environ = environ
         self._added: set[str] = set()
         self._lock = threading.Lock()
-        self._cache: tuple[tuple[str, ...], re.Pattern[str] | None] = ((), None)
+        self._cache: _Compiled = _Compiled((), (), None, frozenset(), frozenset())
         self._environment: tuple[dict[Any, Any], tuple[str, ...], int] = ({}, (), -1)
 
     def add(self, value: str | None) -> None:
@@ -100,20 +116,55 @@ class Secrets:
             if len(value) >= MIN_SECRET and CREDENTIAL_NAME.search(name)
         }
 
-    def _pattern(self) -> re.Pattern[str] | None:
+    def _compiled(self) -> _Compiled:
+        """Every form of every secret (longest first), one pattern matching them, and
+        the first and last ``MIN_FRAGMENT`` characters of each of their proper parts."""
         values = self.values()
-        cached_values, pattern = self._cache
-        if values != cached_values:
-            pattern = re.compile("|".join(map(re.escape, values))) if values else None
-            self._cache = (values, pattern)
-        return pattern
+        cached = self._cache
+        if values != cached.values:
+            every = {form for value in values for form in escaped_forms(value)}
+            found = tuple(sorted(every, key=_longest_first))
+            pattern = re.compile("|".join(map(re.escape, found))) if found else None
+            ends = frozenset(f[i - MIN_FRAGMENT : i] for f in found for i in _cuts(f))
+            starts = frozenset(f[i : i + MIN_FRAGMENT] for f in found for i in _cuts(f, 1))
+            cached = self._cache = _Compiled(values, found, pattern, ends, starts)
+        return cached
+
+    def _pattern(self) -> re.Pattern[str] | None:
+        return self._compiled().pattern
+
+    def forms(self) -> tuple[str, ...]:
+        """Every form of every secret now (``escaped_forms``), longest first."""
+        return self._compiled().forms
 
     def redact(self, text: str) -> str:
-        """``text`` with every secret replaced by ``[redacted]``."""
+        """``text`` with every secret (in every form) replaced by ``[redacted]``, and the
+        part of one that something else cut where it wrote ``...`` or ``…`` (pandas,
+        numpy and ``reprlib`` cut long texts so, a tool may quote such a repr)."""
         if not text:
             return text
-        pattern = self._pattern()
-        return text if pattern is None else pattern.sub(REDACTED, text)
+        known = self._compiled()
+        if known.pattern is None:
+            return text
+        text = known.pattern.sub(REDACTED, text)
+        if "..." in text or "…" in text:
+            text = self._hide_at_marks(text, known)
+        return text
+
+    def _hide_at_marks(self, text: str, known: _Compiled) -> str:
+        """``text`` with the part of a secret next to a ``...`` or ``…`` hidden."""
+        if not any(
+            text[max(mark.start() - MIN_FRAGMENT, 0) : mark.start()] in known.ends
+            or text[mark.end() : mark.end() + MIN_FRAGMENT] in known.starts
+            for mark in _ELLIPSIS.finditer(text)
+        ):
+            return text  # (almost always: a set lookup on each side of each mark)
+        pieces = _ELLIPSIS.split(text)  # text, mark, text, mark, ..., text
+        last = len(pieces) - 1
+        return "".join(
+            piece if i % 2 else self.hide_edges(piece, start=i > 0, end=i < last)
+            for i, piece in enumerate(pieces)
+        )
 
     def redact_value(self, value: Any) -> Any:
         """A JSON-like value with every string in it redacted (new containers; other
@@ -125,17 +176,38 @@ class Secrets:
 
     # ---- cutting ----------------------------------------------------------------------
 
+    def _window(self, text: str, limit: int, *, end: bool = False) -> tuple[str, bool]:
+        """The first (``end``: last) ``limit`` characters of ``text`` and as many as the
+        longest form of a secret more, redacted, and whether that left some of ``text``
+        out (the window's own edge is then a cut). Never reads a huge text whole."""
+        forms = self.forms()
+        room = max(limit, 0) + (len(forms[0]) if forms else 0) + 1
+        if len(text) <= room:
+            return self.redact(text), False
+        if end:
+            return self.redact(str.__getitem__(text, slice(len(text) - room, None))), True
+        return self.redact(str.__getitem__(text, slice(0, room))), True
+
+    def clip(self, text: str, limit: int) -> tuple[str, bool]:
+        """``text`` redacted and cut to ``limit`` characters (no marker added), no part
+        of a secret at the cut; and whether it was cut."""
+        window, partial = self._window(text, limit)
+        if len(window) <= limit and not partial:
+            return window, False
+        return self._cut_end(window, limit), True
+
     def head(self, text: str, limit: int) -> str:
         """The first ``limit`` characters (at most) of ``text`` redacted, without the
         part of a secret the cut leaves at the end (no marker added)."""
-        text = self.redact(text)
-        if len(text) <= limit:
-            return text
+        return self.clip(text, limit)[0]
+
+    def _cut_end(self, text: str, limit: int) -> str:
+        """``text`` (redacted) cut after ``limit`` characters: its end is a cut."""
         kept = text[: max(limit, 0)]
         marker = _prefix_at_end(kept, REDACTED)  # a cut through ``[redacted]`` itself
         if marker and limit >= len(REDACTED):
             return kept[: len(kept) - marker]  # the whole marker or none of it
-        cut = max((_prefix_at_end(kept, v) for v in self.values()), default=0)
+        cut = max((_prefix_at_end(kept, v) for v in self.forms()), default=0)
         if not cut:
             return kept
         if limit < len(REDACTED):
@@ -147,11 +219,11 @@ class Secrets:
     def tail(self, text: str, limit: int) -> str:
         """The last ``limit`` characters (at most) of ``text`` redacted, without the
         part of a secret the cut leaves at the start (no marker added)."""
-        text = self.redact(text)
-        if len(text) <= limit:
-            return text
-        kept = text[len(text) - max(limit, 0) :]
-        cut = max((_suffix_at_start(kept, v) for v in self.values()), default=0)
+        window, partial = self._window(text, limit, end=True)
+        if len(window) <= limit and not partial:
+            return window
+        kept = window[len(window) - min(max(limit, 0), len(window)) :]
+        cut = max((_suffix_at_start(kept, v) for v in self.forms()), default=0)
         if not cut:
             return kept
         if limit < len(REDACTED):
@@ -162,46 +234,194 @@ class Secrets:
     def shorten(self, text: str, limit: int, marker: str = "…") -> str:
         """``text`` redacted and, when longer than ``limit``, cut to ``limit``
         characters ending with ``marker``, no part of a secret at the cut."""
-        text = self.redact(text)
-        if len(text) <= limit:
-            return text
+        window, partial = self._window(text, limit)
+        if len(window) <= limit and not partial:
+            return window
         if limit < len(marker):
-            return self.head(text, limit)
-        return self.head(text, limit - len(marker)) + marker
+            return self._cut_end(window, limit)
+        return self._cut_end(window, limit - len(marker)) + marker
 
     def hide_edges(self, text: str, *, start: bool = True, end: bool = True) -> str:
-        """``text`` (a piece cut out of a longer text) with the part of a secret that a
-        cut left at its ``end`` (a secret's first characters) or ``start`` (its last
-        characters) replaced by ``[redacted]``, when ``MIN_FRAGMENT`` or more are left."""
-        values = self.values()
-        if not values or len(text) < MIN_FRAGMENT:
+        """``text`` (a piece cut out of a longer text) with the part of a secret (in any
+        of its forms) that a cut left at its ``end`` (a secret's first characters) or
+        ``start`` (its last characters) replaced by ``[redacted]``, when
+        ``MIN_FRAGMENT`` or more are left."""
+        known = self._compiled()
+        if not known.forms or len(text) < MIN_FRAGMENT:
             return text
-        if end:
-            cut = max((_prefix_at_end(text, v) for v in values), default=0)
+        # Only a text that ends (starts) as a proper prefix (suffix) of a form can: a
+        # set lookup spares the search almost always (the view checks every piece).
+        if end and text[-MIN_FRAGMENT:] in known.ends:
+            cut = max((_prefix_at_end(text, v) for v in known.forms), default=0)
             if cut:
                 text = text[: len(text) - cut] + REDACTED
-        if start:
-            cut = max((_suffix_at_start(text, v) for v in values), default=0)
+        if start and text[:MIN_FRAGMENT] in known.starts:
+            cut = max((_suffix_at_start(text, v) for v in known.forms), default=0)
             if cut:
                 text = REDACTED + text[cut:]
         return text
 
+    def shown(self, value: Any) -> Any:
+        """``value`` as it may be rendered: a pandas ``DataFrame``, ``Series`` or
+        ``Index`` as a copy whose text cells and labels are redacted (pandas cuts a long
+        cell itself, before any redaction of its text could see the whole secret);
+        anything else as it is."""
+        pandas = sys.modules.get("pandas")
+        if pandas is None or self._pattern() is None:
+            return value
+        try:
+            # One at a time: pandas fills a frame's caches as it reads it, and two
+            # threads reading one frame (two actions returned it) can trip on that.
+            with _PANDAS_LOCK:
+                return _redacted_pandas(value, pandas, self._cell)
+        except Exception as exc:  # never the frame itself: pandas would cut its cells
+            return _Unshown(value, exc)
+
+    def _cell(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.redact(value)
+        if isinstance(value, list | tuple | Mapping):
+            return self.redact_value(value)
+        return value
+
+
+class _Compiled(NamedTuple):
+    values: tuple[str, ...]
+    forms: tuple[str, ...]
+    pattern: re.Pattern[str] | None
+    ends: frozenset[str]  # the last MIN_FRAGMENT characters of each proper prefix
+    starts: frozenset[str]  # the first MIN_FRAGMENT characters of each proper suffix
+
+
+def _cuts(form: str, start: int = 0) -> range:
+    """Where a proper prefix of ``form`` ends (``start`` 0), or a proper suffix starts
+    (``start`` 1), for parts of ``MIN_FRAGMENT`` characters or more."""
+    if start:
+        return range(1, len(form) - MIN_FRAGMENT + 1)
+    return range(MIN_FRAGMENT, len(form))
+
+
+def escaped_forms(value: str) -> set[str]:
+    """``value`` as it reads once escaped by JSON, Python's ``repr``/``ascii`` (either
+    quote style), percent-encoding or HTML, and each of those escaped once more."""
+    first = {escape(value) for escape in _ESCAPES} | {value}
+    return {escape(form) for form in first for escape in _ESCAPES} | first
+
+
+_ESCAPES: tuple[Callable[[str], str], ...] = (
+    lambda s: json.dumps(s)[1:-1],
+    lambda s: json.dumps(s, ensure_ascii=False)[1:-1],
+    lambda s: builtins.repr(s)[1:-1],
+    lambda s: builtins.repr(s + "'\"")[1:-4],  # the single-quote style, ``\'`` escaped
+    lambda s: builtins.ascii(s)[1:-1],
+    lambda s: urllib.parse.quote(s, safe=""),
+    lambda s: urllib.parse.quote(s),
+    urllib.parse.quote_plus,
+    lambda s: html.escape(s, quote=True),
+    lambda s: html.escape(s, quote=False),
+)
+
+
+_PANDAS_LOCK = threading.Lock()
+
+
+class _Unshown:
+    """What stands for a pandas value that could not be redacted: its shape, no cell."""
+
+    def __init__(self, value: Any, exc: BaseException) -> None:
+        self._text = f"<{type(value).__name__}: {failed(value, 'redaction', exc)}>"
+
+    def __repr__(self) -> str:
+        return self._text
+
+    __str__ = __repr__
+
+    def _repr_html_(self) -> str:
+        return html.escape(self._text)
+
+
+#: Rows of a long frame redacted for display: pandas shows at most ``display.max_rows``
+#: (60 by default) from its two ends; the middle of a huge frame is never shown.
+_FRAME_ROWS = 1000
+
+
+def _redacted_pandas(value: Any, pd: Any, cell: Callable[[Any], Any]) -> Any:
+    if isinstance(value, pd.DataFrame):
+        rows = _shown_rows(len(value), pd)
+        out = value.copy()
+        for j in range(value.shape[1]):
+            column = value.iloc[:, j]
+            if _textual(column.dtype, pd):
+                out.isetitem(j, _redacted_series(column, rows, cell))
+        out.index = _redacted_index(value.index, rows, pd, cell)
+        out.columns = _redacted_index(value.columns, None, pd, cell)
+        return out
+    if isinstance(value, pd.Series):
+        rows = _shown_rows(len(value), pd)
+        out = _redacted_series(value, rows, cell) if _textual(value.dtype, pd) else value.copy()
+        out.index = _redacted_index(value.index, rows, pd, cell)
+        out.name = cell(value.name)
+        return out
+    if isinstance(value, pd.Index):
+        return _redacted_index(value, _shown_rows(len(value), pd), pd, cell)
+    return value
+
+
+def _shown_rows(rows: int, pd: Any) -> list[int] | None:
+    """The positions of the rows to redact (``None``: all of them)."""
+    most = pd.get_option("display.max_rows")
+    if not most or rows <= max(2 * _FRAME_ROWS, most):
+        return None
+    return [*range(_FRAME_ROWS), *range(rows - _FRAME_ROWS, rows)]
+
+
+def _textual(dtype: Any, pd: Any) -> bool:
+    return bool(pd.api.types.is_object_dtype(dtype) or pd.api.types.is_string_dtype(dtype))
+
+
+def _redacted_series(column: Any, rows: list[int] | None, cell: Callable[[Any], Any]) -> Any:
+    values = column.to_numpy(dtype=object, copy=True)
+    for i in range(len(values)) if rows is None else rows:
+        values[i] = cell(values[i])
+    return type(column)(values, index=column.index, name=column.name, dtype=object)
+
+
+def _redacted_index(index: Any, rows: list[int] | None, pd: Any, cell: Callable[[Any], Any]) -> Any:
+    if isinstance(index, pd.MultiIndex):
+        tuples = list(index)
+        for i in range(len(tuples)) if rows is None else rows:
+            tuples[i] = tuple(cell(part) for part in tuples[i])
+        return pd.MultiIndex.from_tuples(tuples, names=[cell(n) for n in index.names])
+    if not _textual(index.dtype, pd):
+        return index
+    values = index.to_numpy(dtype=object, copy=True)
+    for i in range(len(values)) if rows is None else rows:
+        values[i] = cell(values[i])
+    return pd.Index(values, name=cell(index.name), dtype=object)
+
 
 def _prefix_at_end(text: str, secret: str) -> int:
     """The length of the longest proper prefix of ``secret`` (``MIN_FRAGMENT`` or more
-    characters) that ``text`` ends with, or 0."""
-    for size in range(min(len(secret) - 1, len(text)), MIN_FRAGMENT - 1, -1):
-        if text.endswith(secret[:size]):
-            return size
+    characters) that ``text`` ends with, or 0. (Only where the prefix's first characters
+    occur is compared: the live view checks every piece it sends.)"""
+    seed = secret[:MIN_FRAGMENT]
+    at = text.find(seed, max(0, len(text) - len(secret) + 1))
+    while at != -1:
+        if secret.startswith(text[at:]):
+            return len(text) - at
+        at = text.find(seed, at + 1)
     return 0
 
 
 def _suffix_at_start(text: str, secret: str) -> int:
     """The length of the longest proper suffix of ``secret`` (``MIN_FRAGMENT`` or more
     characters) that ``text`` starts with, or 0."""
-    for size in range(min(len(secret) - 1, len(text)), MIN_FRAGMENT - 1, -1):
-        if text.startswith(secret[len(secret) - size :]):
-            return size
+    seed = secret[-MIN_FRAGMENT:]
+    at = text.rfind(seed, 0, min(len(text), len(secret) - 1))
+    while at != -1:
+        if secret.endswith(text[: at + MIN_FRAGMENT]):
+            return at + MIN_FRAGMENT
+        at = text.rfind(seed, 0, at + MIN_FRAGMENT - 1)
     return 0
 
 
@@ -243,16 +463,14 @@ class Repr(BoundedRepr):
         return super().repr1(x, level)
 
     def _text(self, x: str) -> str:
-        pad = max(map(len, self.secrets.values()), default=0)
-        read = str.__getitem__(x, slice(0, self.maxstring + pad + 1))
-        text = self.secrets.redact(read)
-        if len(read) == len(x) and len(text) <= self.maxstring:
+        text, cut = self.secrets.clip(x, self.maxstring)
+        if not cut:
             return builtins.repr(text)
         return builtins.repr(self.secrets.head(text, max(self.maxstring - 3, 0))) + _CUT
 
     def repr_instance(self, x: Any, level: int) -> str:
         try:
-            text = builtins.repr(x)
+            text = builtins.repr(self.secrets.shown(x))
         except Exception as exc:
             return failed(x, "repr", exc)
         return _middle(self.secrets.redact(text), self.maxother)
@@ -326,6 +544,21 @@ def tail(text: str, limit: int) -> str:
     return secrets.tail(text, limit)
 
 
+def clip(text: str, limit: int) -> tuple[str, bool]:
+    """``secrets.clip(text, limit)``."""
+    return secrets.clip(text, limit)
+
+
+def forms() -> tuple[str, ...]:
+    """``secrets.forms()``."""
+    return secrets.forms()
+
+
+def shown(value: Any) -> Any:
+    """``secrets.shown(value)``."""
+    return secrets.shown(value)
+
+
 def hide_edges(text: str, *, start: bool = True, end: bool = True) -> str:
     """``secrets.hide_edges(text, start=start, end=end)``."""
     return secrets.hide_edges(text, start=start, end=end)
@@ -341,12 +574,14 @@ RESULT_REPR_LIMIT = 20_000
 
 
 def render_value(value: Any) -> str:
-    """A value as the model reads it: text as it is, JSON when it is JSON, else its repr
-    (bounded: a huge ``bytes`` shows its start and its size)."""
+    """A value as the model reads it, secrets redacted: text as it is, JSON when it is
+    JSON, else its repr (bounded: a huge ``bytes`` shows its start and its size). The
+    strings inside are redacted before the value is rendered (an escaped secret is
+    another text), and the rendered text after."""
     if isinstance(value, str):
-        return value
+        return redact(value)
     try:
-        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+        return redact(json.dumps(redact_value(value), ensure_ascii=False, allow_nan=False))
     except Exception:  # not JSON, or an object whose items(), __iter__... raise
         return safe_repr(value, limit=RESULT_REPR_LIMIT, items=100)
 
@@ -366,4 +601,4 @@ def truncate(text: str, limit: int) -> str:
     text = redact(text)
     if len(text) <= limit:
         return text
-    return f"{head(text, limit)}\n[truncated: {len(text) - limit:,} more characters]"
+    return f"{secrets.clip(text, limit)[0]}\n[truncated: {len(text) - limit:,} more characters]"

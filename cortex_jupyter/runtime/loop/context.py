@@ -165,7 +165,7 @@ SUMMARY_HEAD = "Summary of the earlier conversation (condensed to fit the contex
 def summary_prompt(messages: Sequence[ChatMessage], words: int) -> str:
     """What the model is asked when it writes the summary of ``messages``."""
     shown = [
-        {"role": m["role"], "content": (m.get("content") or "")[:2000]}
+        {"role": m["role"], "content": head(m.get("content") or "", 2000)}
         for m in messages
         if m["role"] != "system"
     ]

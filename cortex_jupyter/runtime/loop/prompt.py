@@ -21,6 +21,7 @@ from cortex_jupyter.runtime.core.graph import ActionNode
 from cortex_jupyter.runtime.core.registry import Registry
 from cortex_jupyter.runtime.core.secrets import (
     head,
+    hide_edges,
     render_value,
     safe_repr,
     truncate,
@@ -365,8 +366,8 @@ def describe_value(value: Any, limit: int = _REPR_LIMIT) -> str:
     if len(shown) > limit:
         shown = head(shown, limit) + " ..."
     lines = shown.splitlines() or [""]
-    if len(lines) > 12:
-        lines = [*lines[:12], "..."]
+    if len(lines) > 12:  # a cut: no part of a secret (one with a line break) before it
+        lines = [*hide_edges("\n".join(lines[:12]), start=False).splitlines(), "..."]
     return kind + "\n  " + "\n  ".join(lines)
 
 

@@ -11,9 +11,11 @@ Where they come from, later over earlier (one rule, stated in ``%%cortex?`` too)
                           <  explicit options (--temperature, --max-tokens, Agent(temperature=...))
 
 Fields the run itself must decide (``stream``, ``messages``, ``model``, ``n``,
-``tools``...) are refused with a sentence saying why. A field whose name looks like a
-credential (``api_key``, ``token``...) or whose value looks like a key is a secret from
-then on: redacted in everything cortex shows, saves or sends (``runtime.core.secrets``).
+``tools``...) are refused with a sentence saying why. A text whose field name, at any
+depth, looks like a credential (``api_key``, ``token``, ``Authorization``, ``password``,
+``cookie``...) or whose value looks like a key (``sk-...``, ``Bearer ...``) is a secret
+from then on: redacted in everything cortex shows, saves or sends
+(``runtime.core.secrets``), ``extra_headers: {"Authorization": "Bearer ..."}`` included.
 
 ``request_fields`` is the one place a request's extra fields are built; other features
 that add fields of their own (a grammar for constrained decoding) merge theirs over it.
@@ -26,7 +28,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from cortex_jupyter.runtime.core.secrets import CREDENTIAL_NAME, secrets
+from cortex_jupyter.runtime.core.secrets import CREDENTIAL_NAME, safe_repr, secrets
 
 __all__ = ["PROTOCOL_FIELDS", "check_request", "merge_requests", "request_fields"]
 
@@ -41,7 +43,12 @@ PROTOCOL_FIELDS: Mapping[str, str] = {
     "functions": "offer tools with --native-tools",
 }
 # A value that is a key whatever its field is called: sk-..., Bearer ...
-_KEY_VALUE = re.compile(r"^(?:(?:sk|rk|pk|sess)-\S{6,}|[Bb]earer\s+\S{6,})$")
+_KEY_VALUE = re.compile(r"^(?:(?:sk|rk|pk|sess)-\S{6,}|(?:[Bb]earer|[Bb]asic|[Tt]oken)\s+\S{6,})$")
+# A field (at any depth) whose texts are credentials: an environment name's words, and
+# what headers call them.
+_SECRET_FIELD = re.compile(r"AUTH|COOKIE|SESSION|SIGNATURE", re.IGNORECASE)
+#: Request values nested deeper than this are not searched for credentials.
+_DEEPEST = 32
 
 
 class _HasRequest(Protocol):
@@ -91,13 +98,26 @@ def request_fields(agent: _HasRequest, caller: Mapping[str, Any] | None = None) 
     return merge_requests(caller, agent.request)
 
 
-def _remember_secrets(fields: Mapping[str, Any]) -> None:
-    for name, value in fields.items():
-        if isinstance(value, str) and (CREDENTIAL_NAME.search(name) or _KEY_VALUE.match(value)):
+def _remember_secrets(value: Any, named: bool = False, depth: int = 0) -> None:
+    """Register the credentials in a request's fields, at any depth: every text under a
+    field named like one (``named``), and every text that looks like a key."""
+    if isinstance(value, str):
+        if named or _KEY_VALUE.match(value.strip()):
             secrets.add(value)
-            secrets.add(value.split()[-1])  # the key of "Bearer KEY" too
+            secrets.add(value.split()[-1] if value.split() else value)  # "Bearer KEY"'s key
+        return
+    if depth > _DEEPEST:
+        return
+    if isinstance(value, Mapping):
+        for name, item in value.items():
+            credential = isinstance(name, str) and bool(
+                CREDENTIAL_NAME.search(name) or _SECRET_FIELD.search(name)
+            )
+            _remember_secrets(item, named or credential, depth + 1)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _remember_secrets(item, named, depth + 1)
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:59] + "…"
+    return safe_repr(value, limit=60)  # bounded, redacted before its cut
