@@ -57,10 +57,15 @@ def test_first_turn_grammar_calls_known_tools_and_the_later_turn_answers(
     assert accepts(first["grammar"], ACTION)
     assert not accepts(first["grammar"], ACTION.replace("get_weather", "get_time"))
     assert not accepts(first["grammar"], ANSWER)
-    # After the results come back, the grammar lets the model answer (and only answer:
-    # a grammar that still admits the action made a small model repeat it every turn).
+    # After the results come back, the grammar lets the model answer, or call a tool
+    # again (a task may need a second tool after the first one's result; an exact
+    # repeat is not run: test_a_repeated_call_is_not_run_and_the_next_turn_answers).
     assert accepts(second["grammar"], ANSWER)
-    assert not accepts(second["grammar"], ACTION.replace("w1", "w2"))
+    again = '{"name": "add", "parameters": {"b": 2, "a": 1}}'
+    assert accepts(
+        second["grammar"], ACTION.replace("w1", "w2").split(">")[0] + f">{again}</action>"
+    )
+    assert not accepts(second["grammar"], "<response> \n </response>")  # a blank answer
 
 
 def test_vllm_form_sends_structured_outputs_and_no_grammar_field(
