@@ -222,6 +222,12 @@ def expression(schema: Any, *, references: bool = False) -> str:
             ['{"a": 1}', '{"b": "x", "a": 1, "c": [1]}', '{"ab": 2, "a": 1}'],
             ['{"b": 1}', '{"a": "x"}', '{"a": 1, "a": 2}'],
         ),
+        (
+            # A declared name JSON must escape: another key is still never that name.
+            {"type": "object", "properties": {'a"b': {}, "ab": {}}, "additionalProperties": True},
+            ['{"a\\"b": 1, "ac": 2}', '{"a": 1, "ab": 2}'],
+            ['{"ab": 1, "ab": 2}', '{"a"b": 1}'],
+        ),
         ({"format": "something-unknown"}, ['{"any": [1, "json"]}', "3"], ["{bad}"]),
         ({"type": "object"}, ['{"k": 1}', "{}"], ["[]"]),
     ],

@@ -313,7 +313,9 @@ def _pairs_in_order(
 
 
 def _key_other_than(names: Sequence[str], rules: _Rules, hint: str) -> str:
-    """A JSON string (no escapes) that is none of ``names``: a walk down their trie."""
+    """A JSON string (no escapes) that is none of ``names``: a walk down their trie (a
+    name that needs an escape in JSON is never such a string, so it needs no branch)."""
+    names = [n for n in names if not re.search(r'["\\\x00-\x1f]', n)]
 
     def rest(prefix: str) -> str:
         following = sorted({n[len(prefix)] for n in names if n.startswith(prefix) and n != prefix})
