@@ -3,6 +3,9 @@ bodies carry the turn's grammar, never beside tools=, and a refusal is one clear
 
 from __future__ import annotations
 
+import json
+import random
+from collections.abc import AsyncIterator
 from functools import partial
 from typing import Any
 
@@ -12,10 +15,12 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from cortex_jupyter.models import OpenAIModel, ScriptModel
 from cortex_jupyter.runtime import Registry
+from cortex_jupyter.runtime.core.chunks import Finish, TextChunk
 from cortex_jupyter.runtime.core.registry import default_registry
 from tests.agents import run_agent
 from tests.models.fake_openai_server import Error, FakeOpenAIServer, Stream, finish, texts
-from tests.runtime.gbnf import accepts
+from tests.runtime.gbnf import accepts, sampler
+from tests.runtime.test_grammar import sampling_registry
 
 ACTION = (
     '<action type="tool" mode="async" id="w1">'
@@ -57,10 +62,15 @@ def test_first_turn_grammar_calls_known_tools_and_the_later_turn_answers(
     assert accepts(first["grammar"], ACTION)
     assert not accepts(first["grammar"], ACTION.replace("get_weather", "get_time"))
     assert not accepts(first["grammar"], ANSWER)
-    # After the results come back, the grammar lets the model answer (and only answer:
-    # a grammar that still admits the action made a small model repeat it every turn).
+    # After the results come back, the grammar lets the model answer, or call a tool
+    # again (a task may need a second tool after the first one's result; an exact
+    # repeat is not run: test_a_repeated_call_is_not_run_and_the_next_turn_answers).
     assert accepts(second["grammar"], ANSWER)
-    assert not accepts(second["grammar"], ACTION.replace("w1", "w2"))
+    again = '{"name": "add", "parameters": {"b": 2, "a": 1}}'
+    assert accepts(
+        second["grammar"], ACTION.replace("w1", "w2").split(">")[0] + f">{again}</action>"
+    )
+    assert not accepts(second["grammar"], "<response> \n </response>")  # a blank answer
 
 
 def test_vllm_form_sends_structured_outputs_and_no_grammar_field(
@@ -196,3 +206,118 @@ def test_cell_constrain_beside_native_tools_is_refused_before_any_request(
     with pytest.raises(CortexRunError, match="constrain and native_tools cannot go together"):
         ip.run_cell_magic("cortex", "--model smollm2 --constrain --native-tools --text", "x")
     assert server.requests == []
+
+
+# ---- multi-step tasks under a grammar --------------------------------------------------
+
+
+def city_registry(calls: list[str]) -> Registry:
+    registry = Registry(builtins=False)
+
+    @registry.tool
+    def get_city() -> str:
+        """Where the user is."""
+        calls.append("get_city")
+        return "Oslo"
+
+    @registry.tool
+    def get_weather(city: str) -> dict[str, Any]:
+        """The weather in a city."""
+        calls.append(f"get_weather {city}")
+        return {"city": city, "temp_c": 4}
+
+    return registry
+
+
+def action(id: str, body: str) -> str:
+    return f'<action type="tool" mode="async" id="{id}">{body}</action>'
+
+
+CITY = action("c1", '{"name": "get_city"}')
+WEATHER = action("w1", '{"name": "get_weather", "parameters": {"city": "Oslo"}}')
+
+
+def test_a_second_tool_can_follow_the_first_ones_result(server: FakeOpenAIServer) -> None:
+    # Under the old grammar the reply after results could only answer: a task needing
+    # get_weather after get_city's result could never call it with --constrain.
+    calls: list[str] = []
+    server.script(
+        Stream([*texts(CITY, 5), finish()]),
+        Stream([*texts(WEATHER, 7), finish()]),
+        Stream([*texts(ANSWER, 9), finish()]),
+    )
+    record = run(server, registry=city_registry(calls), constrain=True)
+    assert record.status == "completed" and record.answer == "It is 4 degrees in Oslo."
+    assert calls == ["get_city", "get_weather Oslo"]
+    first, second, third = (request.json["grammar"] for request in server.requests)
+    assert accepts(first, CITY) and not accepts(first, ANSWER)
+    assert accepts(second, WEATHER) and accepts(second, ANSWER)
+    # get_city takes nothing and ran: calling it again can only repeat it.
+    assert not accepts(second, CITY.replace("c1", "c2"))
+    assert accepts(third, ANSWER) and accepts(third, WEATHER.replace("w1", "w2"))
+
+
+def test_a_repeated_call_is_not_run_and_the_next_turn_answers(server: FakeOpenAIServer) -> None:
+    calls: list[str] = []
+    again = action("w2", '{\n  "parameters": {"city": "Oslo"},\n  "name": "get_weather"\n}')
+    server.script(
+        Stream([*texts(WEATHER, 7), finish()]),
+        Stream([*texts(again, 7), finish()]),
+        Stream([*texts(ANSWER, 9), finish()]),
+    )
+    record = run(server, registry=city_registry(calls), constrain=True)
+    assert record.status == "completed" and record.answer == "It is 4 degrees in Oslo."
+    assert calls == ["get_weather Oslo"]  # once
+    repeat = record.actions["w2"]
+    assert repeat.status == "skipped" and "the same call as 'w1'" in str(repeat.error)
+    # The model is told, and the turn after a reply of repeats only may only answer.
+    told = json.dumps(server.requests[2].json["messages"])
+    assert "not run: the same call as 'w1'" in told
+    third = server.requests[2].json["grammar"]
+    assert accepts(third, ANSWER) and not accepts(third, WEATHER.replace("w1", "w3"))
+
+
+def test_without_a_grammar_a_repeated_call_runs_again(server: FakeOpenAIServer) -> None:
+    calls: list[str] = []
+    server.script(
+        Stream([*texts(WEATHER, 7), finish()]),
+        Stream([*texts(WEATHER.replace("w1", "w2"), 7), finish()]),
+        Stream([*texts(ANSWER, 9), finish()]),
+    )
+    record = run(server, registry=city_registry(calls))
+    assert record.status == "completed" and calls == ["get_weather Oslo"] * 2
+
+
+class GrammarModel:
+    """A model that writes, each turn, a random text the request's grammar admits: what
+    constrained decoding lets a model write at its worst. Texts naming a ``$`` reference
+    are drawn again (no names are bound in these runs)."""
+
+    name = "grammar-sampler"
+
+    def __init__(self, seed: str) -> None:
+        self.rng = random.Random(seed)
+
+    async def stream(
+        self, messages: Any, *, constraint: dict[str, Any], **options: Any
+    ) -> AsyncIterator[Any]:
+        sample = sampler(constraint["grammar"])
+        text = next(t for t in (sample(self.rng) for _ in range(500)) if "$" not in t)
+        yield TextChunk(text)
+        yield Finish("stop")
+
+
+@pytest.mark.parametrize("dialect", ["cortex", "hermes", "sigil", "cogency"])
+def test_whatever_a_grammar_lets_a_model_write_runs(dialect: str) -> None:
+    for i in range(12):
+        record = anyio.run(
+            partial(
+                run_agent, "go", model=GrammarModel(f"{dialect} {i}"),
+                registry=sampling_registry(), dialect=dialect, constrain=True, max_turns=4,
+            )
+        )  # fmt: skip
+        assert not record.errors, record.errors
+        for node in record.actions.values():
+            skipped = node.status == "skipped" and "the same call as" in str(node.error)
+            assert node.status == "done" or skipped, (node.name, node.status, node.error)
+        assert record.status in ("completed", "turn_limit"), record.reason

@@ -1,11 +1,14 @@
-"""A small GBNF recognizer for tests: does a grammar (as runtime.loop.grammar writes them)
-admit a text? Rules, string literals, character classes (ranges, ``^``, escapes), groups,
-alternatives and ``? * +``; no left recursion. Every way to match is followed, so the
-answer does not depend on which alternative a greedy matcher would try first."""
+"""A small GBNF recognizer and sampler for tests: does a grammar (as runtime.loop.grammar
+writes them) admit a text (``accepts``), and what texts does it admit (``sample``)? Rules,
+string literals, character classes (ranges, ``^``, escapes), groups, alternatives and
+``? * +``; no left recursion. Every way to match is followed, so the answer does not
+depend on which alternative a greedy matcher would try first."""
 
 from __future__ import annotations
 
+import random
 import re
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
@@ -16,8 +19,9 @@ def _char(text: str, i: int) -> tuple[str, int]:
     if text[i] != "\\":
         return text[i], i + 1
     c = text[i + 1]
-    if c == "x":
-        return chr(int(text[i + 2 : i + 4], 16)), i + 4
+    width = {"x": 2, "u": 4, "U": 8}.get(c)
+    if width:
+        return chr(int(text[i + 2 : i + 2 + width], 16)), i + 2 + width
     return _ESCAPES.get(c, c), i + 2
 
 
@@ -97,9 +101,14 @@ def parse(grammar: str) -> dict[str, Any]:
     return rules
 
 
+@cache
+def _parsed(grammar: str) -> dict[str, Any]:
+    return parse(grammar)
+
+
 def accepts(grammar: str, text: str) -> bool:
     """Whether ``grammar``'s ``root`` admits all of ``text``."""
-    rules = parse(grammar)
+    rules = _parsed(grammar)
 
     @cache
     def rule_ends(name: str, pos: int) -> frozenset[int]:
@@ -137,3 +146,92 @@ def accepts(grammar: str, text: str) -> bool:
         return frozenset(result)
 
     return len(text) in rule_ends("root", 0)
+
+
+# ---- sampling ---------------------------------------------------------------------------
+
+#: Characters a negated class may give (each only where the class admits it): letters,
+#: digits, JSON's and the protocol's punctuation, whitespace, ``$``, non-ASCII.
+POOL = 'abcxyzABCZ0123456789 _-.,:;$$$"\\{}[]<>/\n\t é°中§\U0001f600'
+
+
+def _size(node: Any, best: dict[str, int]) -> int:
+    """The length of ``node``'s shortest text, rules' lengths as in ``best``."""
+    kind = node[0]
+    if kind == "lit":
+        return len(node[1])
+    if kind == "cls":
+        return 1
+    if kind == "ref":
+        return best[node[1]]
+    if kind == "alt":
+        return min(_size(o, best) for o in node[1])
+    if kind == "seq":
+        return sum(_size(i, best) for i in node[1])
+    return int(node[2] * _size(node[1], best))
+
+
+def _shortest(rules: dict[str, Any]) -> dict[str, int]:
+    """The length of each rule's shortest text (a fixed point), to end a deep sample."""
+    best = dict.fromkeys(rules, 10**9)
+    changed = True
+    while changed:
+        changed = False
+        for name, node in rules.items():
+            n = min(_size(node, best), 10**9)
+            if n < best[name]:
+                best[name], changed = n, True
+    return best
+
+
+def _pick(node: Any, rng: random.Random) -> str:
+    negated, ranges = node[1], node[2]
+    if not negated:
+        lo, hi = rng.choice(ranges)
+        return chr(rng.randint(ord(lo), ord(hi)))
+    pool = [c for c in POOL if not any(lo <= c <= hi for lo, hi in ranges)]
+    return rng.choice(pool)
+
+
+class _Sampler:
+    """Random texts of a grammar: alternatives and repeat counts are random; past
+    ``depth`` nested rules a text takes its shortest way out, so it ends."""
+
+    def __init__(self, grammar: str, depth: int) -> None:
+        self.rules = _parsed(grammar)
+        self.best = _shortest(self.rules)
+        self.depth = depth
+
+    def __call__(self, rng: random.Random) -> str:
+        out: list[str] = []
+        self.walk(self.rules["root"], rng, 0, out)
+        return "".join(out)
+
+    def walk(self, node: Any, rng: random.Random, level: int, out: list[str]) -> None:
+        kind = node[0]
+        if kind == "lit":
+            out.append(node[1])
+        elif kind == "cls":
+            out.append(_pick(node, rng))
+        elif kind == "ref":
+            self.walk(self.rules[node[1]], rng, level + 1, out)
+        elif kind == "alt":
+            options = node[1]
+            if level > self.depth:
+                least = min(_size(o, self.best) for o in options)
+                options = [o for o in options if _size(o, self.best) == least]
+            self.walk(rng.choice(options), rng, level, out)
+        elif kind == "seq":
+            for item in node[1]:
+                self.walk(item, rng, level, out)
+        else:
+            _, item, count, high = node
+            while level <= self.depth and (high is None or count < high) and rng.random() < 0.5:
+                count += 1
+            for _ in range(count):
+                self.walk(item, rng, level, out)
+
+
+def sampler(grammar: str, *, depth: int = 12) -> Callable[[random.Random], str]:
+    """A function of a ``random.Random`` giving one text ``grammar``'s root admits."""
+    return _Sampler(grammar, depth)

@@ -4,15 +4,30 @@ recognizer (tests/runtime/gbnf.py), and that what they admit is what the runtime
 from __future__ import annotations
 
 import json
-from typing import Any
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cortex_jupyter.protocol import Parser
-from cortex_jupyter.protocol.events import ActionReady, ProtocolError
-from cortex_jupyter.runtime.loop.grammar import Constraint, _Rules, reply_grammar, schema_rules
+from cortex_jupyter.protocol.events import ActionReady, ProtocolError, ResponseDelta, TextDelta
+from cortex_jupyter.runtime import Registry
+from cortex_jupyter.runtime.core.variables import REFERENCE
+from cortex_jupyter.runtime.loop.grammar import (
+    GRAMMAR_DIALECTS,
+    ORDER_LIMIT,
+    Constraint,
+    Stage,
+    _Rules,
+    reply_grammar,
+    schema_rules,
+)
 
-from .gbnf import accepts, parse
+from .gbnf import accepts, parse, sampler
 
 WEATHER = {
     "name": "get_weather",
@@ -187,9 +202,31 @@ def expression(schema: Any, *, references: bool = False) -> str:
             ['{"p": {"q": 1}}', '{"r": 1}'],
         ),
         (
+            # Any order (the schema names none), each property once, no other key.
             {"type": "object", "properties": {"x": {}, "y": {}}},
-            ['{"y": 1}', '{"x": [], "y": 2}'],
-            ['{"y": 1, "x": 2}'],
+            ['{"y": 1}', '{"x": [], "y": 2}', '{"y": 1, "x": 2}', '{\n  "y": 1,\n  "x": 2\n}'],
+            ['{"x": 1, "x": 2}', '{"z": 1}', '{"y": 1,}'],
+        ),
+        (
+            {"type": "object", "properties": {}, "additionalProperties": False},
+            ["{}", "{ }", "{\n}"],
+            ['{"time": 1}', '{"": 1}'],
+        ),
+        (
+            {
+                "type": "object",
+                "properties": {"a": {"type": "integer"}},
+                "required": ["a"],
+                "additionalProperties": True,
+            },
+            ['{"a": 1}', '{"b": "x", "a": 1, "c": [1]}', '{"ab": 2, "a": 1}'],
+            ['{"b": 1}', '{"a": "x"}', '{"a": 1, "a": 2}'],
+        ),
+        (
+            # A declared name JSON must escape: another key is still never that name.
+            {"type": "object", "properties": {'a"b': {}, "ab": {}}, "additionalProperties": True},
+            ['{"a\\"b": 1, "ac": 2}', '{"a": 1, "ab": 2}'],
+            ['{"ab": 1, "ab": 2}', '{"a"b": 1}'],
         ),
         ({"format": "something-unknown"}, ['{"any": [1, "json"]}', "3"], ["{bad}"]),
         ({"type": "object"}, ['{"k": 1}', "{}"], ["[]"]),
@@ -207,6 +244,16 @@ def test_a_reference_stands_for_any_typed_parameter() -> None:
     assert accepts(expression({"type": "integer"}, references=True), '"$count"')
     assert accepts(expression({"type": "integer"}, references=True), '"$run.total"')
     assert not accepts(expression({"type": "integer"}, references=False), '"$count"')
+    # Inside arrays and nested objects too: the runtime resolves a reference anywhere.
+    ints = {"type": "array", "items": {"type": "integer"}}
+    assert accepts(expression(ints), '[1, "$n", "$run.total"]')
+    nested = {"type": "object", "properties": {"p": {"type": "object", "properties": {
+        "q": {"type": "boolean"}, "r": ints}}}}  # fmt: skip
+    assert accepts(expression(nested), '{"p": {"r": ["$n"], "q": "$flag"}}')
+    assert accepts(expression(nested), '{"p": "$box"}')
+    # ... written as the runtime reads one: "$a.b" reaches inside, "$a." and "$1" are text.
+    for text in ('"$a."', '"$1"', '"$a..b"', '"$"'):
+        assert not accepts(expression({"type": "integer"}, references=True), text)
 
 
 def test_tool_names_that_gbnf_cannot_name_still_make_valid_rules() -> None:
@@ -231,3 +278,295 @@ def test_the_request_fields_for_each_server() -> None:
     assert Constraint("root ::= x", "vllm").body() == {
         "structured_outputs": {"grammar": "root ::= x"}
     }
+
+
+# ---- what a grammar admits is what runs, both ways ----------------------------------
+# Sampling 400 texts from each dialect's grammar found calls that did not run (a tool
+# with no parameters got any object) and calls that run but were refused (properties
+# out of order, newlines, "$name" as an array item, a **kwargs tool's other keys).
+
+SAMPLES = 400
+
+
+@dataclass
+class Box:
+    width: float
+    height: float
+    label: str = ""
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def sampling_registry() -> Registry:
+    """Tools of every shape a schema takes: no parameters, optional ones, an enum, a
+    union with null, a **kwargs tool, arrays, a nested object, more properties than
+    ``ORDER_LIMIT`` (two required), more required ones than it. Each checks the types it
+    was given, so a call that ran with a wrong value fails its node."""
+    registry = Registry(builtins=False)
+
+    def now() -> str:
+        """The time."""
+        return "12:00"
+
+    def weather(city: str, units: Literal["c", "f"] = "c", days: int | None = None) -> str:
+        """The weather."""
+        assert isinstance(city, str) and units in ("c", "f")
+        assert days is None or (isinstance(days, int) and not isinstance(days, bool))
+        return "sunny"
+
+    def tag(label: str, **extra: Any) -> str:
+        """Tag something."""
+        assert isinstance(label, str)
+        return label
+
+    def total(values: list[float], weights: list[int] | None = None) -> float:
+        """A weighted total."""
+        assert all(_is_number(v) for v in values)
+        assert weights is None or all(_is_number(w) and isinstance(w, int) for w in weights)
+        return float(len(values))
+
+    def area(box: Box, scale: float = 1.0) -> float:
+        """A box's area."""
+        assert isinstance(box, dict) and set(box) <= {"width", "height", "label"}
+        assert _is_number(box["width"]) and _is_number(box["height"]) and _is_number(scale)
+        assert isinstance(box.get("label", ""), str)
+        return 1.0
+
+    def wide(
+        a: int, b: str, c: int = 0, d: str = "", e: bool = False, f: float = 0.0, g: str = ""
+    ) -> str:
+        """Seven properties, two required."""
+        assert isinstance(a, int) and isinstance(b, str) and isinstance(e, bool)
+        return "ok"
+
+    def strict(p1: int, p2: int, p3: int, p4: int, p5: int, p6: int, p7: int) -> int:
+        """Seven required properties."""
+        assert all(isinstance(p, int) for p in (p1, p2, p3, p4, p5, p6, p7))
+        return p1
+
+    for function in (now, weather, tag, total, area, wide, strict):
+        registry.tool(function)
+    return registry
+
+
+def fits(value: Any, schema: Any) -> bool:
+    """Whether ``value`` fits JSON schema ``schema`` as the runtime reads it: a string
+    that is a whole ``$name`` reference stands for any value (it is resolved before the
+    call); an object that declares properties takes no others unless it says so."""
+    if isinstance(value, str) and REFERENCE.fullmatch(value) and not value.startswith("$$"):
+        return True
+    if not isinstance(schema, Mapping) or not schema:
+        return True
+    if "const" in schema:
+        return bool(value == schema["const"])
+    if "enum" in schema:
+        return any(value == e and type(value) is type(e) for e in schema["enum"])
+    options = schema.get("anyOf") or schema.get("oneOf")
+    if options:
+        return any(fits(value, o) for o in options)
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        return any(fits(value, {**schema, "type": k}) for k in kind)
+    checks = {
+        "string": lambda: isinstance(value, str),
+        "integer": lambda: isinstance(value, int) and not isinstance(value, bool),
+        "number": lambda: _is_number(value),
+        "boolean": lambda: isinstance(value, bool),
+        "null": lambda: value is None,
+        "array": lambda: (
+            isinstance(value, list) and all(fits(v, schema.get("items")) for v in value)
+        ),
+        "object": lambda: isinstance(value, dict) and _fits_object(value, schema),
+    }
+    if kind is None and "properties" in schema:
+        kind = "object"
+    return checks[kind]() if kind in checks else True
+
+
+def _fits_object(value: dict[str, Any], schema: Mapping[str, Any]) -> bool:
+    props = schema.get("properties") or {}
+    extra = schema.get("additionalProperties", not props)
+    if any(name not in value for name in schema.get("required") or ()):
+        return False
+    for key, item in value.items():
+        if key in props:
+            if not fits(item, props[key]):
+                return False
+        elif extra is False or (isinstance(extra, Mapping) and not fits(item, extra)):
+            return False
+    return True
+
+
+def assert_runs(dialect: str, text: str, registry: Registry, known: set[str]) -> int:
+    """``text`` read by the dialect's parser is either calls that pass the registry's
+    checks and fit their tool's schema, or a non-blank answer; the number of calls."""
+    parser = Parser(dialect)
+    events = [*parser.feed(text), *parser.close()]
+    assert not [e for e in events if isinstance(e, ProtocolError)], (text, events)
+    calls = [e.action for e in events if isinstance(e, ActionReady)]
+    for call in calls:
+        spec = registry.get("tool", call.name)
+        spec.check(call.parameters)  # raises InvalidArguments
+        assert fits(call.parameters, spec.parameters), (text, call.parameters)
+        assert call.output_key is None or call.output_key.isidentifier(), text
+        assert set(call.depends_on) <= known, text
+    if not calls:
+        answer = "".join(e.text for e in events if isinstance(e, ResponseDelta | TextDelta))
+        assert answer.strip(), text
+    return len(calls)
+
+
+@pytest.mark.parametrize("stage", ["actions", "either", "answer"])
+@pytest.mark.parametrize("dialect", GRAMMAR_DIALECTS)
+def test_every_text_a_grammar_admits_runs(dialect: str, stage: Stage) -> None:
+    registry = sampling_registry()
+    tools = registry.schemas(("tool",))
+    grammar = reply_grammar(dialect, tools, stage, max_actions=2, known_ids=["w0"])
+    sample, rng = sampler(grammar), random.Random(f"{dialect} {stage}")
+    calls = [assert_runs(dialect, sample(rng), registry, {"w0"}) for _ in range(SAMPLES)]
+    if stage == "actions":
+        assert min(calls) >= 1
+    if stage == "answer":
+        assert max(calls) == 0
+    if stage == "either":
+        assert min(calls) == 0 and max(calls) >= 1
+
+
+# -- the converse: every call that runs, in any order and spacing, is admitted
+
+
+def whitespace() -> st.SearchStrategy[str]:
+    return st.sampled_from(["", "", " ", "\n", "\n    ", "\t", "\r\n  ", "  "])
+
+
+REFERENCES = st.from_regex(
+    r"\$[A-Za-z_][A-Za-z0-9_]{0,4}(\.[A-Za-z0-9_]{1,3}){0,2}", fullmatch=True
+)
+KEYS = st.text(st.characters(exclude_characters='"\\', exclude_categories=("Cc", "Cs")), max_size=6)
+
+
+def values(schema: Any, *, references: bool = True) -> st.SearchStrategy[Any]:
+    """Values that fit ``schema`` (``fits``), references among them where allowed."""
+    plain = _values(schema)
+    return st.one_of(plain, REFERENCES) if references else plain
+
+
+def _values(schema: Any) -> st.SearchStrategy[Any]:
+    if not isinstance(schema, Mapping) or not schema:
+        return st.one_of(st.integers(), st.text(max_size=5), st.none())
+    if "enum" in schema:
+        return st.sampled_from(schema["enum"])
+    if "anyOf" in schema:
+        return st.one_of([_values(o) for o in schema["anyOf"]])
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        return st.one_of([_values({**schema, "type": k}) for k in kind])
+    simple: dict[str, st.SearchStrategy[Any]] = {
+        "string": st.text(max_size=8),
+        "integer": st.integers(-(10**6), 10**6),
+        "number": st.one_of(st.integers(-99, 99), st.floats(-1e6, 1e6, allow_nan=False)),
+        "boolean": st.booleans(),
+        "null": st.none(),
+    }
+    if kind in simple:
+        return simple[kind]
+    if kind == "array":
+        return st.lists(values(schema.get("items")), max_size=3)
+    return objects(schema)
+
+
+@st.composite
+def objects(draw: st.DrawFn, schema: Mapping[str, Any], *, references: bool = True) -> Any:
+    props = schema.get("properties") or {}
+    required = list(schema.get("required") or ())
+    chosen = required + [n for n in props if n not in required and draw(st.booleans())]
+    pairs = [(n, draw(values(props[n], references=references))) for n in chosen]
+    if schema.get("additionalProperties", not props) is not False:
+        others = draw(
+            st.dictionaries(KEYS.filter(lambda k: k not in props), _values({}), max_size=2)
+        )
+        pairs += list(others.items())
+    order = draw(st.permutations(pairs))
+    if len(required) > ORDER_LIMIT:  # the stated bound: then they come in declared order
+        slots = iter(p for p in pairs if p[0] in required)
+        order = [next(slots) if p[0] in required else p for p in order]
+    return dict(order)
+
+
+def dump(draw: st.DrawFn, value: Any) -> str:
+    """``value`` as JSON, in its dicts' order, with whitespace between the tokens."""
+    ws = lambda: draw(whitespace())  # noqa: E731
+    if isinstance(value, dict):
+        items = [f"{ws()}{json.dumps(k, ensure_ascii=False)}{ws()}:{ws()}{dump(draw, v)}{ws()}"
+                 for k, v in value.items()]  # fmt: skip
+        return "{" + (",".join(items) or ws()) + "}"
+    if isinstance(value, list):
+        return "[" + (",".join(f"{ws()}{dump(draw, v)}{ws()}" for v in value) or ws()) + "]"
+    return json.dumps(value, ensure_ascii=False)
+
+
+ARGS = {"cortex": "parameters", "hermes": "arguments", "sigil": "args", "cogency": "args"}
+
+
+@st.composite
+def calls(draw: st.DrawFn, dialect: str, tools: list[dict[str, Any]]) -> str:
+    tool = draw(st.sampled_from(tools))
+    args = draw(objects(tool["parameters"], references=True))
+    envelope = [("name", tool["name"])]
+    if args or tool["parameters"].get("required") or draw(st.booleans()):
+        envelope.append((ARGS[dialect], args))
+    if draw(st.booleans()):
+        envelope.append(
+            ("output_key", draw(st.from_regex(r"[a-z_][a-z0-9_]{0,5}", fullmatch=True)))
+        )
+    if draw(st.booleans()):
+        envelope.append(("depends_on", draw(st.lists(st.just("w0"), max_size=2))))
+    body = dump(draw, dict(draw(st.permutations(envelope))))
+    ws = lambda: draw(whitespace())  # noqa: E731
+    if dialect == "cortex":
+        return f'{ws()}<action type="tool" mode="async" id="a1">{ws()}{body}{ws()}</action>'
+    if dialect == "hermes":
+        return f"{ws()}<tool_call>{ws()}{body}{ws()}</tool_call>"
+    if dialect == "sigil":
+        return f"{ws()}§CALLS: [{ws()}{body}{ws()}]\n§EXECUTE:"
+    return f"{ws()}<execute>[{ws()}{body}{ws()}]</execute>"
+
+
+@pytest.mark.parametrize("dialect", GRAMMAR_DIALECTS)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_every_call_that_runs_is_admitted(dialect: str, data: st.DataObject) -> None:
+    registry = sampling_registry()
+    tools = registry.schemas(("tool",))
+    text = data.draw(calls(dialect, tools))
+    assert assert_runs(dialect, text, registry, {"w0"}) == 1  # the call is valid...
+    grammar = reply_grammar(dialect, tools, known_ids=["w0"])
+    assert accepts(grammar, text), text  # ...and admitted
+
+
+def test_a_tool_with_no_parameters_takes_an_empty_object_only() -> None:
+    # SmolLM2 wrote {"time": ...} for `def now() -> str` when any object was admitted:
+    # the call was then refused (no parameter "time").
+    [now] = [t for t in sampling_registry().schemas(("tool",)) if t["name"] == "now"]
+    grammar = reply_grammar("hermes", [now])
+    for args in ("{}", "{ }", "{\n}"):
+        assert accepts(grammar, f'<tool_call>{{"name": "now", "arguments": {args}}}</tool_call>')
+    assert accepts(grammar, '<tool_call>{"name": "now"}</tool_call>')
+    assert not accepts(grammar, '<tool_call>{"name": "now", "arguments": {"time": 1}}</tool_call>')
+
+
+@pytest.mark.parametrize("dialect", GRAMMAR_DIALECTS)
+def test_answer_grammars_refuse_a_blank_answer(dialect: str) -> None:
+    blank = {
+        "cortex": "<response> \n </response>",
+        "hermes": " \n\t",
+        "sigil": "§RESPOND:  \n§END:",
+        "cogency": "<respond> </respond><end>",
+    }[dialect]
+    grammar = reply_grammar(dialect, [ADD], "answer")
+    assert not accepts(grammar, blank)
+    assert accepts(
+        grammar, blank.replace(" \n", " 42\n", 1).replace("> <", ">42<").replace(" \n\t", "42")
+    )

@@ -7,13 +7,33 @@ is what a model client sends: the grammar and the request field it goes in.
 
 Turn-aware: the first turn of a run must call tools (``actions``: one or more calls of
 known tools, parameters that fit each tool's schema or are a ``"$name"`` reference, an
-id, ``output_key`` and ``depends_on``); a turn after results must answer (``answer``).
-A grammar on every turn that admits actions made a small model repeat its action until
-the turn limit, so the later turns admit a response only.
+id, ``output_key`` and ``depends_on``); a turn after results may call tools again or
+answer (``either``, ``later_stage``), so a task that needs a second tool after the first
+one's result can do it. What keeps a small model from calling the same thing until the
+turn limit: a later turn's grammar leaves out the tools that take no parameters and have
+run (their only call is a repeat, ``later_tools``), the loop does not run an exact repeat
+of a call that ran (it tells the model so), and the turn after a reply of repeats only
+may answer only.
 
-JSON schema support: objects (required properties in order, then the optional ones,
-each optional, in order), strings, numbers, integers, booleans, null, arrays, ``enum``,
-``const``, ``anyOf``/``oneOf`` and lists of types; anything else is any JSON value.
+What a grammar admits is what the runtime runs, no more and no less (sampled and checked
+both ways in tests/runtime/test_grammar.py), with two stated bounds:
+
+- JSON: whitespace (spaces, tabs, newlines) between tokens, at most ``WS_LIMIT``
+  characters in a row (``llama.cpp``'s own JSON grammar bounds it too: a small model,
+  left free, writes newlines until its token limit); a ``"$name"`` or ``"$name.path"``
+  reference wherever a value goes, array items and nested values too (the runtime
+  resolves it); object properties in any order.
+- Objects: with ``ORDER_LIMIT`` properties or fewer, every order and subset that holds
+  the required ones (one rule per set of properties written so far: 2**n rules, 64 at
+  the limit). Above it, the required ones in any order when there are ``ORDER_LIMIT`` or
+  fewer of them, the optional ones anywhere and possibly twice (JSON keeps the last, so
+  the call still runs); with more required ones than that, they come in declared order.
+  ``additionalProperties: false``, or a schema without it that declares properties, admits
+  no other key (a tool with no parameters gets ``{}`` only); ``true`` or a schema (a
+  ``**kwargs`` tool) admits other keys (unescaped, none of the declared names).
+
+JSON schema support: objects, strings, numbers, integers, booleans, null, arrays,
+``enum``, ``const``, ``anyOf``/``oneOf`` and lists of types; anything else is any JSON value.
 """
 
 from __future__ import annotations
@@ -22,12 +42,16 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 __all__ = [
     "CONSTRAIN_FORMS",
     "GRAMMAR_DIALECTS",
+    "ORDER_LIMIT",
+    "WS_LIMIT",
     "Constraint",
+    "later_stage",
+    "later_tools",
     "reply_grammar",
     "schema_rules",
 ]
@@ -38,13 +62,17 @@ __all__ = [
 CONSTRAIN_FORMS: tuple[str, ...] = ("gbnf", "vllm")
 #: The dialects a grammar can be built for.
 GRAMMAR_DIALECTS: tuple[str, ...] = ("cortex", "hermes", "sigil", "cogency")
+#: Most whitespace characters in a row between JSON tokens.
+WS_LIMIT = 20
+#: Most properties of an object whose every order the grammar spells out (2**n rules).
+ORDER_LIMIT = 6
 
 Stage = Literal["actions", "answer", "either"]
-#: What a turn after results may write: "answer" (a final response only) or "either"
-#: (more actions, or a response). Measured with SmolLM2-135M (bench/constrain_bench.py,
-#: n=10): with "either", 5 of 10 hermes runs repeated the action until the turn limit;
-#: with "answer", none did, and every action ran in 10 of 10 runs (cortex and hermes).
-LATER_STAGE: Stage = "answer"
+T = TypeVar("T", bound=Mapping[str, Any])
+#: What a turn after results may write: "either" (more actions, or a response) or
+#: "answer" (a final response only: what it was before multi-step tasks could run under
+#: a grammar; ``bench/constrain_bench.py --later answer`` measures it).
+LATER_STAGE: Stage = "either"
 
 
 @dataclass(frozen=True)
@@ -62,23 +90,53 @@ class Constraint:
         return {"grammar": self.grammar}
 
 
+def later_tools(tools: Sequence[T], ran: Sequence[str]) -> list[T]:
+    """``tools`` a turn after results may call: not one that takes no parameters and has
+    run (``ran``: the names of the tools called so far), whose every call is a repeat."""
+    return [t for t in tools if not (t["name"] in ran and _takes_nothing(t.get("parameters")))]
+
+
+def later_stage(tools: Sequence[Mapping[str, Any]], *, repeated: bool) -> Stage:
+    """A later turn's stage: an answer only when no tool is left to call, or the last
+    reply only repeated calls that had run (the model is going round in a loop)."""
+    return "answer" if repeated or not tools else LATER_STAGE
+
+
+def _takes_nothing(params: Any) -> bool:
+    return (
+        isinstance(params, Mapping)
+        and not params.get("properties")
+        and params.get("additionalProperties") is False
+    )
+
+
 # ---- JSON schema -> GBNF ------------------------------------------------------------
 
-_BASE = r"""
-ws ::= " "?
-nl ::= ("\n" | " ")?
+
+def _bounded(item: str, limit: int) -> str:
+    """Up to ``limit`` of ``item``, nested so that each text has one parse."""
+    out = ""
+    for _ in range(limit):
+        out = f"( {item}{' ' + out if out else ''} )?"
+    return out
+
+
+_WS = _bounded(r"[ \t\n\r]", WS_LIMIT)
+_BASE = rf"""
+ws ::= {_WS}
 json-string ::= "\"" json-char* "\""
 json-char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" hex hex hex hex)
+key-char ::= [^"\\\x00-\x1F]
 hex ::= [0-9a-fA-F]
 json-integer ::= "-"? ("0" | [1-9] [0-9]*)
 json-number ::= json-integer ("." [0-9]+)? ([eE] [-+]? [0-9]+)?
 json-boolean ::= "true" | "false"
 json-null ::= "null"
 json-value ::= json-object | json-array | json-string | json-number | json-boolean | json-null
-json-object ::= "{" ws ( json-pair ( ws "," ws json-pair )* )? ws "}"
+json-object ::= "{{" ws ( json-pair ( ws "," ws json-pair )* )? ws "}}"
 json-pair ::= json-string ws ":" ws json-value
 json-array ::= "[" ws ( json-value ( ws "," ws json-value )* )? ws "]"
-reference ::= "\"$" [a-zA-Z_] [a-zA-Z0-9_.]* "\""
+reference ::= "\"$" [a-zA-Z_] [a-zA-Z0-9_]* ( "." [a-zA-Z0-9_]+ )* "\""
 identifier ::= [a-zA-Z_] [a-zA-Z0-9_]*
 action-id ::= [a-zA-Z] [a-zA-Z0-9_-]*
 """
@@ -92,6 +150,18 @@ def literal(text: str) -> str:
 
 def _json_literal(value: Any) -> str:
     return literal(json.dumps(value, ensure_ascii=False))
+
+
+def _class_char(char: str) -> str:
+    """``char`` inside a GBNF character class: a hex escape unless a letter or digit
+    (llama.cpp reads only a few backslash escapes, and ``-`` or ``^`` mean ranges)."""
+    if char.isascii() and char.isalnum():
+        return char
+    if ord(char) < 0x100:
+        return f"\\x{ord(char):02X}"
+    if ord(char) < 0x10000:
+        return f"\\u{ord(char):04X}"
+    return f"\\U{ord(char):08X}"
 
 
 class _Rules:
@@ -117,7 +187,8 @@ def schema_rules(schema: Any, rules: _Rules, hint: str, *, references: bool = Tr
     """A GBNF expression (usually a rule name) admitting JSON values that fit ``schema``.
 
     ``references``: a value may also be a ``"$name"`` reference string (what the
-    runtime resolves to an earlier output, a feed or a notebook variable).
+    runtime resolves to an earlier output, a feed or a notebook variable), here and in
+    every value inside it.
     """
     expr = _schema(schema, rules, hint)
     if references and expr not in ("json-string", "json-value"):
@@ -141,19 +212,18 @@ def _schema(schema: Any, rules: _Rules, hint: str) -> str:
     if isinstance(kind, list):
         parts = [_schema({**schema, "type": k}, rules, f"{hint}-{k}") for k in kind]
         return rules.add(hint, " | ".join(parts)) if parts else "json-value"
-    if kind == "string":
-        return "json-string"
-    if kind == "integer":
-        return "json-integer"
-    if kind == "number":
-        return "json-number"
-    if kind == "boolean":
-        return "json-boolean"
-    if kind == "null":
-        return "json-null"
+    simple = {
+        "string": "json-string",
+        "integer": "json-integer",
+        "number": "json-number",
+        "boolean": "json-boolean",
+        "null": "json-null",
+    }
+    if kind in simple:
+        return simple[kind]
     if kind == "array":
         items = schema.get("items")
-        item = _schema(items, rules, f"{hint}-item") if items is not None else "json-value"
+        item = schema_rules(items, rules, f"{hint}-item") if items is not None else "json-value"
         return rules.add(hint, f'"[" ws ( {item} ( ws "," ws {item} )* )? ws "]"')
     if kind == "object" or (kind is None and isinstance(schema.get("properties"), Mapping)):
         return _object(schema, rules, hint)
@@ -162,31 +232,100 @@ def _schema(schema: Any, rules: _Rules, hint: str) -> str:
 
 def _object(schema: Mapping[str, Any], rules: _Rules, hint: str) -> str:
     props = schema.get("properties")
-    if not isinstance(props, Mapping) or not props:
+    props = props if isinstance(props, Mapping) else {}
+    extra = schema.get("additionalProperties", not props)
+    if not props and extra is True:
         return "json-object"
+    pairs = {
+        name: f'{_json_literal(name)} ws ":" ws {schema_rules(value, rules, f"{hint}-{name}")}'
+        for name, value in props.items()
+    }
+    other = None
+    if extra is not False:
+        key = _key_other_than(list(props), rules, f"{hint}-key")
+        value = schema_rules(extra, rules, f"{hint}-extra") if extra is not True else "json-value"
+        other = rules.add(f"{hint}-other", f'{key} ws ":" ws {value}')
     required = [n for n in schema.get("required") or () if n in props]
-    optional = [n for n in props if n not in required]
+    return _pairs(pairs, required, other, rules, hint)
 
-    def pair(name: str) -> str:
-        value = schema_rules(props[name], rules, f"{hint}-{name}")
-        return f'{_json_literal(name)} ws ":" ws {value}'
 
-    # Optional properties in declared order, each optional: the tail after the i-th.
-    tails: list[str] = [""] * (len(optional) + 1)
-    for i in range(len(optional) - 1, -1, -1):
-        rest = f" {tails[i + 1]}" if tails[i + 1] else ""
-        tails[i] = rules.add(f"{hint}-rest", f'( ws "," ws {pair(optional[i])} )?{rest}')
-    if required:
-        head = ' ws "," ws '.join(pair(n) for n in required)
-        tail = f" {tails[0]}" if tails[0] else ""
-        inner = f"{head}{tail}"
+def _pairs(
+    pairs: Mapping[str, str], required: Sequence[str], other: str | None, rules: _Rules, hint: str
+) -> str:
+    """A rule for ``{...}`` holding ``pairs`` (name -> GBNF of one ``"name": value``): the
+    ``required`` ones always, the others at most once, in any order, and any number of
+    ``other`` pairs (keys outside ``pairs``); see the module docstring for the bounds."""
+    names = list(pairs)
+    if len(names) <= ORDER_LIMIT:
+        tracked = names
+    elif len(required) <= ORDER_LIMIT:
+        tracked = list(required)
     else:
-        starts = []
-        for i, name in enumerate(optional):
-            rest = f" {tails[i + 1]}" if tails[i + 1] else ""
-            starts.append(f"{pair(name)}{rest}")
-        inner = f"( {' | '.join(starts)} )?"
-    return rules.add(hint, f'"{{" ws {inner} ws "}}"')
+        return _pairs_in_order(pairs, required, other, rules, hint)
+    free = [pairs[n] for n in names if n not in tracked] + ([other] if other else [])
+    free_rule = rules.add(f"{hint}-free", " | ".join(free)) if free else ""
+    states: dict[frozenset[str], str] = {}
+
+    def after(used: frozenset[str]) -> str:
+        """The rest of the object once the properties in ``used`` were written ("" when
+        nothing may follow)."""
+        if used not in states:
+            options = [
+                f'ws "," ws {pairs[n]} {after(used | {n})}' for n in tracked if n not in used
+            ]
+            if free_rule:
+                name = rules.add(f"{hint}-after", "")
+                states[used] = name
+                options.append(f'ws "," ws {free_rule} {name}')
+            body = " | ".join(o.rstrip() for o in options)
+            if body and set(required) <= used:
+                body = f"( {body} )?"
+            if free_rule:
+                rules.rules[states[used]] = body
+            else:
+                states[used] = rules.add(f"{hint}-after", body) if body else ""
+        return states[used]
+
+    firsts = [f"{pairs[n]} {after(frozenset([n]))}".rstrip() for n in tracked]
+    if free_rule:
+        firsts.append(f"{free_rule} {after(frozenset())}")
+    inner = " | ".join(firsts)
+    if inner and required:
+        inner = f"( {inner} ) ws"
+    elif inner:
+        inner = f"( {inner} )? ws"
+    return rules.add(hint, f'"{{" ws {inner} "}}"')
+
+
+def _pairs_in_order(
+    pairs: Mapping[str, str], required: Sequence[str], other: str | None, rules: _Rules, hint: str
+) -> str:
+    """More required properties than ``ORDER_LIMIT``: they come in declared order, the
+    optional ones (and ``other`` pairs) anywhere between them."""
+    free = [pairs[n] for n in pairs if n not in required] + ([other] if other else [])
+    head = gap = ""
+    if free:
+        free_rule = rules.add(f"{hint}-free", " | ".join(free))
+        gap = f' ( ws "," ws {free_rule} )*'
+        head = f'( {free_rule} ws "," ws )* '
+    body = ' ws "," ws '.join(f"{pairs[n]}{gap}" for n in required)
+    return rules.add(hint, f'"{{" ws {head}{body} ws "}}"')
+
+
+def _key_other_than(names: Sequence[str], rules: _Rules, hint: str) -> str:
+    """A JSON string (no escapes) that is none of ``names``: a walk down their trie (a
+    name that needs an escape in JSON is never such a string, so it needs no branch)."""
+    names = [n for n in names if not re.search(r'["\\\x00-\x1f]', n)]
+
+    def rest(prefix: str) -> str:
+        following = sorted({n[len(prefix)] for n in names if n.startswith(prefix) and n != prefix})
+        options = [] if prefix in names else ['"\\""']
+        options += [f"{literal(c)} {rest(prefix + c)}" for c in following]
+        banned = "".join(_class_char(c) for c in following)
+        options.append(f'[^{banned}\\"\\\\\\x00-\\x1F] key-char* "\\""')
+        return rules.add(f"{hint}-{len(prefix)}", " | ".join(options))
+
+    return rules.add(hint, f'"\\"" {rest("")}')
 
 
 # ---- replies ------------------------------------------------------------------------
@@ -196,28 +335,31 @@ def _calls(
     tools: Sequence[Mapping[str, Any]], rules: _Rules, args_key: str, known_ids: Sequence[str]
 ) -> str:
     """A rule admitting one call object of any of ``tools``: ``name``, its arguments
-    under ``args_key``, and the optional ``output_key`` and ``depends_on`` (ids of
-    ``known_ids`` only: a made-up id leaves the call waiting for nothing that exists)."""
-    extras = '( ws "," ws "\\"output_key\\"" ws ":" ws "\\"" identifier "\\"" )?'
+    under ``args_key`` (which may be left out when none is required), and the optional
+    ``output_key`` and ``depends_on`` (ids of ``known_ids`` only: a made-up id leaves the
+    call waiting for nothing that exists), in any order."""
+    shared = {
+        "output_key": rules.add("output-key", '"\\"output_key\\"" ws ":" ws "\\"" identifier "\\""')
+    }
     if known_ids:
         known = rules.add("known-id", " | ".join(_json_literal(i) for i in known_ids))
-        extras += (
-            f' ( ws "," ws "\\"depends_on\\"" ws ":" ws "[" ws ( {known} '
-            f'( ws "," ws {known} )* )? ws "]" )?'
+        shared["depends_on"] = rules.add(
+            "depends-on",
+            f'"\\"depends_on\\"" ws ":" ws "[" ws ( {known} ( ws "," ws {known} )* )? ws "]"',
         )
-    extras = rules.add("call-extras", extras)
     options = []
     for tool in tools:
         name = str(tool["name"])
-        params = tool.get("parameters") or {"type": "object", "properties": {}}
+        params = tool.get("parameters") or {"type": "object", "additionalProperties": False}
         args = schema_rules(params, rules, f"args-{name}", references=False)
-        options.append(
-            rules.add(
-                f"call-{name}",
-                f'"{{" ws "\\"name\\"" ws ":" ws {_json_literal(name)} ws "," ws '
-                f'{_json_literal(args_key)} ws ":" ws {args} {extras} ws "}}"',
-            )
-        )
+        pairs = {
+            "name": f'"\\"name\\"" ws ":" ws {_json_literal(name)}',
+            args_key: f'{_json_literal(args_key)} ws ":" ws {args}',
+            **shared,
+        }
+        needs = isinstance(params, Mapping) and bool(params.get("required"))
+        required = ["name", args_key] if needs else ["name"]
+        options.append(_pairs(pairs, required, None, rules, f"call-{name}"))
     return rules.add("call", " | ".join(options))
 
 
@@ -233,42 +375,32 @@ def reply_grammar(
 
     ``tools`` are registry schemas (``{"name", "description", "parameters"}``).
     ``stage`` ``"actions"``: the reply calls one or more of ``tools`` and ends there
-    (the runtime sends the results back); ``"answer"``: the reply is a final answer;
-    ``"either"``: one or the other. ``max_actions`` bounds the calls in one reply: a
-    small model, free to go on, writes the same call again until its token limit.
-    ``known_ids`` are the ids of the run's earlier actions: what ``depends_on`` may name.
-    Raises ``ValueError`` for a dialect with no grammar, or ``"actions"`` with no tools.
+    (the runtime sends the results back); ``"answer"``: the reply is a final answer
+    (not a blank one); ``"either"``: one or the other. ``max_actions`` bounds the calls
+    in one reply: a small model, free to go on, writes the same call again until its
+    token limit. ``known_ids`` are the ids of the run's earlier actions: what
+    ``depends_on`` may name. Raises ``ValueError`` for a dialect with no grammar, or
+    ``"actions"`` with no tools.
     """
     if dialect not in GRAMMAR_DIALECTS:
         raise ValueError(
             f"constrain: no grammar for the {dialect!r} dialect; "
             f"use one of: {', '.join(GRAMMAR_DIALECTS)}"
         )
-    rules = _Rules()
-    text = "[^<]"
     if stage == "either":
-        actions = (
-            reply_grammar(dialect, tools, "actions", max_actions=max_actions, known_ids=known_ids)
-            if tools
-            else ""
+        if not tools:
+            return reply_grammar(dialect, tools, "answer")
+        actions = reply_grammar(
+            dialect, tools, "actions", max_actions=max_actions, known_ids=known_ids
         )
         answer = reply_grammar(dialect, tools, "answer")
-        if not actions:
-            return answer
         body = "\n".join(
             [_rename_root(actions, "actions-root"), _rename_root(answer, "answer-root")]
         )
         return "root ::= actions-root | answer-root\n" + _dedupe(body)
+    rules = _Rules()
     if stage == "answer":
-        if dialect == "cortex":
-            root = f'nl "<response>" {text}+ "</response>"'
-        elif dialect == "hermes":
-            root = f"nl {text}+"
-        elif dialect == "sigil":
-            root = 'nl "§RESPOND: " [^§]+ "§END:"'
-        else:
-            root = f'nl "<respond>" {text}+ "</respond>" nl "<end>"'
-        rules.add("root", root)
+        rules.add("root", _ANSWERS[dialect])
         return rules.text() + _BASE
     if not tools:
         raise ValueError("constrain: no tools are registered, so there is no action to constrain")
@@ -278,23 +410,32 @@ def reply_grammar(
         action = rules.add(
             "action",
             '"<action type=\\"tool\\" mode=\\"async\\" id=\\"" action-id "\\">" '
-            f'{call} "</action>"',
+            f'ws {call} ws "</action>"',
         )
-        root = f"nl {action}{_more(f'nl {action}', max_actions)}"
+        root = f"ws {action}{_more(f'ws {action}', max_actions)}"
     elif dialect == "hermes":
         call = _calls(tools, rules, "arguments", known_ids)
-        action = rules.add("action", f'"<tool_call>" nl {call} nl "</tool_call>"')
-        root = f"nl {action}{_more(f'nl {action}', max_actions)}"
+        action = rules.add("action", f'"<tool_call>" ws {call} ws "</tool_call>"')
+        root = f"ws {action}{_more(f'ws {action}', max_actions)}"
     else:
         call = _calls(tools, rules, "args", known_ids)
         more = _more(f'ws "," ws {call}', max_actions)
         calls = f'"[" ws {call}{more} ws "]"'
         if dialect == "sigil":
-            root = f'nl "§CALLS: " {calls} "\\n§EXECUTE:"'
+            root = f'ws "§CALLS: " {calls} "\\n§EXECUTE:"'
         else:
-            root = f'nl "<execute>" {calls} "</execute>"'
+            root = f'ws "<execute>" {calls} "</execute>"'
     rules.rules["root"] = root
     return rules.text() + _BASE
+
+
+# A final answer holds a character other than whitespace: a blank one says nothing.
+_ANSWERS = {
+    "cortex": 'ws "<response>" ws [^< \\t\\n\\r] [^<]* "</response>"',
+    "hermes": "ws [^< \\t\\n\\r] [^<]*",
+    "sigil": 'ws "§RESPOND: " ws [^§ \\t\\n\\r] [^§]* "§END:"',
+    "cogency": 'ws "<respond>" ws [^< \\t\\n\\r] [^<]* "</respond>" ws "<end>"',
+}
 
 
 def _rename_root(text: str, name: str) -> str:

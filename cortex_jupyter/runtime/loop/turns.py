@@ -23,6 +23,7 @@ A ``Conversation`` (``loop.conversation``) is the memory: runs given the same on
 from __future__ import annotations
 
 import inspect
+import json
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -126,6 +127,7 @@ class _TurnState:
     #: characters of the continuation say how the two join; what is held meanwhile.
     resume: Resume | None = None
     held: list[str] = field(default_factory=list)
+    repeats: int = 0  # actions not run: exact repeats of calls that ran (``Loop._repeat_of``)
 
 
 class _ChunkRecorder:
@@ -173,6 +175,11 @@ def _native_action(call: ToolCallReady, name: str) -> ActionReady | ProtocolErro
     if isinstance(action, ProtocolError):
         return action
     return ActionReady(action, f"{call.name}({call.arguments})")
+
+
+def _canonical(value: Any) -> str:
+    """One text for equal parameters, whatever their order."""
+    return json.dumps(value, sort_keys=True, default=repr)
 
 
 def _takes_constraint(model: StreamingModel) -> bool:
@@ -313,6 +320,7 @@ class Loop:
         # ``fs.read_file``), so a native call maps back to the registered name.
         self._natives = NativeNames()
         self._resume: Resume | None = None
+        self._looping = False  # the last reply only repeated calls that had run
 
     async def go(self, user_text: str, *, resume: str | None = None) -> None:
         """Run the turns, from the prompt ``user_text``. ``resume`` (``Agent.continue_run``)
@@ -504,7 +512,8 @@ class Loop:
         """The ``constraint=`` argument of this turn's request (``Agent.constrain``).
 
         Turn-aware: a run's first turn calls tools (when there are any); a turn after
-        results answers (``grammar.LATER_STAGE``). A reply that continues a cut one is
+        results calls tools or answers (``grammar.later_tools``, ``grammar.later_stage``).
+        A reply that continues a cut one is
         not constrained (it starts mid-text), nor is a model that takes no grammar."""
         constrain = self.agent.constrain
         if constrain is False or turn.resume is not None:
@@ -515,7 +524,11 @@ class Loop:
                 self.run.notes.append(note)
             return {}
         tools = self.scheduler.registry.schemas(("tool",))
-        stage = "actions" if turn.number == 1 and tools else grammar.LATER_STAGE
+        if turn.number == 1 and tools:
+            stage: grammar.Stage = "actions"
+        else:
+            tools = grammar.later_tools(tools, [n.name for n in self.run.actions.values()])
+            stage = grammar.later_stage(tools, repeated=self._looping)
         form = "gbnf" if constrain is True else str(constrain)
         text = grammar.reply_grammar(self.dialect, tools, stage, known_ids=sorted(self.run.actions))
         return {"constraint": grammar.Constraint(text, form, stage).body()}
@@ -658,7 +671,32 @@ class Loop:
             isinstance(event, ProtocolError) and event.id is not None
         ):
             turn.has_actions = True
+            earlier = self._repeat_of(event) if isinstance(event, ActionReady) else None
+            if earlier is not None:
+                turn.repeats += 1
+                self.scheduler.skip(
+                    cast(ActionReady, event),
+                    f"not run: the same call as {earlier!r}, which already ran (its result "
+                    "is above); answer, or call something else",
+                )
+                return
         self.scheduler.submit(event)
+
+    def _repeat_of(self, event: ActionReady) -> str | None:
+        """Under a grammar (which admits actions on every turn), the id of the action that
+        made exactly this call already: a small model calls the same thing again and
+        again, so a repeat is not run and the model is told (and may only answer next)."""
+        if self.agent.constrain is False:
+            return None
+        call = event.action
+        key = (call.type, call.name, _canonical(call.parameters))
+        for node in self.run.actions.values():
+            done = node.action
+            if done is None or node.parent is not None or node.status == "skipped":
+                continue
+            if (done.type, done.name, _canonical(done.parameters)) == key:
+                return node.id
+        return None
 
     # ---- after the reply --------------------------------------------------------
 
@@ -697,6 +735,7 @@ class Loop:
 
     def _send_results(self, turn: _TurnState, reason: str) -> None:
         nodes = self._turn_nodes(turn)
+        self._looping = bool(nodes) and turn.repeats == len(nodes)
         errors = [e for e in self.run.errors[turn.errors_before :] if e.id is None]
         if nodes or errors:
             content = format_results(nodes, errors, dialect=self.dialect, limit=self.result_limit)

@@ -238,6 +238,22 @@ class Scheduler:
         elif isinstance(event, ProtocolError) and event.id is not None:
             self._add_rejected(event)
 
+    def skip(self, event: ActionReady, why: str) -> None:
+        """Take ``event``'s action without running it: its node is ``skipped`` with
+        ``why`` (the loop's refusal of an exact repeat under a grammar: ``runtime.loop``)."""
+        action = event.action
+        if action.id in self.run.actions:  # a duplicate id: refused as ever
+            self.submit(event)
+            return
+        self._require_tg("submit an event")
+        self._emit(event)
+        now = time.monotonic()
+        node = ActionNode(action.id, action.name, action.type, action.mode, action, submitted=now)
+        node.source = event.source
+        self._track(node)
+        self._settle(node, "skipped", now, why)
+        self._apply(self.graph.add(node))
+
     async def drain(self) -> None:
         """End of a turn: give up on ids that never came, wait for every action but
         ``fire_and_forget`` ones."""
