@@ -3,6 +3,7 @@ names the user assigns, odd objects, %cortex save), each checked through a real 
 
 from __future__ import annotations
 
+import json
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +16,7 @@ from cortex_jupyter import Run, default_registry
 from cortex_jupyter.display.markdown import render_markdown
 from cortex_jupyter.session import CortexRunError
 from tests.models.fake_openai_server import FakeOpenAIServer, Stream, finish, texts
-from tests.odd_objects import odd_objects
+from tests.odd_objects import notebook_only_objects, odd_objects
 
 # ---- 3.1: what a cut reply left open is what its parser says ---------------------------
 
@@ -332,3 +333,35 @@ def test_replay_expands_the_home_folder_and_takes_a_quoted_path(
     assert ip.user_ns["_cortex"].answer == "Saved."
     ip.run_cell_magic("cortex", f'--replay "{tmp_path}/my run.jsonl" --speed 1000', "\n")
     assert ip.user_ns["_cortex"].answer == "Saved."
+
+
+@pytest.mark.parametrize("display", ["text", "widgets"])
+@pytest.mark.parametrize("kind", list(notebook_only_objects()))
+def test_a_notebook_value_whose_class_raises_fails_no_run(
+    ip: InteractiveShell,
+    server: FakeOpenAIServer,
+    capsys: pytest.CaptureFixture[str],
+    kind: str,
+    display: str,
+) -> None:
+    # The cell names it, so the model is told about it; the answer fills it in.
+    ip.user_ns["odd_nb"] = notebook_only_objects()[kind]
+    server.script(
+        Stream([*texts("<response>It is $odd_nb, not $odd_nb.x.</response>", 40), finish()])
+    )
+    ip.run_line_magic("config", f"CortexMagics.display = {display!r}")
+    try:
+        ip.run_cell_magic("cortex", "--model m", "Describe $odd_nb.")
+    finally:
+        ip.run_line_magic("config", "CortexMagics.display = 'auto'")
+    record = ip.user_ns["_cortex"]
+    assert record.status == "completed", "".join(traceback.format_exception(record.error))
+    assert record.answer.startswith("It is ") and "\n" not in record.answer
+    sent = json.dumps(server.requests[0].json["messages"])
+    assert "$odd_nb" in sent and "repr failed" in sent  # described, in so many words
+    ip.run_line_magic("cortex", "expose odd_nb")
+    capsys.readouterr()
+    ip.run_line_magic("cortex", "vars")
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    assert len([line for line in out.splitlines() if "odd_nb =" in line]) == 1
