@@ -401,15 +401,22 @@ def start(
     file lock from the check to the end, so two racing starts leave one server, the second
     reusing the first's. ``name`` keeps a second server apart.
     """
-    with _locked(_lock_name(name), progress or _say):
-        running = status(name)
-        if running is not None:
-            if running.model == model and port in (None, running.port):
+    say = progress or _say
+    with _locked(_lock_name(name), say):
+        running = _read_state(name)
+        if running is not None and _alive(running.pid):
+            if not _healthy(running.port):
+                # Ours, alive, and no longer answering: a new one would leave it behind
+                # with its port and memory, and no stop would ever reach it.
+                say(f"the local server (pid {running.pid}) no longer answers: stopping it")
+                _terminate(running.pid)
+            elif running.model == model and port in (None, running.port):
                 return running
-            raise LocalServerError(
-                f"a local server already runs at {running.base_url} with model "
-                f"{running.model}; stop it first (python -m cortex_jupyter.local stop)."
-            )
+            else:
+                raise LocalServerError(
+                    f"a local server already runs at {running.base_url} with model "
+                    f"{running.model}; stop it first (python -m cortex_jupyter.local stop)."
+                )
         binary = ensure_built(progress)
         gguf = find_model(model)
         return _launch(binary, gguf, model, port or _free_port(), name, timeout)

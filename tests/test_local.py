@@ -37,6 +37,11 @@ port = int(args[args.index("--port") + 1])
 
 class Health(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
+        sick = os.environ.get("FAKE_SICK_FILE")
+        if sick and os.path.exists(sick):  # hung or broken: alive, never healthy again
+            self.send_response(503)
+            self.end_headers()
+            return
         body = json.dumps({{"status": "ok"}}).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
@@ -178,6 +183,25 @@ def test_start_reuses_the_running_server_and_stop_stops_it(built: Path) -> None:
     assert local.status() is None
     assert not Path(f"/proc/{server.pid}").exists()
     assert local.stop() is None
+
+
+def test_a_server_that_no_longer_answers_is_stopped_before_another_starts(
+    built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A llama-server of ours that hangs or breaks stays alive: a start launched a second
+    # one over it and forgot it (the state file named only the new one), so no stop ever
+    # reached the first, which kept its port and memory until the user found its pid.
+    sick = tmp_path / "sick"
+    monkeypatch.setenv("FAKE_SICK_FILE", str(sick))
+    first = local.start()
+    sick.touch()
+    assert local.status() is None
+    monkeypatch.delenv("FAKE_SICK_FILE")
+    second = local.start()
+    assert second.pid != first.pid
+    assert not local._alive(first.pid)  # stopped, not left behind
+    assert local.stop() == second
+    assert not local._alive(second.pid)
 
 
 def test_a_server_that_dies_while_starting_shows_its_log(
