@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from cortex_jupyter import Run, default_registry
@@ -125,6 +126,23 @@ def test_save_expands_the_home_folder_and_variables(
     for saved in (tmp_path / "x.jsonl", tmp_path / "runs" / "y.jsonl"):
         assert Run.load(saved).answer == "Saved."
     assert not (Path.cwd() / "~").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("x" * 300 + ".jsonl", "File name too long"),  # is_dir() raised while explaining
+        ("a\x00b.jsonl", "embedded null byte"),  # a ValueError, not an OSError
+    ],
+)
+def test_save_to_a_path_no_system_takes_is_one_line(
+    ip: InteractiveShell, tmp_path: Path, name: str, says: str
+) -> None:
+    _a_run(ip)
+    with pytest.raises(UsageError, match=f"^%cortex save: cannot write .*{says}"):
+        ip.run_line_magic("cortex", f"save {tmp_path / name}")
+    ip.run_line_magic("cortex", f"save {tmp_path / 'fine.jsonl'}")  # the kernel goes on
+    assert Run.load(tmp_path / "fine.jsonl").answer == "Saved."
 
 
 # ---- 3.8: a name the user assigns is theirs, whatever the value -------------------------
