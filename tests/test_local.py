@@ -63,6 +63,10 @@ mkdir -p "$2/bin" && cp "$FAKE_BUILT" "$2/bin/llama-server" && chmod +x "$2/bin/
 """
 
 
+def _free_port() -> int:
+    return local._free_port()
+
+
 def _executable(path: Path, text: str) -> Path:
     path.write_text(text)
     path.chmod(0o755)
@@ -202,6 +206,26 @@ def test_a_server_that_no_longer_answers_is_stopped_before_another_starts(
     assert not local._alive(first.pid)  # stopped, not left behind
     assert local.stop() == second
     assert not local._alive(second.pid)
+
+
+def test_a_pid_reused_by_another_llama_server_is_not_ours_to_stop(
+    built: Path, tmp_path: Path
+) -> None:
+    # The state file outlived our server (a reboot, a kill -9) and its pid now belongs to a
+    # llama-server the user started by hand, on another port: stop must leave it alone.
+    theirs = subprocess.Popen(
+        [str(local.server_binary()), "--port", str(_free_port()), "-m", "theirs.gguf"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        stale = local.Server("http://127.0.0.1:1/v1", "smollm2", theirs.pid, 1, tmp_path / "log")
+        local._write_state("default", stale)
+        assert local.status() is None
+        assert local.stop() is None
+        assert theirs.poll() is None  # still running
+    finally:
+        theirs.kill()
+        theirs.wait()
 
 
 def test_a_server_that_dies_while_starting_shows_its_log(
