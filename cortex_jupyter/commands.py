@@ -191,22 +191,34 @@ def save(run: NotebookRun, path: str) -> None:
     """Save ``run``'s transcript (JSON lines) to ``path``."""
     try:
         written = run.save(path)
-    except OSError as exc:  # a directory, a missing folder, no permission, a full disk
+    # a directory, a missing folder, no permission, a full disk, a name too long or
+    # holding a NUL byte (ValueError)
+    except (OSError, ValueError) as exc:
         raise UsageError(f"%cortex save: {_write_problem(exc, path)}.") from None
     print(f"Saved the run's transcript to {written} ({len(run.events)} events).")
 
 
-def _write_problem(exc: OSError, path: str) -> str:
+def _write_problem(exc: OSError | ValueError, path: str) -> str:
     """Why ``path`` could not be written, in a sentence naming what is wrong."""
+    if not isinstance(exc, OSError):
+        return f"cannot write {path!r}: {exc}"
     target = Path(exc.filename) if exc.filename else Path(path)
-    if isinstance(exc, IsADirectoryError) or target.is_dir():
+    if isinstance(exc, IsADirectoryError) or _is_folder(target):
         return f"{target} is a folder; give a file in it, e.g. {target / 'run.jsonl'}"
-    if isinstance(exc, FileNotFoundError) and not target.parent.is_dir():
+    if isinstance(exc, FileNotFoundError) and not _is_folder(target.parent):
         return f"the folder {target.parent} does not exist; create it first or pick another"
     if isinstance(exc, PermissionError):
         return f"no permission to write {target}"
     why = exc.strerror or str(exc) or type(exc).__name__
     return f"cannot write {target}: {why}"
+
+
+def _is_folder(path: Path) -> bool:
+    """``path.is_dir()``, False where asking fails too (a name too long to look up)."""
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):
+        return False
 
 
 def debug(run: NotebookRun, action: str | None) -> None:

@@ -15,11 +15,13 @@ which sanitising front ends keep) in a notebook, and as a text table anywhere el
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import functools
 import html
 import importlib
 import math
+import numbers
 import re
 import statistics
 import sys
@@ -635,22 +637,29 @@ class _Bar:
             self._bar.close()
 
 
-def _bounds(max_tokens: Any, time_limit: Any) -> None:
-    if max_tokens is not None and (
-        isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
-    ):
+def _whole(value: Any) -> int | None:
+    """``value`` as a Python int when it is a whole number (numpy's too), else None."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        return None
+    return int(value)
+
+
+def _bounds(max_tokens: Any, time_limit: Any) -> tuple[int | None, float | None]:
+    """The bounds as Python numbers (numpy's are numbers too), or a one-line refusal."""
+    tokens = _whole(max_tokens)
+    if max_tokens is not None and (tokens is None or tokens < 1):
         raise ValueError(
             f"evaluate: max_tokens must be a whole number, at least 1, or None; got {max_tokens!r}"
         )
-    if time_limit is not None and (
-        isinstance(time_limit, bool)
-        or not isinstance(time_limit, (int, float))
-        or not math.isfinite(time_limit)
-        or time_limit <= 0
-    ):
+    seconds = None
+    if time_limit is not None and not isinstance(time_limit, bool):
+        with contextlib.suppress(TypeError, ValueError, OverflowError):
+            seconds = float(time_limit) if isinstance(time_limit, numbers.Real) else None
+    if time_limit is not None and (seconds is None or not math.isfinite(seconds) or seconds <= 0):
         raise ValueError(
             f"evaluate: time_limit must be a number of seconds above 0, or None; got {time_limit!r}"
         )
+    return tokens, seconds
 
 
 def evaluate(
@@ -684,7 +693,8 @@ def evaluate(
     and the time left (``False``: silent). An endpoint that cannot be used at all raises
     ``EndpointUnusable`` with one line, its ``result`` holding what was done before.
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+    tries = _whole(n)
+    if tries is None or tries < 1:
         raise ValueError(f"evaluate: n must be a whole number, at least 1; got {n!r}")
     chosen = list(TASKS if tasks is None else tasks)
     if not chosen or not all(isinstance(t, Task) for t in chosen):
@@ -692,14 +702,15 @@ def evaluate(
     settings = _settings(dialects, constrain)
     watched = _Watched(_model(model, base_url, api_key))
     extra: dict[str, Any] = {
-        "max_turns": max_turns, "max_tokens": max_tokens, "temperature": temperature
+        "max_turns": _whole(max_turns) or max_turns, "temperature": temperature
     }  # fmt: skip
     extra.update(options or {})
-    _bounds(extra["max_tokens"], time_limit)  # options= may carry max_tokens too
+    # options= may carry max_tokens too
+    extra["max_tokens"], time_limit = _bounds(extra.get("max_tokens", max_tokens), time_limit)
     result = Evaluation(
-        watched.name, len(chosen), n, max_tokens=extra["max_tokens"], time_limit=time_limit
+        watched.name, len(chosen), tries, max_tokens=extra["max_tokens"], time_limit=time_limit
     )
-    total = len(settings) * len(chosen) * n
+    total = len(settings) * len(chosen) * tries
     bar = _Bar(total) if progress is None or progress is True else None
     report: Callable[[int, int, str], None] | None = (
         bar if bar is not None or isinstance(progress, bool) else progress

@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import hashlib
 import importlib.util
+import itertools
 import json
 import os
 import shutil
@@ -401,15 +402,22 @@ def start(
     file lock from the check to the end, so two racing starts leave one server, the second
     reusing the first's. ``name`` keeps a second server apart.
     """
-    with _locked(_lock_name(name), progress or _say):
-        running = status(name)
-        if running is not None:
-            if running.model == model and port in (None, running.port):
+    say = progress or _say
+    with _locked(_lock_name(name), say):
+        running = _read_state(name)
+        if running is not None and _alive(running.pid, running.port):
+            if not _healthy(running.port):
+                # Ours, alive, and no longer answering: a new one would leave it behind
+                # with its port and memory, and no stop would ever reach it.
+                say(f"the local server (pid {running.pid}) no longer answers: stopping it")
+                _terminate(running.pid)
+            elif running.model == model and port in (None, running.port):
                 return running
-            raise LocalServerError(
-                f"a local server already runs at {running.base_url} with model "
-                f"{running.model}; stop it first (python -m cortex_jupyter.local stop)."
-            )
+            else:
+                raise LocalServerError(
+                    f"a local server already runs at {running.base_url} with model "
+                    f"{running.model}; stop it first (python -m cortex_jupyter.local stop)."
+                )
         binary = ensure_built(progress)
         gguf = find_model(model)
         return _launch(binary, gguf, model, port or _free_port(), name, timeout)
@@ -501,8 +509,10 @@ def _read_state(name: str) -> Server | None:
         return None
 
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` is a running llama-server (not a zombie, not a reused pid)."""
+def _alive(pid: int, port: int | None = None) -> bool:
+    """Whether ``pid`` is a running llama-server (not a zombie, not a reused pid), the one
+    on ``port`` when it is given: a llama-server someone started by hand may hold the pid
+    a stale state file names, and it is not ours to reuse or stop."""
     child = _children.get(pid)
     if child is not None:  # ours: until it execs, /proc shows this Python's command line
         return child.poll() is None
@@ -517,13 +527,20 @@ def _alive(pid: int) -> bool:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return False
-    return b"llama-server" in command and state != "Z"
+    ours = port is None or _serves_port(command.split(b"\0"), port)
+    return b"llama-server" in command and state != "Z" and ours
+
+
+def _serves_port(arguments: list[bytes], port: int) -> bool:
+    """Whether a command line (``/proc/PID/cmdline``'s arguments) says ``--port PORT``."""
+    given = [b for a, b in itertools.pairwise(arguments) if a == b"--port"]
+    return str(port).encode() in given
 
 
 def status(name: str = "default") -> Server | None:
     """The running local server, or None when none runs."""
     server = _read_state(name)
-    if server is None or not _alive(server.pid) or not _healthy(server.port):
+    if server is None or not _alive(server.pid, server.port) or not _healthy(server.port):
         return None
     return server
 
@@ -535,7 +552,7 @@ def stop(name: str = "default") -> Server | None:
     it for them too. A start in progress elsewhere finishes first (the same lock)."""
     with _locked(_lock_name(name), _say):
         server = _read_state(name)
-        if server is not None and _alive(server.pid):
+        if server is not None and _alive(server.pid, server.port):
             _terminate(server.pid)
         else:
             server = None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import numbers
 import shlex
 from typing import TYPE_CHECKING, Any
 
@@ -86,8 +87,16 @@ class _Finite(Float):  # type: ignore[type-arg]
         self.allowed = allowed
 
     def validate(self, obj: Any, value: Any) -> Any:
-        if isinstance(value, bool) or (isinstance(value, float) and not math.isfinite(value)):
+        if isinstance(value, bool):
             self.error(obj, value, info=self.allowed)
+        if isinstance(value, numbers.Real):  # numpy's float32 and int64 are numbers too
+            try:
+                number = float(value)
+            except (OverflowError, ValueError):  # an int too large for a float
+                number = math.inf
+            if not math.isfinite(number):
+                self.error(obj, value, info=self.allowed)
+            value = number
         return super().validate(obj, value)
 
 

@@ -78,3 +78,24 @@ def odd_objects() -> dict[str, Any]:
         "repr": ReprObject(),
         "list_repr": ReprList([1]),
     }
+
+
+class ClassObject:
+    """``isinstance`` reads ``__class__`` whenever the type alone does not answer."""
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:  # type: ignore[override]
+        _fail()
+
+
+class AttributeObject:
+    """Every attribute lookup raises, ``__class__`` and ``__dict__`` included."""
+
+    def __getattribute__(self, name: str) -> Any:
+        _fail()
+
+
+def notebook_only_objects() -> dict[str, Any]:
+    """Objects a notebook may hold that no tool can hand back whole (calling a tool asks
+    its result whether it is awaitable, and these refuse to say): one of each."""
+    return {"class": ClassObject(), "getattribute": AttributeObject()}

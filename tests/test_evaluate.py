@@ -386,3 +386,22 @@ def test_max_tokens_in_options_is_checked_and_shown(server: FakeOpenAIServer) ->
     )
     assert server.requests[0].json["max_tokens"] == 77
     assert "at most 77 tokens a reply" in result.caption
+
+
+def test_numpy_numbers_are_bounds_like_pythons(server: FakeOpenAIServer) -> None:
+    # A sweep writes evaluate(..., n=np.int64(k)) or max_tokens=np.arange(...)[i]: numbers
+    # from numpy are numbers, and what goes to the server and the caption is Python's.
+    import numpy as np
+
+    server.script(reply("6912"), reply("6912"))
+    result = evaluate(
+        "fake-model", ["cortex"], n=np.int64(2), tasks=[ADD], max_tokens=np.int32(64),
+        time_limit=np.float32(30.0), max_turns=np.int64(2), progress=quiet,
+    )  # fmt: skip
+    assert len(result.tries) == 2
+    assert [r.json["max_tokens"] for r in server.requests] == [64, 64]
+    assert result.caption.endswith("at most 64 tokens a reply, 30 s a try")
+    with pytest.raises(ValueError, match=re.escape("n must be a whole number, at least 1")):
+        evaluate("fake-model", ["cortex"], n=np.int64(0), tasks=[ADD], progress=quiet)
+    with pytest.raises(ValueError, match="time_limit must be a number of seconds above 0"):
+        evaluate("fake-model", ["cortex"], tasks=[ADD], time_limit=np.float64("nan"))

@@ -37,6 +37,11 @@ port = int(args[args.index("--port") + 1])
 
 class Health(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
+        sick = os.environ.get("FAKE_SICK_FILE")
+        if sick and os.path.exists(sick):  # hung or broken: alive, never healthy again
+            self.send_response(503)
+            self.end_headers()
+            return
         body = json.dumps({{"status": "ok"}}).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
@@ -56,6 +61,10 @@ if [ "$1" = "-S" ]; then exit 0; fi
 if [ -n "$FAKE_BUILD_FAILS" ]; then echo "error: compiling ggml.c failed"; exit 2; fi
 mkdir -p "$2/bin" && cp "$FAKE_BUILT" "$2/bin/llama-server" && chmod +x "$2/bin/llama-server"
 """
+
+
+def _free_port() -> int:
+    return local._free_port()
 
 
 def _executable(path: Path, text: str) -> Path:
@@ -178,6 +187,45 @@ def test_start_reuses_the_running_server_and_stop_stops_it(built: Path) -> None:
     assert local.status() is None
     assert not Path(f"/proc/{server.pid}").exists()
     assert local.stop() is None
+
+
+def test_a_server_that_no_longer_answers_is_stopped_before_another_starts(
+    built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A llama-server of ours that hangs or breaks stays alive: a start launched a second
+    # one over it and forgot it (the state file named only the new one), so no stop ever
+    # reached the first, which kept its port and memory until the user found its pid.
+    sick = tmp_path / "sick"
+    monkeypatch.setenv("FAKE_SICK_FILE", str(sick))
+    first = local.start()
+    sick.touch()
+    assert local.status() is None
+    monkeypatch.delenv("FAKE_SICK_FILE")
+    second = local.start()
+    assert second.pid != first.pid
+    assert not local._alive(first.pid)  # stopped, not left behind
+    assert local.stop() == second
+    assert not local._alive(second.pid)
+
+
+def test_a_pid_reused_by_another_llama_server_is_not_ours_to_stop(
+    built: Path, tmp_path: Path
+) -> None:
+    # The state file outlived our server (a reboot, a kill -9) and its pid now belongs to a
+    # llama-server the user started by hand, on another port: stop must leave it alone.
+    theirs = subprocess.Popen(
+        [str(local.server_binary()), "--port", str(_free_port()), "-m", "theirs.gguf"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        stale = local.Server("http://127.0.0.1:1/v1", "smollm2", theirs.pid, 1, tmp_path / "log")
+        local._write_state("default", stale)
+        assert local.status() is None
+        assert local.stop() is None
+        assert theirs.poll() is None  # still running
+    finally:
+        theirs.kill()
+        theirs.wait()
 
 
 def test_a_server_that_dies_while_starting_shows_its_log(

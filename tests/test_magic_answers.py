@@ -3,19 +3,21 @@ names the user assigns, odd objects, %cortex save), each checked through a real 
 
 from __future__ import annotations
 
+import json
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from cortex_jupyter import Run, default_registry
 from cortex_jupyter.display.markdown import render_markdown
 from cortex_jupyter.session import CortexRunError
 from tests.models.fake_openai_server import FakeOpenAIServer, Stream, finish, texts
-from tests.odd_objects import odd_objects
+from tests.odd_objects import notebook_only_objects, odd_objects
 
 # ---- 3.1: what a cut reply left open is what its parser says ---------------------------
 
@@ -124,6 +126,23 @@ def test_save_expands_the_home_folder_and_variables(
     for saved in (tmp_path / "x.jsonl", tmp_path / "runs" / "y.jsonl"):
         assert Run.load(saved).answer == "Saved."
     assert not (Path.cwd() / "~").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("x" * 300 + ".jsonl", "File name too long"),  # is_dir() raised while explaining
+        ("a\x00b.jsonl", "embedded null byte"),  # a ValueError, not an OSError
+    ],
+)
+def test_save_to_a_path_no_system_takes_is_one_line(
+    ip: InteractiveShell, tmp_path: Path, name: str, says: str
+) -> None:
+    _a_run(ip)
+    with pytest.raises(UsageError, match=f"^%cortex save: cannot write .*{says}"):
+        ip.run_line_magic("cortex", f"save {tmp_path / name}")
+    ip.run_line_magic("cortex", f"save {tmp_path / 'fine.jsonl'}")  # the kernel goes on
+    assert Run.load(tmp_path / "fine.jsonl").answer == "Saved."
 
 
 # ---- 3.8: a name the user assigns is theirs, whatever the value -------------------------
@@ -332,3 +351,35 @@ def test_replay_expands_the_home_folder_and_takes_a_quoted_path(
     assert ip.user_ns["_cortex"].answer == "Saved."
     ip.run_cell_magic("cortex", f'--replay "{tmp_path}/my run.jsonl" --speed 1000', "\n")
     assert ip.user_ns["_cortex"].answer == "Saved."
+
+
+@pytest.mark.parametrize("display", ["text", "widgets"])
+@pytest.mark.parametrize("kind", list(notebook_only_objects()))
+def test_a_notebook_value_whose_class_raises_fails_no_run(
+    ip: InteractiveShell,
+    server: FakeOpenAIServer,
+    capsys: pytest.CaptureFixture[str],
+    kind: str,
+    display: str,
+) -> None:
+    # The cell names it, so the model is told about it; the answer fills it in.
+    ip.user_ns["odd_nb"] = notebook_only_objects()[kind]
+    server.script(
+        Stream([*texts("<response>It is $odd_nb, not $odd_nb.x.</response>", 40), finish()])
+    )
+    ip.run_line_magic("config", f"CortexMagics.display = {display!r}")
+    try:
+        ip.run_cell_magic("cortex", "--model m", "Describe $odd_nb.")
+    finally:
+        ip.run_line_magic("config", "CortexMagics.display = 'auto'")
+    record = ip.user_ns["_cortex"]
+    assert record.status == "completed", "".join(traceback.format_exception(record.error))
+    assert record.answer.startswith("It is ") and "\n" not in record.answer
+    sent = json.dumps(server.requests[0].json["messages"])
+    assert "$odd_nb" in sent and "repr failed" in sent  # described, in so many words
+    ip.run_line_magic("cortex", "expose odd_nb")
+    capsys.readouterr()
+    ip.run_line_magic("cortex", "vars")
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    assert len([line for line in out.splitlines() if "odd_nb =" in line]) == 1

@@ -23,6 +23,7 @@ from cortex_jupyter.display.text import TextRenderer
 from cortex_jupyter.magic import CortexMagics, as_async_cell
 from cortex_jupyter.protocol import xml
 from cortex_jupyter.runtime import Run
+from tests.models.fake_openai_server import FakeOpenAIServer
 
 KEY = "sk-bad-input-0123456789"
 
@@ -316,3 +317,17 @@ def test_good_values_are_still_taken(ip: InteractiveShell, settings: CortexMagic
     assert settings.context_tokens is None and settings.native_tools is False
     settings.approve = len  # a function (node) -> bool
     assert settings.approve is len
+
+
+def test_a_request_field_holding_nan_is_refused_before_it_reaches_the_server(
+    ip: InteractiveShell, server: FakeOpenAIServer
+) -> None:
+    # json.loads reads NaN and json.dumps writes it back: the server would get a body
+    # that is no JSON, for this cell and, through CortexMagics.request, every later one.
+    with pytest.raises(
+        UsageError,
+        match=r"'temperature' must be a JSON value, not float "
+        r"holding NaN or infinity",
+    ):
+        ip.run_cell_magic("cortex", "--model m --request '{\"temperature\": NaN}'", "Hi.")
+    assert server.requests == []

@@ -24,14 +24,21 @@ GOOD: dict[str, list[tuple[str, Any]]] = {
     "model": [("'smollm2'", "smollm2")],
     "dialect": [("'HERMES'", "hermes")],
     "max_turns": [("3", 3)],
-    "temperature": [("0.7", 0.7), ("0", 0.0), ("None", None)],
+    "temperature": [
+        ("0.7", 0.7),
+        ("0", 0.0),
+        ("None", None),
+        # numbers from numpy are numbers (a sweep over np.linspace, a value from a frame)
+        ("__import__('numpy').float32(0.5)", 0.5),
+        ("__import__('numpy').int64(1)", 1.0),
+    ],
     "chunk_size": [("4", 4)],
-    "delay": [("0", 0.0), ("0.5", 0.5)],
+    "delay": [("0", 0.0), ("0.5", 0.5), ("__import__('numpy').float32(0.25)", 0.25)],
     "native_tools": [("True", True)],
     "constrain": [("True", True), ("'vllm'", "vllm"), ("'GBNF'", "gbnf"), ("False", False)],
     "context_tokens": [("4096", 4096), ("None", None)],
     "approve": [("'deny'", "deny"), ("len", len)],
-    "approve_timeout": [("2.5", 2.5), ("None", None)],
+    "approve_timeout": [("2.5", 2.5), ("None", None), ("__import__('numpy').int64(3)", 3.0)],
     "overwrite": [("True", True)],
     "display": [("'text'", "text")],
     "live_views": [("0", 0), ("3", 3)],
@@ -50,6 +57,9 @@ BAD: dict[str, list[tuple[str, str, str]]] = {
         ("True", "True", "a finite number, 0 or more, or None"),
         ("-0.5", "-0.5", "not be less than 0"),
         ("'hot'", "'hot'", "expected a float"),
+        ("__import__('numpy').float32('nan')", "nan", "a finite number, 0 or more, or None"),
+        ("__import__('numpy').bool_(True)", "True", "expected a float"),
+        ("10**400", "000000", "a finite number, 0 or more, or None"),
     ],
     "chunk_size": [("0", "0", "not be less than 1"), ("2.5", "2.5", "expected an int")],
     "delay": [
@@ -75,7 +85,11 @@ BAD: dict[str, list[tuple[str, str, str]]] = {
     "overwrite": [("'yes'", "'yes'", "expected a boolean")],
     "display": [("'hologram'", "'hologram'", "any of ['auto', 'widgets', 'text']")],
     "live_views": [("-1", "-1", "not be less than 0"), ("True", "True", "a whole number")],
-    "request": [("{'n': 2}", "'n'", "cannot be set")],
+    "request": [
+        ("{'n': 2}", "'n'", "cannot be set"),
+        # NaN is no JSON: the server would get `NaN` in the body and refuse every cell
+        ("{'temperature': float('nan')}", "'temperature'", "JSON value"),
+    ],
     "dask_address": [
         ("5", "5", "unicode string"),
         ("'my cluster'", "'my cluster'", "a scheduler address such as tcp://host:8786"),

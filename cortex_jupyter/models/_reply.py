@@ -406,7 +406,8 @@ def _whole_number(value: object) -> int | None:
 
 
 def _tokens(usage: object, name: str) -> int:
-    return _whole_number(_field(usage, name)) or 0
+    count = _whole_number(_field(usage, name))
+    return count if count is not None and count > 0 else 0  # a count is never negative
 
 
 def _arguments(value: object) -> str:

@@ -799,3 +799,14 @@ async def test_arguments_sent_as_an_object_are_passed_on_as_json(
         *called("c1", "add", '{"a": 1}'),
         Finish("tool_calls"),
     ]
+
+
+@pytest.mark.anyio
+async def test_a_negative_token_count_is_not_subtracted_from_the_runs(
+    server: FakeOpenAIServer,
+) -> None:
+    # Server bytes are untrusted: a proxy's `"prompt_tokens": -5` must not take tokens off
+    # what the run spent (its cost, its context meter).
+    broken = chunk({}) | {"choices": [], "usage": {"prompt_tokens": -5, "completion_tokens": 3}}
+    server.script(Stream([role(), text("Done."), finish("stop"), broken]))
+    assert await collect(model_for(server)) == [TextChunk("Done."), Usage(0, 3), Finish("stop")]

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import anyio
+import numpy as np
 import pytest
 
 from cortex_jupyter.models import ScriptModel
@@ -87,6 +88,32 @@ async def test_a_callable_approver_allows_one_and_denies_another(registry: Regis
     assert awaiting[0].parameters == '{"to": "ada@example.com", "body": "hi"}'
     assert run.actions["after"].status == "done"
     assert run.status == "completed"
+
+
+@pytest.mark.parametrize("answer", ["no", "deny", [False], np.array([False, False])])
+async def test_an_approver_that_answers_anything_but_a_bool_approves_nothing(
+    registry: Registry, answer: Any
+) -> None:
+    # "no" is truthy: a function that answers in words (or an array) must not let a tool
+    # that acts on the world run; it is denied, saying what the function answered.
+    run = await Agent(
+        model=ScriptModel(SCRIPT), registry=registry, approval=lambda node: answer
+    ).run("go")
+    assert registry.sent == []  # type: ignore[attr-defined]
+    for id in ("mail", "rm"):
+        node = run.actions[id]
+        assert node.status == "skipped"
+        assert "not True or False" in (node.error or ""), node.error
+        assert "\n" not in (node.error or "")
+
+
+async def test_numpys_bool_is_a_bool_to_an_approver(registry: Registry) -> None:
+    run = await Agent(
+        model=ScriptModel(SCRIPT), registry=registry,
+        approval=lambda node: np.bool_(node.name == "send_email"),
+    ).run("go")  # fmt: skip
+    assert registry.sent == ["ada@example.com"]  # type: ignore[attr-defined]
+    assert run.actions["rm"].error == "denied by the user"
 
 
 async def test_deny_skips_the_action_its_dependents_and_tells_the_model(

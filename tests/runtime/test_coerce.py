@@ -275,6 +275,14 @@ def call_probe(ip: InteractiveShell, kind: str, value: Any) -> Any:
         ("float", Fraction(1, 2), "float:0.5", "fractions.Fraction"),
         ("bool", np.bool_(True), "bool:True", "numpy.bool"),
         ("list", np.array([1, 2]), "list:[1, 2]", "numpy.ndarray"),
+        # a frame's column ($df.price) is a Series: its values, missing ones as None
+        ("list", pd.Series([1.5, 2.0]), "list:[1.5, 2.0]", "pandas.Series"),
+        ("list", pd.Series([1, None], dtype="Int64"), "list:[1, None]", "pandas.Series"),
+        ("list", pd.Index(["a", "b"]), "list:['a', 'b']", "pandas.Index"),
+        # a 0-d array (a numpy reduction kept as an array) is the number it holds
+        ("int", np.array(5), "int:5", "numpy.ndarray"),
+        ("float", np.array(2.5), "float:2.5", "numpy.ndarray"),
+        ("str", np.array(7), "str:'7'", "numpy.ndarray"),
     ],
     ids=_id,
 )

@@ -798,6 +798,38 @@ def test_the_reference_server_everything(fresh: McpManager, everything: str) -> 
     assert "'b' is a required property" in (run.actions["bad"].error or "")
 
 
+@pytest.mark.anyio
+async def test_a_list_that_holds_itself_fails_its_action_in_one_line(
+    typed: McpManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `loop = [loop, loop]` in a notebook: walking it for numpy values must stop at the loop
+    # (2**64 paths before), and the schema check names what is wrong.
+    from cortex_jupyter.runtime.integrations.mcp import schema as mcp_schema
+
+    walked = 0
+    walk = mcp_schema._json_ready
+
+    def counted(*args: Any) -> Any:
+        nonlocal walked
+        walked += 1
+        assert walked < 1000, "the arguments are walked without end"
+        return walk(*args)
+
+    monkeypatch.setattr(mcp_schema, "_json_ready", counted)
+    loop: list[Any] = []
+    loop += [loop, loop]
+    run = await run_actions(
+        typed.registry,
+        action("loop", "typed.total", {"values": "$loop"}),
+        action("fine", "typed.total", {"values": [1, 2]}),
+        namespace={"loop": loop},
+    )
+    node = run.actions["loop"]
+    assert (node.status, node.started) == ("failed", None)
+    assert "is not of type 'number'" in (node.error or "") and "\n" not in (node.error or "")
+    assert run.actions["fine"].output == "list:[1.0, 2.0]"
+
+
 # ---- pure parts: checking arguments, reading results ---------------------------------------
 
 
@@ -921,3 +953,34 @@ def test_a_notebook_function_shows_the_managers_parameters_and_help(verb: str) -
     without_self = list(manager_signature.parameters.values())[1:]
     assert inspect.signature(function) == manager_signature.replace(parameters=without_self)
     assert function.__name__ == verb and function.__doc__ == method.__doc__
+
+
+def test_a_schema_whose_refs_reach_themselves_is_read_once() -> None:
+    # A server's input schema is not ours: a definition whose allOf points back at itself
+    # 300 times (or at another one that does) must neither hang nor fail the listing.
+    from cortex_jupyter.runtime.core import schema as core_schema
+
+    read = 0
+    resolve = core_schema._resolve
+
+    def counted(ref: str, root: Any) -> Any:
+        nonlocal read
+        read += 1
+        assert read < 100, "the same $ref is read again and again"
+        return resolve(ref, root)
+
+    schema = {
+        "type": "object",
+        "$defs": {
+            "Loop": {"allOf": [{"$ref": "#/$defs/Loop"}, {"$ref": "#/$defs/Wide"}] * 150},
+            "Wide": {"anyOf": [{"$ref": "#/$defs/Page"}] * 300},
+            "Page": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+        },
+        "properties": {"x": {"$ref": "#/$defs/Loop"}, "y": {"$ref": "#/$defs/Wide"}},
+    }
+    tool = McpTool("odd.t", "tool", None, "Odd.", schema, server="odd", tool="t")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(core_schema, "_resolve", counted)
+        assert tool.wants("x") == ("integer", "null")
+        assert tool.wants("y") == ("integer", "null")
+        assert tool.takes() == "x: integer|null (optional), y: integer|null (optional)"

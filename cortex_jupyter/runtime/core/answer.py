@@ -317,11 +317,11 @@ def rich_value(name: str, path: str, values: Mapping[str, Any]) -> Any:
         value = resolve(f"${name}{path}", [values])
     except Exception:
         return None
-    if isinstance(value, type | str | int | float | bool):
-        return None
-    try:
+    try:  # a __getattr__ or __class__ that raises: the value is shown as text
+        if isinstance(value, type | str | int | float | bool):
+            return None
         rich = any(hasattr(value, method) for method in _RICH)
-    except Exception:  # a __getattr__ that raises: the value is shown as text
+    except Exception:
         return None
     return value if rich else None
 

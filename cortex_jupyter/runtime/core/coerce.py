@@ -167,6 +167,8 @@ def _convert(value: Any, target: str | None) -> Any:
     """``value`` as ``target`` when nothing is lost, else ``_NO``."""
     if target is None:
         return _NO
+    if _is_numpy(value, "ndarray") and value.ndim == 0:
+        value = value[()]  # a 0-d array (a reduction kept as an array): the scalar it holds
     if _is_bool(value):
         return bool(value) if target == "boolean" else _NO
     if target == "string":
@@ -193,7 +195,15 @@ def _to_list(value: Any) -> Any:
         return list(value)
     if _is_numpy(value, "ndarray") and value.ndim >= 1:
         return value.tolist()  # nested lists of Python numbers, exactly
+    if _is_pandas(value, "Series", "Index"):  # a frame's column: its values, NA as None
+        return [None if _is_pandas(item, "NAType") else item for item in value.tolist()]
     return _NO
+
+
+def _is_pandas(value: Any, *names: str) -> bool:
+    """Whether ``value`` is of pandas' class of one of these names (pandas not imported)."""
+    kind = type(value)
+    return kind.__module__.split(".")[0] == "pandas" and kind.__name__ in names
 
 
 def _to_integer(value: Any) -> Any:

@@ -259,11 +259,27 @@ def schema_kinds(prop: Any, root: Any = None) -> tuple[str, ...] | None:
     ``anyOf``/``oneOf`` (pydantic's ``int | None`` is ``{"anyOf": [{"type": "integer"},
     {"type": "null"}]}``), ``allOf``, ``enum``/``const`` values, and a ``$ref`` to
     ``#/$defs/...`` or ``#/definitions/...`` in ``root`` (the whole input schema)."""
-    kinds = _declared(prop, root, 0)
+    kinds = _declared(prop, _Refs(root), 0)
     return tuple(dict.fromkeys(kinds)) if kinds else None
 
 
-def _declared(prop: Any, root: Any, depth: int) -> list[str] | None:
+class _Refs:
+    """The whole input schema's ``$ref`` targets, each read once per ``schema_kinds``: a
+    ``$ref`` inside its own target (a cycle) is any value, and many ``$ref`` to the same
+    definition (a server's generated schema, or a hostile one) cost one reading."""
+
+    def __init__(self, root: Any) -> None:
+        self.root = root
+        self._read: dict[str, list[str] | None] = {}
+
+    def kinds(self, ref: str, depth: int) -> list[str] | None:
+        if ref not in self._read:
+            self._read[ref] = None  # while it is read: a cycle back to it is any value
+            self._read[ref] = _declared(_resolve(ref, self.root), self, depth + 1)
+        return self._read[ref]
+
+
+def _declared(prop: Any, root: _Refs, depth: int) -> list[str] | None:
     if not isinstance(prop, Mapping) or depth > _MAX_SCHEMA_DEPTH:
         return None
     if "type" in prop:
@@ -280,11 +296,11 @@ def _declared(prop: Any, root: Any, depth: int) -> list[str] | None:
         values = prop["enum"] if "enum" in prop else [prop["const"]]
         return _types_of(values)
     if isinstance(prop.get("$ref"), str):
-        return _declared(_resolve(prop["$ref"], root), root, depth + 1)
+        return root.kinds(prop["$ref"], depth)
     return None
 
 
-def _either(branches: Any, root: Any, depth: int) -> list[str] | None:
+def _either(branches: Any, root: _Refs, depth: int) -> list[str] | None:
     """A value may be of any branch's types; a branch that takes anything takes all."""
     if not isinstance(branches, list) or not branches:
         return None
@@ -297,7 +313,7 @@ def _either(branches: Any, root: Any, depth: int) -> list[str] | None:
     return kinds
 
 
-def _all(branches: Any, root: Any, depth: int) -> list[str] | None:
+def _all(branches: Any, root: _Refs, depth: int) -> list[str] | None:
     """A value must be of every branch's types: those the constraining branches share."""
     if not isinstance(branches, list):
         return None

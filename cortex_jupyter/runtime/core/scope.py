@@ -105,9 +105,18 @@ def never_visible(name: str, value: Any = None) -> str | None:
         )
     if name.startswith("_"):
         return f"${name} starts with '_' and is never visible to a model"
-    if isinstance(value, types.ModuleType):
+    if _is_module(value):
         return f"${name} is a module; modules are never visible to a model"
     return None
+
+
+def _is_module(value: Any) -> bool:
+    """Whether ``value`` is a module, asked of its type too: ``isinstance`` reads a
+    value's ``__class__``, which an object may make raise."""
+    try:
+        return isinstance(value, types.ModuleType)
+    except Exception:
+        return issubclass(type(value), types.ModuleType)
 
 
 class Scope(Mapping[str, Any]):

@@ -350,12 +350,11 @@ def _shape(value: Any) -> str:
             return f"shape {shape}"
     except Exception:
         pass
-    if isinstance(value, str | bytes | Sequence | Mapping) or hasattr(type(value), "__len__"):
-        try:
-            return f"length {len(value)}"
-        except Exception:
-            return ""
-    return ""
+    try:  # isinstance reads the value's __class__, which may raise too
+        sized = isinstance(value, str | bytes | Sequence | Mapping)
+        return f"length {len(value)}" if sized or hasattr(type(value), "__len__") else ""
+    except Exception:
+        return ""
 
 
 def describe_value(value: Any, limit: int = _REPR_LIMIT) -> str:

@@ -72,11 +72,12 @@ def check_request(value: Any, where: str = "request") -> dict[str, Any]:
             raise ValueError(f"{where}: a field name must be a non-empty string, not {name!r}")
         if name in PROTOCOL_FIELDS:
             raise ValueError(f"{where}: the field {name!r} cannot be set ({PROTOCOL_FIELDS[name]})")
-        try:
-            json.dumps(field)
-        except (TypeError, ValueError):
+        try:  # NaN and infinity are no JSON: a server refuses a body holding them
+            json.dumps(field, allow_nan=False)
+        except (TypeError, ValueError, RecursionError):
             raise ValueError(
-                f"{where}: the field {name!r} must be a JSON value, not {type(field).__name__}"
+                f"{where}: the field {name!r} must be a JSON value, not "
+                f"{type(field).__name__}{_nan_note(field)}"
             ) from None
         fields[name] = field
     _remember_secrets(fields)
@@ -117,6 +118,15 @@ def _remember_secrets(value: Any, named: bool = False, depth: int = 0) -> None:
     elif isinstance(value, list | tuple):
         for item in value:
             _remember_secrets(item, named, depth + 1)
+
+
+def _nan_note(field: Any) -> str:
+    """ " holding NaN or infinity" when that is why ``field`` is no JSON."""
+    try:
+        json.dumps(field)
+    except (TypeError, ValueError, RecursionError):
+        return ""
+    return " holding NaN or infinity"
 
 
 def _short(value: Any) -> str:

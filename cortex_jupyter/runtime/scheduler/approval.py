@@ -196,14 +196,29 @@ def _constant(answer: bool) -> Approver:
 def _calling(policy: Callable[[ActionNode], Any]) -> Approver:
     async def decide(node: ActionNode) -> bool:
         if inspect.iscoroutinefunction(policy):
-            return bool(await policy(node))
+            return _approves(await policy(node))
         # A plain function may block (it may ask someone): not on the run's loop.
         result = await anyio.to_thread.run_sync(policy, node, abandon_on_cancel=True)
         if inspect.isawaitable(result):
             result = await result
-        return bool(result)
+        return _approves(result)
 
     return decide
+
+
+def _approves(answer: Any) -> bool:
+    """An approval function's answer: True or False (numpy's too; None is a no). Anything
+    else is refused, never read as truthy: ``"no"`` would approve."""
+    if answer is None:
+        return False
+    if isinstance(answer, bool) or _numpy_bool(answer):
+        return bool(answer)
+    raise TypeError(f"the approval function answered {answer!r:.60}, not True or False")
+
+
+def _numpy_bool(answer: Any) -> bool:
+    kind = type(answer)
+    return kind.__module__ == "numpy" and kind.__name__ in ("bool", "bool_")
 
 
 @dataclass(frozen=True)

@@ -222,19 +222,22 @@ class McpTool(ToolSpec):
         return ", ".join(shown) or "no parameters"
 
 
-def _json_ready(value: Any, depth: int = 0) -> Any:
+def _json_ready(value: Any, depth: int = 0, path: frozenset[int] = frozenset()) -> Any:
     """``value`` with numpy's numbers and arrays, at any depth, as the Python values they
     hold: the arguments travel as JSON, which the SDK cannot write numpy's types in (and
-    the schema check would refuse an ``np.int64`` for an ``integer``)."""
+    the schema check would refuse an ``np.int64`` for an ``integer``). A container that
+    holds itself is left as it is at the loop (the schema check or JSON refuses it): each
+    container on ``path`` is walked once, however often it is reached."""
     if type(value).__module__ == "numpy" and callable(getattr(value, "tolist", None)):
         return value.tolist()  # a scalar's Python value, an array's nested lists
-    if depth >= _MAX_DEPTH:
+    if depth >= _MAX_DEPTH or not isinstance(value, Mapping | list | tuple):
         return value
+    if id(value) in path:
+        return value
+    inner = path | {id(value)}
     if isinstance(value, Mapping):
-        return {key: _json_ready(item, depth + 1) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_ready(item, depth + 1) for item in value]
-    return value
+        return {key: _json_ready(item, depth + 1, inner) for key, item in value.items()}
+    return [_json_ready(item, depth + 1, inner) for item in value]
 
 
 def _problem(error: Any) -> str:
