@@ -99,7 +99,7 @@ def shape(kind: str, secret: str) -> Any:
     if kind == "frame":
         return pd.DataFrame({"name": ["svc", "db"], "auth": [secret, "token=" + secret * 3]})
     if kind == "series":
-        return pd.Series([secret, "x"], index=["k", secret[:40] + "!"], name="creds")
+        return pd.Series([secret, "x"], index=["k", secret + "!"], name="creds")
     if kind == "numpy":
         return [np.str_(secret), np.array([secret, "y"], dtype=object)]
     if kind == "log":
