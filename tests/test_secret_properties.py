@@ -18,10 +18,12 @@ functions every surface uses, at many limits (many examples, fast).
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
-from collections.abc import Iterator
+import unicodedata
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import comm
@@ -338,3 +340,53 @@ def test_no_surface_of_a_run_keeps_a_fragment_of_a_secret(
     where = [shown[max(0, shown.find(p) - 700) : shown.find(p) + 50] for p in found[:3]]
     assert found == [], (kind, where)
     assert os.environ.get("DB_PASSWORD") != secret  # set for the run only
+
+
+# ---- forms beyond escaping: what a value becomes on its way to a surface ----------------
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+#: A value holding the secret in some form, and that form as it would show (the text
+#: whose fragments must not reach a surface).
+ENCODED: dict[str, tuple[Callable[[str], Any], Callable[[str], str]]] = {
+    # ``bytes``: repr writes a non-ASCII character as ``\xc3\xa4``.
+    "bytes": (lambda s: {"blob": s.encode()}, lambda s: repr(s.encode())[2:-1]),
+    # A basic-auth header: the secret base64-encoded after ``user:`` (any alignment).
+    "base64": (lambda s: "Authorization: Basic " + _b64("svc:" + s), lambda s: _b64("svc:" + s)[8:]),  # (not the groups holding ``svc:``)
+    "hex": (lambda s: {"digest": s.encode().hex()}, lambda s: s.encode().hex()),
+    # The same text in the other Unicode normal form (macOS file names, copied text).
+    "nfd": (lambda s: {"pw": unicodedata.normalize("NFD", s)}, lambda s: s),
+    # pandas cuts a categorical cell (and a categorical index label) itself.
+    "categorical": (
+        lambda s: pd.DataFrame(
+            {"auth": pd.Categorical([s * 3, "x"])}, index=pd.CategoricalIndex([s * 3, "y"])
+        ),
+        lambda s: s,
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(ENCODED))
+def test_no_surface_keeps_a_fragment_of_a_secret_in_another_form(
+    ip: InteractiveShell,
+    server: FakeOpenAIServer,
+    tools: None,
+    wire: list[str],
+    views: list[Any],
+    kind: str,
+) -> None:
+    secret = "pässwörd-Ünïcode-42-Zéro"
+    make, form = ENCODED[kind]
+    placeholder = "PLACEHOLDER-VALUE"
+    _VALUE[:] = [make(placeholder), placeholder]
+    quiet = run_everything(ip, server, wire, views)
+    _VALUE[:] = [make(secret), secret]
+    with as_secret(secret, "env"):
+        shown = run_everything(ip, server, wire, views)
+    shown = unicodedata.normalize("NFC", shown)  # a form in NFD is the secret too
+    found = leaks(form(secret), shown, quiet) + leaks(secret, shown, quiet)
+    where = [shown[max(0, shown.find(p) - 300) : shown.find(p) + 50] for p in found[:2]]
+    assert found == [], (kind, where)

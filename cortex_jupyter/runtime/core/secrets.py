@@ -31,6 +31,7 @@ that shortens what it shows, saves or sends goes through one of them.
 
 from __future__ import annotations
 
+import base64
 import builtins
 import html
 import json
@@ -38,6 +39,7 @@ import os
 import re
 import sys
 import threading
+import unicodedata
 import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
@@ -124,7 +126,7 @@ class Secrets:
         if values != cached.values:
             every = {form for value in values for form in escaped_forms(value)}
             found = tuple(sorted(every, key=_longest_first))
-            pattern = re.compile("|".join(map(re.escape, found))) if found else None
+            pattern = _pattern_of(found) if found else None
             ends = frozenset(f[i - MIN_FRAGMENT : i] for f in found for i in _cuts(f))
             starts = frozenset(f[i : i + MIN_FRAGMENT] for f in found for i in _cuts(f, 1))
             cached = self._cache = _Compiled(values, found, pattern, ends, starts)
@@ -167,12 +169,12 @@ class Secrets:
         )
 
     def redact_value(self, value: Any) -> Any:
-        """A JSON-like value with every string in it redacted (new containers; other
-        values as they are)."""
-        pattern = self._pattern()
-        if pattern is None:
+        """A JSON-like value with every string in it redacted as ``redact`` redacts a
+        text (the part of a secret another library cut at ``...`` too), in new
+        containers; other values as they are."""
+        if self._pattern() is None:
             return value
-        return _walk(value, pattern)
+        return _walk(value, self.redact)
 
     # ---- cutting ----------------------------------------------------------------------
 
@@ -293,6 +295,42 @@ class _Compiled(NamedTuple):
     starts: frozenset[str]  # the first MIN_FRAGMENT characters of each proper suffix
 
 
+def _pattern_of(forms: tuple[str, ...]) -> re.Pattern[str]:
+    """One pattern matching every form, the longest where several start at one place.
+
+    Written as a tree of the forms' shared beginnings (``ab(?:c|d)``), not as a list of
+    alternatives: ``re`` tries alternatives one by one at each position of a text, and
+    with base64 and hex forms almost every character starts one (hundreds of forms with
+    twenty credentials set). In the tree only the branch of the next character is
+    followed, so a position costs a few steps whatever the number of forms."""
+    tree: dict[str, Any] = {}
+    for form in forms:
+        node = tree
+        for char in form:
+            node = node.setdefault(char, {})
+        node[""] = {}  # a form ends here
+    try:
+        return re.compile(_branches(tree))
+    except (RecursionError, re.error):  # (a tree too deep for ``re``: forms one by one)
+        return re.compile("|".join(map(re.escape, forms)))
+
+
+def _branches(node: dict[str, Any]) -> str:
+    """The pattern of a tree node: its branches (a run of single characters as one
+    literal), optional where a form ends at the node (greedy: the longest form wins)."""
+    branches = []
+    for char in sorted(key for key in node if key):
+        literal, child = char, node[char]
+        while len(child) == 1 and "" not in child:
+            (next_char, child),  = child.items()
+            literal += next_char
+        branches.append(re.escape(literal) + _branches(child))
+    if not branches:
+        return ""
+    body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+    return f"(?:{body})?" if "" in node else body
+
+
 def _cuts(form: str, start: int = 0) -> range:
     """Where a proper prefix of ``form`` ends (``start`` 0), or a proper suffix starts
     (``start`` 1), for parts of ``MIN_FRAGMENT`` characters or more."""
@@ -303,9 +341,30 @@ def _cuts(form: str, start: int = 0) -> range:
 
 def escaped_forms(value: str) -> set[str]:
     """``value`` as it reads once escaped by JSON, Python's ``repr``/``ascii`` (either
-    quote style), percent-encoding or HTML, and each of those escaped once more."""
-    first = {escape(value) for escape in _ESCAPES} | {value}
+    quote style), percent-encoding or HTML, and each of those escaped once more; in
+    either Unicode normal form (NFC, NFD); and its UTF-8 bytes as ``bytes`` repr, hex
+    and base64 write them (``encoded_forms``)."""
+    bases = {value, unicodedata.normalize("NFC", value), unicodedata.normalize("NFD", value)}
+    first = {escape(base) for base in bases for escape in _ESCAPES} | bases
+    first |= {form for base in bases for form in encoded_forms(base)}
     return {escape(form) for form in first for escape in _ESCAPES} | first
+
+
+def encoded_forms(value: str) -> set[str]:
+    """``value``'s UTF-8 bytes as a ``bytes`` repr writes them (either quote style), as
+    hex (either case), and as base64 (standard and URL-safe) wherever they start in the
+    encoded bytes: at each of the three alignments, the characters that depend on the
+    secret's bytes alone (a basic-auth header encodes ``user:KEY``)."""
+    data = value.encode("utf-8", "surrogatepass")
+    found = {builtins.repr(data)[2:-1], builtins.repr(data + b"'\"")[2:-4]}
+    found |= {data.hex(), data.hex().upper()}
+    for pad in range(3):
+        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+            text = encode(bytes(pad) + data).decode("ascii")
+            first = 4 if pad else 0  # its first group holds bytes that are not the secret
+            last = len(text) - (4 if (pad + len(data)) % 3 else 0)  # nor its last
+            found.add(text[first:last])
+    return {form for form in found if len(form) >= MIN_SECRET}
 
 
 _ESCAPES: tuple[Callable[[str], str], ...] = (
@@ -376,14 +435,22 @@ def _shown_rows(rows: int, pd: Any) -> list[int] | None:
 
 
 def _textual(dtype: Any, pd: Any) -> bool:
-    return bool(pd.api.types.is_object_dtype(dtype) or pd.api.types.is_string_dtype(dtype))
+    """Whether values of ``dtype`` may be text: anything but numbers, booleans and times
+    (a categorical's categories, a sparse or extension column may hold strings)."""
+    types = pd.api.types
+    return not (
+        types.is_numeric_dtype(dtype)
+        or types.is_bool_dtype(dtype)
+        or types.is_datetime64_any_dtype(dtype)
+        or types.is_timedelta64_dtype(dtype)
+    )
 
 
 def _redacted_series(column: Any, rows: list[int] | None, cell: Callable[[Any], Any]) -> Any:
     values = column.to_numpy(dtype=object, copy=True)
     for i in range(len(values)) if rows is None else rows:
         values[i] = cell(values[i])
-    return type(column)(values, index=column.index, name=column.name, dtype=object)
+    return type(column)(values, index=column.index, name=column.name, dtype=_kept(column.dtype))
 
 
 def _redacted_index(index: Any, rows: list[int] | None, pd: Any, cell: Callable[[Any], Any]) -> Any:
@@ -397,7 +464,14 @@ def _redacted_index(index: Any, rows: list[int] | None, pd: Any, cell: Callable[
     values = index.to_numpy(dtype=object, copy=True)
     for i in range(len(values)) if rows is None else rows:
         values[i] = cell(values[i])
-    return pd.Index(values, name=cell(index.name), dtype=object)
+    return pd.Index(values, name=cell(index.name), dtype=_kept(index.dtype))
+
+
+def _kept(dtype: Any) -> Any:
+    """The dtype redacted text cells keep: a string dtype stays (so the frame reads as
+    it would: ``dtype: str``), anything else is ``object`` (a categorical's categories
+    are the old texts)."""
+    return dtype if getattr(dtype, "name", "") in ("str", "string") else object
 
 
 def _prefix_at_end(text: str, secret: str) -> int:
@@ -503,20 +577,20 @@ DEEPEST = 2 * MAX_JSON_DEPTH
 TOO_DEEP = f"[nested over {DEEPEST} levels deep: not kept]"
 
 
-def _walk(value: Any, pattern: re.Pattern[str], depth: int = 0) -> Any:
+def _walk(value: Any, redact: Callable[[str], str], depth: int = 0) -> Any:
     if isinstance(value, str):
-        return pattern.sub(REDACTED, value)
+        return redact(value)
     if not isinstance(value, Mapping | list | tuple):
         return value
     if depth >= DEEPEST:
         return TOO_DEEP
     depth += 1
     if isinstance(value, Mapping):
-        return {_walk(k, pattern, depth): _walk(v, pattern, depth) for k, v in value.items()}
+        return {_walk(k, redact, depth): _walk(v, redact, depth) for k, v in value.items()}
     if type(value) is list:
-        return [_walk(item, pattern, depth) for item in value]
+        return [_walk(item, redact, depth) for item in value]
     if type(value) is tuple:
-        return tuple(_walk(item, pattern, depth) for item in value)
+        return tuple(_walk(item, redact, depth) for item in value)
     return value
 
 
