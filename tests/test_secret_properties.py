@@ -355,7 +355,10 @@ ENCODED: dict[str, tuple[Callable[[str], Any], Callable[[str], str]]] = {
     # ``bytes``: repr writes a non-ASCII character as ``\xc3\xa4``.
     "bytes": (lambda s: {"blob": s.encode()}, lambda s: repr(s.encode())[2:-1]),
     # A basic-auth header: the secret base64-encoded after ``user:`` (any alignment).
-    "base64": (lambda s: "Authorization: Basic " + _b64("svc:" + s), lambda s: _b64("svc:" + s)[8:]),  # (not the groups holding ``svc:``)
+    "base64": (
+        lambda s: "Authorization: Basic " + _b64("svc:" + s),
+        lambda s: _b64("svc:" + s)[8:],
+    ),  # (not the groups holding ``svc:``)
     "hex": (lambda s: {"digest": s.encode().hex()}, lambda s: s.encode().hex()),
     # The same text in the other Unicode normal form (macOS file names, copied text).
     "nfd": (lambda s: {"pw": unicodedata.normalize("NFD", s)}, lambda s: s),
@@ -390,3 +393,31 @@ def test_no_surface_keeps_a_fragment_of_a_secret_in_another_form(
     found = leaks(form(secret), shown, quiet) + leaks(secret, shown, quiet)
     where = [shown[max(0, shown.find(p) - 300) : shown.find(p) + 50] for p in found[:2]]
     assert found == [], (kind, where)
+
+
+#: A key of many lines, as PEM keys are kept in the environment (``PRIVATE_KEY``).
+PEM = (
+    "-----BEGIN PRIVATE KEY-----\n"
+    "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj\n"
+    "MzEfYyjiWA4R4/M2bS1GB4t7NXp98C3SC6dVMvDuictGeurT8jNbvJZHtCSuYEvu\n"
+    "-----END PRIVATE KEY-----"
+)
+
+
+def test_a_secret_of_many_lines_leaves_no_line_of_itself(
+    ip: InteractiveShell, server: FakeOpenAIServer, tools: None, wire: list[str], views: list[Any]
+) -> None:
+    """The text view writes what a tool printed line by line, each under its node's
+    mark (``n | ...``): a secret holding line breaks never reads as one text there, nor
+    once a renderer wraps or re-indents it."""
+    _VALUE[:] = [PEM, "unused"]
+    server.script(
+        Stream([*texts(PROTOCOL, 37), finish()]),
+        Stream([*texts("<response>ok</response>", 5), finish()]),
+    )
+    with pytest.MonkeyPatch.context() as patch, capture_output() as captured:
+        patch.setenv("PRIVATE_KEY", PEM)
+        ip.run_cell_magic("cortex", "--model gpt-test --text", "Show me the config.")
+        shown = captured.stdout + ip.user_ns["_cortex"].to_jsonl()
+    lines = [line for line in PEM.splitlines() if len(line) >= 8]
+    assert [line for line in lines if line in shown] == []

@@ -13,8 +13,11 @@ Only a secret's own values are replaced (no guessing from patterns here: "sk-lea
 not a key), but in every **form** a value takes when text is escaped on its way out: as
 JSON writes it (``ensure_ascii`` on and off), as Python's ``repr`` and ``ascii`` write
 it (either quote style), percent-encoded (``quote``, ``quote_plus``), HTML-escaped, and
-each of those escaped once more (JSON inside JSON, a repr of JSON...). ``forms`` lists
-them, longest first; one compiled pattern matches them all. Values shorter than 8
+each of those escaped once more (JSON inside JSON, a repr of JSON...); in either Unicode
+normal form; its UTF-8 bytes as a ``bytes`` repr, hex and base64 write them; and, for a
+value of several lines (a PEM key), each line of 8 characters or more on its own (what
+writes text line by line never shows it whole). ``forms`` lists them, longest first; one
+compiled pattern (a tree of their shared beginnings) matches them all. Values shorter than 8
 characters are not secrets worth the damage of replacing them everywhere ("none",
 "ollama" are placeholders, not keys).
 
@@ -124,7 +127,9 @@ class Secrets:
         values = self.values()
         cached = self._cache
         if values != cached.values:
-            every = {form for value in values for form in escaped_forms(value)}
+            every = {
+                form for value in values for part in _parts(value) for form in escaped_forms(part)
+            }
             found = tuple(sorted(every, key=_longest_first))
             pattern = _pattern_of(found) if found else None
             ends = frozenset(f[i - MIN_FRAGMENT : i] for f in found for i in _cuts(f))
@@ -295,6 +300,15 @@ class _Compiled(NamedTuple):
     starts: frozenset[str]  # the first MIN_FRAGMENT characters of each proper suffix
 
 
+def _parts(value: str) -> set[str]:
+    """``value`` and, when it holds line breaks (a PEM key kept in the environment),
+    each of its lines of ``MIN_SECRET`` characters or more: what writes text line by
+    line (the text view puts each line of a tool's output under its node's mark, a log
+    prefixes each line) never shows the whole value as one text."""
+    lines = {line.strip() for line in value.splitlines()}
+    return {value} | {line for line in lines if len(line) >= MIN_SECRET}
+
+
 def _pattern_of(forms: tuple[str, ...]) -> re.Pattern[str]:
     """One pattern matching every form, the longest where several start at one place.
 
@@ -322,7 +336,7 @@ def _branches(node: dict[str, Any]) -> str:
     for char in sorted(key for key in node if key):
         literal, child = char, node[char]
         while len(child) == 1 and "" not in child:
-            (next_char, child),  = child.items()
+            ((next_char, child),) = child.items()
             literal += next_char
         branches.append(re.escape(literal) + _branches(child))
     if not branches:
