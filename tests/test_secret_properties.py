@@ -421,3 +421,29 @@ def test_a_secret_of_many_lines_leaves_no_line_of_itself(
         shown = captured.stdout + ip.user_ns["_cortex"].to_jsonl()
     lines = [line for line in PEM.splitlines() if len(line) >= 8]
     assert [line for line in lines if line in shown] == []
+
+
+@pytest.mark.parametrize(
+    "secret", ["hunter2\x1b[0m-secret-zz9", "undecodable-\udcff\udcfe-bytes-42"]
+)
+def test_a_secret_holding_control_characters_is_redacted_where_they_are_replaced(
+    ip: InteractiveShell,
+    server: FakeOpenAIServer,
+    tools: None,
+    wire: list[str],
+    views: list[Any],
+    secret: str,
+) -> None:
+    """The text view and the SVG graph replace control characters and lone surrogates (an
+    environment value of bytes that are not UTF-8) with U+FFFD before they cut a line:
+    the secret as it reads then is one of its forms too."""
+    _VALUE[:] = [secret, "unused"]
+    server.script(
+        Stream([*texts(PROTOCOL, 37), finish()]),
+        Stream([*texts("<response>ok</response>", 5), finish()]),
+    )
+    with pytest.MonkeyPatch.context() as patch, capture_output() as captured:
+        patch.setenv("DB_PASSWORD", secret)
+        ip.run_cell_magic("cortex", "--model gpt-test --text", "Show me the config.")
+    replaced = "".join("\ufffd" if not c.isprintable() and c not in "\n\t" else c for c in secret)
+    assert leaks(replaced, captured.stdout, "") == []

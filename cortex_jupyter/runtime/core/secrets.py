@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import base64
 import builtins
+import contextlib
 import html
 import json
 import os
@@ -53,6 +54,7 @@ from cortex_jupyter.runtime.core.bounded import BoundedRepr, failed
 __all__ = [
     "CREDENTIAL_NAME",
     "MIN_FRAGMENT",
+    "NOT_XML",
     "REDACTED",
     "RESULT_REPR_LIMIT",
     "Repr",
@@ -80,6 +82,10 @@ MIN_SECRET = 8
 MIN_FRAGMENT = 4
 # What others write where they cut a text (pandas, numpy, reprlib, cortex itself).
 _ELLIPSIS = re.compile(r"(\.\.\.|…)")
+#: What an XML (SVG) document may not hold: XML 1.0 allows tab, LF, CR and everything from
+#: U+0020 except surrogates, U+FFFE/U+FFFF. The views replace it with U+FFFD
+#: (``theme.clean``), so a secret holding it reads so there: one of its forms.
+NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff\ufffe\uffff]")
 # Where ``Repr`` cut (reprlib's fill value while it works): never in a repr of a string.
 _CUT = "\x00\ufdd0cut\ufdd0\x00"
 
@@ -359,9 +365,20 @@ def escaped_forms(value: str) -> set[str]:
     either Unicode normal form (NFC, NFD); and its UTF-8 bytes as ``bytes`` repr, hex
     and base64 write them (``encoded_forms``)."""
     bases = {value, unicodedata.normalize("NFC", value), unicodedata.normalize("NFD", value)}
-    first = {escape(base) for base in bases for escape in _ESCAPES} | bases
+    bases |= {NOT_XML.sub("\ufffd", base) for base in bases}  # as ``theme.clean`` shows it
+    first = {form for base in bases for form in _escaped(base)} | bases
     first |= {form for base in bases for form in encoded_forms(base)}
-    return {escape(form) for form in first for escape in _ESCAPES} | first
+    return {form for first_form in first for form in _escaped(first_form)} | first
+
+
+def _escaped(value: str) -> set[str]:
+    """``value`` as each of ``_ESCAPES`` writes it (one that cannot, as ``quote`` cannot
+    write a lone surrogate, writes no form of it)."""
+    found = set()
+    for escape in _ESCAPES:
+        with contextlib.suppress(ValueError):  # (UnicodeEncodeError)
+            found.add(escape(value))
+    return found
 
 
 def encoded_forms(value: str) -> set[str]:
@@ -369,7 +386,10 @@ def encoded_forms(value: str) -> set[str]:
     hex (either case), and as base64 (standard and URL-safe) wherever they start in the
     encoded bytes: at each of the three alignments, the characters that depend on the
     secret's bytes alone (a basic-auth header encodes ``user:KEY``)."""
-    data = value.encode("utf-8", "surrogatepass")
+    try:  # a value read from the environment: its bytes as they were (``os.environb``)
+        data = value.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        data = value.encode("utf-8", "surrogatepass")
     found = {builtins.repr(data)[2:-1], builtins.repr(data + b"'\"")[2:-4]}
     found |= {data.hex(), data.hex().upper()}
     for pad in range(3):
