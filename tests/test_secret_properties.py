@@ -447,3 +447,20 @@ def test_a_secret_holding_control_characters_is_redacted_where_they_are_replaced
         ip.run_cell_magic("cortex", "--model gpt-test --text", "Show me the config.")
     replaced = "".join("\ufffd" if not c.isprintable() and c not in "\n\t" else c for c in secret)
     assert leaks(replaced, captured.stdout, "") == []
+
+
+def test_a_secret_in_the_response_is_redacted_before_markdown_renders_it(
+    ip: InteractiveShell, server: FakeOpenAIServer, tools: None, wire: list[str], views: list[Any]
+) -> None:
+    """Markdown rewrites the text it renders (``*x*`` is ``<em>x</em>``, ``\\_`` is ``_``,
+    ``&amp;`` is ``&``): a secret in the model's reply (model text is untrusted) is
+    another text once rendered, in the live view and in the static copy."""
+    secret = "pa*ss*wo\\_rd&amp;-12345678"
+    reply = f"<response>The key is {secret} there.</response>"
+    server.script(Stream([*texts(reply, 7), finish()]))
+    ip.run_line_magic("config", "CortexMagics.display = 'widgets'")
+    with pytest.MonkeyPatch.context() as patch, capture_output() as captured:
+        patch.setenv("DB_PASSWORD", secret)
+        ip.run_cell_magic("cortex", "--model gpt-test", "What is the key?")
+    shown = "\n".join([*wire, *(json.dumps(o.data) for o in captured.outputs)])
+    assert leaks(secret.replace("\\", "").replace("&amp;", "&"), shown, "") == []
