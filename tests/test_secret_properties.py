@@ -22,6 +22,7 @@ import base64
 import contextlib
 import json
 import os
+import textwrap
 import unicodedata
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -464,3 +465,25 @@ def test_a_secret_in_the_response_is_redacted_before_markdown_renders_it(
         ip.run_cell_magic("cortex", "--model gpt-test", "What is the key?")
     shown = "\n".join([*wire, *(json.dumps(o.data) for o in captured.outputs)])
     assert leaks(secret.replace("\\", "").replace("&amp;", "&"), shown, "") == []
+
+
+def test_a_passphrase_wrapped_onto_lines_is_redacted(
+    ip: InteractiveShell, server: FakeOpenAIServer, tools: None, wire: list[str], views: list[Any]
+) -> None:
+    """A tool that wraps its text (``textwrap``, a report laid out for a terminal) puts a
+    line break and an indent where a passphrase had a space: the words of the secret
+    are the secret whatever whitespace stands between them."""
+    secret = "correct horse battery staple 42"
+    wrapped = textwrap.fill(
+        f"the passphrase is {secret}, keep it", width=22, subsequent_indent="  "
+    )
+    assert secret not in wrapped
+    placeholder = "PLACEHOLDER VALUE OF FOUR WORDS"
+    _VALUE[:] = [textwrap.fill(f"the passphrase is {placeholder}, keep it", width=22), placeholder]
+    quiet = run_everything(ip, server, wire, views)
+    _VALUE[:] = [wrapped, secret]
+    with as_secret(secret, "env"):
+        shown = run_everything(ip, server, wire, views)
+    flat = " ".join(shown.split())
+    found = leaks(secret, flat, quiet)
+    assert found == [], [flat[max(0, flat.find(p) - 200) : flat.find(p) + 40] for p in found[:2]]

@@ -97,7 +97,7 @@ class Secrets:
         self._environ = environ
         self._added: set[str] = set()
         self._lock = threading.Lock()
-        self._cache: _Compiled = _Compiled((), (), None, frozenset(), frozenset())
+        self._cache: _Compiled = _Compiled((), (), None, frozenset(), frozenset(), None)
         self._environment: tuple[dict[Any, Any], tuple[str, ...], int] = ({}, (), -1)
 
     def add(self, value: str | None) -> None:
@@ -140,7 +140,7 @@ class Secrets:
             pattern = _pattern_of(found) if found else None
             ends = frozenset(f[i - MIN_FRAGMENT : i] for f in found for i in _cuts(f))
             starts = frozenset(f[i : i + MIN_FRAGMENT] for f in found for i in _cuts(f, 1))
-            cached = self._cache = _Compiled(values, found, pattern, ends, starts)
+            cached = self._cache = _Compiled(values, found, pattern, ends, starts, _spaced(values))
         return cached
 
     def _pattern(self) -> re.Pattern[str] | None:
@@ -160,6 +160,8 @@ class Secrets:
         if known.pattern is None:
             return text
         text = known.pattern.sub(REDACTED, text)
+        if known.spaced is not None:
+            text = known.spaced.sub(REDACTED, text)
         if "..." in text or "…" in text:
             text = self._hide_at_marks(text, known)
         return text
@@ -304,6 +306,25 @@ class _Compiled(NamedTuple):
     pattern: re.Pattern[str] | None
     ends: frozenset[str]  # the last MIN_FRAGMENT characters of each proper prefix
     starts: frozenset[str]  # the first MIN_FRAGMENT characters of each proper suffix
+    spaced: re.Pattern[str] | None  # the secrets holding whitespace, any whitespace there
+
+
+_BETWEEN_WORDS = r"(?:\s|\\+[ntr])+"
+
+
+def _spaced(values: tuple[str, ...]) -> re.Pattern[str] | None:
+    """One pattern matching each secret that holds whitespace (a passphrase) with any
+    run of whitespace where it has one, written or escaped (``\\n`` in a repr or JSON):
+    a text wrapped onto lines (``textwrap``, a terminal report) has a line break and an
+    indent where the secret had a space.
+    ``None`` when no secret holds whitespace (almost always: nothing to search)."""
+    spaced = [
+        _BETWEEN_WORDS.join(map(re.escape, words))
+        for value in values
+        for base in {value, unicodedata.normalize("NFC", value)}
+        if len(words := base.split()) > 1
+    ]
+    return re.compile("|".join(spaced)) if spaced else None
 
 
 def _parts(value: str) -> set[str]:
