@@ -36,6 +36,7 @@ from cortex_jupyter.protocol.events import ActionStart, ResponseDelta, TextDelta
 from cortex_jupyter.protocol.events import ThoughtDelta as _ThoughtDelta
 from cortex_jupyter.runtime import Agent, Registry, Run
 from cortex_jupyter.runtime.core.events import Chunk, Turn
+from cortex_jupyter.runtime.core.secrets import redact, shorten
 
 __all__ = [
     "DIALECTS",
@@ -366,7 +367,7 @@ class Evaluation:
         lines = [self.caption]
         for line in table:
             lines.append("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)))
-        return "\n".join(line.rstrip() for line in lines)
+        return redact("\n".join(line.rstrip() for line in lines))  # notes may quote a key
 
     def __repr__(self) -> str:
         return f"<Evaluation of {self.model!r}: {len(self.rows)} rows, {len(self.tries)} tries>"
@@ -390,7 +391,7 @@ class Evaluation:
                 shown = miss.answer.strip() or f"(no answer: {miss.reason or miss.status})"
                 wrong.append(
                     f"<li><b>{esc(_label(row))}</b>, {esc(miss.task)}: "
-                    f"<code>{esc(shown[:300])}</code></li>"
+                    f"<code>{esc(shorten(shown, 300))}</code></li>"  # redacted, then cut
                 )
         details = (
             f"<details><summary>a wrong answer per setting</summary><ul>{''.join(wrong)}</ul>"
@@ -399,7 +400,8 @@ class Evaluation:
             else ""
         )
         chart = _chart(self.rows)
-        return (
+        # Secrets redacted (model text and a try's reason may quote one), HTML-escaped too.
+        return redact(
             f"<div class='cortex-eval'><table><caption>{esc(self.caption)}</caption>"
             f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{chart}{details}</div>"
         )

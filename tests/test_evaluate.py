@@ -4,6 +4,7 @@ each count below is known in advance; nothing here judges a real model."""
 
 from __future__ import annotations
 
+import html
 import inspect
 import re
 from collections.abc import Iterator
@@ -405,3 +406,21 @@ def test_numpy_numbers_are_bounds_like_pythons(server: FakeOpenAIServer) -> None
         evaluate("fake-model", ["cortex"], n=np.int64(0), tasks=[ADD], progress=quiet)
     with pytest.raises(ValueError, match="time_limit must be a number of seconds above 0"):
         evaluate("fake-model", ["cortex"], tasks=[ADD], time_limit=np.float64("nan"))
+
+
+def test_the_table_shows_no_secret(
+    server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wrong answer quoting a credential (the model's text is untrusted: a replayed or
+    scripted reply may hold anything) shows in the HTML table redacted, and a cut of it
+    leaves no part of it."""
+    key = "pw-Évaluation-0123456789-abcdef"
+    monkeypatch.setenv("SERVICE_TOKEN", key)
+    server.script(
+        reply(f"The key is {key}."),
+        reply("x" * 280 + " " + key + " and more words after it"),
+    )
+    result = evaluate("fake-model", ["cortex"], n=2, tasks=[ADD], progress=quiet)
+    shown = result._repr_html_() + result.summary()
+    pieces = {key[i : i + 6] for i in range(len(key) - 5)}
+    assert [p for p in pieces if p in shown or html.escape(p) in shown] == []

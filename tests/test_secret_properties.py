@@ -18,10 +18,13 @@ functions every surface uses, at many limits (many examples, fast).
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
-from collections.abc import Iterator
+import textwrap
+import unicodedata
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import comm
@@ -99,7 +102,7 @@ def shape(kind: str, secret: str) -> Any:
     if kind == "frame":
         return pd.DataFrame({"name": ["svc", "db"], "auth": [secret, "token=" + secret * 3]})
     if kind == "series":
-        return pd.Series([secret, "x"], index=["k", secret[:40] + "!"], name="creds")
+        return pd.Series([secret, "x"], index=["k", secret + "!"], name="creds")
     if kind == "numpy":
         return [np.str_(secret), np.array([secret, "y"], dtype=object)]
     if kind == "log":
@@ -338,3 +341,149 @@ def test_no_surface_of_a_run_keeps_a_fragment_of_a_secret(
     where = [shown[max(0, shown.find(p) - 700) : shown.find(p) + 50] for p in found[:3]]
     assert found == [], (kind, where)
     assert os.environ.get("DB_PASSWORD") != secret  # set for the run only
+
+
+# ---- forms beyond escaping: what a value becomes on its way to a surface ----------------
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+#: A value holding the secret in some form, and that form as it would show (the text
+#: whose fragments must not reach a surface).
+ENCODED: dict[str, tuple[Callable[[str], Any], Callable[[str], str]]] = {
+    # ``bytes``: repr writes a non-ASCII character as ``\xc3\xa4``.
+    "bytes": (lambda s: {"blob": s.encode()}, lambda s: repr(s.encode())[2:-1]),
+    # A basic-auth header: the secret base64-encoded after ``user:`` (any alignment).
+    "base64": (
+        lambda s: "Authorization: Basic " + _b64("svc:" + s),
+        lambda s: _b64("svc:" + s)[8:],
+    ),  # (not the groups holding ``svc:``)
+    "hex": (lambda s: {"digest": s.encode().hex()}, lambda s: s.encode().hex()),
+    # The same text in the other Unicode normal form (macOS file names, copied text).
+    "nfd": (lambda s: {"pw": unicodedata.normalize("NFD", s)}, lambda s: s),
+    # pandas cuts a categorical cell (and a categorical index label) itself.
+    "categorical": (
+        lambda s: pd.DataFrame(
+            {"auth": pd.Categorical([s * 3, "x"])}, index=pd.CategoricalIndex([s * 3, "y"])
+        ),
+        lambda s: s,
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(ENCODED))
+def test_no_surface_keeps_a_fragment_of_a_secret_in_another_form(
+    ip: InteractiveShell,
+    server: FakeOpenAIServer,
+    tools: None,
+    wire: list[str],
+    views: list[Any],
+    kind: str,
+) -> None:
+    secret = "pässwörd-Ünïcode-42-Zéro"
+    make, form = ENCODED[kind]
+    placeholder = "PLACEHOLDER-VALUE"
+    _VALUE[:] = [make(placeholder), placeholder]
+    quiet = run_everything(ip, server, wire, views)
+    _VALUE[:] = [make(secret), secret]
+    with as_secret(secret, "env"):
+        shown = run_everything(ip, server, wire, views)
+    shown = unicodedata.normalize("NFC", shown)  # a form in NFD is the secret too
+    found = leaks(form(secret), shown, quiet) + leaks(secret, shown, quiet)
+    where = [shown[max(0, shown.find(p) - 300) : shown.find(p) + 50] for p in found[:2]]
+    assert found == [], (kind, where)
+
+
+#: A key of many lines, as PEM keys are kept in the environment (``PRIVATE_KEY``).
+PEM = (
+    "-----BEGIN PRIVATE KEY-----\n"
+    "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj\n"
+    "MzEfYyjiWA4R4/M2bS1GB4t7NXp98C3SC6dVMvDuictGeurT8jNbvJZHtCSuYEvu\n"
+    "-----END PRIVATE KEY-----"
+)
+
+
+def test_a_secret_of_many_lines_leaves_no_line_of_itself(
+    ip: InteractiveShell, server: FakeOpenAIServer, tools: None, wire: list[str], views: list[Any]
+) -> None:
+    """The text view writes what a tool printed line by line, each under its node's
+    mark (``n | ...``): a secret holding line breaks never reads as one text there, nor
+    once a renderer wraps or re-indents it."""
+    _VALUE[:] = [PEM, "unused"]
+    server.script(
+        Stream([*texts(PROTOCOL, 37), finish()]),
+        Stream([*texts("<response>ok</response>", 5), finish()]),
+    )
+    with pytest.MonkeyPatch.context() as patch, capture_output() as captured:
+        patch.setenv("PRIVATE_KEY", PEM)
+        ip.run_cell_magic("cortex", "--model gpt-test --text", "Show me the config.")
+        shown = captured.stdout + ip.user_ns["_cortex"].to_jsonl()
+    lines = [line for line in PEM.splitlines() if len(line) >= 8]
+    assert [line for line in lines if line in shown] == []
+
+
+@pytest.mark.parametrize(
+    "secret", ["hunter2\x1b[0m-secret-zz9", "undecodable-\udcff\udcfe-bytes-42"]
+)
+def test_a_secret_holding_control_characters_is_redacted_where_they_are_replaced(
+    ip: InteractiveShell,
+    server: FakeOpenAIServer,
+    tools: None,
+    wire: list[str],
+    views: list[Any],
+    secret: str,
+) -> None:
+    """The text view and the SVG graph replace control characters and lone surrogates (an
+    environment value of bytes that are not UTF-8) with U+FFFD before they cut a line:
+    the secret as it reads then is one of its forms too."""
+    _VALUE[:] = [secret, "unused"]
+    server.script(
+        Stream([*texts(PROTOCOL, 37), finish()]),
+        Stream([*texts("<response>ok</response>", 5), finish()]),
+    )
+    with pytest.MonkeyPatch.context() as patch, capture_output() as captured:
+        patch.setenv("DB_PASSWORD", secret)
+        ip.run_cell_magic("cortex", "--model gpt-test --text", "Show me the config.")
+    replaced = "".join("\ufffd" if not c.isprintable() and c not in "\n\t" else c for c in secret)
+    assert leaks(replaced, captured.stdout, "") == []
+
+
+def test_a_secret_in_the_response_is_redacted_before_markdown_renders_it(
+    ip: InteractiveShell, server: FakeOpenAIServer, tools: None, wire: list[str], views: list[Any]
+) -> None:
+    """Markdown rewrites the text it renders (``*x*`` is ``<em>x</em>``, ``\\_`` is ``_``,
+    ``&amp;`` is ``&``): a secret in the model's reply (model text is untrusted) is
+    another text once rendered, in the live view and in the static copy."""
+    secret = "pa*ss*wo\\_rd&amp;-12345678"
+    reply = f"<response>The key is {secret} there.</response>"
+    server.script(Stream([*texts(reply, 7), finish()]))
+    ip.run_line_magic("config", "CortexMagics.display = 'widgets'")
+    with pytest.MonkeyPatch.context() as patch, capture_output() as captured:
+        patch.setenv("DB_PASSWORD", secret)
+        ip.run_cell_magic("cortex", "--model gpt-test", "What is the key?")
+    shown = "\n".join([*wire, *(json.dumps(o.data) for o in captured.outputs)])
+    assert leaks(secret.replace("\\", "").replace("&amp;", "&"), shown, "") == []
+
+
+def test_a_passphrase_wrapped_onto_lines_is_redacted(
+    ip: InteractiveShell, server: FakeOpenAIServer, tools: None, wire: list[str], views: list[Any]
+) -> None:
+    """A tool that wraps its text (``textwrap``, a report laid out for a terminal) puts a
+    line break and an indent where a passphrase had a space: the words of the secret
+    are the secret whatever whitespace stands between them."""
+    secret = "correct horse battery staple 42"
+    wrapped = textwrap.fill(
+        f"the passphrase is {secret}, keep it", width=22, subsequent_indent="  "
+    )
+    assert secret not in wrapped
+    placeholder = "PLACEHOLDER VALUE OF FOUR WORDS"
+    _VALUE[:] = [textwrap.fill(f"the passphrase is {placeholder}, keep it", width=22), placeholder]
+    quiet = run_everything(ip, server, wire, views)
+    _VALUE[:] = [wrapped, secret]
+    with as_secret(secret, "env"):
+        shown = run_everything(ip, server, wire, views)
+    flat = " ".join(shown.split())
+    found = leaks(secret, flat, quiet)
+    assert found == [], [flat[max(0, flat.find(p) - 200) : flat.find(p) + 40] for p in found[:2]]

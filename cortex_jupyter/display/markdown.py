@@ -45,6 +45,7 @@ from typing import Any
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
+from cortex_jupyter.runtime.core import secrets
 from cortex_jupyter.runtime.core.answer import lookup
 
 from . import commonmark
@@ -66,11 +67,13 @@ _default_parser: MarkdownIt | None = None
 
 
 def render_markdown(text: str, values: Mapping[str, Any] | None = None) -> str:
-    """The whole of ``text`` as HTML in one go (a saved snapshot, or a reference)."""
+    """The whole of ``text`` as HTML in one go (a saved snapshot, or a reference);
+    secrets redacted in the source (markdown rewrites ``*``, ``\\_``, ``&amp;``...: a
+    secret rendered is another text)."""
     global _default_parser
     if _default_parser is None:
         _default_parser = make_parser()
-    return commonmark.render(_default_parser, text, values)
+    return commonmark.render(_default_parser, secrets.redact(text), values)
 
 
 class IncrementalMarkdown:
@@ -115,7 +118,7 @@ class IncrementalMarkdown:
 
     def render(self, text: str, values: Mapping[str, Any] | None = None) -> str:
         self.renders += 1
-        text = normalize(text)
+        text = normalize(secrets.redact(text))  # in the source: see ``render_markdown``
         values = values or {}
         if self._done_src and (not text.startswith(self._done_src) or self._stale(values)):
             self.restarts += 1

@@ -669,7 +669,10 @@ class WidgetView:
     def _draw_response(self, now: float, allowance: float) -> int:
         if not self._has_content("response"):
             return 0
-        html = self._markdown.render(self.state.body, self._read_values())
+        body = self.state.body  # (redacted as it is rendered: ``IncrementalMarkdown``)
+        if self.state.stream_open:  # its end may be the first characters of a secret
+            body = secrets.hide_edges(body, start=False)
+        html = self._markdown.render(body, self._read_values())
         stable = _cached_html(self._markdown)
         rest = html[len(stable) :]
         sent = 0

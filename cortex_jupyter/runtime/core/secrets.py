@@ -13,8 +13,11 @@ Only a secret's own values are replaced (no guessing from patterns here: "sk-lea
 not a key), but in every **form** a value takes when text is escaped on its way out: as
 JSON writes it (``ensure_ascii`` on and off), as Python's ``repr`` and ``ascii`` write
 it (either quote style), percent-encoded (``quote``, ``quote_plus``), HTML-escaped, and
-each of those escaped once more (JSON inside JSON, a repr of JSON...). ``forms`` lists
-them, longest first; one compiled pattern matches them all. Values shorter than 8
+each of those escaped once more (JSON inside JSON, a repr of JSON...); in either Unicode
+normal form; its UTF-8 bytes as a ``bytes`` repr, hex and base64 write them; and, for a
+value of several lines (a PEM key), each line of 8 characters or more on its own (what
+writes text line by line never shows it whole). ``forms`` lists them, longest first; one
+compiled pattern (a tree of their shared beginnings) matches them all. Values shorter than 8
 characters are not secrets worth the damage of replacing them everywhere ("none",
 "ollama" are placeholders, not keys).
 
@@ -31,13 +34,16 @@ that shortens what it shows, saves or sends goes through one of them.
 
 from __future__ import annotations
 
+import base64
 import builtins
+import contextlib
 import html
 import json
 import os
 import re
 import sys
 import threading
+import unicodedata
 import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
@@ -48,6 +54,7 @@ from cortex_jupyter.runtime.core.bounded import BoundedRepr, failed
 __all__ = [
     "CREDENTIAL_NAME",
     "MIN_FRAGMENT",
+    "NOT_XML",
     "REDACTED",
     "RESULT_REPR_LIMIT",
     "Repr",
@@ -75,6 +82,10 @@ MIN_SECRET = 8
 MIN_FRAGMENT = 4
 # What others write where they cut a text (pandas, numpy, reprlib, cortex itself).
 _ELLIPSIS = re.compile(r"(\.\.\.|…)")
+#: What an XML (SVG) document may not hold: XML 1.0 allows tab, LF, CR and everything from
+#: U+0020 except surrogates, U+FFFE/U+FFFF. The views replace it with U+FFFD
+#: (``theme.clean``), so a secret holding it reads so there: one of its forms.
+NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff\ufffe\uffff]")
 # Where ``Repr`` cut (reprlib's fill value while it works): never in a repr of a string.
 _CUT = "\x00\ufdd0cut\ufdd0\x00"
 
@@ -86,7 +97,7 @@ class Secrets:
         self._environ = environ
         self._added: set[str] = set()
         self._lock = threading.Lock()
-        self._cache: _Compiled = _Compiled((), (), None, frozenset(), frozenset())
+        self._cache: _Compiled = _Compiled((), (), None, frozenset(), frozenset(), None)
         self._environment: tuple[dict[Any, Any], tuple[str, ...], int] = ({}, (), -1)
 
     def add(self, value: str | None) -> None:
@@ -122,12 +133,14 @@ class Secrets:
         values = self.values()
         cached = self._cache
         if values != cached.values:
-            every = {form for value in values for form in escaped_forms(value)}
+            every = {
+                form for value in values for part in _parts(value) for form in escaped_forms(part)
+            }
             found = tuple(sorted(every, key=_longest_first))
-            pattern = re.compile("|".join(map(re.escape, found))) if found else None
+            pattern = _pattern_of(found) if found else None
             ends = frozenset(f[i - MIN_FRAGMENT : i] for f in found for i in _cuts(f))
             starts = frozenset(f[i : i + MIN_FRAGMENT] for f in found for i in _cuts(f, 1))
-            cached = self._cache = _Compiled(values, found, pattern, ends, starts)
+            cached = self._cache = _Compiled(values, found, pattern, ends, starts, _spaced(values))
         return cached
 
     def _pattern(self) -> re.Pattern[str] | None:
@@ -147,6 +160,8 @@ class Secrets:
         if known.pattern is None:
             return text
         text = known.pattern.sub(REDACTED, text)
+        if known.spaced is not None:
+            text = known.spaced.sub(REDACTED, text)
         if "..." in text or "…" in text:
             text = self._hide_at_marks(text, known)
         return text
@@ -167,12 +182,12 @@ class Secrets:
         )
 
     def redact_value(self, value: Any) -> Any:
-        """A JSON-like value with every string in it redacted (new containers; other
-        values as they are)."""
-        pattern = self._pattern()
-        if pattern is None:
+        """A JSON-like value with every string in it redacted as ``redact`` redacts a
+        text (the part of a secret another library cut at ``...`` too), in new
+        containers; other values as they are."""
+        if self._pattern() is None:
             return value
-        return _walk(value, pattern)
+        return _walk(value, self.redact)
 
     # ---- cutting ----------------------------------------------------------------------
 
@@ -291,6 +306,70 @@ class _Compiled(NamedTuple):
     pattern: re.Pattern[str] | None
     ends: frozenset[str]  # the last MIN_FRAGMENT characters of each proper prefix
     starts: frozenset[str]  # the first MIN_FRAGMENT characters of each proper suffix
+    spaced: re.Pattern[str] | None  # the secrets holding whitespace, any whitespace there
+
+
+_BETWEEN_WORDS = r"(?:\s|\\+[ntr])+"
+
+
+def _spaced(values: tuple[str, ...]) -> re.Pattern[str] | None:
+    """One pattern matching each secret that holds whitespace (a passphrase) with any
+    run of whitespace where it has one, written or escaped (``\\n`` in a repr or JSON):
+    a text wrapped onto lines (``textwrap``, a terminal report) has a line break and an
+    indent where the secret had a space.
+    ``None`` when no secret holds whitespace (almost always: nothing to search)."""
+    spaced = [
+        _BETWEEN_WORDS.join(map(re.escape, words))
+        for value in values
+        for base in {value, unicodedata.normalize("NFC", value)}
+        if len(words := base.split()) > 1
+    ]
+    return re.compile("|".join(spaced)) if spaced else None
+
+
+def _parts(value: str) -> set[str]:
+    """``value`` and, when it holds line breaks (a PEM key kept in the environment),
+    each of its lines of ``MIN_SECRET`` characters or more: what writes text line by
+    line (the text view puts each line of a tool's output under its node's mark, a log
+    prefixes each line) never shows the whole value as one text."""
+    lines = {line.strip() for line in value.splitlines()}
+    return {value} | {line for line in lines if len(line) >= MIN_SECRET}
+
+
+def _pattern_of(forms: tuple[str, ...]) -> re.Pattern[str]:
+    """One pattern matching every form, the longest where several start at one place.
+
+    Written as a tree of the forms' shared beginnings (``ab(?:c|d)``), not as a list of
+    alternatives: ``re`` tries alternatives one by one at each position of a text, and
+    with base64 and hex forms almost every character starts one (hundreds of forms with
+    twenty credentials set). In the tree only the branch of the next character is
+    followed, so a position costs a few steps whatever the number of forms."""
+    tree: dict[str, Any] = {}
+    for form in forms:
+        node = tree
+        for char in form:
+            node = node.setdefault(char, {})
+        node[""] = {}  # a form ends here
+    try:
+        return re.compile(_branches(tree))
+    except (RecursionError, re.error):  # (a tree too deep for ``re``: forms one by one)
+        return re.compile("|".join(map(re.escape, forms)))
+
+
+def _branches(node: dict[str, Any]) -> str:
+    """The pattern of a tree node: its branches (a run of single characters as one
+    literal), optional where a form ends at the node (greedy: the longest form wins)."""
+    branches = []
+    for char in sorted(key for key in node if key):
+        literal, child = char, node[char]
+        while len(child) == 1 and "" not in child:
+            ((next_char, child),) = child.items()
+            literal += next_char
+        branches.append(re.escape(literal) + _branches(child))
+    if not branches:
+        return ""
+    body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+    return f"(?:{body})?" if "" in node else body
 
 
 def _cuts(form: str, start: int = 0) -> range:
@@ -303,9 +382,44 @@ def _cuts(form: str, start: int = 0) -> range:
 
 def escaped_forms(value: str) -> set[str]:
     """``value`` as it reads once escaped by JSON, Python's ``repr``/``ascii`` (either
-    quote style), percent-encoding or HTML, and each of those escaped once more."""
-    first = {escape(value) for escape in _ESCAPES} | {value}
-    return {escape(form) for form in first for escape in _ESCAPES} | first
+    quote style), percent-encoding or HTML, and each of those escaped once more; in
+    either Unicode normal form (NFC, NFD); and its UTF-8 bytes as ``bytes`` repr, hex
+    and base64 write them (``encoded_forms``)."""
+    bases = {value, unicodedata.normalize("NFC", value), unicodedata.normalize("NFD", value)}
+    bases |= {NOT_XML.sub("\ufffd", base) for base in bases}  # as ``theme.clean`` shows it
+    first = {form for base in bases for form in _escaped(base)} | bases
+    first |= {form for base in bases for form in encoded_forms(base)}
+    return {form for first_form in first for form in _escaped(first_form)} | first
+
+
+def _escaped(value: str) -> set[str]:
+    """``value`` as each of ``_ESCAPES`` writes it (one that cannot, as ``quote`` cannot
+    write a lone surrogate, writes no form of it)."""
+    found = set()
+    for escape in _ESCAPES:
+        with contextlib.suppress(ValueError):  # (UnicodeEncodeError)
+            found.add(escape(value))
+    return found
+
+
+def encoded_forms(value: str) -> set[str]:
+    """``value``'s UTF-8 bytes as a ``bytes`` repr writes them (either quote style), as
+    hex (either case), and as base64 (standard and URL-safe) wherever they start in the
+    encoded bytes: at each of the three alignments, the characters that depend on the
+    secret's bytes alone (a basic-auth header encodes ``user:KEY``)."""
+    try:  # a value read from the environment: its bytes as they were (``os.environb``)
+        data = value.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        data = value.encode("utf-8", "surrogatepass")
+    found = {builtins.repr(data)[2:-1], builtins.repr(data + b"'\"")[2:-4]}
+    found |= {data.hex(), data.hex().upper()}
+    for pad in range(3):
+        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+            text = encode(bytes(pad) + data).decode("ascii")
+            first = 4 if pad else 0  # its first group holds bytes that are not the secret
+            last = len(text) - (4 if (pad + len(data)) % 3 else 0)  # nor its last
+            found.add(text[first:last])
+    return {form for form in found if len(form) >= MIN_SECRET}
 
 
 _ESCAPES: tuple[Callable[[str], str], ...] = (
@@ -376,14 +490,22 @@ def _shown_rows(rows: int, pd: Any) -> list[int] | None:
 
 
 def _textual(dtype: Any, pd: Any) -> bool:
-    return bool(pd.api.types.is_object_dtype(dtype) or pd.api.types.is_string_dtype(dtype))
+    """Whether values of ``dtype`` may be text: anything but numbers, booleans and times
+    (a categorical's categories, a sparse or extension column may hold strings)."""
+    types = pd.api.types
+    return not (
+        types.is_numeric_dtype(dtype)
+        or types.is_bool_dtype(dtype)
+        or types.is_datetime64_any_dtype(dtype)
+        or types.is_timedelta64_dtype(dtype)
+    )
 
 
 def _redacted_series(column: Any, rows: list[int] | None, cell: Callable[[Any], Any]) -> Any:
     values = column.to_numpy(dtype=object, copy=True)
     for i in range(len(values)) if rows is None else rows:
         values[i] = cell(values[i])
-    return type(column)(values, index=column.index, name=column.name, dtype=object)
+    return type(column)(values, index=column.index, name=column.name, dtype=_kept(column.dtype))
 
 
 def _redacted_index(index: Any, rows: list[int] | None, pd: Any, cell: Callable[[Any], Any]) -> Any:
@@ -397,7 +519,14 @@ def _redacted_index(index: Any, rows: list[int] | None, pd: Any, cell: Callable[
     values = index.to_numpy(dtype=object, copy=True)
     for i in range(len(values)) if rows is None else rows:
         values[i] = cell(values[i])
-    return pd.Index(values, name=cell(index.name), dtype=object)
+    return pd.Index(values, name=cell(index.name), dtype=_kept(index.dtype))
+
+
+def _kept(dtype: Any) -> Any:
+    """The dtype redacted text cells keep: a string dtype stays (so the frame reads as
+    it would: ``dtype: str``), anything else is ``object`` (a categorical's categories
+    are the old texts)."""
+    return dtype if getattr(dtype, "name", "") in ("str", "string") else object
 
 
 def _prefix_at_end(text: str, secret: str) -> int:
@@ -503,20 +632,20 @@ DEEPEST = 2 * MAX_JSON_DEPTH
 TOO_DEEP = f"[nested over {DEEPEST} levels deep: not kept]"
 
 
-def _walk(value: Any, pattern: re.Pattern[str], depth: int = 0) -> Any:
+def _walk(value: Any, redact: Callable[[str], str], depth: int = 0) -> Any:
     if isinstance(value, str):
-        return pattern.sub(REDACTED, value)
+        return redact(value)
     if not isinstance(value, Mapping | list | tuple):
         return value
     if depth >= DEEPEST:
         return TOO_DEEP
     depth += 1
     if isinstance(value, Mapping):
-        return {_walk(k, pattern, depth): _walk(v, pattern, depth) for k, v in value.items()}
+        return {_walk(k, redact, depth): _walk(v, redact, depth) for k, v in value.items()}
     if type(value) is list:
-        return [_walk(item, pattern, depth) for item in value]
+        return [_walk(item, redact, depth) for item in value]
     if type(value) is tuple:
-        return tuple(_walk(item, pattern, depth) for item in value)
+        return tuple(_walk(item, redact, depth) for item in value)
     return value
 
 
