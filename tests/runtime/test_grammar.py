@@ -173,6 +173,58 @@ def test_sigil_and_cogency_grammars_admit_call_lists_that_run() -> None:
     assert not accepts(reply_grammar("cogency", TOOLS), cogency.replace("add", "sub"))
 
 
+BOX = {
+    "type": "object",
+    "properties": {"w": {"type": "number"}, "tag": {"type": "string"}},
+    "required": ["w"],
+    "additionalProperties": False,
+}
+MCP_SCHEMAS = {
+    # FastMCP writes a pydantic model parameter as a $ref into $defs.
+    "ref": {
+        "type": "object",
+        "properties": {"box": {"$ref": "#/$defs/Box"}},
+        "required": ["box"],
+        "$defs": {"Box": BOX},
+    },
+    "recursive-ref": {
+        "type": "object",
+        "properties": {"node": {"$ref": "#/$defs/Node"}},
+        "required": ["node"],
+        "$defs": {
+            "Node": {
+                "type": "object",
+                "properties": {
+                    "v": {"type": "integer"},
+                    "kids": {"type": "array", "items": {"$ref": "#/$defs/Node"}},
+                },
+                "required": ["v"],
+                "additionalProperties": False,
+            }
+        },
+    },
+    # Older pydantic wraps a $ref in a one-item allOf to give it a description.
+    "allOf-ref": {
+        "type": "object",
+        "properties": {"box": {"allOf": [{"$ref": "#/definitions/Box"}], "description": "A box"}},
+        "required": ["box"],
+        "definitions": {"Box": BOX},
+    },
+    "allOf": {
+        "type": "object",
+        "properties": {"n": {"allOf": [{"type": "integer"}, {"description": "a count"}]}},
+        "required": ["n"],
+    },
+    "items-bounds": {
+        "type": "object",
+        "properties": {
+            "xs": {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 3}
+        },
+        "required": ["xs"],
+    },
+}
+
+
 def expression(schema: Any, *, references: bool = False) -> str:
     rules = _Rules()
     root = schema_rules(schema, rules, "value", references=references)
@@ -228,6 +280,22 @@ def expression(schema: Any, *, references: bool = False) -> str:
             ['{"a\\"b": 1, "ac": 2}', '{"a": 1, "ab": 2}'],
             ['{"ab": 1, "ab": 2}', '{"a"b": 1}'],
         ),
+        (
+            {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 3},
+            ["[1, 2]", '[1, "$n", 3]'],
+            ["[]", "[1]", "[1, 2, 3, 4]"],
+        ),
+        ({"type": "array", "minItems": 1}, ["[1]", '[1, "a", null, 4]'], ["[]"]),
+        ({"type": "array", "maxItems": 0}, ["[]", "[ ]"], ["[1]"]),
+        (
+            {
+                "$ref": "#/$defs/Node",
+                "$defs": {"Node": MCP_SCHEMAS["recursive-ref"]["$defs"]["Node"]},
+            },
+            ['{"v": 1}', '{"kids": [{"v": 2, "kids": []}], "v": 1}'],
+            ['{"v": 1, "kids": [{}]}', '{"v": 1, "kids": [3]}', "null"],
+        ),
+        ({"allOf": [{"type": "integer"}, {"minimum": 0}]}, ["3"], ['"3"', "1.5"]),
         ({"format": "something-unknown"}, ['{"any": [1, "json"]}', "3"], ["{bad}"]),
         ({"type": "object"}, ['{"k": 1}', "{}"], ["[]"]),
     ],
@@ -570,3 +638,41 @@ def test_answer_grammars_refuse_a_blank_answer(dialect: str) -> None:
     assert accepts(
         grammar, blank.replace(" \n", " 42\n", 1).replace("> <", ">42<").replace(" \n\t", "42")
     )
+
+
+# ---- MCP schemas: what the server's schema check (jsonschema) refuses is not admitted
+
+
+def _mcp_tool(schema: dict[str, Any]) -> Any:
+    from cortex_jupyter.runtime.integrations.mcp.schema import McpTool
+
+    return McpTool("srv.t", "tool", None, "A tool.", schema, server="srv", tool="t")
+
+
+def _schema_problems(value: Any, schema: Mapping[str, Any]) -> list[str]:
+    """What jsonschema refuses in ``value``, leaving out ``"$name"`` references (the
+    runtime resolves them before the check)."""
+    from jsonschema import Draft202012Validator
+
+    def reference(error: Any) -> bool:
+        inst = error.instance
+        return isinstance(inst, str) and bool(REFERENCE.fullmatch(inst))
+
+    errors = Draft202012Validator(schema).iter_errors(value)
+    return [e.message for e in errors if not reference(e)]
+
+
+@pytest.mark.parametrize("dialect", GRAMMAR_DIALECTS)
+@pytest.mark.parametrize("shape", MCP_SCHEMAS)
+def test_mcp_schemas_admit_only_what_the_schema_check_passes(dialect: str, shape: str) -> None:
+    schema = MCP_SCHEMAS[shape]
+    tool = _mcp_tool(schema)
+    grammar = reply_grammar(dialect, [tool.schema()])
+    sample, rng = sampler(grammar), random.Random(f"{dialect} {shape}")
+    for _ in range(150):
+        text = sample(rng)
+        parser = Parser(dialect)
+        events = [*parser.feed(text), *parser.close()]
+        [call] = [e.action for e in events if isinstance(e, ActionReady)]
+        assert call.name == "srv.t"
+        assert not _schema_problems(dict(call.parameters), schema), (text, call.parameters)
