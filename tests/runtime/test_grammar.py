@@ -676,3 +676,42 @@ def test_mcp_schemas_admit_only_what_the_schema_check_passes(dialect: str, shape
         [call] = [e.action for e in events if isinstance(e, ActionReady)]
         assert call.name == "srv.t"
         assert not _schema_problems(dict(call.parameters), schema), (text, call.parameters)
+
+
+ANSWER_FORMS = {
+    "cortex": "<response>{}</response>",
+    "hermes": "{}",
+    "sigil": "§RESPOND: {}§END:",
+    "cogency": "<respond>{}</respond><end>",
+}
+
+
+def _answer(dialect: str, text: str) -> str:
+    parser = Parser(dialect)
+    events = [*parser.feed(text), *parser.close()]
+    return "".join(e.text for e in events if isinstance(e, ResponseDelta | TextDelta))
+
+
+@pytest.mark.parametrize("dialect", GRAMMAR_DIALECTS)
+def test_an_answer_of_unicode_whitespace_is_blank_too(dialect: str) -> None:
+    # The parser strips what str.strip() strips: a no-break or ideographic space, a line
+    # separator, a form feed make an answer as blank as a space does.
+    grammar = reply_grammar(dialect, [ADD], "either")
+    for blank in ("\u00a0", "\u3000", "\u2028", "\x0b", "\x0c", " \u00a0\u2003 ", "\x85"):
+        text = ANSWER_FORMS[dialect].format(blank)
+        assert not _answer(dialect, text).strip()
+        assert not accepts(grammar, text), repr(text)
+    for answer in ("\u00a0 42", "42\u3000", "\u2003x\u2003"):
+        text = ANSWER_FORMS[dialect].format(answer)
+        assert _answer(dialect, text).strip() == answer.strip()
+        assert accepts(grammar, text), repr(text)
+
+
+@pytest.mark.parametrize("dialect", GRAMMAR_DIALECTS)
+def test_an_answer_may_compare_numbers(dialect: str) -> None:
+    # "<" that starts no tag is text to the parser: an answer holding one is admitted.
+    grammar = reply_grammar(dialect, [ADD], "answer")
+    for answer in ("3 < 4", "x<3 and y <= 2", "a <- b", "1 <2"):
+        text = ANSWER_FORMS[dialect].format(answer)
+        assert _answer(dialect, text) == answer
+        assert accepts(grammar, text), repr(text)

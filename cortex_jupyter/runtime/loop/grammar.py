@@ -480,6 +480,8 @@ def reply_grammar(
     rules = _Rules()
     if stage == "answer":
         rules.add("root", _ANSWERS[dialect])
+        for name, body in _ANSWER_RULES.items():
+            rules.add(name, body)
         return rules.text() + _BASE
     if not tools:
         raise ValueError("constrain: no tools are registered, so there is no action to constrain")
@@ -508,12 +510,19 @@ def reply_grammar(
     return rules.text() + _BASE
 
 
-# A final answer holds a character other than whitespace: a blank one says nothing.
+# A final answer holds a character other than whitespace: a blank one says nothing. What
+# is whitespace is what the parser strips (``str.strip``: a no-break space, a line
+# separator too). A ``<`` that starts no tag (``3 < 4``) is text, as the parser reads it.
+_SPACES = "".join(_class_char(c) for c in map(chr, range(0x3001)) if c.isspace())
 _ANSWERS = {
-    "cortex": 'ws "<response>" ws [^< \\t\\n\\r] [^<]* "</response>"',
-    "hermes": "ws [^< \\t\\n\\r] [^<]*",
-    "sigil": 'ws "§RESPOND: " ws [^§ \\t\\n\\r] [^§]* "§END:"',
-    "cogency": 'ws "<respond>" ws [^< \\t\\n\\r] [^<]* "</respond>" ws "<end>"',
+    "cortex": f'ws "<response>" blank [^<{_SPACES}] answer-char* "</response>"',
+    "hermes": f"blank [^<{_SPACES}] answer-char*",
+    "sigil": f'ws "§RESPOND: " blank [^§{_SPACES}] [^§]* "§END:"',
+    "cogency": f'ws "<respond>" blank [^<{_SPACES}] answer-char* "</respond>" ws "<end>"',
+}
+_ANSWER_RULES = {
+    "blank": _bounded(f"[{_SPACES}]", WS_LIMIT),
+    "answer-char": '[^<] | "<" [^a-zA-Z/!<]',
 }
 
 
