@@ -403,3 +403,24 @@ def test_a_tool_with_no_parameters_that_failed_may_be_called_again(
     second = server.requests[1].json["grammar"]
     assert accepts(second, CITY.replace("c1", "c2"))
     assert len(tries) == 2 and record.actions["c2"].status == "done"
+
+
+@pytest.mark.parametrize("dialect", ["cortex", "hermes", "sigil", "cogency"])
+def test_a_number_of_more_digits_than_python_reads_is_a_refused_call(dialect: str) -> None:
+    # The grammar admits any number of digits, and a small model may write digits until
+    # its token limit: Python's int() refuses over 4,300 of them with a ValueError.
+    huge = "9" * 5000
+    call = {
+        "cortex": action("w1", f'{{"name": "add", "parameters": {{"a": {huge}, "b": 1}}}}'),
+        "hermes": f'<tool_call>{{"name": "add", "arguments": {{"a": {huge}, "b": 1}}}}</tool_call>',
+        "sigil": f'§CALLS: [{{"name": "add", "args": {{"a": {huge}, "b": 1}}}}]\n§EXECUTE:',
+        "cogency": f'<execute>[{{"name": "add", "args": {{"a": {huge}, "b": 1}}}}]</execute>',
+    }[dialect]
+    answer = {"cortex": ANSWER, "hermes": "It is 4 degrees.", "sigil": "§RESPOND: 4§END:"}
+    model = ScriptModel([call, answer.get(dialect, "<respond>4</respond><end>")])
+    record = anyio.run(
+        partial(run_agent, "go", model=model, registry=weather_registry(), dialect=dialect)
+    )
+    assert record.status == "completed", record.reason
+    [error] = record.errors
+    assert "4300 digits" in error.message and "\n" not in error.message
