@@ -296,6 +296,18 @@ def expression(schema: Any, *, references: bool = False) -> str:
             ['{"v": 1, "kids": [{}]}', '{"v": 1, "kids": [3]}', "null"],
         ),
         ({"allOf": [{"type": "integer"}, {"minimum": 0}]}, ["3"], ['"3"', "1.5"]),
+        (
+            # A required name the properties leave out is still required (any value).
+            {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a", "b"]},
+            ['{"a": 1, "b": "x"}', '{"b": null, "a": 2}'],
+            ['{"a": 1}', '{"b": 1}'],
+        ),
+        (
+            # Draft 3 wrote "required": true (on a property, so an object may hold it too).
+            {"type": "object", "properties": {"a": {"type": "integer"}}, "required": True},
+            ['{"a": 1}', "{}"],
+            ['{"a": "x"}'],
+        ),
         ({"format": "something-unknown"}, ['{"any": [1, "json"]}', "3"], ["{bad}"]),
         ({"type": "object"}, ['{"k": 1}', "{}"], ["[]"]),
     ],

@@ -311,6 +311,10 @@ def _array(item: str, low: Any, high: Any) -> str:
 def _object(schema: Mapping[str, Any], rules: _Rules, hint: str) -> str:
     props = schema.get("properties")
     props = props if isinstance(props, Mapping) else {}
+    # A required name the properties leave out is still required, with any value.
+    listed = schema.get("required")
+    required = [n for n in listed if isinstance(n, str)] if isinstance(listed, list) else []
+    props = {**props, **{n: {} for n in required if n not in props}}
     extra = schema.get("additionalProperties", not props)
     if not props and extra is True:
         return "json-object"
@@ -323,8 +327,7 @@ def _object(schema: Mapping[str, Any], rules: _Rules, hint: str) -> str:
         key = _key_other_than(list(props), rules, f"{hint}-key")
         value = schema_rules(extra, rules, f"{hint}-extra") if extra is not True else "json-value"
         other = rules.add(f"{hint}-other", f'{key} ws ":" ws {value}')
-    required = [n for n in schema.get("required") or () if n in props]
-    return _pairs(pairs, required, other, rules, hint)
+    return _pairs(pairs, list(dict.fromkeys(required)), other, rules, hint)
 
 
 def _pairs(
