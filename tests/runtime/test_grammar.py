@@ -727,3 +727,21 @@ def test_an_answer_may_compare_numbers(dialect: str) -> None:
         text = ANSWER_FORMS[dialect].format(answer)
         assert _answer(dialect, text) == answer
         assert accepts(grammar, text), repr(text)
+
+
+def test_one_schema_used_many_times_is_written_once() -> None:
+    # An object of six optional properties is 64 rules (one per set written so far);
+    # six parameters of the same model wrote them six times, and a tool or two of such
+    # models made a grammar of megabytes for the server to read on every request.
+    point = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(6)}}
+
+    def grammar(count: int) -> str:
+        props = {f"q{i}": point for i in range(count)}
+        tool = {"name": "t", "parameters": {"type": "object", "properties": props}}
+        return reply_grammar("cortex", [tool])
+
+    one, six = grammar(1), grammar(6)
+    assert len(six) < 2 * len(one)
+    text = cortex_action({"name": "t", "parameters": {"q5": {"p5": 1, "p0": 2}, "q0": {}}})
+    assert accepts(six, text)
+    assert not accepts(six, text.replace('"p5"', '"p6"'))

@@ -180,6 +180,7 @@ class _Rules:
         #: made for each ``$ref`` in it (a recursive one names its own rule).
         self.root: Any = None
         self.refs: dict[tuple[int, str], str] = {}
+        self.made: dict[tuple[int, bool, str], str] = {}  # ``schema_rules``' rules
 
     def add(self, hint: str, body: str) -> str:
         base = re.sub(r"[^a-zA-Z0-9-]+", "-", hint).strip("-").lower() or "r"
@@ -203,10 +204,15 @@ def schema_rules(schema: Any, rules: _Rules, hint: str, *, references: bool = Tr
     """
     if rules.root is None:
         rules.root = schema
-    expr = _schema(schema, rules, hint)
-    if references and expr not in ("json-string", "json-value"):
-        return rules.add(hint, f"{expr} | reference")
-    return expr
+    # The same schema twice (a list of one model, one type in many tools) is one rule:
+    # an object's rules grow with its properties' orders, and would be written again.
+    key = (id(rules.root), references, json.dumps(schema, sort_keys=True, default=repr))
+    if key not in rules.made:
+        expr = _schema(schema, rules, hint)
+        if references and expr not in ("json-string", "json-value"):
+            expr = rules.add(hint, f"{expr} | reference")
+        rules.made[key] = expr
+    return rules.made[key]
 
 
 def _schema(schema: Any, rules: _Rules, hint: str) -> str:
@@ -318,8 +324,11 @@ def _object(schema: Mapping[str, Any], rules: _Rules, hint: str) -> str:
     extra = schema.get("additionalProperties", not props)
     if not props and extra is True:
         return "json-object"
-    pairs = {
-        name: f'{_json_literal(name)} ws ":" ws {schema_rules(value, rules, f"{hint}-{name}")}'
+    pairs = {  # one rule each: the orders of an object name each pair many times
+        name: rules.add(
+            f"{hint}-{name}-pair",
+            f'{_json_literal(name)} ws ":" ws {schema_rules(value, rules, f"{hint}-{name}")}',
+        )
         for name, value in props.items()
     }
     other = None
