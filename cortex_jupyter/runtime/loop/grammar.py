@@ -181,6 +181,7 @@ class _Rules:
         self.root: Any = None
         self.refs: dict[tuple[int, str], str] = {}
         self.made: dict[tuple[int, bool, str], str] = {}  # ``schema_rules``' rules
+        self.roots: list[Any] = []  # each root read: kept, so no other takes its id
 
     def add(self, hint: str, body: str) -> str:
         base = re.sub(r"[^a-zA-Z0-9-]+", "-", hint).strip("-").lower() or "r"
@@ -204,6 +205,7 @@ def schema_rules(schema: Any, rules: _Rules, hint: str, *, references: bool = Tr
     """
     if rules.root is None:
         rules.root = schema
+        rules.roots.append(schema)
     # The same schema twice (a list of one model, one type in many tools) is one rule:
     # an object's rules grow with its properties' orders, and would be written again.
     key = (id(rules.root), references, json.dumps(schema, sort_keys=True, default=repr))
@@ -442,6 +444,7 @@ def _calls(
         name = str(tool["name"])
         params = tool.get("parameters") or {"type": "object", "additionalProperties": False}
         rules.root = params
+        rules.roots.append(params)
         args = schema_rules(params, rules, f"args-{name}", references=False)
         pairs = {
             "name": f'"\\"name\\"" ws ":" ws {_json_literal(name)}',
