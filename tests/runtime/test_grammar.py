@@ -27,7 +27,7 @@ from cortex_jupyter.runtime.loop.grammar import (
     schema_rules,
 )
 
-from .gbnf import accepts, parse, sampler
+from .gbnf import accepts, left_recursive, parse, sampler
 
 WEATHER = {
     "name": "get_weather",
@@ -504,6 +504,7 @@ def test_every_text_a_grammar_admits_runs(dialect: str, stage: Stage) -> None:
     registry = sampling_registry()
     tools = registry.schemas(("tool",))
     grammar = reply_grammar(dialect, tools, stage, max_actions=2, known_ids=["w0"])
+    assert left_recursive(grammar) == []  # llama.cpp refuses a grammar with one
     sample, rng = sampler(grammar), random.Random(f"{dialect} {stage}")
     calls = [assert_runs(dialect, sample(rng), registry, {"w0"}) for _ in range(SAMPLES)]
     if stage == "actions":
@@ -680,6 +681,7 @@ def test_mcp_schemas_admit_only_what_the_schema_check_passes(dialect: str, shape
     schema = MCP_SCHEMAS[shape]
     tool = _mcp_tool(schema)
     grammar = reply_grammar(dialect, [tool.schema()])
+    assert left_recursive(grammar) == []  # llama.cpp refuses a grammar with one
     sample, rng = sampler(grammar), random.Random(f"{dialect} {shape}")
     for _ in range(150):
         text = sample(rng)
@@ -745,3 +747,46 @@ def test_one_schema_used_many_times_is_written_once() -> None:
     text = cortex_action({"name": "t", "parameters": {"q5": {"p5": 1, "p0": 2}, "q0": {}}})
     assert accepts(six, text)
     assert not accepts(six, text.replace('"p5"', '"p6"'))
+
+
+@pytest.mark.parametrize(
+    ("defs", "good", "bad"),
+    [
+        ({"N": {"$ref": "#/$defs/N"}}, ["3", '{"a": 1}'], []),  # only itself: anything
+        ({"N": {"$ref": "#/$defs/M"}, "M": {"$ref": "#/$defs/N"}}, ["3"], []),
+        # A union that names itself among its options is the other options (or any value).
+        ({"N": {"anyOf": [{"$ref": "#/$defs/N"}, {"type": "integer"}]}}, ["3"], []),
+        (
+            {"N": {"allOf": [{"$ref": "#/$defs/M"}]}, "M": {"allOf": [{"$ref": "#/$defs/N"}]}},
+            ["3"],
+            [],
+        ),
+        (  # Past a bracket it is structure: a list of lists of ... integers.
+            {
+                "N": {
+                    "anyOf": [
+                        {"type": "integer"},
+                        {"type": "array", "items": {"$ref": "#/$defs/N"}},
+                    ]
+                }
+            },
+            ["3", "[1, [2, [3]], []]"],
+            ['"a"', '[1, ["a"]]'],
+        ),
+    ],
+)
+def test_a_ref_that_reaches_itself_makes_no_left_recursion(
+    defs: dict[str, Any], good: list[str], bad: list[str]
+) -> None:
+    # llama.cpp refuses a grammar with a rule that reaches itself before reading a
+    # character ("left recursion detected"): the whole request failed, every turn.
+    schema = {"type": "object", "properties": {"x": {"$ref": "#/$defs/N"}}, "required": ["x"]}
+    grammar = reply_grammar("cortex", [{"name": "t", "parameters": {**schema, "$defs": defs}}])
+    assert left_recursive(grammar) == []
+    for value in good:
+        assert accepts(
+            grammar, cortex_action({"name": "t", "parameters": {"x": json.loads(value)}})
+        )
+    for value in bad:
+        text = cortex_action({"name": "t", "parameters": {"x": json.loads(value)}})
+        assert not accepts(grammar, text), value

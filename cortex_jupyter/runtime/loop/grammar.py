@@ -182,6 +182,8 @@ class _Rules:
         self.refs: dict[tuple[int, str], str] = {}
         self.made: dict[tuple[int, bool, str], str] = {}  # ``schema_rules``' rules
         self.roots: list[Any] = []  # each root read: kept, so no other takes its id
+        self.depth = 0  # brackets (objects, arrays) around the value being read
+        self.building: dict[tuple[int, str], int] = {}  # $ref being read -> its depth
 
     def add(self, hint: str, body: str) -> str:
         base = re.sub(r"[^a-zA-Z0-9-]+", "-", hint).strip("-").lower() or "r"
@@ -248,7 +250,9 @@ def _schema(schema: Any, rules: _Rules, hint: str) -> str:
         return simple[kind]
     if kind == "array":
         items = schema.get("items")
+        rules.depth += 1
         item = schema_rules(items, rules, f"{hint}-item") if items is not None else "json-value"
+        rules.depth -= 1
         return rules.add(hint, _array(item, schema.get("minItems"), schema.get("maxItems")))
     if kind == "object" or (kind is None and isinstance(schema.get("properties"), Mapping)):
         return _object(schema, rules, hint)
@@ -259,12 +263,18 @@ def _ref(ref: str, rules: _Rules, hint: str) -> str:
     """A rule for the schema a local ``$ref`` points to, made once per ``$ref`` (so one
     that refers to itself is a recursive rule); one that points nowhere is any value."""
     key = (id(rules.root), ref)
+    if rules.building.get(key) == rules.depth:
+        # Reached again before a bracket: its rule would start with itself, which
+        # llama.cpp refuses ("left recursion"); the schema says nothing more here.
+        return "json-value"
     if key not in rules.refs:
         target = resolve_ref(ref, rules.root)
         if not isinstance(target, Mapping):
             return "json-value"
         name = rules.refs[key] = rules.add(f"ref-{ref.rsplit('/', 1)[-1]}", "")
+        rules.building[key] = rules.depth
         rules.rules[name] = _schema(target, rules, f"{hint}-of")
+        del rules.building[key]
     return rules.refs[key]
 
 
@@ -317,6 +327,14 @@ def _array(item: str, low: Any, high: Any) -> str:
 
 
 def _object(schema: Mapping[str, Any], rules: _Rules, hint: str) -> str:
+    rules.depth += 1
+    try:
+        return _object_in(schema, rules, hint)
+    finally:
+        rules.depth -= 1
+
+
+def _object_in(schema: Mapping[str, Any], rules: _Rules, hint: str) -> str:
     props = schema.get("properties")
     props = props if isinstance(props, Mapping) else {}
     # A required name the properties leave out is still required, with any value.
