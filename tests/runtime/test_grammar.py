@@ -790,3 +790,31 @@ def test_a_ref_that_reaches_itself_makes_no_left_recursion(
     for value in bad:
         text = cortex_action({"name": "t", "parameters": {"x": json.loads(value)}})
         assert not accepts(grammar, text), value
+
+
+@pytest.mark.parametrize(
+    ("shape", "params"),
+    [
+        ("ref", {"box": {"tag": "a", "w": 2}}),
+        ("ref", {"box": {"w": "$width"}}),
+        ("ref", {"box": "$box"}),
+        ("recursive-ref", {"node": {"kids": [{"v": 2}, {"kids": [], "v": 3}], "v": 1}}),
+        ("allOf-ref", {"box": {"tag": "b", "w": -1.5e3}}),
+        ("allOf", {"n": 4}),
+        ("items-bounds", {"xs": [1, "$n", 3]}),
+    ],
+)
+@pytest.mark.parametrize("dialect", GRAMMAR_DIALECTS)
+def test_mcp_calls_that_pass_the_schema_check_are_admitted(
+    dialect: str, shape: str, params: dict[str, Any]
+) -> None:
+    schema = MCP_SCHEMAS[shape]
+    assert not _schema_problems(params, schema)
+    body = json.dumps({"name": "srv.t", ARGS[dialect]: params}, indent=1)
+    text = {
+        "cortex": cortex_action(body),
+        "hermes": f"<tool_call>{body}</tool_call>",
+        "sigil": f"§CALLS: [{body}]\n§EXECUTE:",
+        "cogency": f"<execute>[{body}]</execute>",
+    }[dialect]
+    assert accepts(reply_grammar(dialect, [_mcp_tool(schema).schema()]), text)
