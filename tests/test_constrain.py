@@ -321,3 +321,106 @@ def test_whatever_a_grammar_lets_a_model_write_runs(dialect: str) -> None:
             skipped = node.status == "skipped" and "the same call as" in str(node.error)
             assert node.status == "done" or skipped, (node.name, node.status, node.error)
         assert record.status in ("completed", "turn_limit"), record.reason
+
+
+def test_a_model_that_takes_no_grammar_runs_a_repeated_call_again() -> None:
+    # No grammar was sent (the model takes none): the run is as without --constrain.
+    calls: list[str] = []
+    model = ScriptModel([WEATHER, WEATHER.replace("w1", "w2"), ANSWER])
+    record = anyio.run(
+        partial(run_agent, "go", model=model, registry=city_registry(calls), constrain=True)
+    )
+    assert record.status == "completed" and calls == ["get_weather Oslo"] * 2
+    assert record.actions["w2"].status == "done"
+
+
+def test_a_call_that_failed_may_be_tried_again_under_a_grammar(server: FakeOpenAIServer) -> None:
+    # The first try failed (a flaky service): its result is an error, not an answer, so
+    # the model's retry runs.
+    tries: list[str] = []
+    registry = Registry(builtins=False)
+
+    @registry.tool
+    def get_weather(city: str) -> dict[str, Any]:
+        """The weather in a city."""
+        tries.append(city)
+        if len(tries) == 1:
+            raise ConnectionError("the weather service did not answer")
+        return {"city": city, "temp_c": 4}
+
+    server.script(
+        Stream([*texts(WEATHER, 7), finish()]),
+        Stream([*texts(WEATHER.replace("w1", "w2"), 7), finish()]),
+        Stream([*texts(ANSWER, 9), finish()]),
+    )
+    record = run(server, registry=registry, constrain=True)
+    assert tries == ["Oslo", "Oslo"]
+    assert record.actions["w1"].status == "failed" and record.actions["w2"].status == "done"
+    assert record.status == "completed"
+
+
+def test_the_same_number_written_another_way_is_a_repeat(server: FakeOpenAIServer) -> None:
+    calls: list[str] = []
+    registry = Registry(builtins=False)
+
+    @registry.tool
+    def scale(x: float) -> float:
+        """Scale a number."""
+        calls.append(repr(x))
+        return x * 2
+
+    one = action("s1", '{"name": "scale", "parameters": {"x": 1}}')
+    again = action("s2", '{"name": "scale", "parameters": {"x": 1.0}}')
+    server.script(
+        Stream([*texts(one, 7), finish()]),
+        Stream([*texts(again, 7), finish()]),
+        Stream([*texts(ANSWER, 9), finish()]),
+    )
+    record = run(server, registry=registry, constrain=True)
+    assert len(calls) == 1 and record.actions["s2"].status == "skipped"
+
+
+def test_a_tool_with_no_parameters_that_failed_may_be_called_again(
+    server: FakeOpenAIServer,
+) -> None:
+    tries: list[int] = []
+    registry = Registry(builtins=False)
+
+    @registry.tool
+    def get_city() -> str:
+        """Where the user is."""
+        tries.append(1)
+        if len(tries) == 1:
+            raise ConnectionError("the location service did not answer")
+        return "Oslo"
+
+    server.script(
+        Stream([*texts(CITY, 5), finish()]),
+        Stream([*texts(CITY.replace("c1", "c2"), 5), finish()]),
+        Stream([*texts(ANSWER, 9), finish()]),
+    )
+    record = run(server, registry=registry, constrain=True)
+    second = server.requests[1].json["grammar"]
+    assert accepts(second, CITY.replace("c1", "c2"))
+    assert len(tries) == 2 and record.actions["c2"].status == "done"
+
+
+@pytest.mark.parametrize("dialect", ["cortex", "hermes", "sigil", "cogency"])
+def test_a_number_of_more_digits_than_python_reads_is_a_refused_call(dialect: str) -> None:
+    # The grammar admits any number of digits, and a small model may write digits until
+    # its token limit: Python's int() refuses over 4,300 of them with a ValueError.
+    huge = "9" * 5000
+    call = {
+        "cortex": action("w1", f'{{"name": "add", "parameters": {{"a": {huge}, "b": 1}}}}'),
+        "hermes": f'<tool_call>{{"name": "add", "arguments": {{"a": {huge}, "b": 1}}}}</tool_call>',
+        "sigil": f'§CALLS: [{{"name": "add", "args": {{"a": {huge}, "b": 1}}}}]\n§EXECUTE:',
+        "cogency": f'<execute>[{{"name": "add", "args": {{"a": {huge}, "b": 1}}}}]</execute>',
+    }[dialect]
+    answer = {"cortex": ANSWER, "hermes": "It is 4 degrees.", "sigil": "§RESPOND: 4§END:"}
+    model = ScriptModel([call, answer.get(dialect, "<respond>4</respond><end>")])
+    record = anyio.run(
+        partial(run_agent, "go", model=model, registry=weather_registry(), dialect=dialect)
+    )
+    assert record.status == "completed", record.reason
+    [error] = record.errors
+    assert "4300 digits" in error.message and "\n" not in error.message

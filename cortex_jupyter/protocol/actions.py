@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from dataclasses import replace
 from typing import Any
 
@@ -122,10 +123,21 @@ def _too_deep_error(who: str, body: str, action_id: str | None) -> ProtocolError
 
 
 def loads(text: str) -> Any:
-    """``json.loads(text, strict=False)``: control characters are allowed in strings."""
-    if text.startswith("\ufeff"):
-        return json.loads(text, strict=False)  # for its message about the BOM
-    return _DECODER.decode(text)
+    """``json.loads(text, strict=False)``: control characters are allowed in strings.
+    Raises ``json.JSONDecodeError`` for what is not JSON, and for an integer of more
+    digits than Python reads (``sys.get_int_max_str_digits``, 4,300 by default: model
+    text may hold one, and ``int()`` raises a plain ``ValueError`` for it)."""
+    try:
+        if text.startswith("\ufeff"):
+            return json.loads(text, strict=False)  # for its message about the BOM
+        return _DECODER.decode(text)
+    except json.JSONDecodeError:
+        raise
+    except ValueError as exc:
+        if "digits" not in str(exc):
+            raise
+        limit = sys.get_int_max_str_digits()
+        raise json.JSONDecodeError(f"a number has more than {limit} digits", text, 0) from None
 
 
 def _json_kind(value: Any) -> str:

@@ -235,3 +235,44 @@ class _Sampler:
 def sampler(grammar: str, *, depth: int = 12) -> Callable[[random.Random], str]:
     """A function of a ``random.Random`` giving one text ``grammar``'s root admits."""
     return _Sampler(grammar, depth)
+
+
+def left_recursive(grammar: str) -> list[str]:
+    """The rules that can reach themselves before reading a character (llama.cpp refuses
+    a grammar with one: "left recursion detected")."""
+    rules = _parsed(grammar)
+    best = _shortest(rules)
+
+    def nullable(node: Any) -> bool:
+        return _size(node, best) == 0
+
+    def firsts(node: Any) -> set[str]:
+        kind = node[0]
+        if kind == "ref":
+            return {node[1]}
+        if kind == "alt":
+            return set().union(*(firsts(o) for o in node[1]))
+        if kind == "seq":
+            out: set[str] = set()
+            for item in node[1]:
+                out |= firsts(item)
+                if not nullable(item):
+                    break
+            return out
+        if kind == "rep":
+            return firsts(node[1])
+        return set()
+
+    edges = {name: firsts(node) for name, node in rules.items()}
+    found = []
+    for start in rules:
+        seen, todo = set(), list(edges[start])
+        while todo:
+            name = todo.pop()
+            if name == start:
+                found.append(start)
+                break
+            if name not in seen:
+                seen.add(name)
+                todo.extend(edges[name])
+    return found

@@ -27,7 +27,7 @@ from cortex_jupyter.runtime.loop.grammar import (
     schema_rules,
 )
 
-from .gbnf import accepts, parse, sampler
+from .gbnf import accepts, left_recursive, parse, sampler
 
 WEATHER = {
     "name": "get_weather",
@@ -173,6 +173,58 @@ def test_sigil_and_cogency_grammars_admit_call_lists_that_run() -> None:
     assert not accepts(reply_grammar("cogency", TOOLS), cogency.replace("add", "sub"))
 
 
+BOX = {
+    "type": "object",
+    "properties": {"w": {"type": "number"}, "tag": {"type": "string"}},
+    "required": ["w"],
+    "additionalProperties": False,
+}
+MCP_SCHEMAS = {
+    # FastMCP writes a pydantic model parameter as a $ref into $defs.
+    "ref": {
+        "type": "object",
+        "properties": {"box": {"$ref": "#/$defs/Box"}},
+        "required": ["box"],
+        "$defs": {"Box": BOX},
+    },
+    "recursive-ref": {
+        "type": "object",
+        "properties": {"node": {"$ref": "#/$defs/Node"}},
+        "required": ["node"],
+        "$defs": {
+            "Node": {
+                "type": "object",
+                "properties": {
+                    "v": {"type": "integer"},
+                    "kids": {"type": "array", "items": {"$ref": "#/$defs/Node"}},
+                },
+                "required": ["v"],
+                "additionalProperties": False,
+            }
+        },
+    },
+    # Older pydantic wraps a $ref in a one-item allOf to give it a description.
+    "allOf-ref": {
+        "type": "object",
+        "properties": {"box": {"allOf": [{"$ref": "#/definitions/Box"}], "description": "A box"}},
+        "required": ["box"],
+        "definitions": {"Box": BOX},
+    },
+    "allOf": {
+        "type": "object",
+        "properties": {"n": {"allOf": [{"type": "integer"}, {"description": "a count"}]}},
+        "required": ["n"],
+    },
+    "items-bounds": {
+        "type": "object",
+        "properties": {
+            "xs": {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 3}
+        },
+        "required": ["xs"],
+    },
+}
+
+
 def expression(schema: Any, *, references: bool = False) -> str:
     rules = _Rules()
     root = schema_rules(schema, rules, "value", references=references)
@@ -227,6 +279,34 @@ def expression(schema: Any, *, references: bool = False) -> str:
             {"type": "object", "properties": {'a"b': {}, "ab": {}}, "additionalProperties": True},
             ['{"a\\"b": 1, "ac": 2}', '{"a": 1, "ab": 2}'],
             ['{"ab": 1, "ab": 2}', '{"a"b": 1}'],
+        ),
+        (
+            {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 3},
+            ["[1, 2]", '[1, "$n", 3]'],
+            ["[]", "[1]", "[1, 2, 3, 4]"],
+        ),
+        ({"type": "array", "minItems": 1}, ["[1]", '[1, "a", null, 4]'], ["[]"]),
+        ({"type": "array", "maxItems": 0}, ["[]", "[ ]"], ["[1]"]),
+        (
+            {
+                "$ref": "#/$defs/Node",
+                "$defs": {"Node": MCP_SCHEMAS["recursive-ref"]["$defs"]["Node"]},
+            },
+            ['{"v": 1}', '{"kids": [{"v": 2, "kids": []}], "v": 1}'],
+            ['{"v": 1, "kids": [{}]}', '{"v": 1, "kids": [3]}', "null"],
+        ),
+        ({"allOf": [{"type": "integer"}, {"minimum": 0}]}, ["3"], ['"3"', "1.5"]),
+        (
+            # A required name the properties leave out is still required (any value).
+            {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a", "b"]},
+            ['{"a": 1, "b": "x"}', '{"b": null, "a": 2}'],
+            ['{"a": 1}', '{"b": 1}'],
+        ),
+        (
+            # Draft 3 wrote "required": true (on a property, so an object may hold it too).
+            {"type": "object", "properties": {"a": {"type": "integer"}}, "required": True},
+            ['{"a": 1}', "{}"],
+            ['{"a": "x"}'],
         ),
         ({"format": "something-unknown"}, ['{"any": [1, "json"]}', "3"], ["{bad}"]),
         ({"type": "object"}, ['{"k": 1}', "{}"], ["[]"]),
@@ -424,6 +504,7 @@ def test_every_text_a_grammar_admits_runs(dialect: str, stage: Stage) -> None:
     registry = sampling_registry()
     tools = registry.schemas(("tool",))
     grammar = reply_grammar(dialect, tools, stage, max_actions=2, known_ids=["w0"])
+    assert left_recursive(grammar) == []  # llama.cpp refuses a grammar with one
     sample, rng = sampler(grammar), random.Random(f"{dialect} {stage}")
     calls = [assert_runs(dialect, sample(rng), registry, {"w0"}) for _ in range(SAMPLES)]
     if stage == "actions":
@@ -570,3 +651,170 @@ def test_answer_grammars_refuse_a_blank_answer(dialect: str) -> None:
     assert accepts(
         grammar, blank.replace(" \n", " 42\n", 1).replace("> <", ">42<").replace(" \n\t", "42")
     )
+
+
+# ---- MCP schemas: what the server's schema check (jsonschema) refuses is not admitted
+
+
+def _mcp_tool(schema: dict[str, Any]) -> Any:
+    from cortex_jupyter.runtime.integrations.mcp.schema import McpTool
+
+    return McpTool("srv.t", "tool", None, "A tool.", schema, server="srv", tool="t")
+
+
+def _schema_problems(value: Any, schema: Mapping[str, Any]) -> list[str]:
+    """What jsonschema refuses in ``value``, leaving out ``"$name"`` references (the
+    runtime resolves them before the check)."""
+    from jsonschema import Draft202012Validator
+
+    def reference(error: Any) -> bool:
+        inst = error.instance
+        return isinstance(inst, str) and bool(REFERENCE.fullmatch(inst))
+
+    errors = Draft202012Validator(schema).iter_errors(value)
+    return [e.message for e in errors if not reference(e)]
+
+
+@pytest.mark.parametrize("dialect", GRAMMAR_DIALECTS)
+@pytest.mark.parametrize("shape", MCP_SCHEMAS)
+def test_mcp_schemas_admit_only_what_the_schema_check_passes(dialect: str, shape: str) -> None:
+    schema = MCP_SCHEMAS[shape]
+    tool = _mcp_tool(schema)
+    grammar = reply_grammar(dialect, [tool.schema()])
+    assert left_recursive(grammar) == []  # llama.cpp refuses a grammar with one
+    sample, rng = sampler(grammar), random.Random(f"{dialect} {shape}")
+    for _ in range(150):
+        text = sample(rng)
+        parser = Parser(dialect)
+        events = [*parser.feed(text), *parser.close()]
+        [call] = [e.action for e in events if isinstance(e, ActionReady)]
+        assert call.name == "srv.t"
+        assert not _schema_problems(dict(call.parameters), schema), (text, call.parameters)
+
+
+ANSWER_FORMS = {
+    "cortex": "<response>{}</response>",
+    "hermes": "{}",
+    "sigil": "§RESPOND: {}§END:",
+    "cogency": "<respond>{}</respond><end>",
+}
+
+
+def _answer(dialect: str, text: str) -> str:
+    parser = Parser(dialect)
+    events = [*parser.feed(text), *parser.close()]
+    return "".join(e.text for e in events if isinstance(e, ResponseDelta | TextDelta))
+
+
+@pytest.mark.parametrize("dialect", GRAMMAR_DIALECTS)
+def test_an_answer_of_unicode_whitespace_is_blank_too(dialect: str) -> None:
+    # The parser strips what str.strip() strips: a no-break or ideographic space, a line
+    # separator, a form feed make an answer as blank as a space does.
+    grammar = reply_grammar(dialect, [ADD], "either")
+    for blank in ("\u00a0", "\u3000", "\u2028", "\x0b", "\x0c", " \u00a0\u2003 ", "\x85"):
+        text = ANSWER_FORMS[dialect].format(blank)
+        assert not _answer(dialect, text).strip()
+        assert not accepts(grammar, text), repr(text)
+    for answer in ("\u00a0 42", "42\u3000", "\u2003x\u2003"):
+        text = ANSWER_FORMS[dialect].format(answer)
+        assert _answer(dialect, text).strip() == answer.strip()
+        assert accepts(grammar, text), repr(text)
+
+
+@pytest.mark.parametrize("dialect", GRAMMAR_DIALECTS)
+def test_an_answer_may_compare_numbers(dialect: str) -> None:
+    # "<" that starts no tag is text to the parser: an answer holding one is admitted.
+    grammar = reply_grammar(dialect, [ADD], "answer")
+    for answer in ("3 < 4", "x<3 and y <= 2", "a <- b", "1 <2"):
+        text = ANSWER_FORMS[dialect].format(answer)
+        assert _answer(dialect, text) == answer
+        assert accepts(grammar, text), repr(text)
+
+
+def test_one_schema_used_many_times_is_written_once() -> None:
+    # An object of six optional properties is 64 rules (one per set written so far);
+    # six parameters of the same model wrote them six times, and a tool or two of such
+    # models made a grammar of megabytes for the server to read on every request.
+    point = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(6)}}
+
+    def grammar(count: int) -> str:
+        props = {f"q{i}": point for i in range(count)}
+        tool = {"name": "t", "parameters": {"type": "object", "properties": props}}
+        return reply_grammar("cortex", [tool])
+
+    one, six = grammar(1), grammar(6)
+    assert len(six) < 2 * len(one)
+    text = cortex_action({"name": "t", "parameters": {"q5": {"p5": 1, "p0": 2}, "q0": {}}})
+    assert accepts(six, text)
+    assert not accepts(six, text.replace('"p5"', '"p6"'))
+
+
+@pytest.mark.parametrize(
+    ("defs", "good", "bad"),
+    [
+        ({"N": {"$ref": "#/$defs/N"}}, ["3", '{"a": 1}'], []),  # only itself: anything
+        ({"N": {"$ref": "#/$defs/M"}, "M": {"$ref": "#/$defs/N"}}, ["3"], []),
+        # A union that names itself among its options is the other options (or any value).
+        ({"N": {"anyOf": [{"$ref": "#/$defs/N"}, {"type": "integer"}]}}, ["3"], []),
+        (
+            {"N": {"allOf": [{"$ref": "#/$defs/M"}]}, "M": {"allOf": [{"$ref": "#/$defs/N"}]}},
+            ["3"],
+            [],
+        ),
+        (  # Past a bracket it is structure: a list of lists of ... integers.
+            {
+                "N": {
+                    "anyOf": [
+                        {"type": "integer"},
+                        {"type": "array", "items": {"$ref": "#/$defs/N"}},
+                    ]
+                }
+            },
+            ["3", "[1, [2, [3]], []]"],
+            ['"a"', '[1, ["a"]]'],
+        ),
+    ],
+)
+def test_a_ref_that_reaches_itself_makes_no_left_recursion(
+    defs: dict[str, Any], good: list[str], bad: list[str]
+) -> None:
+    # llama.cpp refuses a grammar with a rule that reaches itself before reading a
+    # character ("left recursion detected"): the whole request failed, every turn.
+    schema = {"type": "object", "properties": {"x": {"$ref": "#/$defs/N"}}, "required": ["x"]}
+    grammar = reply_grammar("cortex", [{"name": "t", "parameters": {**schema, "$defs": defs}}])
+    assert left_recursive(grammar) == []
+    for value in good:
+        assert accepts(
+            grammar, cortex_action({"name": "t", "parameters": {"x": json.loads(value)}})
+        )
+    for value in bad:
+        text = cortex_action({"name": "t", "parameters": {"x": json.loads(value)}})
+        assert not accepts(grammar, text), value
+
+
+@pytest.mark.parametrize(
+    ("shape", "params"),
+    [
+        ("ref", {"box": {"tag": "a", "w": 2}}),
+        ("ref", {"box": {"w": "$width"}}),
+        ("ref", {"box": "$box"}),
+        ("recursive-ref", {"node": {"kids": [{"v": 2}, {"kids": [], "v": 3}], "v": 1}}),
+        ("allOf-ref", {"box": {"tag": "b", "w": -1.5e3}}),
+        ("allOf", {"n": 4}),
+        ("items-bounds", {"xs": [1, "$n", 3]}),
+    ],
+)
+@pytest.mark.parametrize("dialect", GRAMMAR_DIALECTS)
+def test_mcp_calls_that_pass_the_schema_check_are_admitted(
+    dialect: str, shape: str, params: dict[str, Any]
+) -> None:
+    schema = MCP_SCHEMAS[shape]
+    assert not _schema_problems(params, schema)
+    body = json.dumps({"name": "srv.t", ARGS[dialect]: params}, indent=1)
+    text = {
+        "cortex": cortex_action(body),
+        "hermes": f"<tool_call>{body}</tool_call>",
+        "sigil": f"§CALLS: [{body}]\n§EXECUTE:",
+        "cogency": f"<execute>[{body}]</execute>",
+    }[dialect]
+    assert accepts(reply_grammar(dialect, [_mcp_tool(schema).schema()]), text)

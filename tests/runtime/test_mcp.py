@@ -961,7 +961,7 @@ def test_a_schema_whose_refs_reach_themselves_is_read_once() -> None:
     from cortex_jupyter.runtime.core import schema as core_schema
 
     read = 0
-    resolve = core_schema._resolve
+    resolve = core_schema.resolve_ref
 
     def counted(ref: str, root: Any) -> Any:
         nonlocal read
@@ -980,7 +980,7 @@ def test_a_schema_whose_refs_reach_themselves_is_read_once() -> None:
     }
     tool = McpTool("odd.t", "tool", None, "Odd.", schema, server="odd", tool="t")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(core_schema, "_resolve", counted)
+        patch.setattr(core_schema, "resolve_ref", counted)
         assert tool.wants("x") == ("integer", "null")
         assert tool.wants("y") == ("integer", "null")
         assert tool.takes() == "x: integer|null (optional), y: integer|null (optional)"

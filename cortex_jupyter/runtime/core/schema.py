@@ -275,7 +275,7 @@ class _Refs:
     def kinds(self, ref: str, depth: int) -> list[str] | None:
         if ref not in self._read:
             self._read[ref] = None  # while it is read: a cycle back to it is any value
-            self._read[ref] = _declared(_resolve(ref, self.root), self, depth + 1)
+            self._read[ref] = _declared(resolve_ref(ref, self.root), self, depth + 1)
         return self._read[ref]
 
 
@@ -336,7 +336,7 @@ def _types_of(values: Any) -> list[str] | None:
     return kinds
 
 
-def _resolve(ref: str, root: Any) -> Any:
+def resolve_ref(ref: str, root: Any) -> Any:
     """The schema a local ``$ref`` (``#/$defs/Name``, ``#/definitions/Name``) points to."""
     if not ref.startswith("#/") or not isinstance(root, Mapping):
         return None

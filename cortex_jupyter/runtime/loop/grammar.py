@@ -32,8 +32,12 @@ both ways in tests/runtime/test_grammar.py), with two stated bounds:
   no other key (a tool with no parameters gets ``{}`` only); ``true`` or a schema (a
   ``**kwargs`` tool) admits other keys (unescaped, none of the declared names).
 
-JSON schema support: objects, strings, numbers, integers, booleans, null, arrays,
-``enum``, ``const``, ``anyOf``/``oneOf`` and lists of types; anything else is any JSON value.
+JSON schema support: objects, strings, numbers, integers, booleans, null, arrays (and
+``minItems``/``maxItems`` up to ``ITEMS_LIMIT``), ``enum``, ``const``, ``anyOf``/``oneOf``,
+``allOf`` (merged), local ``$ref`` (recursive ones too: FastMCP writes a pydantic model
+parameter as one) and lists of types; anything else is any JSON value. Keywords on values
+(``pattern``, ``minimum``, ``minLength``, ``format``...) are not written: the grammar admits
+such values and the tool's own check refuses them, with its message, as without a grammar.
 """
 
 from __future__ import annotations
@@ -44,9 +48,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
+from cortex_jupyter.runtime.core.schema import resolve_ref
+
 __all__ = [
     "CONSTRAIN_FORMS",
     "GRAMMAR_DIALECTS",
+    "ITEMS_LIMIT",
     "ORDER_LIMIT",
     "WS_LIMIT",
     "Constraint",
@@ -169,6 +176,14 @@ class _Rules:
 
     def __init__(self) -> None:
         self.rules: dict[str, str] = {}
+        #: The whole schema a ``$ref`` is read in (one tool's parameters), and the rule
+        #: made for each ``$ref`` in it (a recursive one names its own rule).
+        self.root: Any = None
+        self.refs: dict[tuple[int, str], str] = {}
+        self.made: dict[tuple[int, bool, str], str] = {}  # ``schema_rules``' rules
+        self.roots: list[Any] = []  # each root read: kept, so no other takes its id
+        self.depth = 0  # brackets (objects, arrays) around the value being read
+        self.building: dict[tuple[int, str], int] = {}  # $ref being read -> its depth
 
     def add(self, hint: str, body: str) -> str:
         base = re.sub(r"[^a-zA-Z0-9-]+", "-", hint).strip("-").lower() or "r"
@@ -188,17 +203,29 @@ def schema_rules(schema: Any, rules: _Rules, hint: str, *, references: bool = Tr
 
     ``references``: a value may also be a ``"$name"`` reference string (what the
     runtime resolves to an earlier output, a feed or a notebook variable), here and in
-    every value inside it.
+    every value inside it. A ``$ref`` is read in ``rules.root`` (``schema`` when unset).
     """
-    expr = _schema(schema, rules, hint)
-    if references and expr not in ("json-string", "json-value"):
-        return rules.add(hint, f"{expr} | reference")
-    return expr
+    if rules.root is None:
+        rules.root = schema
+        rules.roots.append(schema)
+    # The same schema twice (a list of one model, one type in many tools) is one rule:
+    # an object's rules grow with its properties' orders, and would be written again.
+    key = (id(rules.root), references, json.dumps(schema, sort_keys=True, default=repr))
+    if key not in rules.made:
+        expr = _schema(schema, rules, hint)
+        if references and expr not in ("json-string", "json-value"):
+            expr = rules.add(hint, f"{expr} | reference")
+        rules.made[key] = expr
+    return rules.made[key]
 
 
 def _schema(schema: Any, rules: _Rules, hint: str) -> str:
     if not isinstance(schema, Mapping):
         return "json-value"
+    if isinstance(schema.get("$ref"), str):
+        return _ref(schema["$ref"], rules, hint)
+    if isinstance(schema.get("allOf"), list) and schema["allOf"]:
+        return _schema(_all_of(schema, rules), rules, hint)
     if "const" in schema:
         return _json_literal(schema["const"])
     if isinstance(schema.get("enum"), list) and schema["enum"]:
@@ -223,21 +250,105 @@ def _schema(schema: Any, rules: _Rules, hint: str) -> str:
         return simple[kind]
     if kind == "array":
         items = schema.get("items")
+        rules.depth += 1
         item = schema_rules(items, rules, f"{hint}-item") if items is not None else "json-value"
-        return rules.add(hint, f'"[" ws ( {item} ( ws "," ws {item} )* )? ws "]"')
+        rules.depth -= 1
+        return rules.add(hint, _array(item, schema.get("minItems"), schema.get("maxItems")))
     if kind == "object" or (kind is None and isinstance(schema.get("properties"), Mapping)):
         return _object(schema, rules, hint)
     return "json-value"
 
 
+def _ref(ref: str, rules: _Rules, hint: str) -> str:
+    """A rule for the schema a local ``$ref`` points to, made once per ``$ref`` (so one
+    that refers to itself is a recursive rule); one that points nowhere is any value."""
+    key = (id(rules.root), ref)
+    if rules.building.get(key) == rules.depth:
+        # Reached again before a bracket: its rule would start with itself, which
+        # llama.cpp refuses ("left recursion"); the schema says nothing more here.
+        return "json-value"
+    if key not in rules.refs:
+        target = resolve_ref(ref, rules.root)
+        if not isinstance(target, Mapping):
+            return "json-value"
+        name = rules.refs[key] = rules.add(f"ref-{ref.rsplit('/', 1)[-1]}", "")
+        rules.building[key] = rules.depth
+        rules.rules[name] = _schema(target, rules, f"{hint}-of")
+        del rules.building[key]
+    return rules.refs[key]
+
+
+def _all_of(schema: Mapping[str, Any], rules: _Rules) -> dict[str, Any]:
+    """``allOf``'s schemas as one: their keys together, properties merged and required
+    ones joined (a ``$ref`` among them is read in its place). Where two say different
+    things of one key the last one's is kept: the grammar may then admit more than the
+    schema, never less."""
+    merged: dict[str, Any] = {k: v for k, v in schema.items() if k != "allOf"}
+    for part in schema["allOf"]:
+        if isinstance(part, Mapping) and isinstance(part.get("$ref"), str):
+            target = resolve_ref(part["$ref"], rules.root)
+            # One level: a target that is itself (or holds) an allOf of $ref is read as
+            # it is, so a cycle of them ends.
+            part = (
+                {k: v for k, v in target.items() if k != "allOf"}
+                if isinstance(target, Mapping)
+                else {}
+            )
+        if not isinstance(part, Mapping):
+            continue
+        props = {**(merged.get("properties") or {}), **(part.get("properties") or {})}
+        required = [*(merged.get("required") or ()), *(part.get("required") or ())]
+        merged.update({k: v for k, v in part.items() if v is not None})
+        if props:
+            merged["properties"] = props
+        if required:
+            merged["required"] = list(dict.fromkeys(required))
+    return merged
+
+
+#: Most items ``minItems``/``maxItems`` are spelled out to: past it the bound is not
+#: written (the grammar admits more than the schema then, never less).
+ITEMS_LIMIT = 32
+
+
+def _array(item: str, low: Any, high: Any) -> str:
+    """``[item, ...]`` with from ``low`` to ``high`` items (``minItems``/``maxItems``)."""
+    low = low if isinstance(low, int) and 0 <= low <= ITEMS_LIMIT else 0
+    high = high if isinstance(high, int) and low <= high <= ITEMS_LIMIT else None
+    if high == 0:
+        return '"[" ws "]"'
+    more = f'ws "," ws {item}'
+    if high is None:
+        rest = " ".join([more] * max(0, low - 1) + [f"( {more} )*"])
+    else:
+        rest = " ".join([more] * max(0, low - 1)) + _more(more, high - max(low, 1) + 1)
+    body = f"{item} {rest}".strip()
+    return f'"[" ws {body} ws "]"' if low else f'"[" ws ( {body} )? ws "]"'
+
+
 def _object(schema: Mapping[str, Any], rules: _Rules, hint: str) -> str:
+    rules.depth += 1
+    try:
+        return _object_in(schema, rules, hint)
+    finally:
+        rules.depth -= 1
+
+
+def _object_in(schema: Mapping[str, Any], rules: _Rules, hint: str) -> str:
     props = schema.get("properties")
     props = props if isinstance(props, Mapping) else {}
+    # A required name the properties leave out is still required, with any value.
+    listed = schema.get("required")
+    required = [n for n in listed if isinstance(n, str)] if isinstance(listed, list) else []
+    props = {**props, **{n: {} for n in required if n not in props}}
     extra = schema.get("additionalProperties", not props)
     if not props and extra is True:
         return "json-object"
-    pairs = {
-        name: f'{_json_literal(name)} ws ":" ws {schema_rules(value, rules, f"{hint}-{name}")}'
+    pairs = {  # one rule each: the orders of an object name each pair many times
+        name: rules.add(
+            f"{hint}-{name}-pair",
+            f'{_json_literal(name)} ws ":" ws {schema_rules(value, rules, f"{hint}-{name}")}',
+        )
         for name, value in props.items()
     }
     other = None
@@ -245,8 +356,7 @@ def _object(schema: Mapping[str, Any], rules: _Rules, hint: str) -> str:
         key = _key_other_than(list(props), rules, f"{hint}-key")
         value = schema_rules(extra, rules, f"{hint}-extra") if extra is not True else "json-value"
         other = rules.add(f"{hint}-other", f'{key} ws ":" ws {value}')
-    required = [n for n in schema.get("required") or () if n in props]
-    return _pairs(pairs, required, other, rules, hint)
+    return _pairs(pairs, list(dict.fromkeys(required)), other, rules, hint)
 
 
 def _pairs(
@@ -351,6 +461,8 @@ def _calls(
     for tool in tools:
         name = str(tool["name"])
         params = tool.get("parameters") or {"type": "object", "additionalProperties": False}
+        rules.root = params
+        rules.roots.append(params)
         args = schema_rules(params, rules, f"args-{name}", references=False)
         pairs = {
             "name": f'"\\"name\\"" ws ":" ws {_json_literal(name)}',
@@ -401,6 +513,8 @@ def reply_grammar(
     rules = _Rules()
     if stage == "answer":
         rules.add("root", _ANSWERS[dialect])
+        for name, body in _ANSWER_RULES.items():
+            rules.add(name, body)
         return rules.text() + _BASE
     if not tools:
         raise ValueError("constrain: no tools are registered, so there is no action to constrain")
@@ -429,12 +543,19 @@ def reply_grammar(
     return rules.text() + _BASE
 
 
-# A final answer holds a character other than whitespace: a blank one says nothing.
+# A final answer holds a character other than whitespace: a blank one says nothing. What
+# is whitespace is what the parser strips (``str.strip``: a no-break space, a line
+# separator too). A ``<`` that starts no tag (``3 < 4``) is text, as the parser reads it.
+_SPACES = "".join(_class_char(c) for c in map(chr, range(0x3001)) if c.isspace())
 _ANSWERS = {
-    "cortex": 'ws "<response>" ws [^< \\t\\n\\r] [^<]* "</response>"',
-    "hermes": "ws [^< \\t\\n\\r] [^<]*",
-    "sigil": 'ws "§RESPOND: " ws [^§ \\t\\n\\r] [^§]* "§END:"',
-    "cogency": 'ws "<respond>" ws [^< \\t\\n\\r] [^<]* "</respond>" ws "<end>"',
+    "cortex": f'ws "<response>" blank [^<{_SPACES}] answer-char* "</response>"',
+    "hermes": f"blank [^<{_SPACES}] answer-char*",
+    "sigil": f'ws "§RESPOND: " blank [^§{_SPACES}] [^§]* "§END:"',
+    "cogency": f'ws "<respond>" blank [^<{_SPACES}] answer-char* "</respond>" ws "<end>"',
+}
+_ANSWER_RULES = {
+    "blank": _bounded(f"[{_SPACES}]", WS_LIMIT),
+    "answer-char": '[^<] | "<" [^a-zA-Z/!<]',
 }
 
 

@@ -128,6 +128,7 @@ class _TurnState:
     resume: Resume | None = None
     held: list[str] = field(default_factory=list)
     repeats: int = 0  # actions not run: exact repeats of calls that ran (``Loop._repeat_of``)
+    constrained: bool = False  # the request carried a grammar (``Loop._constraint``)
 
 
 class _ChunkRecorder:
@@ -178,8 +179,24 @@ def _native_action(call: ToolCallReady, name: str) -> ActionReady | ProtocolErro
 
 
 def _canonical(value: Any) -> str:
-    """One text for equal parameters, whatever their order."""
-    return json.dumps(value, sort_keys=True, default=repr)
+    """One text for equal parameters, whatever their order, and a number however it is
+    written (``1`` and ``1.0``)."""
+    return json.dumps(_same_numbers(value), sort_keys=True, default=repr)
+
+
+def _same_numbers(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, Mapping):
+        return {str(k): _same_numbers(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_same_numbers(v) for v in value]
+    return value
+
+
+#: The ends of an earlier call that do not make a new one a repeat: it never ran, or its
+#: try failed (a flaky service may answer the second time).
+_NOT_RAN = ("skipped", "failed", "cancelled")
 
 
 def _takes_constraint(model: StreamingModel) -> bool:
@@ -527,10 +544,12 @@ class Loop:
         if turn.number == 1 and tools:
             stage: grammar.Stage = "actions"
         else:
-            tools = grammar.later_tools(tools, [n.name for n in self.run.actions.values()])
+            ran = [n.name for n in self.run.actions.values() if n.status not in _NOT_RAN]
+            tools = grammar.later_tools(tools, ran)
             stage = grammar.later_stage(tools, repeated=self._looping)
         form = "gbnf" if constrain is True else str(constrain)
         text = grammar.reply_grammar(self.dialect, tools, stage, known_ids=sorted(self.run.actions))
+        turn.constrained = True
         return {"constraint": grammar.Constraint(text, form, stage).body()}
 
     async def _stream(self, turn: _TurnState, messages: list[Message]) -> None:
@@ -671,7 +690,8 @@ class Loop:
             isinstance(event, ProtocolError) and event.id is not None
         ):
             turn.has_actions = True
-            earlier = self._repeat_of(event) if isinstance(event, ActionReady) else None
+            repeat = turn.constrained and isinstance(event, ActionReady)
+            earlier = self._repeat_of(cast(ActionReady, event)) if repeat else None
             if earlier is not None:
                 turn.repeats += 1
                 self.scheduler.skip(
@@ -683,16 +703,15 @@ class Loop:
         self.scheduler.submit(event)
 
     def _repeat_of(self, event: ActionReady) -> str | None:
-        """Under a grammar (which admits actions on every turn), the id of the action that
-        made exactly this call already: a small model calls the same thing again and
-        again, so a repeat is not run and the model is told (and may only answer next)."""
-        if self.agent.constrain is False:
-            return None
+        """In a reply written under a grammar (which admits actions on every turn), the id
+        of the action that made exactly this call already and did not fail: a small model
+        calls the same thing again and again, so a repeat is not run and the model is told
+        (and may only answer next). A call whose try failed may be tried again."""
         call = event.action
         key = (call.type, call.name, _canonical(call.parameters))
         for node in self.run.actions.values():
             done = node.action
-            if done is None or node.parent is not None or node.status == "skipped":
+            if done is None or node.parent is not None or node.status in _NOT_RAN:
                 continue
             if (done.type, done.name, _canonical(done.parameters)) == key:
                 return node.id
