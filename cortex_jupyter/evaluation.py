@@ -19,18 +19,16 @@ import contextlib
 import dataclasses
 import functools
 import html
-import importlib
 import math
 import numbers
 import re
 import statistics
-import sys
-import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio.from_thread
+import tqdm.auto  # type: ignore[import-untyped]  # tqdm ships no type hints
 
 from cortex_jupyter.protocol.events import ActionStart, ResponseDelta, TextDelta
 from cortex_jupyter.protocol.events import ThoughtDelta as _ThoughtDelta
@@ -611,32 +609,18 @@ def _agent(
 
 
 class _Bar:
-    """The default progress: a bar with the time left, from tqdm (a widget in a notebook,
-    text on stderr in a terminal), or one line on stderr where tqdm is not installed."""
+    """The default progress: tqdm's bar with the time left (a widget in a notebook, text
+    on stderr in a terminal)."""
 
     def __init__(self, total: int) -> None:
-        self._start = time.monotonic()
-        self._bar: Any = None
-        try:
-            auto = importlib.import_module("tqdm.auto")
-        except ImportError:
-            return
-        self._bar = auto.tqdm(total=total, desc="evaluate", unit="try", dynamic_ncols=True)
+        self._bar = tqdm.auto.tqdm(total=total, desc="evaluate", unit="try", dynamic_ncols=True)
 
     def __call__(self, done: int, total: int, note: str) -> None:
-        if self._bar is not None:
-            self._bar.set_postfix_str(note, refresh=False)
-            self._bar.update(done - self._bar.n)
-            return
-        spent = time.monotonic() - self._start
-        left = f", about {spent / done * (total - done):.0f} s left" if done < total else ""
-        end = "\n" if done >= total else ""
-        line = f"\revaluate: {done}/{total} {note}{left}"
-        print(line.ljust(78), end=end, file=sys.stderr, flush=True)
+        self._bar.set_postfix_str(note, refresh=False)
+        self._bar.update(done - self._bar.n)
 
     def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
+        self._bar.close()
 
 
 def _whole(value: Any) -> int | None:
