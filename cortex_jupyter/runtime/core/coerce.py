@@ -50,7 +50,7 @@ from cortex_jupyter.runtime.core.errors import ParameterTypeError
 from cortex_jupyter.runtime.core.schema import Kinds
 from cortex_jupyter.runtime.core.variables import REFERENCE
 
-__all__ = ["Wants", "fit"]
+__all__ = ["Wants", "fit", "is_bool"]
 
 #: What one parameter accepts: JSON type names and/or Python classes; None: anything.
 Wants = Callable[[str], Kinds | None]
@@ -117,7 +117,7 @@ def _rank(value: Any, kind: str | type) -> int:
     """Which conversion to try first: a number stays a number where the parameter takes
     one (``np.int64(5)`` for ``str | int`` is ``5``, as a Python 5 would be), else the
     order the parameter declares."""
-    number = isinstance(value, numbers.Real | Decimal) and not _is_bool(value)
+    number = isinstance(value, numbers.Real | Decimal) and not is_bool(value)
     return 0 if number and _TARGETS.get(kind) in ("integer", "number") else 1
 
 
@@ -132,7 +132,7 @@ def _whole_reference(source: Any) -> str | None:
 def _fits(value: Any, kind: str | type) -> bool:
     if isinstance(kind, str):
         return _JSON_FITS[kind](value)
-    if _is_bool(value) and _is_numeric(kind):
+    if is_bool(value) and _is_numeric(kind):
         return False  # True is an int to Python, but never a number a tool asked for
     if kind is float and isinstance(value, int):
         return True  # an int is a float as Python's typing sees it
@@ -149,7 +149,7 @@ def _is_numeric(kind: type) -> bool:
         return False
 
 
-def _is_bool(value: Any) -> bool:
+def is_bool(value: Any) -> bool:
     """A bool, Python's or numpy's (``np.bool_``, not an ``int`` subclass)."""
     return type(value) is bool or _is_numpy(value, "bool", "bool_")
 
@@ -169,7 +169,7 @@ def _convert(value: Any, target: str | None) -> Any:
         return _NO
     if _is_numpy(value, "ndarray") and value.ndim == 0:
         value = value[()]  # a 0-d array (a reduction kept as an array): the scalar it holds
-    if _is_bool(value):
+    if is_bool(value):
         return bool(value) if target == "boolean" else _NO
     if target == "string":
         return _to_string(value)
@@ -292,7 +292,7 @@ def _described(value: Any, targets: set[str | None]) -> tuple[str, str | None]:
     """(what ``value`` is, why it was not converted: None for "something would be lost")."""
     got = _a(_type_name(value))
     limit = f"more than Python converts ({_digit_limit():,})"
-    if _is_bool(value):
+    if is_bool(value):
         return got, _BOOL
     numeric = bool(targets & {"integer", "number"})
     if numeric and isinstance(value, str) and _INTEGER_TEXT.fullmatch(value):

@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING, Any, cast
 import anyio
 import anyio.to_thread
 
+from cortex_jupyter.runtime.core.coerce import is_bool
+
 if TYPE_CHECKING:
     from cortex_jupyter.runtime.core.graph import ActionNode
 
@@ -211,14 +213,9 @@ def _approves(answer: Any) -> bool:
     else is refused, never read as truthy: ``"no"`` would approve."""
     if answer is None:
         return False
-    if isinstance(answer, bool) or _numpy_bool(answer):
+    if is_bool(answer):
         return bool(answer)
     raise TypeError(f"the approval function answered {answer!r:.60}, not True or False")
-
-
-def _numpy_bool(answer: Any) -> bool:
-    kind = type(answer)
-    return kind.__module__ == "numpy" and kind.__name__ in ("bool", "bool_")
 
 
 @dataclass(frozen=True)
