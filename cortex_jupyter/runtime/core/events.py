@@ -195,6 +195,36 @@ class TurnEnd:
 
 
 @dataclass(frozen=True, slots=True)
+class OutputExpected:
+    """The run's answer is typed (``Agent(output_type=T)``, ``--output T``): emitted once,
+    before the first turn. ``type`` names ``T`` as the user wrote it (``list[int]``,
+    ``Weather``); ``schema`` is the JSON schema the model is shown. A view shows the answer
+    as an object filling in, not as JSON characters."""
+
+    type: str
+    time: float
+    schema: Any = None
+    kind: ClassVar[str] = "output_expected"
+
+
+@dataclass(frozen=True, slots=True)
+class OutputChecked:
+    """The typed answer of turn ``turn`` was read and validated (``attempt`` counts from
+    1; a retry is the next attempt). ``ok``: it fit the type; ``value`` is then the
+    object's JSON form (pydantic's ``dump_python(mode="json")``; the object itself is
+    ``run.output``). Otherwise ``errors`` are short ``path: message`` lines, the first
+    naming the first bad field."""
+
+    attempt: int
+    time: float
+    ok: bool
+    value: Any = None
+    errors: tuple[str, ...] = ()
+    turn: int = 0
+    kind: ClassVar[str] = "output_checked"
+
+
+@dataclass(frozen=True, slots=True)
 class ChatEntry:
     """A message added to the conversation (the user's prompt, a reply, results...).
 
@@ -282,6 +312,8 @@ RunEvent = (
     | TurnEnd
     | ChatEntry
     | Chunk
+    | OutputExpected
+    | OutputChecked
 )
 AnyEvent = Event | RunEvent
 

@@ -161,6 +161,9 @@ class Run:
     model: str | None = None
     turns: int = 0
     reason: str | None = None
+    #: The validated answer object of a typed run (``Agent(output_type=T)``); None when
+    #: the run is not typed or its answer never fit.
+    output: Any = field(default=None, repr=False)
     _thought: list[str] = field(default_factory=list, repr=False)
     _response: list[str] = field(default_factory=list, repr=False)
     _text: list[str] = field(default_factory=list, repr=False)

@@ -116,6 +116,13 @@ class Agent:
     #: Protocol-constrained decoding (``runtime.loop.grammar``): True or "gbnf" sends a
     #: llama.cpp GBNF grammar, "vllm" vLLM's structured-output grammar; False: none.
     constrain: bool | str = False
+    #: The answer's type (``runtime.core.typed``): a pydantic model, dataclass, TypedDict,
+    #: ``list[...]``, ``Literal[...]``, a union, ``int``...; ``run.output`` is then the
+    #: validated object. ``None``: the answer is text only.
+    output_type: Any = None
+    #: How many times a typed answer that does not validate is sent back to the model
+    #: with the errors before the run fails.
+    output_retries: int = 1
 
     def __post_init__(self) -> None:
         _check(self)
