@@ -196,12 +196,14 @@ class Agent:
         names = variables
         if names is None:
             names = [n for n in find_references(prompt) if n in space and n not in feeds]
-        scheduler = self._scheduler(model, space, feeds, hooks or RunHooks(), run)
+        if conversation is None:
+            conversation = Conversation()
+        scheduler = self._scheduler(model, space, feeds, hooks or RunHooks(), run, conversation)
         scheduler.run.reach = ChainMap(feeds, space)  # type: ignore[arg-type]
         loop = Loop(
             self,
             model=model,
-            conversation=conversation if conversation is not None else Conversation(),
+            conversation=conversation,
             scheduler=scheduler,
             feeds=feeds,
             variables=describe_variables(space, names),
@@ -263,6 +265,7 @@ class Agent:
         events forwarded under ``node`` (``Nested``); its answer is the action's output
         and its run is ``node.subrun``."""
         model = self._model(scheduler.model, node.id)
+        conversation = Conversation()
         child = Run()
         node.subrun = child
         space = scheduler.namespace
@@ -282,12 +285,14 @@ class Agent:
                 node.id, self.approval, names=self.approve, timeout=self.approve_timeout
             ),
             request=request_fields(self, scheduler.request),
+            agent=self.name,
+            conversation=conversation.id,
         )
         nested = Scheduler(spec, run=child, limiter=scheduler.limiter)
         loop = Loop(
             self,
             model=model,
-            conversation=Conversation(),
+            conversation=conversation,
             scheduler=nested,
             feeds=feeds,
             variables=describe_variables(space, [n for n in find_references(task) if n in space]),
@@ -321,6 +326,7 @@ class Agent:
         feeds: FeedSet,
         hooks: RunHooks,
         run: Run | None,
+        conversation: Conversation,
     ) -> Scheduler:
         spec = RunSpec(
             registry=self.callable(),
@@ -337,6 +343,8 @@ class Agent:
             bind=hooks.bind,
             background=hooks.background,
             max_depth=self.max_depth,
+            agent=self.name,
+            conversation=conversation.id,
         )
         return Scheduler(spec, run=run)
 

@@ -88,6 +88,9 @@ class RunSpec:
     # limits
     depth: int = 0
     max_depth: int = 3
+    #: The agent's name and its conversation's id, for the run's observers (traces).
+    agent: str | None = None
+    conversation: str | None = None
     max_threads: int = 32
 
     @classmethod
