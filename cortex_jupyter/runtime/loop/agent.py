@@ -287,6 +287,7 @@ class Agent:
             request=request_fields(self, scheduler.request),
             agent=self.name,
             conversation=conversation.id,
+            sampling=self._sampling(),
         )
         nested = Scheduler(spec, run=child, limiter=scheduler.limiter)
         loop = Loop(
@@ -345,8 +346,13 @@ class Agent:
             max_depth=self.max_depth,
             agent=self.name,
             conversation=conversation.id,
+            sampling=self._sampling(),
         )
         return Scheduler(spec, run=run)
+
+    def _sampling(self) -> dict[str, Any]:
+        settings = {"temperature": self.temperature, "max_tokens": self.max_tokens}
+        return {name: value for name, value in settings.items() if value is not None}
 
     def __repr__(self) -> str:
         shown = [repr(self.name)] if self.name is not None else []

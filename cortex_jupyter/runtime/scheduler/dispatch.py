@@ -141,7 +141,14 @@ class Scheduler:
         self._loop_thread = threading.get_ident()
         spec = self.spec
         self._observers = observers_for(
-            RunStart(self.run, spec.agent, spec.model, spec.request, spec.conversation, spec.depth)
+            RunStart(
+                self.run,
+                spec.agent,
+                spec.model,
+                {**spec.request, **spec.sampling},
+                spec.conversation,
+                spec.depth,
+            )
         )
         return self
 

@@ -125,8 +125,11 @@ def _clean(value: Any) -> Any:
         return redact(value)
     if isinstance(value, bool | int | float):
         return value
-    if isinstance(value, list | tuple):
-        return [_clean(v) for v in value if isinstance(v, str | bool | int | float)]
+    if isinstance(value, list | tuple) and all(
+        isinstance(v, str | bool | int | float) for v in value
+    ):
+        return [_clean(v) for v in value]
+    # Structured values (messages) as the conventions record them on a span: JSON text.
     return redact(json.dumps(redact_value(value), default=str, ensure_ascii=False))
 
 
