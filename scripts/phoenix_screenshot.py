@@ -23,7 +23,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import tests.traces.phoenix_server as server_module  # noqa: E402
 from tests.traces.phoenix_server import phoenix_server  # noqa: E402
+
+server_module.PATIENCE = 900.0  # a busy machine: this is run by hand, once
 
 CHROMIUM = os.environ.get("CORTEX_CHROMIUM", "/usr/bin/chromium")
 PROJECT = "cortex"

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
@@ -324,11 +324,9 @@ SECRETISH = st.text(
 ).map(lambda s: "sk-" + s)
 
 
-@settings(max_examples=15, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(secret=SECRETISH, where=st.sampled_from(["prompt", "parameter", "output", "error"]))
-def test_no_secret_in_any_span(monkeypatch: pytest.MonkeyPatch, secret: str, where: str) -> None:
-    """With content on, a secret the run meets anywhere (the prompt, a parameter, a tool's
-    output or its exception) reaches no attribute, event or status of any span."""
+def traced_texts(secret: str, where: str, known: bool) -> str:
+    """Every string of every span of a run that meets ``secret`` at ``where`` (with content
+    on), the secret known as one (an environment credential) when ``known``."""
     registry = Registry(builtins=False)
 
     @registry.tool
@@ -341,14 +339,31 @@ def test_no_secret_in_any_span(monkeypatch: pytest.MonkeyPatch, secret: str, whe
     body = json.dumps({"name": "leak", "parameters": {"value": param}})
     script = f'<action id="s">{body}</action><response>done {param}</response>'
     prompt = f"use {secret}" if where == "prompt" else "go"
-    with monkeypatch.context() as patch:
+    with pytest.MonkeyPatch.context() as patch:
         patch.setenv(CAPTURE_CONTENT, "true")
-        patch.setenv("CORTEX_TEST_TOKEN", secret)
+        if known:
+            patch.setenv("CORTEX_TEST_TOKEN", secret)
         with recorded() as spans:
             Agent(registry=registry, model=ScriptModel(script)).run_sync(prompt)
     assert one(spans, "execute_tool leak")
-    found = [t for s in spans for t in strings(s) if secret in t or secret[3:15] in t]
-    assert not found
+    return "\n".join(t for s in spans for t in strings(s))
+
+
+@settings(max_examples=15)
+@given(secret=SECRETISH, where=st.sampled_from(["prompt", "parameter", "output", "error"]))
+def test_no_secret_in_any_span(secret: str, where: str) -> None:
+    """With content on, a secret the run meets anywhere (the prompt, a parameter, a tool's
+    output or its exception) reaches no attribute, event or status of any span, whole or
+    in part: no 8-character piece of it that the same run with a harmless value instead
+    does not show anyway (the system prompt has words a generated secret may share)."""
+    shown = traced_texts(secret, where, known=True)
+    baseline = traced_texts("sk-" + "Q" * (len(secret) - 3), where, known=False)
+    assert secret not in shown
+    pieces = {secret[i : i + 8] for i in range(len(secret) - 7)}
+    leaked = sorted(p for p in pieces if p in shown and p not in baseline)
+    assert not leaked
+    # the check can fail: not known as a secret, the same value is there as content
+    assert secret in traced_texts(secret, where, known=False)
 
 
 # ---- off costs nothing --------------------------------------------------------------------------
