@@ -50,7 +50,7 @@ def main() -> None:
         run_script("phoenix_cell.py", phoenix.traces, PROJECT)
         spans: list[dict[str, object]] = []
         for _ in range(60):
-            spans = json.loads(run_script("phoenix_spans.py", phoenix.url, PROJECT))
+            spans = json.loads(run_script("phoenix_spans.py", phoenix.url, PROJECT, "11"))
             if len(spans) >= 11:
                 break
             time.sleep(1)
