@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 #: The longest start-up waited for before the server counts as broken.
-PATIENCE = 180.0
+PATIENCE = 600.0
 INSTALL = "pip install arize-phoenix"
 
 
