@@ -46,7 +46,7 @@ from cortex_jupyter.runtime.core.events import (
     Turn,
     TurnEnd,
 )
-from cortex_jupyter.runtime.core.graph import STATUSES, ActionNode
+from cortex_jupyter.runtime.core.graph import NOT_STARTED, STATUSES, ActionNode
 from cortex_jupyter.runtime.core.secrets import Repr, clip, redact_value, shorten
 
 TRANSCRIPT_FORMAT = "cortex_jupyter.run"
@@ -109,6 +109,24 @@ class OutputRepr(str):
     """The short repr standing in for an output that was not JSON (in a replayed run)."""
 
     __slots__ = ()
+
+
+def kept(node: ActionNode) -> bool:
+    """Whether a resumed run keeps ``node`` as it ended rather than running it again.
+
+    An action that ended on its own (done, failed, skipped by a refusal or a denial) is
+    kept; one the stop caught (pending, awaiting, running, cancelled, skipped because
+    the run stopped or because of a dependency, which is decided again) runs again, and
+    so does a ``done`` one whose output was not kept whole: its stand-in (``OutputRepr``:
+    a value that was not JSON in a transcript, or one the store held redacted) is not
+    the value its ``output_key`` bound.
+    """
+    if node.status == "done":
+        return not isinstance(node.output, OutputRepr)
+    if node.status == "skipped":
+        reason = node.error or ""
+        return reason != NOT_STARTED and not reason.startswith("depends on ")
+    return node.status == "failed"
 
 
 def to_json_value(value: Any) -> tuple[Any, bool]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 from collections import ChainMap
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +36,7 @@ from cortex_jupyter.runtime.core.variables import find_references
 from cortex_jupyter.runtime.loop.conversation import Conversation
 from cortex_jupyter.runtime.loop.feeds import FeedSet
 from cortex_jupyter.runtime.loop.grammar import CONSTRAIN_FORMS, GRAMMAR_DIALECTS
+from cortex_jupyter.runtime.loop.pickup import plan
 from cortex_jupyter.runtime.loop.prompt import describe_variables
 from cortex_jupyter.runtime.loop.request import check_request, request_fields
 from cortex_jupyter.runtime.loop.transcript import RunSource, continue_note, cut_reply, load_runs
@@ -190,6 +191,44 @@ class Agent:
         ``resume`` is set by ``continue_run``: the text of the cut reply to read on from
         ("" when there is none; see ``Loop.go``).
         """
+        loop = self._loop(prompt, namespace, conversation, hooks, run, variables, taken_ids)
+        return await self._drive(loop, functools.partial(loop.go, prompt, resume=resume))
+
+    async def resume(
+        self,
+        run: Run,
+        *,
+        prompt: str = "",
+        namespace: Mapping[str, Any] | None = None,
+        conversation: Conversation | None = None,
+        hooks: RunHooks | None = None,
+    ) -> Run:
+        """Go on with ``run``, a run that did not finish (its kernel died, it was
+        stopped, its stream dropped, it reached its turn limit), as itself: the same
+        record and id, its events kept and the new ones after them
+        (``runtime.loop.pickup``). Actions that ended are restored, their outputs bound
+        again under their ``output_key``; those the stop caught run again with the
+        tools as they are now; turns the model answered are not asked again; the run
+        then goes on to the end it would have had. ``prompt`` is the run's prompt, sent
+        only when the record stopped before it; ``conversation`` receives the run's
+        messages as recorded (a fresh one when ``None``). Returns ``run``.
+        """
+        state = plan(run)
+        run.status, run.ended, run.reason = "running", None, None
+        run.variables.clear()  # bound again as each output is restored or made again
+        loop = self._loop(prompt, namespace, conversation, hooks, run, None, ())
+        return await self._drive(loop, functools.partial(loop.pick_up, state, prompt))
+
+    def _loop(
+        self,
+        prompt: str,
+        namespace: Mapping[str, Any] | None,
+        conversation: Conversation | None,
+        hooks: RunHooks | None,
+        run: Run | None,
+        variables: Iterable[str] | None,
+        taken_ids: Iterable[str],
+    ) -> Loop:
         model = self._model(None)
         space: Mapping[str, Any] = namespace if namespace is not None else {}
         feeds = self.feeds if self.feeds is not None else FeedSet()
@@ -198,7 +237,7 @@ class Agent:
             names = [n for n in find_references(prompt) if n in space and n not in feeds]
         scheduler = self._scheduler(model, space, feeds, hooks or RunHooks(), run)
         scheduler.run.reach = ChainMap(feeds, space)  # type: ignore[arg-type]
-        loop = Loop(
+        return Loop(
             self,
             model=model,
             conversation=conversation if conversation is not None else Conversation(),
@@ -207,9 +246,15 @@ class Agent:
             variables=describe_variables(space, names),
             taken_ids=taken_ids,
         )
-        active = feeds.active(registry=scheduler.registry, namespace=space, model=model)
+
+    @staticmethod
+    async def _drive(loop: Loop, turns: Callable[[], Awaitable[None]]) -> Run:
+        scheduler = loop.scheduler
+        active = loop.feeds.active(
+            registry=scheduler.registry, namespace=scheduler.namespace, model=loop.model
+        )
         async with scheduler, active:
-            await loop.go(prompt, resume=resume)
+            await turns()
         return scheduler.run
 
     async def continue_run(
