@@ -166,3 +166,18 @@ def sampling(options: CellOptions, agent: Agent | None) -> dict[str, Any]:
 def model_name(agent: Agent) -> str:
     """The model's name as a view's header shows it."""
     return str(getattr(agent.model, "name", "") or "model")
+
+
+#: The cell options a stored run keeps (``CortexMagics.store``), beside the agent's.
+STORED_OPTIONS = (
+    "model", "dialect", "script", "replay", "fresh", "max_turns", "temperature", "max_tokens",
+    "native_tools", "constrain", "agent", "overwrite", "context_tokens", "request",
+)  # fmt: skip
+
+
+def cell_settings(options: CellOptions) -> dict[str, Any]:
+    """The cell's options as a stored run keeps them (plain values; the store redacts)."""
+    settings = {name: getattr(options, name) for name in STORED_OPTIONS}
+    settings["request"] = dict(merge_requests(options.request_default, options.request))
+    settings["given"] = sorted(options.given)
+    return settings

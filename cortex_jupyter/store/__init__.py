@@ -42,12 +42,14 @@ __all__ = [
     "Timeline",
     "UnknownRun",
     "configure",
+    "configure_default",
     "current_path",
     "default_path",
     "fts_query",
     "open_run",
     "open_store",
     "runs",
+    "take_problem",
 ]
 
 #: The environment variable that says where the store is ("" or "none": nowhere).
@@ -74,6 +76,11 @@ def configure(path: str | os.PathLike[str] | None) -> None:
     _configured[:] = [None if path is None else _normal(path)]
 
 
+def configure_default() -> None:
+    """Forget ``configure``: the store is ``default_path()`` again (``%unload_ext``)."""
+    _configured.clear()
+
+
 def current_path() -> str | None:
     """The store this process writes to and reads from (None: the store is off)."""
     return _configured[0] if _configured else default_path()
@@ -96,6 +103,17 @@ def open_store(path: str | os.PathLike[str] | None = None) -> Store:
         if store is None or not store.alive:
             store = _stores[key] = Store(key)
         return store
+
+
+def take_problem() -> str | None:
+    """The last write to the current store that failed, in a sentence (then forgotten)."""
+    where = current_path()
+    with _lock:
+        kept = None if where is None else _stores.get(os.path.abspath(where))
+    if kept is None or kept.problem is None:
+        return None
+    problem, kept.problem = kept.problem, None
+    return problem
 
 
 def runs(
