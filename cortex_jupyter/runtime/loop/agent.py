@@ -17,6 +17,7 @@ re-running a cell that defines a tool).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections import ChainMap
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
@@ -30,6 +31,7 @@ from anyio.abc import TaskGroup
 from cortex_jupyter.runtime.core.chunks import StreamingModel
 from cortex_jupyter.runtime.core.errors import AgentDidNotAnswer, NoModelConfigured
 from cortex_jupyter.runtime.core.events import AnyEvent, Nested
+from cortex_jupyter.runtime.core.observer import RunStore
 from cortex_jupyter.runtime.core.record import Run
 from cortex_jupyter.runtime.core.registry import AgentSpec, Registry, default_registry
 from cortex_jupyter.runtime.core.variables import find_references
@@ -160,6 +162,19 @@ class Agent:
         _check(copy)
         return copy
 
+    def settings(self) -> dict[str, Any]:
+        """The settings a stored run keeps beside its prompt (plain values only)."""
+        return {
+            "agent": self.name,
+            "model": getattr(self.model, "name", None),
+            "dialect": self.dialect,
+            "max_turns": self.max_turns,
+            "native_tools": self.native_tools,
+            "constrain": self.constrain,
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+        }
+
     # ---- running --------------------------------------------------------------------
 
     async def run(
@@ -173,6 +188,7 @@ class Agent:
         variables: Iterable[str] | None = None,
         taken_ids: Iterable[str] = (),
         resume: str | None = None,
+        store: RunStore | None = None,
     ) -> Run:
         """Run ``prompt``: turns of model replies and actions until a final answer.
 
@@ -189,8 +205,20 @@ class Agent:
         ``interrupted``, ``failed`` or ``truncated``; ``run.reason`` says why), only a
         failing runtime or a cancelled run. Pass ``run=Run()`` to keep a handle.
         ``resume`` is set by ``continue_run``: the text of the cut reply to read on from
-        ("" when there is none; see ``Loop.go``).
+        ("" when there is none; see ``Loop.go``). ``store`` keeps the run as it happens
+        (``cortex_jupyter.store.Store``): it is given every event, then the ended run.
         """
+        if store is not None:
+            run = run if run is not None else Run()
+            recording = store.record(run, prompt, self.settings())
+            hooks = _tee(hooks or RunHooks(), recording)
+            try:
+                return await self.run(
+                    prompt, namespace=namespace, conversation=conversation, hooks=hooks,
+                    run=run, variables=variables, taken_ids=taken_ids, resume=resume,
+                )  # fmt: skip
+            finally:
+                recording.finish()
         loop = self._loop(prompt, namespace, conversation, hooks, run, variables, taken_ids)
         return await self._drive(loop, functools.partial(loop.go, prompt, resume=resume))
 
@@ -202,6 +230,7 @@ class Agent:
         namespace: Mapping[str, Any] | None = None,
         conversation: Conversation | None = None,
         hooks: RunHooks | None = None,
+        store: RunStore | None = None,
     ) -> Run:
         """Go on with ``run``, a run that did not finish (its kernel died, it was
         stopped, its stream dropped, it reached its turn limit), as itself: the same
@@ -211,8 +240,18 @@ class Agent:
         tools as they are now; turns the model answered are not asked again; the run
         then goes on to the end it would have had. ``prompt`` is the run's prompt, sent
         only when the record stopped before it; ``conversation`` receives the run's
-        messages as recorded (a fresh one when ``None``). Returns ``run``.
+        messages as recorded (a fresh one when ``None``); ``store`` goes on keeping it
+        (where its rows end). Returns ``run``.
         """
+        if store is not None:
+            recording = store.record(run, prompt, self.settings())
+            try:
+                return await self.resume(
+                    run, prompt=prompt, namespace=namespace, conversation=conversation,
+                    hooks=_tee(hooks or RunHooks(), recording),
+                )  # fmt: skip
+            finally:
+                recording.finish()
         state = plan(run)
         run.status, run.ended, run.reason = "running", None, None
         run.variables.clear()  # bound again as each output is restored or made again
@@ -445,6 +484,18 @@ def _check(agent: Agent) -> None:
 
 
 Registry.make_agent = Agent  # ``Registry.add_agent`` makes agents of this loop
+
+
+def _tee(hooks: RunHooks, recording: Callable[[AnyEvent], None]) -> RunHooks:
+    """``hooks`` whose events also go to ``recording`` (a store keeping the run)."""
+    first = hooks.on_event
+
+    def both(event: AnyEvent) -> None:
+        recording(event)
+        if first is not None:
+            first(event)
+
+    return dataclasses.replace(hooks, on_event=both)
 
 
 def _tool_name(entry: str | Callable[..., Any]) -> str:
