@@ -268,9 +268,11 @@ class Run:
             self.turns = max(self.turns, event.number)
             if event.model is not None:
                 self.model = event.model
-            self._breaks = [self._thought, self._text]
             self._turn_text = []
-            self._open = None
+            if not event.cut:
+                self._breaks = [self._thought, self._text]
+            # A reply that reads on inside a cut response goes on in its block.
+            self._open = self._blocks[-1] if event.cut == "response" and self._blocks else None
         elif isinstance(event, TurnEnd) and event.answer:
             # A plain-text reply is the answer: the text becomes the response as well.
             answer = "".join(self._turn_text).strip()

@@ -331,7 +331,8 @@ class Loop:
         if replay is None:
             await self.feeds.refresh_due()
             messages, fit = await self._messages()
-            self.scheduler.emit(Turn(number, time.monotonic(), self.model.name))
+            cut = self._resume.open if self._picked_up and self._resume is not None else None
+            self.scheduler.emit(Turn(number, time.monotonic(), self.model.name, cut))
             self._report_fit(number, fit)
         else:
             turn.before, turn.errors_before = set(replay.before), replay.errors_before
