@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from cortex_jupyter.evaluation import Task, evaluate
     from cortex_jupyter.models import OpenAIModel
     from cortex_jupyter.protocol import Parser
+    from cortex_jupyter.store import open_run, runs
     from cortex_jupyter.runtime import (
         Agent,
         Registry,
@@ -44,7 +45,9 @@ __all__ = [
     "expose",
     "hide",
     "load_ipython_extension",
+    "open_run",
     "progress",
+    "runs",
     "tool",
     "unload_ipython_extension",
 ]
@@ -61,7 +64,9 @@ _LAZY = {
     "Task": "cortex_jupyter.evaluation",
     "default_registry": "cortex_jupyter.runtime",
     "evaluate": "cortex_jupyter.evaluation",
+    "open_run": "cortex_jupyter.store",
     "progress": "cortex_jupyter.runtime",
+    "runs": "cortex_jupyter.store",
     "tool": "cortex_jupyter.runtime",
 }
 

@@ -30,7 +30,7 @@ from cortex_jupyter.runtime.core.graph import ActionNode
 from cortex_jupyter.runtime.core.record import Run, encode_event, encode_node, summarize
 from cortex_jupyter.runtime.core.secrets import redact, redact_value
 from cortex_jupyter.store.outputs import keep
-from cortex_jupyter.store.schema import NewerStore, migrate
+from cortex_jupyter.store.schema import NewerStore, check, migrate
 
 __all__ = ["INTERVAL", "Store", "StoreUnavailable", "connect"]
 
@@ -64,6 +64,7 @@ def connect(path: str | os.PathLike[str], *, create: bool = True) -> sqlite3.Con
         )
         try:
             db.execute(f"PRAGMA busy_timeout = {BUSY_MS}")
+            check(db, where)  # a newer store is refused before anything could change it
             db.execute("PRAGMA journal_mode = WAL")
             db.execute("PRAGMA synchronous = NORMAL")
             migrate(db, where)
@@ -71,7 +72,7 @@ def connect(path: str | os.PathLike[str], *, create: bool = True) -> sqlite3.Con
             db.close()
             raise
     except NewerStore as exc:
-        raise StoreUnavailable(where, str(exc).split(": ", 1)[-1]) from None
+        raise StoreUnavailable(where, exc.why) from None
     except (sqlite3.Error, OSError) as exc:
         raise StoreUnavailable(where, str(exc) or type(exc).__name__) from None
     return db
