@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from cortex_jupyter.evaluation import Task, evaluate
     from cortex_jupyter.models import OpenAIModel
     from cortex_jupyter.protocol import Parser
-    from cortex_jupyter.store import open_run, runs
     from cortex_jupyter.runtime import (
         Agent,
         Registry,
@@ -27,6 +26,7 @@ if TYPE_CHECKING:
         progress,
         tool,
     )
+    from cortex_jupyter.store import open_run, runs
 
 from cortex_jupyter._version import __version__
 

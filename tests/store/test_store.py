@@ -126,7 +126,8 @@ def test_fts_operators_in_the_text_are_searched_as_words(db: Path, text: str) ->
 
 # ---- the magic -------------------------------------------------------------------------
 
-CELL = """<action id="a1">{"name": "cortex.cache.set", "parameters": {"key": "k", "value": 3}}</action>
+CELL = """<action id="a1">{"name": "cortex.cache.set",
+  "parameters": {"key": "k", "value": 3}}</action>
 --- next turn ---
 <response>the zeppelin landed</response>"""
 
