@@ -208,6 +208,11 @@ class CortexMagics(Magics):
     def _default_store(self) -> str | None:
         return run_store.default_path()
 
+    @validate("store")
+    def _check_store(self, proposal: Bunch) -> Any:
+        value = proposal["value"]
+        return value if value is None or value.strip() else None  # "" is off, as None
+
     @observe("store")
     def _store_changed(self, change: Bunch) -> None:
         run_store.configure(change["new"] or None)

@@ -75,7 +75,7 @@ class RunRow:
 def fts_query(text: str) -> str:
     """The user's ``text`` as an FTS5 query: each word a quoted phrase (so ``AND``,
     ``"``, ``*``, ``:`` and brackets are words, never syntax), all of them required."""
-    words = text.split()
+    words = text.replace("\x00", " ").split()  # FTS5 ends a string at a NUL
     return " ".join('"' + word.replace('"', '""') + '"' for word in words)
 
 

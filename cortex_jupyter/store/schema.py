@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import sqlite3
 
-__all__ = ["MIGRATIONS", "VERSION", "NewerStore", "migrate"]
+__all__ = ["MIGRATIONS", "VERSION", "NewerStore", "check", "migrate"]
 
 _V1 = """
 CREATE TABLE runs (
@@ -87,17 +87,25 @@ class NewerStore(Exception):
     past this one's): it is left as it is."""
 
     def __init__(self, path: str, found: int) -> None:
-        super().__init__(
-            f"the run store {path} has schema version {found}, newer than this "
-            f"cortex_jupyter's {VERSION}: upgrade cortex_jupyter to use it (it was left as it is)"
+        self.why = (
+            f"it has schema version {found}, newer than this cortex_jupyter's {VERSION}; "
+            "upgrade cortex_jupyter to use it (it was left as it is)"
         )
+        super().__init__(f"the run store {path}: {self.why}")
+
+
+def check(db: sqlite3.Connection, path: str) -> int:
+    """``db``'s schema version; ``NewerStore`` when it is newer than this one (read only:
+    call it before anything that could write, even a journal mode)."""
+    found = int(db.execute("PRAGMA user_version").fetchone()[0])
+    if found > VERSION:
+        raise NewerStore(path, found)
+    return found
 
 
 def migrate(db: sqlite3.Connection, path: str) -> None:
     """Bring ``db`` to ``VERSION``, one step a transaction; refuse a newer one."""
-    found = int(db.execute("PRAGMA user_version").fetchone()[0])
-    if found > VERSION:
-        raise NewerStore(path, found)
+    found = check(db, path)
     for step in range(found, VERSION):
         # BEGIN IMMEDIATE: two kernels opening a new store at once do not both migrate it.
         db.execute("BEGIN IMMEDIATE")

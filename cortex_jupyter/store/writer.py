@@ -29,8 +29,9 @@ from cortex_jupyter.runtime.core.events import ActionStatus, AnyEvent, End, Metr
 from cortex_jupyter.runtime.core.graph import ActionNode
 from cortex_jupyter.runtime.core.record import Run, encode_event, encode_node, summarize
 from cortex_jupyter.runtime.core.secrets import redact, redact_value
+from cortex_jupyter.store.joining import Joiner
 from cortex_jupyter.store.outputs import keep
-from cortex_jupyter.store.schema import NewerStore, migrate
+from cortex_jupyter.store.schema import NewerStore, check, migrate
 
 __all__ = ["INTERVAL", "Store", "StoreUnavailable", "connect"]
 
@@ -64,6 +65,7 @@ def connect(path: str | os.PathLike[str], *, create: bool = True) -> sqlite3.Con
         )
         try:
             db.execute(f"PRAGMA busy_timeout = {BUSY_MS}")
+            check(db, where)  # a newer store is refused before anything could change it
             db.execute("PRAGMA journal_mode = WAL")
             db.execute("PRAGMA synchronous = NORMAL")
             migrate(db, where)
@@ -71,7 +73,7 @@ def connect(path: str | os.PathLike[str], *, create: bool = True) -> sqlite3.Con
             db.close()
             raise
     except NewerStore as exc:
-        raise StoreUnavailable(where, str(exc).split(": ", 1)[-1]) from None
+        raise StoreUnavailable(where, exc.why) from None
     except (sqlite3.Error, OSError) as exc:
         raise StoreUnavailable(where, str(exc) or type(exc).__name__) from None
     return db
@@ -90,6 +92,7 @@ class _Kept:
     model: str | None = None
     status: str = "running"
     node_seq: dict[str, int] = field(default_factory=dict)
+    joiner: Joiner = field(default_factory=Joiner)
 
 
 @dataclass(frozen=True)
@@ -253,6 +256,9 @@ class Store:
             try:
                 touched = {self._write(db, item) for item in batch}
                 for run in touched:
+                    kept = self._runs.setdefault(run, _Kept())
+                    for event, t in kept.joiner.flush(cut=True):
+                        self._row(db, run, kept, event, t)  # a block still streaming
                     self._update_counts(db, run)
                 db.execute("COMMIT")
             except BaseException:
@@ -307,18 +313,25 @@ class Store:
 
     def _event(self, db: sqlite3.Connection, item: _Event) -> None:
         kept = self._runs.setdefault(item.run, _Kept())
-        event, seq = item.event, kept.seq
+        for event, t in kept.joiner.add(item.event, item.t):
+            self._row(db, item.run, kept, event, t)
+        if item.node is not None:
+            self._node(db, item, kept, kept.seq - 1)
+
+    def _row(
+        self, db: sqlite3.Connection, run: str, kept: _Kept, event: AnyEvent, t: float
+    ) -> None:
+        """Write one event as the transcript encodes it, redacted."""
+        seq = kept.seq
         kept.seq += 1
         body = json.dumps(redact_value(encode_event(event)), default=summarize)
         db.execute(
             "INSERT INTO events (run, seq, t, kind, body) VALUES (?, ?, ?, ?, ?)",
-            (item.run, seq, item.t + kept.shift, event.kind, body),
+            (run, seq, t + kept.shift, event.kind, body),
         )
         self._count(kept, event)
         if isinstance(event, ActionReady):
-            _index(db, item.run, "action", event.action.name)
-        if item.node is not None:
-            self._node(db, item, kept, seq)
+            _index(db, run, "action", event.action.name)
 
     def _count(self, kept: _Kept, event: AnyEvent) -> None:
         if isinstance(event, Turn):
