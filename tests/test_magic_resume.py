@@ -11,6 +11,7 @@ completed with its whole history. (A killed kernel: ``tests/kernel/test_resume.p
 from __future__ import annotations
 
 import _thread
+import os
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -19,6 +20,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from cortex_jupyter import default_registry, store
+from tests.conftest import SECRET
 from tests.models.fake_openai_server import FakeOpenAIServer, Stream, finish, texts
 
 TURN_1 = (
@@ -173,3 +175,40 @@ def test_resume_of_a_finished_or_unknown_run_says_so_in_one_line(
     assert err.startswith("cortex: no stored run has the id 'zz-no-such-run'")
     assert "\n" not in err
     assert len(server.requests) == 2 and tools.calls == {"first": 1, "second": 1}
+
+
+def test_an_output_stored_redacted_is_made_again_not_restored(
+    ip: InteractiveShell, server: FakeOpenAIServer, tools: Tools
+) -> None:
+    made: list[str] = []
+
+    def token() -> str:
+        """The service's token."""
+        made.append("token")
+        return f"token={os.environ['OPENAI_API_KEY']}"
+
+    default_registry.tool(name="rs_token")(token)
+    turn_1 = (
+        '<action id="t">{"name": "rs_token", "output_key": "rs_tok"}</action>'
+        '<action id="a2">{"name": "rs_second", "parameters": {"x": 1}, "depends_on": ["t"]}'
+        "</action>"
+    )
+    server.script(
+        Stream([*texts(turn_1, 9), finish()]),
+        Stream([*texts("<response>ok</response>", 9), finish()]),
+    )
+    tools.stop_in_second = True
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            ip.run_cell_magic("cortex", "--model fake-model", "Get the token.")
+        stopped = ip.user_ns["_cortex"]
+        tools.release.set()
+        kept = store.open_run(stopped.id).actions["t"].output
+        assert SECRET not in kept  # the store held it redacted...
+
+        ip.run_line_magic("cortex", f"resume {stopped.id}")
+        assert made == ["token", "token"]  # ...so it was made again, not restored
+        assert ip.user_ns["rs_tok"] == f"token={SECRET}"
+        assert ip.user_ns["_cortex"].status == "completed"
+    finally:
+        default_registry.remove("tool", "rs_token")
