@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import time
@@ -30,6 +31,7 @@ TURN_1 = (
 )
 TURN_2 = "<response>First $kr_one, then $kr_two.</response>"
 CELL = "%%cortex --model fake-model\nDo the two steps."
+NODE = re.compile(r'<g class="cxj-node" data-id="([^"]+)" data-status="([^"]+)"')
 
 TOOLS = '''
 import pathlib, time
@@ -156,9 +158,17 @@ def test_a_killed_kernels_run_is_resumed_in_a_new_kernel_while_another_writes(
 
         server.script(reply(TURN_2))
         before = calls(work)
-        third.execute(f"%cortex resume {killed}")
+        shown = third.execute(f"%cortex resume {killed}")
         assert calls(work)[len(before) :] == ["second C"]  # a1 restored, a2 run again
         assert len(server.requests) == 4  # only the turn never answered
+        # The view: a1 done from its first frame on (restored), a2 running again to done
+        # (the graph sends the nodes that changed after its first picture).
+        frames = [dict(NODE.findall(svg)) for _, svg in shown.part_values("cortex-graph")]
+        frames = [frame for frame in frames if frame]
+        assert frames[0]["a1"] == "done"
+        assert {frame["a1"] for frame in frames if "a1" in frame} == {"done"}
+        a2 = [frame["a2"] for frame in frames if "a2" in frame]
+        assert a2[0] != "done" and a2[-1] == "done", a2  # as it was when killed, then again
         resumed_sent = server.requests[-1].json["messages"][1:]
         resumed = (
             third.evaluate("_cortex.id"),
