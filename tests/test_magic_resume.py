@@ -212,3 +212,22 @@ def test_an_output_stored_redacted_is_made_again_not_restored(
         assert ip.user_ns["_cortex"].status == "completed"
     finally:
         default_registry.remove("tool", "rs_token")
+
+
+def test_a_script_cell_resumes_from_its_next_turn(
+    ip: InteractiveShell, tools: Tools, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body = f"{TURN_1}\n--- next turn ---\n{TURN_2}"
+    tools.stop_in_second = True
+    with pytest.raises(KeyboardInterrupt):
+        ip.run_cell_magic("cortex", "--script --delay 0", body)
+    stopped = ip.user_ns["_cortex"]
+    tools.release.set()
+    capsys.readouterr()
+
+    ip.run_line_magic("cortex", f"resume {stopped.id}")
+    run = ip.user_ns["_cortex"]
+    assert (run.id, run.status, run.answer) == (stopped.id, "completed", "First 6, then 7.")
+    assert tools.calls == {"first": 1, "second": 2}
+    assert run.thought == "Two steps."  # turn 1's text is not streamed a second time
+    assert sum(e.kind == "turn" for e in run.events) == 2
