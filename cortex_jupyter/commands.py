@@ -24,15 +24,17 @@ from typing import TYPE_CHECKING, Any
 from IPython.core.error import UsageError
 from IPython.core.magic_arguments import MagicArgumentParser
 
-from cortex_jupyter import mcp
+from cortex_jupyter import mcp, store
 from cortex_jupyter.runtime import Registry
 from cortex_jupyter.runtime.core.errors import CortexRuntimeError
 from cortex_jupyter.runtime.core.secrets import redact, safe_repr, shorten
 from cortex_jupyter.runtime.integrations import executors
 from cortex_jupyter.runtime.integrations.mcp import DEFAULT_TIMEOUT
 from cortex_jupyter.runtime.loop.conversation import Conversation
+from cortex_jupyter.runtime.loop.pickup import FINISHED
 from cortex_jupyter.runtime.loop.prompt import system_prompt
-from cortex_jupyter.session import NotebookRun, Session
+from cortex_jupyter.session import RUN_VARIABLE, CellOptions, NotebookRun, Session
+from cortex_jupyter.session.cell import stored_cell
 
 if TYPE_CHECKING:
     from cortex_jupyter.runtime.integrations.mcp import ServerStatus
@@ -53,6 +55,76 @@ _ENV_REFERENCE = re.compile(r"\$(?=[A-Za-z_])([A-Za-z_][A-Za-z0-9_]*)")
 def complain(text: str) -> None:
     """One ``cortex:`` line on stderr: the cell goes on, the kernel keeps working."""
     print(redact(f"cortex: {text}"), file=sys.stderr)
+
+
+# ---- the run store ------------------------------------------------------------------
+
+RUNS_HEADINGS = ("id", "when", "model", "status", "turns", "actions", "tokens", "cost", "prompt")
+
+
+def show_runs(text: str | None, limit: int) -> None:
+    """``%cortex runs [TEXT] [--limit N]``: the stored runs, newest first, as a table."""
+    try:
+        found = store.runs(text, limit)
+    except store.StoreUnavailable as exc:
+        complain(str(exc))
+        return
+    if not found:
+        print("no stored runs match." if text else "no runs are stored yet.")
+        return
+    table = [RUNS_HEADINGS, *(run_cells(row) for row in found)]
+    widths = [max(len(line[i]) for line in table) for i in range(len(RUNS_HEADINGS) - 1)]
+    for line in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=False)), line[-1])
+
+
+def run_cells(row: store.RunRow) -> tuple[str, ...]:
+    """One stored run as a row of ``%cortex runs``: cost shown as unknown, never 0."""
+    cost = "unknown" if row.cost is None else f"${row.cost:.4g}"
+    first = row.prompt.strip().splitlines()[0] if row.prompt.strip() else ""
+    return (
+        row.id, row.started.strftime("%Y-%m-%d %H:%M"), row.model or "", row.status,
+        str(row.turns), str(row.actions), f"{row.tokens:,}", cost, shorten(first, 60),
+    )  # fmt: skip
+
+
+def open_stored(session: Session, run_id: str) -> store.StoredRun | None:
+    """``%cortex open ID``: the stored run's static view (graph, actions with their
+    details, answer); ``_cortex`` is the run from now on. None (and one line) when it
+    cannot be opened."""
+    from IPython.display import display
+
+    from cortex_jupyter.display import from_run
+    from cortex_jupyter.display.static import saved_bundle
+
+    try:
+        run = store.open_run(run_id)
+    except (store.StoreUnavailable, store.UnknownRun) as exc:
+        complain(str(exc))
+        return None
+    state = from_run(run, model=run.model or "")
+    end = run.ended if run.ended is not None else max(run.event_times, default=run.started)
+    data, metadata = saved_bundle(state, run.variables, end)
+    display(data, metadata=metadata, raw=True)
+    session.shell.user_ns[RUN_VARIABLE] = run
+    return run
+
+
+def resume(session: Session, run_id: str, defaults: CellOptions) -> NotebookRun | None:
+    """``%cortex resume ID``: go on with a stored run that did not finish, as itself (its
+    cell's options over ``defaults``); one line, and None, when there is nothing to resume."""
+    try:
+        stored = store.open_run(run_id)
+    except (store.StoreUnavailable, store.UnknownRun) as exc:
+        complain(str(exc))
+        return None
+    if stored.status in FINISHED:
+        complain(
+            f"run {stored.id} already {stored.status}: there is nothing to resume "
+            f"(%cortex open {stored.id} shows it)."
+        )
+        return None
+    return session.resume(stored, stored.prompt, stored_cell(defaults, stored.options))
 
 
 # ---- what models may reach -------------------------------------------------------------

@@ -37,12 +37,14 @@ from traitlets import (
     TraitType,
     Unicode,
     Union,
+    default,
     observe,
     validate,
 )
 from traitlets.config.loader import LazyConfigValue
 
 from cortex_jupyter import commands
+from cortex_jupyter import store as run_store
 from cortex_jupyter.commands import complain
 from cortex_jupyter.runtime.core.secrets import redact
 from cortex_jupyter.runtime.integrations.executors import set_dask_address
@@ -64,10 +66,13 @@ COMMANDS = (
     "reset",
     "prompt",
     "continue",
+    "resume",
     "stop",
     "views",
     "replay",
     "save",
+    "runs",
+    "open",
     "debug",
     "config",
     "mcp",
@@ -187,6 +192,30 @@ class CortexMagics(Magics):
         help='Dask scheduler for executor="dask" tools (tcp://host:8786); None: '
         "DASK_SCHEDULER_ADDRESS, or else a local cluster started on first use.",
     ).tag(config=True)
+
+    store = Unicode(
+        None,
+        allow_none=True,
+        help="The SQLite file every run is kept in (%cortex runs, %cortex open); None or '' "
+        "turns it off. Default: $CORTEX_STORE, else runs.db in the user data directory.",
+    ).tag(config=True)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        run_store.configure(self.store)  # a default or a config value fires no observer
+
+    @default("store")
+    def _default_store(self) -> str | None:
+        return run_store.default_path()
+
+    @validate("store")
+    def _check_store(self, proposal: Bunch) -> Any:
+        value = proposal["value"]
+        return value if value is None or value.strip() else None  # "" is off, as None
+
+    @observe("store")
+    def _store_changed(self, change: Bunch) -> None:
+        run_store.configure(change["new"] or None)
 
     @validate("approve")
     def _check_approve(self, proposal: Bunch) -> Any:
@@ -438,6 +467,14 @@ class CortexMagics(Magics):
         """Continue the last interrupted run where it stopped."""
         self.session.continue_last()
 
+    def _cmd_resume(self, args: list[str]) -> None:
+        """Go on with a stored run that did not finish, as itself: %cortex resume ID."""
+        if len(args) != 1:
+            raise UsageError(
+                "%cortex resume: give one run id, e.g. %cortex resume 3f2a (see %cortex runs)"
+            )
+        commands.resume(self.session, args[0], self._options(""))
+
     def _cmd_replay(self, args: list[str]) -> None:
         """Stream a saved transcript again: %cortex replay PATH [SPEED]."""
         if not 1 <= len(args) <= 2:
@@ -458,6 +495,25 @@ class CortexMagics(Magics):
         if run is None:
             raise UsageError("%cortex save: there is no run to save yet.")
         commands.save(run, args[0])
+
+    def _cmd_runs(self, args: list[str]) -> None:
+        """Stored runs, newest first: %cortex runs [TEXT] [--limit N] (TEXT searches them)."""
+        words, limit = list(args), 20
+        if "--limit" in words:
+            at = words.index("--limit")
+            if at + 1 >= len(words):
+                raise UsageError("%cortex runs: --limit takes a number, e.g. --limit 50")
+            limit = _number(words[at + 1], "--limit", int, 20, low=1)
+            del words[at : at + 2]
+        commands.show_runs(" ".join(words) or None, limit)
+
+    def _cmd_open(self, args: list[str]) -> None:
+        """Show a stored run and make it _cortex: %cortex open ID (an id's start will do)."""
+        if len(args) != 1:
+            raise UsageError(
+                "%cortex open: give one run id, e.g. %cortex open 3f2a (see %cortex runs)"
+            )
+        commands.open_stored(self.session, args[0])
 
     def _cmd_debug(self, args: list[str]) -> None:
         """Full traceback: of _cortex.error (an unexpected failure), or %cortex debug ID."""
@@ -702,6 +758,7 @@ async def run_cell_async(shell: InteractiveShell, line: str, cell: str) -> None:
 def unregister(shell: InteractiveShell) -> None:
     """Take the magics out of a shell again (for ``%unload_ext``)."""
     forget(shell)
+    run_store.configure_default()
     if as_async_cell in shell.input_transformers_cleanup:
         shell.input_transformers_cleanup.remove(as_async_cell)
     manager = shell.magics_manager

@@ -44,6 +44,8 @@ GOOD: dict[str, list[tuple[str, Any]]] = {
     "live_views": [("0", 0), ("3", 3)],
     "request": [("{'seed': 1}", {"seed": 1})],
     "dask_address": [("'tcp://127.0.0.1:8786'", "tcp://127.0.0.1:8786"), ("None", None)],
+    # the run store: None or an empty text turns it off
+    "store": [("None", None), ("''", None), ("'  '", None)],
 }
 
 #: name: (bad value as %config writes it, the value as the message shows it, what it takes)
@@ -94,6 +96,7 @@ BAD: dict[str, list[tuple[str, str, str]]] = {
         ("5", "5", "unicode string"),
         ("'my cluster'", "'my cluster'", "a scheduler address such as tcp://host:8786"),
     ],
+    "store": [("5", "5", "unicode string")],
 }
 
 

@@ -104,6 +104,11 @@ class FixedTurns:
         """Start again from the first turn."""
         self.turns_used = 0
 
+    def answered(self, turns: int) -> None:
+        """The first ``turns`` turns were answered before (a resumed run reads them from
+        its record): the next ``stream()`` gives turn ``turns + 1``."""
+        self.turns_used = turns
+
     def stream(
         self,
         messages: Sequence[Message],

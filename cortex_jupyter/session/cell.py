@@ -8,6 +8,7 @@ agent asks. Nothing here runs anything or touches the notebook.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -166,3 +167,26 @@ def sampling(options: CellOptions, agent: Agent | None) -> dict[str, Any]:
 def model_name(agent: Agent) -> str:
     """The model's name as a view's header shows it."""
     return str(getattr(agent.model, "name", "") or "model")
+
+
+#: The cell options a stored run keeps (``CortexMagics.store``), beside the agent's.
+STORED_OPTIONS = (
+    "model", "dialect", "script", "replay", "fresh", "max_turns", "temperature", "max_tokens",
+    "native_tools", "constrain", "agent", "overwrite", "context_tokens", "request",
+)  # fmt: skip
+
+
+def stored_cell(defaults: CellOptions, settings: Mapping[str, Any]) -> CellOptions:
+    """The options of a stored run's cell (``cell_settings`` read back), ``defaults``
+    (today's settings) for what the store does not keep (chunk size, display...)."""
+    changes = {name: settings[name] for name in STORED_OPTIONS if name in settings}
+    changes.update(fresh=False, request_default={}, given=frozenset(settings.get("given", ())))
+    return dataclasses.replace(defaults, **changes)
+
+
+def cell_settings(options: CellOptions) -> dict[str, Any]:
+    """The cell's options as a stored run keeps them (plain values; the store redacts)."""
+    settings = {name: getattr(options, name) for name in STORED_OPTIONS}
+    settings["request"] = dict(merge_requests(options.request_default, options.request))
+    settings["given"] = sorted(options.given)
+    return settings

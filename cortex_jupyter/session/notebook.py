@@ -21,14 +21,17 @@ from typing import TYPE_CHECKING, Any
 from anyio.abc import TaskGroup
 from IPython import get_ipython
 
+from cortex_jupyter import store
 from cortex_jupyter._bridge import Bridge, Emit, Loop
 from cortex_jupyter.runtime import Agent, Registry, Run, RunHooks, default_registry
+from cortex_jupyter.runtime.core.events import AnyEvent
+from cortex_jupyter.runtime.core.observer import Recording
 from cortex_jupyter.runtime.core.scope import Binding, Scope
 from cortex_jupyter.runtime.core.secrets import redact
 from cortex_jupyter.runtime.loop.conversation import Conversation
 from cortex_jupyter.runtime.loop.feeds import FeedSet
 from cortex_jupyter.session.approvals import Approvals
-from cortex_jupyter.session.cell import CellOptions, cell_agent, model_name
+from cortex_jupyter.session.cell import CellOptions, cell_agent, cell_settings, model_name
 from cortex_jupyter.session.names import Names
 from cortex_jupyter.session.record import (
     CONTINUABLE,
@@ -36,6 +39,7 @@ from cortex_jupyter.session.record import (
     CortexInterrupt,
     CortexRunError,
     NotebookRun,
+    adopt,
     nothing,
     report,
     unfinished,
@@ -46,6 +50,7 @@ from cortex_jupyter.session.views import (
     WidgetOutput,
     close_quietly,
     close_view,
+    history,
 )
 
 if TYPE_CHECKING:
@@ -68,6 +73,10 @@ class _Cell:
     scope: Scope
     view: CellView | None = None
     failure: BaseException | None = None
+    #: Where the run is being kept (``cortex_jupyter.store``); None: not stored.
+    recording: Recording | None = None
+    #: What the view shows before the run goes on (a resumed run's recorded events).
+    history: list[AnyEvent] | None = None
 
 
 class Session:
@@ -132,19 +141,20 @@ class Session:
         scope = self.names.scope(
             "" if options.replay is not None else prompt, script=options.script
         )
+        recording = self._recording(run, prompt, options, agent)
 
         async def job(emit: Emit, background: TaskGroup | None) -> Run:
             return await agent.run(
                 "" if options.script else prompt,
                 namespace=scope,
                 conversation=conversation,
-                hooks=self._hooks(run, emit, background, options.overwrite),
+                hooks=self._hooks(run, emit, background, options.overwrite, recording),
                 run=run,
             )
 
         self.last_options = options
         self.last_prompt = prompt
-        return _Cell(job, run, model_name(agent), options.display, scope)
+        return _Cell(job, run, model_name(agent), options.display, scope, recording=recording)
 
     def continue_last(self) -> NotebookRun:
         """``%cortex continue``: go on with the last run where it stopped."""
@@ -165,17 +175,46 @@ class Session:
         agent = self._agent("", options)
         run = NotebookRun()
         scope = self.names.scope(self.last_prompt)  # what the cell it continues could reach
+        recording = self._recording(run, self.last_prompt, options, agent)
 
         async def job(emit: Emit, background: TaskGroup | None) -> Run:
             return await agent.continue_run(
                 previous,
                 namespace=scope,
                 conversation=self.conversation,
-                hooks=self._hooks(run, emit, background, options.overwrite),
+                hooks=self._hooks(run, emit, background, options.overwrite, recording),
                 run=run,
             )
 
-        return self._execute(_Cell(job, run, model_name(agent), options.display, scope))
+        cell = _Cell(job, run, model_name(agent), options.display, scope, recording=recording)
+        return self._execute(cell)
+
+    def resume(self, stored: Run, prompt: str, options: CellOptions) -> NotebookRun:
+        """``%cortex resume ID``: go on with the stored run ``stored`` (asked ``prompt``,
+        run with ``options``) as itself: its id, its record, its view's earlier nodes
+        as they ended (``Agent.resume``). It is ``_cortex`` from now on."""
+        run = adopt(stored)
+        agent = self._agent(prompt, options)
+        offline = options.script or options.replay is not None
+        conversation = Conversation() if offline else self.conversation
+        if not offline and self.last is not None and self.last.id == run.id:
+            conversation.drop_last()  # this kernel's copy of its messages: the record's win
+        scope = self.names.scope(prompt, script=options.script)
+        recording = self._recording(run, prompt, options, agent)
+
+        async def job(emit: Emit, background: TaskGroup | None) -> Run:
+            return await agent.resume(
+                run,
+                prompt="" if options.script else prompt,
+                namespace=scope,
+                conversation=conversation,
+                hooks=self._hooks(run, emit, background, options.overwrite, recording),
+            )
+
+        self.last_options, self.last_prompt = options, prompt
+        cell = _Cell(job, run, model_name(agent), options.display, scope, recording=recording)
+        cell.history = history(run.events)
+        return self._execute(cell)
 
     def _agent(self, body: str, options: CellOptions) -> Agent:
         return cell_agent(body, options, self.registry, self.feeds, self.endpoints)
@@ -188,14 +227,41 @@ class Session:
         return self._outcome(cell)
 
     def _hooks(
-        self, run: Run, emit: Emit, background: TaskGroup | None, overwrite: bool
+        self,
+        run: Run,
+        emit: Emit,
+        background: TaskGroup | None,
+        overwrite: bool,
+        recording: Recording | None = None,
     ) -> RunHooks:
+        on_event = emit
+        if recording is not None:
+
+            def on_event(event: AnyEvent) -> None:
+                recording(event)  # only queued: the store writes on its own thread
+                emit(event)
+
         return RunHooks(
-            on_event=emit,
+            on_event=on_event,
             bind=lambda name, value: self.names.bind(run.id, name, value, overwrite),
             background=background,
             ask=self.approvals.asker(run.id),
         )
+
+    def _recording(
+        self, run: Run, prompt: str, options: CellOptions, agent: Agent
+    ) -> Recording | None:
+        """Where ``run`` is kept as it happens (``CortexMagics.store``); None when the
+        store is off, or cannot be opened: then one ``cortex:`` line, and the run goes on."""
+        if store.current_path() is None:
+            return None
+        try:
+            kept = store.open_store()
+        except store.StoreUnavailable as exc:
+            print(redact(f"cortex: {exc}; this run is not stored."), file=sys.stderr)
+            return None
+        settings = {**agent.settings(), **cell_settings(options)}
+        return kept.record(run, prompt, settings)
 
     def _prepare(self, cell: _Cell) -> Bridge[Run]:
         """The view and the bridge of one cell's run (``_cortex`` is the run from now on)."""
@@ -203,6 +269,8 @@ class Session:
         self.shell.user_ns[RUN_VARIABLE] = run
         self.last = run
         view = cell.view = self._view(cell)
+        if cell.history:
+            view.deliver(cell.history)
         # When the view can show late events, fire_and_forget actions belong to the
         # session's loop and the cell ends with the run, not with them.
         loop = self._background_loop() if view.late is not None else None
@@ -240,6 +308,7 @@ class Session:
         """
         run, view, failure = cell.run, cell.view, cell.failure
         if isinstance(failure, KeyboardInterrupt):
+            self._finish(cell, "cancelled")
             close_quietly(view)
             if isinstance(view, WidgetOutput):
                 self.live.release()
@@ -261,9 +330,23 @@ class Session:
         if isinstance(view, WidgetOutput):
             self.live.release()  # older finished views let go, however this one ended
         if failure is not None:  # a bug of ours or a host's: still no traceback wall
-            raise run.fail(failure)
+            error = run.fail(failure)
+            self._finish(cell)
+            raise error
+        self._finish(cell)
         report(run)
         return run
+
+    def _finish(self, cell: _Cell, status: str | None = None) -> None:
+        """Keep how the cell's run ended in the store (and say once if writing failed)."""
+        if cell.recording is None:
+            return
+        if status is not None and cell.run.status == "running":
+            cell.run.status = status
+        cell.recording.finish()
+        problem = store.take_problem()
+        if problem is not None:
+            print(f"cortex: {problem}", file=sys.stderr)
 
     # ---- actions that outlive their cell -----------------------------------------
 

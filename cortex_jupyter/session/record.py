@@ -96,6 +96,16 @@ class NotebookRun(Run):
         return SVG(timeline_svg(self))
 
 
+def adopt(run: Run) -> NotebookRun:
+    """``run`` (a record read back, as ``open_run`` gives it) as the notebook's record of
+    the same run: every field kept, its id too (a resumed run goes on in it)."""
+    if isinstance(run, NotebookRun):
+        return run
+    adopted = NotebookRun.__new__(NotebookRun)
+    adopted.__dict__.update(vars(run))
+    return adopted
+
+
 def report(run: NotebookRun) -> None:
     """End the cell: a short line for failed actions, an error for a missing answer."""
     failed = [node for node in run.actions.values() if node.status == "failed"]

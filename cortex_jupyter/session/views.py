@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from IPython.display import display
 
-from cortex_jupyter.runtime import ActionStatus, Nested, Run
+from cortex_jupyter.runtime import ActionStatus, End, Interrupt, Nested, Run
 from cortex_jupyter.runtime.core.secrets import redact
 from cortex_jupyter.runtime.scheduler.approval import ask_line
 from cortex_jupyter.session.approvals import Approvals
@@ -140,6 +140,21 @@ def _node_at(run: Run, path: str) -> Any:
         more, slash, rest = rest.partition("/")
         head = f"{head}/{more}"
     return None
+
+
+def history(events: list[Any]) -> list[Any]:
+    """What a resumed run's view is shown first: its recorded events but how it stopped
+    (its end, its interrupt) and the questions it was waiting on (asked again if they
+    still matter), so the earlier nodes show as they ended and the run goes on live."""
+    shown = []
+    for event in events:
+        inner = _unnest(event)[1]
+        if isinstance(inner, End | Interrupt):
+            continue
+        if isinstance(inner, ActionStatus) and inner.status == "awaiting":
+            continue
+        shown.append(event)
+    return shown
 
 
 def _unnest(event: Any) -> tuple[str, Any]:

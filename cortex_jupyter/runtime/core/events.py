@@ -163,11 +163,14 @@ class Nested:
 
 @dataclass(frozen=True, slots=True)
 class Turn:
-    """The agent loop asks the model for turn ``number`` (from 1) of the run."""
+    """The agent loop asks the model for turn ``number`` (from 1) of the run. ``cut``:
+    its reply reads on from the cut reply of the turn before (a resumed run), inside the
+    block that reply left open (``"response"``, ``"thought"``...), which goes on."""
 
     number: int
     time: float
     model: str | None = None
+    cut: str | None = None
     kind: ClassVar[str] = "turn"
 
 

@@ -20,7 +20,7 @@ from collections import ChainMap
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, cast, get_args
+from typing import Any, ClassVar, TypeVar, cast, get_args
 
 from cortex_jupyter.protocol.actions import too_deep
 from cortex_jupyter.protocol.events import (
@@ -46,7 +46,7 @@ from cortex_jupyter.runtime.core.events import (
     Turn,
     TurnEnd,
 )
-from cortex_jupyter.runtime.core.graph import STATUSES, ActionNode
+from cortex_jupyter.runtime.core.graph import NOT_STARTED, STATUSES, ActionNode
 from cortex_jupyter.runtime.core.secrets import Repr, clip, redact_value, shorten
 
 TRANSCRIPT_FORMAT = "cortex_jupyter.run"
@@ -55,6 +55,7 @@ MAX_JSON_OUTPUT = 1 << 20
 _TURN_BREAK = "\n\n"  # between the text of one agent turn and the next
 _BLOCK_BREAK = "\n\n"  # between two response blocks: separate paragraphs
 
+_R = TypeVar("_R", bound="Run")
 _PARSER_EVENT_TYPES: dict[str, type[Any]] = {cls.kind: cls for cls in get_args(Event)}
 _repr = Repr(limit=160, items=8)  # bounded, secrets redacted before its cuts
 _NODE_FIELDS = (
@@ -109,6 +110,24 @@ class OutputRepr(str):
     """The short repr standing in for an output that was not JSON (in a replayed run)."""
 
     __slots__ = ()
+
+
+def kept(node: ActionNode) -> bool:
+    """Whether a resumed run keeps ``node`` as it ended rather than running it again.
+
+    An action that ended on its own (done, failed, skipped by a refusal or a denial) is
+    kept; one the stop caught (pending, awaiting, running, cancelled, skipped because
+    the run stopped or because of a dependency, which is decided again) runs again, and
+    so does a ``done`` one whose output was not kept whole: its stand-in (``OutputRepr``:
+    a value that was not JSON in a transcript, or one the store held redacted) is not
+    the value its ``output_key`` bound.
+    """
+    if node.status == "done":
+        return not isinstance(node.output, OutputRepr)
+    if node.status == "skipped":
+        reason = node.error or ""
+        return reason != NOT_STARTED and not reason.startswith("depends on ")
+    return node.status == "failed"
 
 
 def to_json_value(value: Any) -> tuple[Any, bool]:
@@ -249,9 +268,11 @@ class Run:
             self.turns = max(self.turns, event.number)
             if event.model is not None:
                 self.model = event.model
-            self._breaks = [self._thought, self._text]
             self._turn_text = []
-            self._open = None
+            if not event.cut:
+                self._breaks = [self._thought, self._text]
+            # A reply that reads on inside a cut response goes on in its block.
+            self._open = self._blocks[-1] if event.cut == "response" and self._blocks else None
         elif isinstance(event, TurnEnd) and event.answer:
             # A plain-text reply is the answer: the text becomes the response as well.
             answer = "".join(self._turn_text).strip()
@@ -318,7 +339,7 @@ class Run:
         for event, at in zip(self.events, self.event_times, strict=True):
             yield {"record": "event", "t": at, **encode_event(event)}
         for node in self.actions.values():
-            yield _encode_node(node)
+            yield encode_node(node)
         values = {}
         reprs = []
         for name, value in self.variables.items():
@@ -341,19 +362,19 @@ class Run:
         return cls.from_jsonl(user_path(path).read_text(encoding="utf-8"))
 
     @classmethod
-    def from_jsonl(cls, text: str) -> Run:
+    def from_jsonl(cls: type[_R], text: str) -> _R:
         """Read a transcript written by ``to_jsonl`` back into a run record."""
         run: Run | None = None
         for number, line in _json_lines(text):
             record = line.get("record")
             if number == 1:
-                run = _decode_header(line, number)
+                run = _decode_header(line, number, cls)
                 continue
             assert run is not None
             if record == "event":
                 run.record(_decode_or_fail(line, number), float(line["t"]))
             elif record == "node":
-                node = _decode_node(line, number)
+                node = decode_node(line, number)
                 run.actions[node.id] = node
             elif record == "variables":
                 reprs = set(line.get("repr", ()))
@@ -363,7 +384,7 @@ class Run:
                 raise TranscriptError(number, f"unknown record type {record!r}")
         if run is None:
             raise TranscriptError(0, "the transcript is empty")
-        return run
+        return cast(_R, run)
 
 
 def joined(parts: list[str]) -> str:
@@ -441,10 +462,10 @@ def _json_lines(text: str) -> Iterator[tuple[int, dict[str, Any]]]:
         yield number, line
 
 
-def _decode_header(line: dict[str, Any], number: int) -> Run:
+def _decode_header(line: dict[str, Any], number: int, cls: type[Run]) -> Run:
     if line.get("version") != TRANSCRIPT_VERSION:
         raise TranscriptError(number, f"unsupported version {line.get('version')!r}")
-    return Run(
+    return cls(
         id=str(line["id"]),
         status=str(line["status"]),
         started=float(line["started"]),
@@ -464,14 +485,17 @@ def _decode_or_fail(line: dict[str, Any], number: int) -> AnyEvent:
         raise TranscriptError(number, f"bad event ({exc})") from None
 
 
-def _encode_node(node: ActionNode) -> dict[str, Any]:
+def encode_node(node: ActionNode, *, output: bool = True) -> dict[str, Any]:
+    """A node's transcript line: its state, its action and (unless ``output`` is false:
+    a store keeps outputs apart) its output as JSON or its short repr."""
     out: dict[str, Any] = {"record": "node", "id": node.id}
     out.update({name: getattr(node, name) for name in _NODE_FIELDS})
     out["depends_on"] = list(node.depends_on)
     out["waits_for"] = list(node.waits_for)
     out["logs"] = list(node.logs)
     out["progress"] = None if node.progress is None else _progress_dict(node.progress)
-    out["output"], out["output_repr"] = to_json_value(node.output)
+    if output:
+        out["output"], out["output_repr"] = to_json_value(node.output)
     if node.action is not None:
         action = encode_event(ActionReady(node.action))
         action.pop("kind")
@@ -479,7 +503,8 @@ def _encode_node(node: ActionNode) -> dict[str, Any]:
     return out
 
 
-def _decode_node(line: dict[str, Any], number: int) -> ActionNode:
+def decode_node(line: dict[str, Any], number: int = 0) -> ActionNode:
+    """The node an ``encode_node`` line stands for (``number``: its line, for errors)."""
     if line.get("status") not in STATUSES:
         raise TranscriptError(number, f"unknown status {line.get('status')!r}")
     action = None

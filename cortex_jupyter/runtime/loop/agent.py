@@ -17,9 +17,10 @@ re-running a cell that defines a tool).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections import ChainMap
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
@@ -30,12 +31,14 @@ from anyio.abc import TaskGroup
 from cortex_jupyter.runtime.core.chunks import StreamingModel
 from cortex_jupyter.runtime.core.errors import AgentDidNotAnswer, NoModelConfigured
 from cortex_jupyter.runtime.core.events import AnyEvent, Nested
+from cortex_jupyter.runtime.core.observer import RunStore
 from cortex_jupyter.runtime.core.record import Run
 from cortex_jupyter.runtime.core.registry import AgentSpec, Registry, default_registry
 from cortex_jupyter.runtime.core.variables import find_references
 from cortex_jupyter.runtime.loop.conversation import Conversation
 from cortex_jupyter.runtime.loop.feeds import FeedSet
 from cortex_jupyter.runtime.loop.grammar import CONSTRAIN_FORMS, GRAMMAR_DIALECTS
+from cortex_jupyter.runtime.loop.pickup import plan
 from cortex_jupyter.runtime.loop.prompt import describe_variables
 from cortex_jupyter.runtime.loop.request import check_request, request_fields
 from cortex_jupyter.runtime.loop.transcript import RunSource, continue_note, cut_reply, load_runs
@@ -159,6 +162,19 @@ class Agent:
         _check(copy)
         return copy
 
+    def settings(self) -> dict[str, Any]:
+        """The settings a stored run keeps beside its prompt (plain values only)."""
+        return {
+            "agent": self.name,
+            "model": getattr(self.model, "name", None),
+            "dialect": self.dialect,
+            "max_turns": self.max_turns,
+            "native_tools": self.native_tools,
+            "constrain": self.constrain,
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+        }
+
     # ---- running --------------------------------------------------------------------
 
     async def run(
@@ -172,6 +188,7 @@ class Agent:
         variables: Iterable[str] | None = None,
         taken_ids: Iterable[str] = (),
         resume: str | None = None,
+        store: RunStore | None = None,
     ) -> Run:
         """Run ``prompt``: turns of model replies and actions until a final answer.
 
@@ -188,8 +205,69 @@ class Agent:
         ``interrupted``, ``failed`` or ``truncated``; ``run.reason`` says why), only a
         failing runtime or a cancelled run. Pass ``run=Run()`` to keep a handle.
         ``resume`` is set by ``continue_run``: the text of the cut reply to read on from
-        ("" when there is none; see ``Loop.go``).
+        ("" when there is none; see ``Loop.go``). ``store`` keeps the run as it happens
+        (``cortex_jupyter.store.Store``): it is given every event, then the ended run.
         """
+        if store is not None:
+            run = run if run is not None else Run()
+            recording = store.record(run, prompt, self.settings())
+            hooks = _tee(hooks or RunHooks(), recording)
+            try:
+                return await self.run(
+                    prompt, namespace=namespace, conversation=conversation, hooks=hooks,
+                    run=run, variables=variables, taken_ids=taken_ids, resume=resume,
+                )  # fmt: skip
+            finally:
+                recording.finish()
+        loop = self._loop(prompt, namespace, conversation, hooks, run, variables, taken_ids)
+        return await self._drive(loop, functools.partial(loop.go, prompt, resume=resume))
+
+    async def resume(
+        self,
+        run: Run,
+        *,
+        prompt: str = "",
+        namespace: Mapping[str, Any] | None = None,
+        conversation: Conversation | None = None,
+        hooks: RunHooks | None = None,
+        store: RunStore | None = None,
+    ) -> Run:
+        """Go on with ``run``, a run that did not finish (its kernel died, it was
+        stopped, its stream dropped, it reached its turn limit), as itself: the same
+        record and id, its events kept and the new ones after them
+        (``runtime.loop.pickup``). Actions that ended are restored, their outputs bound
+        again under their ``output_key``; those the stop caught run again with the
+        tools as they are now; turns the model answered are not asked again; the run
+        then goes on to the end it would have had. ``prompt`` is the run's prompt, sent
+        only when the record stopped before it; ``conversation`` receives the run's
+        messages as recorded (a fresh one when ``None``); ``store`` goes on keeping it
+        (where its rows end). Returns ``run``.
+        """
+        if store is not None:
+            recording = store.record(run, prompt, self.settings())
+            try:
+                return await self.resume(
+                    run, prompt=prompt, namespace=namespace, conversation=conversation,
+                    hooks=_tee(hooks or RunHooks(), recording),
+                )  # fmt: skip
+            finally:
+                recording.finish()
+        state = plan(run)
+        run.status, run.ended, run.reason = "running", None, None
+        run.variables.clear()  # bound again as each output is restored or made again
+        loop = self._loop(prompt, namespace, conversation, hooks, run, None, ())
+        return await self._drive(loop, functools.partial(loop.pick_up, state, prompt))
+
+    def _loop(
+        self,
+        prompt: str,
+        namespace: Mapping[str, Any] | None,
+        conversation: Conversation | None,
+        hooks: RunHooks | None,
+        run: Run | None,
+        variables: Iterable[str] | None,
+        taken_ids: Iterable[str],
+    ) -> Loop:
         model = self._model(None)
         space: Mapping[str, Any] = namespace if namespace is not None else {}
         feeds = self.feeds if self.feeds is not None else FeedSet()
@@ -198,7 +276,7 @@ class Agent:
             names = [n for n in find_references(prompt) if n in space and n not in feeds]
         scheduler = self._scheduler(model, space, feeds, hooks or RunHooks(), run)
         scheduler.run.reach = ChainMap(feeds, space)  # type: ignore[arg-type]
-        loop = Loop(
+        return Loop(
             self,
             model=model,
             conversation=conversation if conversation is not None else Conversation(),
@@ -207,9 +285,15 @@ class Agent:
             variables=describe_variables(space, names),
             taken_ids=taken_ids,
         )
-        active = feeds.active(registry=scheduler.registry, namespace=space, model=model)
+
+    @staticmethod
+    async def _drive(loop: Loop, turns: Callable[[], Awaitable[None]]) -> Run:
+        scheduler = loop.scheduler
+        active = loop.feeds.active(
+            registry=scheduler.registry, namespace=scheduler.namespace, model=loop.model
+        )
         async with scheduler, active:
-            await loop.go(prompt, resume=resume)
+            await turns()
         return scheduler.run
 
     async def continue_run(
@@ -400,6 +484,18 @@ def _check(agent: Agent) -> None:
 
 
 Registry.make_agent = Agent  # ``Registry.add_agent`` makes agents of this loop
+
+
+def _tee(hooks: RunHooks, recording: Callable[[AnyEvent], None]) -> RunHooks:
+    """``hooks`` whose events also go to ``recording`` (a store keeping the run)."""
+    first = hooks.on_event
+
+    def both(event: AnyEvent) -> None:
+        recording(event)
+        if first is not None:
+            first(event)
+
+    return dataclasses.replace(hooks, on_event=both)
 
 
 def _tool_name(entry: str | Callable[..., Any]) -> str:

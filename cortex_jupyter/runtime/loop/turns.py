@@ -22,18 +22,15 @@ A ``Conversation`` (``loop.conversation``) is the memory: runs given the same on
 
 from __future__ import annotations
 
-import inspect
-import json
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 import anyio
 
 from cortex_jupyter.protocol import Parser
-from cortex_jupyter.protocol.actions import build_action, parse_body
 from cortex_jupyter.protocol.events import (
     ActionReady,
     ActionStart,
@@ -66,7 +63,6 @@ from cortex_jupyter.runtime.core.chunks import (
 from cortex_jupyter.runtime.core.events import (
     AnyEvent,
     ChatEntry,
-    Chunk,
     ContextUse,
     Interrupt,
     Metric,
@@ -86,8 +82,17 @@ from cortex_jupyter.runtime.loop.context import (
 )
 from cortex_jupyter.runtime.loop.conversation import Conversation
 from cortex_jupyter.runtime.loop.feeds import FeedSet
+from cortex_jupyter.runtime.loop.pickup import PickUp, ReplyCut, event_key
 from cortex_jupyter.runtime.loop.prompt import format_results, result_text, system_prompt
+from cortex_jupyter.runtime.loop.reply import (
+    NOT_RAN,
+    ChunkRecorder,
+    canonical,
+    native_action,
+    takes_constraint,
+)
 from cortex_jupyter.runtime.loop.resume import Resume
+from cortex_jupyter.runtime.loop.transcript import cut_note
 from cortex_jupyter.runtime.scheduler.calls import error_text
 from cortex_jupyter.runtime.scheduler.dispatch import Scheduler
 
@@ -95,8 +100,6 @@ __all__ = ["MAX_TURNS", "RESULT_LIMIT", "Conversation", "Loop"]
 
 MAX_TURNS = 10
 RESULT_LIMIT = 4000
-#: Consecutive text chunks closer together than this are kept as one ``chunk`` event.
-COALESCE_SECONDS = 0.05
 # The events of a cut reply's text that a continued run keeps (``Loop._carry``).
 _TEXT_EVENTS = (ThoughtDelta, ThoughtEnd, ResponseDelta, ResponseEnd, TextDelta)
 # Where the list dialects' turn markers can end: reading stops right after one.
@@ -129,81 +132,6 @@ class _TurnState:
     held: list[str] = field(default_factory=list)
     repeats: int = 0  # actions not run: exact repeats of calls that ran (``Loop._repeat_of``)
     constrained: bool = False  # the request carried a grammar (``Loop._constraint``)
-
-
-class _ChunkRecorder:
-    """Records the model's chunks as ``chunk`` events, coalescing consecutive text."""
-
-    def __init__(self, emit: Callable[[AnyEvent], None]) -> None:
-        self._emit = emit
-        self._kind = ""
-        self._parts: list[str] = []
-        self._first = 0.0
-        self._last = 0.0
-
-    def add(self, chunk: ModelChunk) -> None:
-        now = time.monotonic()
-        if isinstance(chunk, TextChunk | ReasoningChunk):
-            if self._parts and (chunk.kind != self._kind or now - self._first >= COALESCE_SECONDS):
-                self.flush()
-            if not self._parts:
-                self._kind, self._first = chunk.kind, now
-            self._parts.append(chunk.text)
-            self._last = now
-            return
-        self.flush()
-        self._emit(Chunk.of(chunk, now))
-
-    def flush(self) -> None:
-        if self._parts:
-            self._emit(Chunk(self._kind, self._last, text="".join(self._parts)))
-            self._parts = []
-
-
-def _native_action(call: ToolCallReady, name: str) -> ActionReady | ProtocolError:
-    """A native tool call as a tool action (id = the call's id) of the registry entry
-    ``name`` (the call's native name mapped back), or why it cannot run."""
-    params = parse_body(call.arguments if call.arguments.strip() else "{}", call.id)
-    if isinstance(params, ProtocolError):
-        return params
-    action = build_action(
-        {"name": name, "parameters": params},
-        action_id=call.id,
-        type="tool",
-        mode="async",
-        in_thought=False,
-    )
-    if isinstance(action, ProtocolError):
-        return action
-    return ActionReady(action, f"{call.name}({call.arguments})")
-
-
-def _canonical(value: Any) -> str:
-    """One text for equal parameters, whatever their order, and a number however it is
-    written (``1`` and ``1.0``)."""
-    return json.dumps(_same_numbers(value), sort_keys=True, default=repr)
-
-
-def _same_numbers(value: Any) -> Any:
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, Mapping):
-        return {str(k): _same_numbers(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_same_numbers(v) for v in value]
-    return value
-
-
-#: The ends of an earlier call that do not make a new one a repeat: it never ran, or its
-#: try failed (a flaky service may answer the second time).
-_NOT_RAN = ("skipped", "failed", "cancelled")
-
-
-def _takes_constraint(model: StreamingModel) -> bool:
-    try:
-        return "constraint" in inspect.signature(model.stream).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 #: Most tokens a context summary's reply may take (it is asked for 200 words).
@@ -332,12 +260,18 @@ class Loop:
         self._start = 0  # where this run's messages begin in the conversation
         self._sent: list[Message] = []  # what the current turn sent (for calibration)
         self._system = ""
-        self._recorder = _ChunkRecorder(scheduler.emit)
+        self._recorder = ChunkRecorder(scheduler.emit)
         # The native names of the tools the current turn offers (``fs__read_file`` for
         # ``fs.read_file``), so a native call maps back to the registered name.
         self._natives = NativeNames()
         self._resume: Resume | None = None
         self._looping = False  # the last reply only repeated calls that had run
+        # Picking a stopped run up (``pick_up``): its record already holds the cut reply's
+        # text, the events of its last turn's end in ``_known``, and while ``_quiet`` the
+        # reply being read again.
+        self._picked_up = False
+        self._known: list[tuple[Any, ...]] = []
+        self._quiet = False
 
     async def go(self, user_text: str, *, resume: str | None = None) -> None:
         """Run the turns, from the prompt ``user_text``. ``resume`` (``Agent.continue_run``)
@@ -349,54 +283,91 @@ class Loop:
             self.conversation.drop_unanswered()
         self._start = self.conversation.begin()
         self._say({"role": "user", "content": user_text})
-        number = 0
+        await self._turns(1, self.max_turns)
+
+    async def pick_up(self, plan: PickUp, prompt: str) -> None:
+        """Go on with a run that stopped, in its own record (``Agent.resume``; see
+        ``runtime.loop.pickup``): its conversation as recorded, the actions of its earlier
+        turns restored or run again, its last turn's reply read again from the record
+        (never asked again), then the turns it had left."""
+        await self._learn_window()
+        self._picked_up, self._known = True, list(plan.known)
+        self._start = self.conversation.begin()
+        for message in plan.messages:
+            self.conversation.append(message)
+        if not plan.messages:  # stopped before its prompt was recorded
+            self._say({"role": "user", "content": prompt})
+        for node in plan.earlier:
+            assert node.action is not None  # (``plan`` keeps only nodes that have one)
+            self.scheduler.pick_up(node.action, node.source)
+        answered = getattr(self.model, "answered", None)  # a script: its next turn
+        if answered is not None:
+            answered(plan.turn)
+        # A run stopped by its turn limit gets as many turns again, as continuing it does.
+        last = self.max_turns + (plan.turn if plan.limit else 0)
+        await self._turns(max(plan.turn, 1), last, plan if plan.turn else None)
+
+    async def _turns(self, first: int, last: int, replay: PickUp | None = None) -> None:
+        number = first - 1
         words = WORDS.get(self.run.words, WORDS["api"])
-        for number in range(1, self.max_turns + 1):
-            await self.feeds.refresh_due()
-            messages, fit = await self._messages()
-            self.scheduler.emit(Turn(number, time.monotonic(), self.model.name))
-            self._report_fit(number, fit)
-            turn = _TurnState(number, set(self.run.actions), len(self.run.errors))
-            try:
-                await self._stream(turn, messages)
-                await self.scheduler.drain()
-            finally:
-                self._close(turn)
-            outcome, reason = _decide(turn, self.agent.max_tokens, words)
-            if outcome == "results" and getattr(self.model, "remaining_turns", None) == 0:
-                # A script or a replay that has no more turns: its end is the run's end,
-                # not a question for a turn that does not exist.
-                outcome, reason = "final", "the script has no more turns"
-            if outcome == "results" and number == self.max_turns:
-                outcome = "limit"
-            # A reply of plain text (no response block, no actions): that text is the answer.
-            answer = outcome == "final" and turn.loose and not turn.responded
-            self.scheduler.emit(
-                TurnEnd(number, time.monotonic(), outcome, reason, turn.finish, answer)
-            )
-            if outcome == "final":
-                if turn.finish == "content_filter" or reason in NO_ANSWER.values():
-                    self.run.notes.append(reason)  # completed, but the cell says so
-                    self.run.reason = reason
+        for number in range(first, last + 1):
+            if await self._turn(number, last, words, replay if number == first else None):
                 break
-            if outcome == "truncated":
-                self._stop("truncated", "token limit", reason)
-                break
-            if outcome == "interrupted":
-                self._stop("interrupted", "stream failed", reason)
-                break
-            if outcome == "failed":
-                self._stop("failed", "model failed", reason)
-                break
-            self._send_results(turn, reason)
         else:
             self._stop(
                 "turn_limit",
                 "turn limit",
-                f"stopped after {self.max_turns} turns without a final response; continue it "
+                f"stopped after {last} turns without a final response; continue it "
                 f"with {words['continue']}, or allow more turns ({words['max_turns']})",
             )
         self.scheduler.emit(Metric("turns", number, time.monotonic(), "count"))
+
+    async def _turn(
+        self, number: int, last: int, words: Mapping[str, str], replay: PickUp | None
+    ) -> bool:
+        """One turn (``replay``: the recorded reply of a resumed run's last turn, read
+        again); True when the run ends with it."""
+        turn = _TurnState(number, set(self.run.actions), len(self.run.errors))
+        if replay is None:
+            await self.feeds.refresh_due()
+            messages, fit = await self._messages()
+            cut = self._resume.open if self._picked_up and self._resume is not None else None
+            self.scheduler.emit(Turn(number, time.monotonic(), self.model.name, cut))
+            self._report_fit(number, fit)
+        else:
+            turn.before, turn.errors_before = set(replay.before), replay.errors_before
+        try:
+            if replay is None:
+                await self._stream(turn, messages)
+            else:
+                await self._reread(turn, replay.chunks)
+            await self.scheduler.drain()
+        finally:
+            self._close(turn)
+        outcome, reason = _decide(turn, self.agent.max_tokens, words)
+        if outcome == "results" and getattr(self.model, "remaining_turns", None) == 0:
+            # A script or a replay that has no more turns: its end is the run's end,
+            # not a question for a turn that does not exist.
+            outcome, reason = "final", "the script has no more turns"
+        if outcome == "results" and number == last:
+            outcome = "limit"
+        # A reply of plain text (no response block, no actions): that text is the answer.
+        answer = outcome == "final" and turn.loose and not turn.responded
+        self._emit(TurnEnd(number, time.monotonic(), outcome, reason, turn.finish, answer))
+        if replay is not None and outcome in ("truncated", "interrupted", "failed"):
+            self._go_on(turn, outcome)  # a resumed run reads on from its cut reply
+            return False
+        if outcome == "final":
+            if turn.finish == "content_filter" or reason in NO_ANSWER.values():
+                self.run.notes.append(reason)  # completed, but the cell says so
+                self.run.reason = reason
+            return True
+        stops = {"truncated": "token limit", "interrupted": "stream failed"}
+        if outcome in (*stops, "failed"):
+            self._stop(outcome, stops.get(outcome, "model failed"), reason)
+            return True
+        self._send_results(turn, reason)
+        return False
 
     async def _learn_window(self) -> None:
         """A model that can ask its server for its real context window (llama.cpp's
@@ -405,6 +376,26 @@ class Loop:
         if learn is not None and not self.agent.context_tokens:
             await learn()
             self.budget = budget_for(None, self.model)
+
+    def _emit(self, event: AnyEvent) -> None:
+        """Record and pass on an event of a turn's end, unless the record of a resumed
+        run already holds it (``pick_up``)."""
+        key = event_key(event)
+        if key in self._known:
+            self._known.remove(key)
+            return
+        self.scheduler.emit(event)
+
+    def _go_on(self, turn: _TurnState, outcome: str) -> None:
+        """A resumed run's last reply was cut (the kernel died, the stream dropped, the
+        token limit): the model is told so, with the results of that reply's actions,
+        and its next reply reads on from the cut (as ``Agent.continue_run``)."""
+        text = "".join(turn.text)
+        errors = [e for e in self.run.errors[turn.errors_before :] if e.id is None]
+        how = "was cut off at your token limit" if outcome == "truncated" else "was interrupted"
+        note = cut_note(text, how, self._turn_nodes(turn), errors, self.dialect, self.result_limit)
+        self._say({"role": "user", "content": note})
+        self._resume = Resume(text, self.dialect) if text else None
 
     def _stop(self, status: str, reason: str, why: str) -> None:
         self.scheduler.outcome = status
@@ -499,7 +490,7 @@ class Loop:
         # a key a tool printed, or one the model was given, goes no further.
         message = cast(ChatMessage, redact_value(message))
         self.conversation.append(message)
-        self.scheduler.emit(
+        self._emit(
             ChatEntry(
                 message["role"],
                 message["content"],
@@ -535,7 +526,7 @@ class Loop:
         constrain = self.agent.constrain
         if constrain is False or turn.resume is not None:
             return {}
-        if not _takes_constraint(self.model):
+        if not takes_constraint(self.model):
             note = f"constrain: the model {self.model.name!r} takes no grammar; not constrained"
             if note not in self.run.notes:
                 self.run.notes.append(note)
@@ -544,7 +535,7 @@ class Loop:
         if turn.number == 1 and tools:
             stage: grammar.Stage = "actions"
         else:
-            ran = [n.name for n in self.run.actions.values() if n.status not in _NOT_RAN]
+            ran = [n.name for n in self.run.actions.values() if n.status not in NOT_RAN]
             tools = grammar.later_tools(tools, ran)
             stage = grammar.later_stage(tools, repeated=self._looping)
         form = "gbnf" if constrain is True else str(constrain)
@@ -593,7 +584,8 @@ class Loop:
 
     def _take(self, turn: _TurnState, parser: Parser, chunk: ModelChunk) -> bool:
         """Handle one chunk; True when the turn's reply must not be read further."""
-        self._recorder.add(chunk)
+        if not self._quiet:  # a reply read again (``_reread``) is recorded already
+            self._recorder.add(chunk)
         if isinstance(chunk, RefusalChunk):  # before TextChunk: it is one
             self._end_reasoning(turn)
             self._refuse(turn, chunk.text)
@@ -616,8 +608,8 @@ class Loop:
                     "function": {"name": chunk.name, "arguments": chunk.arguments},
                 }
             )
-            self._submit(turn, _native_action(chunk, self._natives.original(chunk.name)))
-        elif isinstance(chunk, Usage):
+            self._submit(turn, native_action(chunk, self._natives.original(chunk.name)))
+        elif isinstance(chunk, Usage) and not self._quiet:
             now = time.monotonic()
             if chunk.prompt_tokens and self._sent:
                 self.conversation.counter.calibrate(
@@ -661,7 +653,8 @@ class Loop:
         answer; its actions ran (or were refused) in the run that was cut."""
         for event in parser.feed(text) if text else ():
             if isinstance(event, _TEXT_EVENTS):
-                self._submit(turn, event)
+                # A resumed run's record holds that text already: it counts, once.
+                self._mark(turn, event) if self._picked_up else self._submit(turn, event)
 
     def _refuse(self, turn: _TurnState, text: str) -> None:
         """A refusal is the model's answer, shown as the response and marked as a
@@ -678,6 +671,28 @@ class Loop:
             self._submit(turn, ThoughtEnd())
 
     def _submit(self, turn: _TurnState, event: Event) -> None:
+        self._mark(turn, event)
+        if self._quiet:  # read again from the record: restored or run again, not recorded
+            self.scheduler.replay(event)
+        elif isinstance(event, ActionReady) or (
+            isinstance(event, ProtocolError) and event.id is not None
+        ):
+            repeat = turn.constrained and isinstance(event, ActionReady)
+            earlier = self._repeat_of(cast(ActionReady, event)) if repeat else None
+            if earlier is not None:
+                turn.repeats += 1
+                self.scheduler.skip(
+                    cast(ActionReady, event),
+                    f"not run: the same call as {earlier!r}, which already ran (its result "
+                    "is above); answer, or call something else",
+                )
+                return
+            self.scheduler.submit(event)
+        else:
+            self.scheduler.submit(event)
+
+    def _mark(self, turn: _TurnState, event: Event) -> None:
+        """What an event of the reply says about the turn."""
         if isinstance(event, ResponseDelta):
             turn.responded = True
         elif isinstance(event, ThoughtDelta):
@@ -690,17 +705,6 @@ class Loop:
             isinstance(event, ProtocolError) and event.id is not None
         ):
             turn.has_actions = True
-            repeat = turn.constrained and isinstance(event, ActionReady)
-            earlier = self._repeat_of(cast(ActionReady, event)) if repeat else None
-            if earlier is not None:
-                turn.repeats += 1
-                self.scheduler.skip(
-                    cast(ActionReady, event),
-                    f"not run: the same call as {earlier!r}, which already ran (its result "
-                    "is above); answer, or call something else",
-                )
-                return
-        self.scheduler.submit(event)
 
     def _repeat_of(self, event: ActionReady) -> str | None:
         """In a reply written under a grammar (which admits actions on every turn), the id
@@ -708,14 +712,34 @@ class Loop:
         calls the same thing again and again, so a repeat is not run and the model is told
         (and may only answer next). A call whose try failed may be tried again."""
         call = event.action
-        key = (call.type, call.name, _canonical(call.parameters))
+        key = (call.type, call.name, canonical(call.parameters))
         for node in self.run.actions.values():
             done = node.action
-            if done is None or node.parent is not None or node.status in _NOT_RAN:
+            if done is None or node.parent is not None or node.status in NOT_RAN:
                 continue
-            if (done.type, done.name, _canonical(done.parameters)) == key:
+            if (done.type, done.name, canonical(done.parameters)) == key:
                 return node.id
         return None
+
+    async def _reread(self, turn: _TurnState, chunks: Sequence[ModelChunk]) -> None:
+        """The reply of a resumed run's last turn, read again from its record as it was
+        streamed (the model is not asked): its actions are restored or run again
+        (``Scheduler.replay``). A reply the record holds no end of was cut."""
+        parser = Parser(self.dialect, taken_ids=self.taken | turn.before)
+        self._quiet = True
+        try:
+            for chunk in chunks:
+                if self._take(turn, parser, chunk):
+                    break
+            self._end_reasoning(turn)
+            for event in parser.close():
+                self._submit(turn, event)
+            if turn.refused:
+                self._submit(turn, ResponseEnd(True))
+        finally:
+            self._quiet = False
+        if turn.finish is None and turn.boundary is None and turn.error is None:
+            turn.error = ReplyCut()
 
     # ---- after the reply --------------------------------------------------------
 

@@ -53,9 +53,15 @@ from cortex_jupyter.runtime.core.errors import (
     WorkflowStepFailed,
 )
 from cortex_jupyter.runtime.core.events import ActionStatus, AnyEvent, End, Interrupt, Metric
-from cortex_jupyter.runtime.core.graph import ActionNode, Graph, Update
+from cortex_jupyter.runtime.core.graph import NOT_STARTED, ActionNode, Graph, Update
 from cortex_jupyter.runtime.core.model import Message, complete
-from cortex_jupyter.runtime.core.record import Run, brief_json, dispatch_latencies, summarize
+from cortex_jupyter.runtime.core.record import (
+    Run,
+    brief_json,
+    dispatch_latencies,
+    kept,
+    summarize,
+)
 from cortex_jupyter.runtime.core.registry import (
     AgentSpec,
     Step,
@@ -197,7 +203,7 @@ class Scheduler:
         now = time.monotonic()
         for node in list(self.run.actions.values()):
             if node.status == "pending":
-                self._settle(node, "skipped", now, "not started: the run was stopped")
+                self._settle(node, "skipped", now, NOT_STARTED)
 
     def _end(self, status: str) -> None:
         if self.run.ended is not None:
@@ -253,6 +259,45 @@ class Scheduler:
         self._track(node)
         self._settle(node, "skipped", now, why)
         self._apply(self.graph.add(node))
+
+    # ---- picking a run up again (``Agent.resume``) ------------------------------------
+
+    def replay(self, event: Event) -> None:
+        """An event of a reply the run's record already holds, read again when the run is
+        resumed: its effect without recording it twice. An action that ended on its own
+        is restored (``kept``), one the stop caught runs again."""
+        self._require_tg("replay an event")
+        if isinstance(event, ActionReady):
+            self.pick_up(event.action, event.source)
+        elif isinstance(event, ActionStart):
+            self._starts[event.id] = event
+        elif isinstance(event, ContextFeedEvent):
+            self.feeds[event.id] = event.text
+        elif isinstance(event, ProtocolError) and event.id not in (None, *self.run.actions):
+            self.submit(event)  # a refusal the record lost
+
+    def pick_up(self, action: Action, source: str = "") -> None:
+        """The action ``action`` of the resumed run: its node restored when ``kept``
+        (its output bound again under its ``output_key``, its dependents released), else
+        run again with the tool as it is registered now."""
+        node = self.run.actions.get(action.id)
+        if node is None:  # the record lost it (its last moment): it is new
+            self._emit(ActionReady(action, source))
+        elif kept(node):
+            ok = node.status == "done" or (node.status == "failed" and action.on_error == "skip")
+            update = self.graph.add(
+                node, find_references(action.parameters), action.output_key, ok=ok
+            )
+            if ok:
+                self._bind_output(node)
+            self._apply(update)
+            return
+        else:  # its steps (a workflow's) are made again with it
+            for id in [
+                k for k, n in self.run.actions.items() if k == action.id or n.parent == action.id
+            ]:
+                del self.run.actions[id]
+        self._add_action(action, source)
 
     async def drain(self) -> None:
         """End of a turn: give up on ids that never came, wait for every action but
@@ -336,7 +381,7 @@ class Scheduler:
             self._settle(node, "skipped", now, reason)
         for node in update.ready:
             if self._stopping:
-                self._settle(node, "skipped", now, "not started: the run was stopped")
+                self._settle(node, "skipped", now, NOT_STARTED)
             else:
                 self._start(node)
 
@@ -356,7 +401,7 @@ class Scheduler:
             finally:
                 del self._background_scopes[node.id]
         if scope.cancelled_caught and node.status == "pending":
-            self._settle(node, "skipped", time.monotonic(), "not started: the run was stopped")
+            self._settle(node, "skipped", time.monotonic(), NOT_STARTED)
 
     async def _execute(self, node: ActionNode) -> None:
         if node.final:  # skipped while waiting for its turn to start
