@@ -505,6 +505,7 @@ def run_metadata(state: ViewState, endpoint: str | None = None) -> dict[str, Any
             "completion": state.completion_tokens,
             "estimated_completion": state.tokens if state.estimated else None,
         },
+        "cost_usd": state.cost if state.priced else None,
         "actions": actions,
         "errors": [clean(e) for e in state.errors],
     }

@@ -88,6 +88,7 @@ from cortex_jupyter.runtime.loop.conversation import Conversation
 from cortex_jupyter.runtime.loop.feeds import FeedSet
 from cortex_jupyter.runtime.loop.prompt import format_results, result_text, system_prompt
 from cortex_jupyter.runtime.loop.resume import Resume
+from cortex_jupyter.runtime.loop.spending import over_budget, pay
 from cortex_jupyter.runtime.scheduler.calls import error_text
 from cortex_jupyter.runtime.scheduler.dispatch import Scheduler
 
@@ -129,6 +130,8 @@ class _TurnState:
     held: list[str] = field(default_factory=list)
     repeats: int = 0  # actions not run: exact repeats of calls that ran (``Loop._repeat_of``)
     constrained: bool = False  # the request carried a grammar (``Loop._constraint``)
+    usage: Usage | None = None  # the tokens the server reported for the reply
+    chunks: int = 0  # how many chunks of a reply arrived
 
 
 class _ChunkRecorder:
@@ -223,11 +226,13 @@ WORDS: Mapping[str, Mapping[str, str]] = {
         "continue": "Agent.continue_run(...)",
         "max_turns": "max_turns=...",
         "max_tokens": "max_tokens=...",
+        "budget": "Agent.continue_run(...) on an Agent(budget=...)",
     },
     "magic": {
         "continue": "%cortex continue",
         "max_turns": "--max-turns N",
         "max_tokens": "--max-tokens N",
+        "budget": "%cortex continue --budget USD",
     },
 }
 
@@ -354,6 +359,13 @@ class Loop:
         for number in range(1, self.max_turns + 1):
             await self.feeds.refresh_due()
             messages, fit = await self._messages()
+            budget = over_budget(
+                self.scheduler, self.model, fit.tokens, self.agent.max_tokens, words["budget"]
+            )
+            if budget is not None:  # the request is not sent
+                self._stop("budget", "budget", budget)
+                number -= 1
+                break
             self.scheduler.emit(Turn(number, time.monotonic(), self.model.name))
             self._report_fit(number, fit)
             turn = _TurnState(number, set(self.run.actions), len(self.run.errors))
@@ -362,6 +374,7 @@ class Loop:
                 await self.scheduler.drain()
             finally:
                 self._close(turn)
+                pay(self.scheduler, self.model, turn.usage, turn.chunks > 0)
             outcome, reason = _decide(turn, self.agent.max_tokens, words)
             if outcome == "results" and getattr(self.model, "remaining_turns", None) == 0:
                 # A script or a replay that has no more turns: its end is the run's end,
@@ -594,6 +607,7 @@ class Loop:
     def _take(self, turn: _TurnState, parser: Parser, chunk: ModelChunk) -> bool:
         """Handle one chunk; True when the turn's reply must not be read further."""
         self._recorder.add(chunk)
+        turn.chunks += 1
         if isinstance(chunk, RefusalChunk):  # before TextChunk: it is one
             self._end_reasoning(turn)
             self._refuse(turn, chunk.text)
@@ -618,7 +632,7 @@ class Loop:
             )
             self._submit(turn, _native_action(chunk, self._natives.original(chunk.name)))
         elif isinstance(chunk, Usage):
-            now = time.monotonic()
+            now, turn.usage = time.monotonic(), chunk
             if chunk.prompt_tokens and self._sent:
                 self.conversation.counter.calibrate(
                     cast(list[ChatMessage], self._sent), chunk.prompt_tokens
