@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from cortex_jupyter.runtime.core.chunks import Usage
+from cortex_jupyter.runtime.core.events import AnyEvent, Cost
 
-__all__ = ["Budget", "Price", "Priced", "Spend", "fmt_usd", "price_request"]
+__all__ = ["Budget", "Price", "Priced", "Spend", "charge", "fmt_usd", "price_request"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +149,14 @@ class Spend:
         elif not price.free:  # a script has no tokens; a real reply without usage does
             self.tokens = None
 
+    def check_text(self, model: Any, text: str) -> str | None:
+        """``check`` for a request whose prompt is ``text`` (an ``llm`` action's, which
+        the context module does not fit), its tokens estimated at ~4 characters each."""
+        if self.budget is None:
+            return None
+        tokens = estimate_tokens(text)
+        return self.check(price_request(model, Usage(tokens, 0)), tokens, 0)
+
     def check(self, estimate: Price, prompt_tokens: int, reply_tokens: int) -> str | None:
         """Why the next request must not be sent (None: it may be): its ``estimate``
         (its prompt, and ``reply_tokens`` of reply when a limit says so) on top of what
@@ -172,3 +182,36 @@ class Spend:
             f"{budget.show(spent)} spent, and the next request would take about "
             f"{budget.show(next_one)} more"
         )
+
+
+def charge(
+    spend: Spend,
+    emit: Callable[[AnyEvent], None],
+    model: Any,
+    usage: Usage | None,
+    replied: bool,
+) -> None:
+    """Record one request to ``model`` that used ``usage``: its price counts towards
+    ``spend`` and is emitted as a ``Cost`` event. A request nothing came back for (the
+    server could not be reached) is not counted: nothing was billed."""
+    if usage is None and not replied:
+        return
+    price = price_request(model, usage)
+    spend.add(price, usage)
+    emit(
+        Cost(
+            str(getattr(model, "name", "") or type(model).__name__),
+            time.monotonic(),
+            price.usd,
+            None if usage is None else usage.prompt_tokens,
+            None if usage is None else usage.completion_tokens,
+            price.note,
+            price.free,
+        )
+    )
+
+
+def estimate_tokens(text: str) -> int:
+    """A rough count of the tokens in ``text`` (about 4 characters a token), for a
+    request the context module does not fit (an ``llm`` action's)."""
+    return (len(text) + 3) // 4

@@ -9,34 +9,21 @@ priced as output tokens). A request that would pass the budget is not sent.
 
 from __future__ import annotations
 
-import time
-
-from cortex_jupyter.runtime.core.chunks import StreamingModel, Usage
-from cortex_jupyter.runtime.core.cost import price_request
-from cortex_jupyter.runtime.core.events import Cost
+from cortex_jupyter.runtime.core.chunks import ReplyEnd, StreamingModel, Usage
+from cortex_jupyter.runtime.core.cost import charge, price_request
 from cortex_jupyter.runtime.scheduler.dispatch import Scheduler
 
-__all__ = ["over_budget", "pay"]
+__all__ = ["over_budget", "pay", "payer"]
 
 
 def pay(scheduler: Scheduler, model: StreamingModel, usage: Usage | None, replied: bool) -> None:
-    """Record one request's price. A request nothing came back for (the server could not
-    be reached) is not counted: nothing was billed."""
-    if usage is None and not replied:
-        return
-    price = price_request(model, usage)
-    scheduler.spec.spend.add(price, usage)
-    scheduler.emit(
-        Cost(
-            model.name,
-            time.monotonic(),
-            price.usd,
-            None if usage is None else usage.prompt_tokens,
-            None if usage is None else usage.completion_tokens,
-            price.note,
-            price.free,
-        )
-    )
+    """Record one request's price (``runtime.core.cost.charge``) in ``scheduler``'s run."""
+    charge(scheduler.spec.spend, scheduler.emit, model, usage, replied)
+
+
+def payer(scheduler: Scheduler, model: StreamingModel) -> ReplyEnd:
+    """``pay`` for a text-only request (a context summary): what ``text_client`` calls."""
+    return lambda usage, replied: pay(scheduler, model, usage, replied)
 
 
 def over_budget(

@@ -88,7 +88,7 @@ from cortex_jupyter.runtime.loop.conversation import Conversation
 from cortex_jupyter.runtime.loop.feeds import FeedSet
 from cortex_jupyter.runtime.loop.prompt import format_results, result_text, system_prompt
 from cortex_jupyter.runtime.loop.resume import Resume
-from cortex_jupyter.runtime.loop.spending import over_budget, pay
+from cortex_jupyter.runtime.loop.spending import over_budget, pay, payer
 from cortex_jupyter.runtime.scheduler.calls import error_text
 from cortex_jupyter.runtime.scheduler.dispatch import Scheduler
 
@@ -374,7 +374,6 @@ class Loop:
                 await self.scheduler.drain()
             finally:
                 self._close(turn)
-                pay(self.scheduler, self.model, turn.usage, turn.chunks > 0)
             outcome, reason = _decide(turn, self.agent.max_tokens, words)
             if outcome == "results" and getattr(self.model, "remaining_turns", None) == 0:
                 # A script or a replay that has no more turns: its end is the run's end,
@@ -500,7 +499,8 @@ class Loop:
             request = {**self.scheduler.request, "max_tokens": SUMMARY_TOKENS}
             with anyio.fail_after(120):
                 text = await complete(
-                    text_client(model, request), [{"role": "user", "content": prompt}]
+                    text_client(model, request, payer(self.scheduler, model)),
+                    [{"role": "user", "content": prompt}],
                 )
         except Exception:
             return
@@ -593,6 +593,9 @@ class Loop:
                     break
         finally:
             self._recorder.flush()
+            # Paid when the reply ends, before its actions finish: a nested agent they
+            # start spends the same budget, and sees this reply's cost in it.
+            pay(self.scheduler, self.model, turn.usage, turn.chunks > 0)
             aclose = getattr(stream, "aclose", None)
             if aclose is not None:
                 await aclose()
