@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import anyio
 import genai_prices
 import pytest
 from IPython.core.error import UsageError
@@ -237,7 +238,7 @@ def test_a_budget_stops_the_run_before_the_request_that_would_pass_it(
     assert record.cost == pytest.approx(price(100_000, 10, "gpt-4o-mini"))
     spent = f"${record.cost:.4f}".rstrip("0")
     assert f"{spent} spent" in str(caught.value)
-    assert "%cortex continue --budget USD" in str(caught.value)
+    assert "%cortex continue --budget MORE goes on" in str(caught.value)
     assert "\n" not in str(caught.value)
     # Everything so far is kept: the action ran, its output is bound.
     assert tool == ["x"] and ip.user_ns["got"] == "fetched x"
@@ -338,3 +339,17 @@ def test_a_bad_budget_setting_or_agent_budget_is_refused(
 def test_continue_takes_only_a_budget(ip: InteractiveShell) -> None:
     with pytest.raises(UsageError, match="only --budget USD"):
         ip.run_line_magic("cortex", "continue --max-turns 3")
+
+
+def test_an_agent_budget_stops_a_python_run_and_a_larger_one_continues_it(
+    server: FakeOpenAIServer, tool: list[str]
+) -> None:
+    model = OpenAIModel("gpt-4o-mini", base_url=server.url, api_key=SECRET)
+    server.script(reply(ACTION, 100_000, 10), reply("<response>Done.</response>", 1000, 5))
+    stopped = Agent(model=model, budget="$0.01").run_sync("Go.")
+    assert (stopped.status, len(server.requests)) == ("budget", 1)
+    assert "Agent(budget=MORE).continue_run(run)" in (stopped.reason or "")
+    larger = Agent(model=model, budget=1)
+    result = anyio.run(larger.continue_run, stopped)
+    assert (result.status, result.answer) == ("completed", "Done.")
+    assert len(server.requests) == 2 and tool == ["x"]

@@ -43,4 +43,4 @@ def over_budget(
     why = spend.check(estimate, prompt_tokens, reply)
     if why is None or not spend.requests:
         return why
-    return f"{why}; everything so far is kept, and {go_on} with a larger budget goes on"
+    return f"{why}; everything so far is kept, and {go_on} goes on from here"

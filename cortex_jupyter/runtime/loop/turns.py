@@ -15,7 +15,8 @@ was cut off at the token limit: ``finish_reason: "length"``), ``interrupted`` (t
 model's stream failed: everything received and run is kept, and ``Agent.continue_run``
 goes on from there), ``cancelled`` or ``failed`` (the runtime failed, or the model failed
 in a way asking again cannot fix: a refused key, an unknown model; what arrived is kept
-too). ``run.reason`` says why when it did not complete.
+too) or ``budget`` (the next request would have passed the run's budget: it was not
+sent; ``runtime.loop.spending``). ``run.reason`` says why when it did not complete.
 
 A ``Conversation`` (``loop.conversation``) is the memory: runs given the same one continue it.
 """
@@ -226,13 +227,13 @@ WORDS: Mapping[str, Mapping[str, str]] = {
         "continue": "Agent.continue_run(...)",
         "max_turns": "max_turns=...",
         "max_tokens": "max_tokens=...",
-        "budget": "Agent.continue_run(...) on an Agent(budget=...)",
+        "budget": "Agent(budget=MORE).continue_run(run)",
     },
     "magic": {
         "continue": "%cortex continue",
         "max_turns": "--max-turns N",
         "max_tokens": "--max-tokens N",
-        "budget": "%cortex continue --budget USD",
+        "budget": "%cortex continue --budget MORE",
     },
 }
 
