@@ -353,3 +353,23 @@ def test_an_agent_budget_stops_a_python_run_and_a_larger_one_continues_it(
     result = anyio.run(larger.continue_run, stopped)
     assert (result.status, result.answer) == ("completed", "Done.")
     assert len(server.requests) == 2 and tool == ["x"]
+
+
+def test_the_view_of_a_budget_stopped_run_says_budget_and_what_it_cost(
+    ip: InteractiveShell, server: FakeOpenAIServer, tool: list[str]
+) -> None:
+    server.script(reply(ACTION, 100_000, 10))
+    with pytest.raises(CortexRunError):
+        run(ip, "--model gpt-4o-mini --budget 0.01")
+    record = ip.user_ns["_cortex"]
+    state = from_run(record, "gpt-4o-mini")
+    assert state.phase == "budget"
+    html = header_html(state)
+    assert 'data-phase="budget"' in html and "$0.015" in html
+
+
+def test_cortex_config_sets_the_budget(ip: InteractiveShell, magics: CortexMagics) -> None:
+    ip.run_line_magic("cortex", "config budget=20000tok")
+    assert str(magics.budget) == "20,000 tokens"
+    ip.run_line_magic("cortex", "config budget=none")
+    assert magics.budget is None

@@ -112,6 +112,7 @@ _PHASE_STATUS = {
     "interrupted": "cancelled",
     "truncated": "cancelled",
     "turn limit": "cancelled",
+    "budget": "cancelled",
 }
 
 # Hides the copy where the live view shows in the same cell, and a widget output that
