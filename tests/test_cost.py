@@ -373,3 +373,12 @@ def test_cortex_config_sets_the_budget(ip: InteractiveShell, magics: CortexMagic
     assert str(magics.budget) == "20,000 tokens"
     ip.run_line_magic("cortex", "config budget=none")
     assert magics.budget is None
+
+
+def test_the_budget_setting_holds_for_a_named_agent_without_its_own(
+    ip: InteractiveShell, server: FakeOpenAIServer, magics: CortexMagics, helper: Agent
+) -> None:
+    ip.run_line_magic("config", "CortexMagics.budget = '10tok'")
+    with pytest.raises(CortexRunError, match="budget of 10 tokens"):
+        run(ip, "--agent cost_helper")
+    assert server.requests == []

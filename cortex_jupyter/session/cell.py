@@ -112,6 +112,8 @@ def cell_agent(
     for name in LINE_SETTINGS:
         if name in options.given:
             changes[name] = getattr(options, name)
+    if agent.budget is None and "budget" not in changes:
+        changes["budget"] = options.budget  # CortexMagics.budget holds for it too
     changes["request"] = merge_requests(options.request_default, agent.request, options.request)
     changes.update(sampling(options, agent))
     return agent.with_options(**changes)

@@ -164,11 +164,13 @@ class Spend:
         budget = self.budget
         if budget is None:
             return None
+        spent: float | None
+        next_one: float | None
         if budget.unit == "tok":
             spent, next_one = self.tokens, float(prompt_tokens + reply_tokens)
             unknown = "a reply's tokens were not reported by the server"
         else:
-            spent, next_one = self.usd, estimate.usd  # type: ignore[assignment]
+            spent, next_one = self.usd, estimate.usd
             unknown = estimate.note if estimate.usd is None else "a reply's cost is not known"
         if spent is None or next_one is None:
             return (
