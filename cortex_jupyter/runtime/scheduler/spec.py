@@ -84,7 +84,7 @@ class RunSpec:
     request: Mapping[str, Any] = field(default_factory=dict)
     #: What the run spent, against its budget: one object shared by the runs nested in
     #: it, so a nested agent's requests count against its caller's budget.
-    spend: Spend = field(default_factory=Spend, repr=False)
+    spend: Spend = field(default_factory=Spend, repr=False, compare=False)
     # the host's hooks
     on_event: EventCallback | None = field(default=None, repr=False)
     bind: BindCallback | None = field(default=None, repr=False)
