@@ -34,7 +34,7 @@ from cortex_jupyter.runtime.loop.conversation import Conversation
 from cortex_jupyter.runtime.loop.pickup import FINISHED
 from cortex_jupyter.runtime.loop.prompt import system_prompt
 from cortex_jupyter.session import RUN_VARIABLE, CellOptions, NotebookRun, Session
-from cortex_jupyter.session.cell import stored_cell
+from cortex_jupyter.session.cell import LOCAL_KEY, stored_cell
 
 if TYPE_CHECKING:
     from cortex_jupyter.runtime.integrations.mcp import ServerStatus
@@ -329,7 +329,7 @@ def local_start(session: Session, port: int | None) -> str | None:
     except local.LocalServerError as exc:
         complain(f"local: {exc}")
         return None
-    session.endpoints[server.model] = (server.base_url, "local")
+    session.endpoints[server.model] = (server.base_url, LOCAL_KEY)
     print(f"{server}\n%%cortex cells now ask {server.model} there.")
     return server.model
 

@@ -46,6 +46,7 @@ from traitlets.config.loader import LazyConfigValue
 from cortex_jupyter import commands
 from cortex_jupyter import store as run_store
 from cortex_jupyter.commands import complain
+from cortex_jupyter.runtime.core.cost import Budget
 from cortex_jupyter.runtime.core.secrets import redact
 from cortex_jupyter.runtime.integrations.executors import set_dask_address
 from cortex_jupyter.runtime.loop.grammar import CONSTRAIN_FORMS
@@ -182,6 +183,12 @@ class CortexMagics(Magics):
         help="How many finished views stay live (clickable); older ones show their static "
         "copy and close their widgets, which frees what they held.",
     ).tag(config=True)
+    budget = AnyTrait(
+        None,
+        allow_none=True,
+        help="Most a cell's run may spend: US dollars (0.05) or tokens ('20000tok'); None: "
+        "no limit. A cell's --budget goes over it.",
+    ).tag(config=True)
     request = Dict(
         help="Extra fields sent with every request (temperature, seed, top_k, grammar...); "
         "a cell's --request goes over them (see %%cortex?).",
@@ -233,6 +240,13 @@ class CortexMagics(Magics):
             return check_request(proposal["value"], "CortexMagics.request")
         except ValueError as error:
             raise TraitError(str(error)) from None
+
+    @validate("budget")
+    def _check_budget(self, proposal: Bunch) -> Any:
+        try:
+            return Budget.parse(proposal["value"])
+        except ValueError as error:
+            raise TraitError(f"CortexMagics.budget: {error}") from None
 
     @validate("approve_timeout")
     def _check_approve_timeout(self, proposal: Bunch) -> Any:
@@ -307,6 +321,12 @@ class CortexMagics(Magics):
         help='Extra request fields as a JSON object, e.g. \'{"temperature": 0, "seed": 1}\'. '
         "Later wins: CortexMagics.request < the agent's request < --request < "
         "--temperature/--max-tokens.",
+    )
+    @argument(
+        "--budget",
+        metavar="USD",
+        help="Most the run may spend: US dollars (0.05) or tokens (20000tok); a request that "
+        "would pass it is not sent and the run ends 'budget'.",
     )
     @_flag("--native-tools", "Offer tools as native tools=.")
     @argument(
@@ -394,6 +414,7 @@ class CortexMagics(Magics):
             approve_timeout=self.approve_timeout,
             request_default=dict(self.request),
             request=_request(args.request),
+            budget=_budget(args.budget, self.budget),
             given=frozenset(
                 name
                 for name in ("model", "dialect", "max_turns", "temperature", "max_tokens")
@@ -401,6 +422,7 @@ class CortexMagics(Magics):
             )
             | ({"native_tools"} if args.native_tools else set())
             | ({"request"} if args.request is not None else set())
+            | ({"budget"} if args.budget is not None else set())
             | ({"constrain"} if args.constrain is not None else set()),
         )
         return dataclasses.replace(options, **overrides) if overrides else options
@@ -464,8 +486,12 @@ class CortexMagics(Magics):
         commands.show_prompt(self.session, dialect, self.native_tools)
 
     def _cmd_continue(self, args: list[str]) -> None:
-        """Continue the last interrupted run where it stopped."""
-        self.session.continue_last()
+        """Continue the last interrupted run where it stopped: %cortex continue
+        [--budget USD] (a run its budget stopped goes on under a larger one)."""
+        if args and (args[0] != "--budget" or len(args) != 2):
+            raise UsageError("%cortex continue: it takes only --budget USD, e.g. --budget 0.10")
+        budget = _budget(args[1], None) if args else None
+        self.session.continue_last(budget)
 
     def _cmd_resume(self, args: list[str]) -> None:
         """Go on with a stored run that did not finish, as itself: %cortex resume ID."""
@@ -781,6 +807,16 @@ def _approval(value: Any) -> Any:
         f"CortexMagics.approve must be 'ask', 'allow', 'deny' or a function (node) -> bool, "
         f"not {value!r}."
     )
+
+
+def _budget(given: str | None, default: Budget | None) -> Budget | None:
+    """``--budget USD|Ntok``, else ``CortexMagics.budget`` (checked when it was set)."""
+    if given is None:
+        return default
+    try:
+        return Budget.parse(_unquote(given))
+    except ValueError as error:
+        raise UsageError(f"%%cortex: --budget: {error}.") from None
 
 
 def _constrain(given: str | None, default: bool | str) -> bool | str:

@@ -63,6 +63,7 @@ _STOPPED = {
     "token limit": "truncated",
     "turn_limit": "turn limit",
     "turn limit": "turn limit",
+    "budget": "budget",
 }
 
 
@@ -113,6 +114,11 @@ class ViewState:
     metrics: dict[str, float] = field(default_factory=dict)
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    #: What the run's requests cost in US dollars, nested agents' included (None: a
+    #: price is not known); ``priced`` counts them, ``free`` says why they cost nothing.
+    cost: float | None = 0.0
+    priced: int = 0
+    free: str = ""
     final: bool | None = None
     end_status: str | None = None
     interrupted: str | None = None
@@ -552,6 +558,16 @@ class ViewState:
         self.metrics[name] = value
         self._touch("header")
 
+    def _on_cost(self, event: Any, at: float, scope: _Scope) -> None:
+        """One request's price: a nested agent's counts towards the run's, as it is paid."""
+        usd = getattr(event, "usd", None)
+        usd = float(usd) if isinstance(usd, int | float) else None
+        self.cost = None if self.cost is None or usd is None else self.cost + usd
+        free = str(getattr(event, "free", "") or "")
+        self.free = free if free and (not self.priced or self.free == free) else ""
+        self.priced += 1
+        self._touch("header")
+
     def _on_interrupt(self, event: Any, at: float, scope: _Scope) -> None:
         if scope.parent is not None:
             return
@@ -640,6 +656,7 @@ _HANDLERS: dict[str, Any] = {
     "action_output": ViewState._on_output,
     "context": ViewState._on_context,
     "metric": ViewState._on_metric,
+    "cost": ViewState._on_cost,
     "interrupt": ViewState._on_interrupt,
     "end": ViewState._on_end,
     "turn": ViewState._on_turn,

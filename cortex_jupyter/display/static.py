@@ -112,6 +112,7 @@ _PHASE_STATUS = {
     "interrupted": "cancelled",
     "truncated": "cancelled",
     "turn limit": "cancelled",
+    "budget": "cancelled",
 }
 
 # Hides the copy where the live view shows in the same cell, and a widget output that
@@ -505,6 +506,7 @@ def run_metadata(state: ViewState, endpoint: str | None = None) -> dict[str, Any
             "completion": state.completion_tokens,
             "estimated_completion": state.tokens if state.estimated else None,
         },
+        "cost_usd": state.cost if state.priced else None,
         "actions": actions,
         "errors": [clean(e) for e in state.errors],
     }

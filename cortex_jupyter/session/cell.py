@@ -16,6 +16,7 @@ from typing import Any, cast
 from cortex_jupyter import models
 from cortex_jupyter.runtime import Agent, Registry
 from cortex_jupyter.runtime.core.chunks import StreamingModel
+from cortex_jupyter.runtime.core.cost import Budget
 from cortex_jupyter.runtime.core.registry import AgentSpec
 from cortex_jupyter.runtime.loop.feeds import FeedSet
 from cortex_jupyter.runtime.loop.request import merge_requests
@@ -23,6 +24,10 @@ from cortex_jupyter.session.record import CortexRunError
 
 #: Model name -> (base URL, API key) of a server that answers for it.
 Endpoints = Mapping[str, tuple[str, str]]
+#: The API key ``%cortex local start`` registers its endpoint with: the model that server
+#: serves runs on this machine and costs nothing.
+LOCAL_KEY = "local"
+LOCAL_MODEL = "the local model (%cortex local start)"
 #: A cell's options that are the ``Agent`` settings of the same name.
 AGENT_SETTINGS = (
     "dialect",
@@ -32,9 +37,10 @@ AGENT_SETTINGS = (
     "context_tokens",
     "approval",
     "approve_timeout",
+    "budget",
 )
 #: Of those, the ones a cell's line may give over a named agent's own (``--agent``).
-LINE_SETTINGS = ("dialect", "max_turns", "native_tools", "constrain")
+LINE_SETTINGS = ("dialect", "max_turns", "native_tools", "constrain", "budget")
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,8 @@ class CellOptions:
     #: goes over the agent's own; see ``runtime.loop.request`` for the whole order).
     request_default: Mapping[str, Any] = field(default_factory=dict)
     request: Mapping[str, Any] = field(default_factory=dict)
+    #: ``--budget`` or ``CortexMagics.budget``: the most the run may spend (None: no limit).
+    budget: Budget | None = None
 
 
 def cell_agent(
@@ -105,6 +113,8 @@ def cell_agent(
     for name in LINE_SETTINGS:
         if name in options.given:
             changes[name] = getattr(options, name)
+    if agent.budget is None and "budget" not in changes:
+        changes["budget"] = options.budget  # CortexMagics.budget holds for it too
     changes["request"] = merge_requests(options.request_default, agent.request, options.request)
     changes.update(sampling(options, agent))
     return agent.with_options(**changes)
@@ -141,7 +151,8 @@ def cell_model(
             return models.ReplayModel(options.replay, speed=options.speed)
         # ``models.OpenAIModel`` imports openai on first use: only a real model needs it.
         base_url, api_key = endpoints.get(options.model, (None, None))
-        return models.OpenAIModel(options.model, base_url=base_url, api_key=api_key)
+        free = LOCAL_MODEL if api_key == LOCAL_KEY else None
+        return models.OpenAIModel(options.model, base_url=base_url, api_key=api_key, free=free)
     except (models.ModelError, OSError, ValueError) as exc:
         raise CortexRunError(str(exc)) from None
 

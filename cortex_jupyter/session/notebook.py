@@ -12,6 +12,7 @@ the run is ``failed`` with the reason, the exception is ``_cortex.error`` and
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections import ChainMap
 from collections.abc import Awaitable, Callable, Mapping
@@ -24,6 +25,7 @@ from IPython import get_ipython
 from cortex_jupyter import store
 from cortex_jupyter._bridge import Bridge, Emit, Loop
 from cortex_jupyter.runtime import Agent, Registry, Run, RunHooks, default_registry
+from cortex_jupyter.runtime.core.cost import Budget
 from cortex_jupyter.runtime.core.events import AnyEvent
 from cortex_jupyter.runtime.core.observer import Recording
 from cortex_jupyter.runtime.core.scope import Binding, Scope
@@ -156,8 +158,9 @@ class Session:
         self.last_prompt = prompt
         return _Cell(job, run, model_name(agent), options.display, scope, recording=recording)
 
-    def continue_last(self) -> NotebookRun:
-        """``%cortex continue``: go on with the last run where it stopped."""
+    def continue_last(self, budget: Budget | None = None) -> NotebookRun:
+        """``%cortex continue``: go on with the last run where it stopped (under
+        ``budget`` when given, else the budget of the cell that ran it)."""
         previous, options = self.last, self.last_options
         if previous is None or options is None:
             raise CortexRunError("there is no run to continue yet in this notebook.")
@@ -169,8 +172,12 @@ class Session:
         if previous.status not in CONTINUABLE:
             raise CortexRunError(
                 f"the last run ended {previous.status!r}, so there is nothing to continue; "
-                "only interrupted, truncated, cancelled or turn-limited runs can be continued."
+                "only interrupted, truncated, cancelled, turn-limited or budget-stopped runs "
+                "can be continued."
             )
+        if budget is not None:
+            options = dataclasses.replace(options, budget=budget, given=options.given | {"budget"})
+            self.last_options = options
         # The same agent and settings as the cell that ran it (its sampling settings too).
         agent = self._agent("", options)
         run = NotebookRun()

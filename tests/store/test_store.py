@@ -71,7 +71,7 @@ def test_a_run_given_a_store_is_opened_again_with_its_outputs(db: Path) -> None:
     lock_output = back.actions["a3"].output
     assert isinstance(lock_output, OutputRepr) and "lock" in lock_output.lower()
     assert back.variables["herd"] == {"count": 3, "note": "pelican feathers"}
-    assert back.usage == run.usage and back.cost is None
+    assert back.usage == run.usage and back.cost == run.cost == 0  # a script costs nothing
     assert [n.status for n in back.actions.values()] == ["done", "done", "done"]
     assert back.prompt == "how many walruses?" and back.turns == 2
     timeline = str(back.timeline())
@@ -105,7 +105,7 @@ def test_runs_are_listed_newest_first_with_a_limit(db: Path) -> None:
     assert [row.id for row in rows] == ids[::-1]
     assert [row.id for row in cortex_jupyter.runs(limit=2, store=db)] == ids[:0:-1]
     assert rows[0].started >= rows[1].started and rows[0].started.tzinfo is not None
-    assert rows[0].actions == 3 and rows[0].turns == 2 and rows[0].cost is None
+    assert rows[0].actions == 3 and rows[0].turns == 2 and rows[0].cost == 0  # a script: no model
 
 
 @given(st.text(max_size=40))
@@ -142,8 +142,8 @@ def test_every_cell_is_stored_and_runs_lists_it(
     out = capsys.readouterr().out
     heading, row = out.splitlines()[:2]
     assert heading.split() == list(store_headings())
-    assert row.startswith(run.id) and "completed" in row and "unknown" in row
-    assert "$0" not in row  # an unknown cost is never shown as 0
+    # A script asks no model, so it costs nothing (an unknown price would say "unknown").
+    assert row.startswith(run.id) and "completed" in row and "$0" in row
     rows = cortex_jupyter.runs("zeppelin")
     assert rows[0].id == run.id and rows[0].answer == "the zeppelin landed"
 

@@ -10,5 +10,6 @@
   workflows, agents), their JSON schemas, fitting values to them, the built-in cache;
   the registry is also where integrations and the loop pass themselves in;
 - ``model``, ``chunks``: the model interface (``StreamingModel``) and its chunks;
+- ``cost``: prices as data (``Price``, a model's ``price`` method), budgets and spending;
 - ``errors``: one error vocabulary (``CortexError``) for the runtime and the models.
 """

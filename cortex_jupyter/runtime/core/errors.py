@@ -216,6 +216,15 @@ class NoModelConfigured(CortexRuntimeError):
 
 
 @dataclass(eq=False, repr=False)
+class BudgetReached(CortexRuntimeError):
+    """Raised when an ``llm`` action's request would pass the run's budget: it is not
+    sent (the run's next turn then stops the run with status ``budget``)."""
+
+    why: str
+    template = "not sent: {e.why}"
+
+
+@dataclass(eq=False, repr=False)
 class InternalActionRefused(CortexRuntimeError):
     """Raised when an ``internal`` action is disabled or not on the allowlist."""
 

@@ -127,6 +127,22 @@ class Metric:
 
 
 @dataclass(frozen=True, slots=True)
+class Cost:
+    """One request to ``model`` was priced (``runtime.core.cost``): ``usd`` (None: not
+    known), the tokens the server reported (None: it reported none), ``note`` saying whose
+    prices of which date, or why there is none, and ``free`` why it cost nothing."""
+
+    model: str
+    time: float
+    usd: float | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    note: str = ""
+    free: str = ""
+    kind: ClassVar[str] = "cost"
+
+
+@dataclass(frozen=True, slots=True)
 class Interrupt:
     """The run was stopped before its end: cancelled (Stop), its stream or its model
     failed, or the agent loop reached its turn limit (``reason`` says which, ``error``
@@ -308,6 +324,7 @@ RunEvent = (
     | ActionOutput
     | ContextUse
     | Metric
+    | Cost
     | Interrupt
     | End
     | Nested

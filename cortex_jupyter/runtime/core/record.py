@@ -36,10 +36,12 @@ from cortex_jupyter.protocol.events import (
 )
 from cortex_jupyter.runtime.core.answer import fill
 from cortex_jupyter.runtime.core.bounded import failed
+from cortex_jupyter.runtime.core.cost import total
 from cortex_jupyter.runtime.core.errors import TranscriptError
 from cortex_jupyter.runtime.core.events import (
     RUN_EVENT_TYPES,
     AnyEvent,
+    Cost,
     Metric,
     Nested,
     Progress,
@@ -242,6 +244,28 @@ class Run:
                 totals[event.name] += int(event.value)
         return totals
 
+    @property
+    def costs(self) -> list[Cost]:
+        """Each request's price, in order, its nested agents' included."""
+        return [event for event in map(_unnest, self.events) if isinstance(event, Cost)]
+
+    @property
+    def cost(self) -> float | None:
+        """What the run cost in US dollars, its nested agents' requests included: the sum
+        of each request's price (``runtime.core.cost``); None when any request's price is
+        not known (never 0 for a price not known), and for a record of turns that kept no
+        prices (a transcript older than prices)."""
+        costs = self.costs
+        if not costs and self.turns:
+            return None
+        return total(c.usd for c in costs)
+
+    @property
+    def cost_note(self) -> str:
+        """How the cost was priced (whose prices, of which date), or why it is not known:
+        each distinct note of the run's requests, one per line."""
+        return "\n".join(dict.fromkeys(c.note for c in self.costs if c.note))
+
     def record(self, event: AnyEvent, at: float | None = None) -> None:
         """Append an event, and keep the text fields up to date.
 
@@ -385,6 +409,12 @@ class Run:
         if run is None:
             raise TranscriptError(0, "the transcript is empty")
         return cast(_R, run)
+
+
+def _unnest(event: AnyEvent) -> AnyEvent:
+    while isinstance(event, Nested):
+        event = event.event
+    return event
 
 
 def joined(parts: list[str]) -> str:

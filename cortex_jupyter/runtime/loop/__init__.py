@@ -10,5 +10,6 @@ results back until there is an answer. It stands on the scheduler and the core.
 - ``pickup``: where a stopped run stands, so ``Agent.resume`` goes on with it as itself;
 - ``reply``: pieces of reading one reply (its chunks recorded, native calls, repeats);
 - ``feeds``: context feeds (``$id`` values refreshed on demand or periodically);
-- ``request``, ``grammar``: extra request fields, and protocol-constrained decoding.
+- ``request``, ``grammar``: extra request fields, and protocol-constrained decoding;
+- ``spending``: each reply's price recorded, and the budget checked before each request.
 """

@@ -29,6 +29,7 @@ import anyio.from_thread
 from anyio.abc import TaskGroup
 
 from cortex_jupyter.runtime.core.chunks import StreamingModel
+from cortex_jupyter.runtime.core.cost import Budget, Spend
 from cortex_jupyter.runtime.core.errors import AgentDidNotAnswer, NoModelConfigured
 from cortex_jupyter.runtime.core.events import AnyEvent, Nested
 from cortex_jupyter.runtime.core.observer import RunStore
@@ -126,6 +127,10 @@ class Agent:
     #: How many times a typed answer that does not validate is sent back to the model
     #: with the errors before the run fails.
     output_retries: int = 1
+    #: The most a run may spend (``runtime.core.cost.Budget``): US dollars (``0.05``,
+    #: ``"$0.05"``) or tokens (``"20000tok"``); None: no limit. Checked before each
+    #: request; a run it stops ends ``budget``. A nested agent spends its caller's budget.
+    budget: float | str | Budget | None = None
 
     def __post_init__(self) -> None:
         _check(self)
@@ -421,6 +426,7 @@ class Agent:
             bind=hooks.bind,
             background=hooks.background,
             max_depth=self.max_depth,
+            spend=Spend(Budget.parse(self.budget)),
         )
         return Scheduler(spec, run=run)
 
@@ -474,6 +480,7 @@ def _check(agent: Agent) -> None:
     if timeout is not None and (isinstance(timeout, bool) or not timeout > 0):
         raise ValueError(f"approve_timeout must be a number of seconds above 0; got {timeout!r}")
     check_request(agent.request, "Agent(request=...)")
+    _check_budget(agent)
     _check_constrain(agent)
     model = agent.model
     if model is not None and (isinstance(model, str) or not hasattr(model, "stream")):
@@ -500,6 +507,13 @@ def _tee(hooks: RunHooks, recording: Callable[[AnyEvent], None]) -> RunHooks:
 
 def _tool_name(entry: str | Callable[..., Any]) -> str:
     return entry if isinstance(entry, str) else getattr(entry, "__name__", repr(entry))
+
+
+def _check_budget(agent: Agent) -> None:
+    try:
+        Budget.parse(agent.budget)
+    except ValueError as exc:
+        raise ValueError(f"Agent(budget=...): {exc}") from None
 
 
 def _check_constrain(agent: Agent) -> None:

@@ -15,7 +15,8 @@ was cut off at the token limit: ``finish_reason: "length"``), ``interrupted`` (t
 model's stream failed: everything received and run is kept, and ``Agent.continue_run``
 goes on from there), ``cancelled`` or ``failed`` (the runtime failed, or the model failed
 in a way asking again cannot fix: a refused key, an unknown model; what arrived is kept
-too). ``run.reason`` says why when it did not complete.
+too) or ``budget`` (the next request would have passed the run's budget: it was not
+sent; ``runtime.loop.spending``). ``run.reason`` says why when it did not complete.
 
 A ``Conversation`` (``loop.conversation``) is the memory: runs given the same one continue it.
 """
@@ -92,6 +93,7 @@ from cortex_jupyter.runtime.loop.reply import (
     takes_constraint,
 )
 from cortex_jupyter.runtime.loop.resume import Resume
+from cortex_jupyter.runtime.loop.spending import over_budget, pay, payer
 from cortex_jupyter.runtime.loop.transcript import cut_note
 from cortex_jupyter.runtime.scheduler.calls import error_text
 from cortex_jupyter.runtime.scheduler.dispatch import Scheduler
@@ -132,6 +134,8 @@ class _TurnState:
     held: list[str] = field(default_factory=list)
     repeats: int = 0  # actions not run: exact repeats of calls that ran (``Loop._repeat_of``)
     constrained: bool = False  # the request carried a grammar (``Loop._constraint``)
+    usage: Usage | None = None  # the tokens the server reported for the reply
+    chunks: int = 0  # how many chunks of a reply arrived
 
 
 #: Most tokens a context summary's reply may take (it is asked for 200 words).
@@ -151,11 +155,13 @@ WORDS: Mapping[str, Mapping[str, str]] = {
         "continue": "Agent.continue_run(...)",
         "max_turns": "max_turns=...",
         "max_tokens": "max_tokens=...",
+        "budget": "Agent(budget=MORE).continue_run(run)",
     },
     "magic": {
         "continue": "%cortex continue",
         "max_turns": "--max-turns N",
         "max_tokens": "--max-tokens N",
+        "budget": "%cortex continue --budget MORE",
     },
 }
 
@@ -320,6 +326,8 @@ class Loop:
                 f"stopped after {last} turns without a final response; continue it "
                 f"with {words['continue']}, or allow more turns ({words['max_turns']})",
             )
+        if self.scheduler.outcome == "budget":  # its last turn's request was not sent
+            number -= 1
         self.scheduler.emit(Metric("turns", number, time.monotonic(), "count"))
 
     async def _turn(
@@ -331,6 +339,12 @@ class Loop:
         if replay is None:
             await self.feeds.refresh_due()
             messages, fit = await self._messages()
+            budget = over_budget(
+                self.scheduler, self.model, fit.tokens, self.agent.max_tokens, words["budget"]
+            )
+            if budget is not None:  # the request is not sent
+                self._stop("budget", "budget", budget)
+                return True
             cut = self._resume.open if self._picked_up and self._resume is not None else None
             self.scheduler.emit(Turn(number, time.monotonic(), self.model.name, cut))
             self._report_fit(number, fit)
@@ -478,7 +492,8 @@ class Loop:
             request = {**self.scheduler.request, "max_tokens": SUMMARY_TOKENS}
             with anyio.fail_after(120):
                 text = await complete(
-                    text_client(model, request), [{"role": "user", "content": prompt}]
+                    text_client(model, request, payer(self.scheduler, model)),
+                    [{"role": "user", "content": prompt}],
                 )
         except Exception:
             return
@@ -571,6 +586,9 @@ class Loop:
                     break
         finally:
             self._recorder.flush()
+            # Paid when the reply ends, before its actions finish: a nested agent they
+            # start spends the same budget, and sees this reply's cost in it.
+            pay(self.scheduler, self.model, turn.usage, turn.chunks > 0)
             aclose = getattr(stream, "aclose", None)
             if aclose is not None:
                 await aclose()
@@ -586,6 +604,7 @@ class Loop:
         """Handle one chunk; True when the turn's reply must not be read further."""
         if not self._quiet:  # a reply read again (``_reread``) is recorded already
             self._recorder.add(chunk)
+        turn.chunks += 1
         if isinstance(chunk, RefusalChunk):  # before TextChunk: it is one
             self._end_reasoning(turn)
             self._refuse(turn, chunk.text)
@@ -610,7 +629,7 @@ class Loop:
             )
             self._submit(turn, native_action(chunk, self._natives.original(chunk.name)))
         elif isinstance(chunk, Usage) and not self._quiet:
-            now = time.monotonic()
+            now, turn.usage = time.monotonic(), chunk
             if chunk.prompt_tokens and self._sent:
                 self.conversation.counter.calibrate(
                     cast(list[ChatMessage], self._sent), chunk.prompt_tokens

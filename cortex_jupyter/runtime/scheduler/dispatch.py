@@ -42,9 +42,11 @@ from cortex_jupyter.protocol.events import (
 )
 from cortex_jupyter.runtime.core.chunks import StreamingModel, text_client
 from cortex_jupyter.runtime.core.coerce import fit
+from cortex_jupyter.runtime.core.cost import charge
 from cortex_jupyter.runtime.core.errors import (
     ActionTimeout,
     AgentDepthExceeded,
+    BudgetReached,
     CortexRuntimeError,
     InvalidVariableName,
     NoModelConfigured,
@@ -697,7 +699,12 @@ class Scheduler:
         messages: list[Message] = (
             [{"role": "user", "content": str(prompt)}] if not isinstance(prompt, list) else prompt
         )
-        return await complete(text_client(model, self.request), messages)
+        spend = self.spec.spend
+        why = spend.check_text(model, repr(messages))  # before the request, as a turn's is
+        if why is not None:
+            raise BudgetReached(why)
+        on_end = functools.partial(charge, spend, self.emit, model)
+        return await complete(text_client(model, self.request, on_end), messages)
 
     async def _run_workflow(
         self, parent: ActionNode, spec: WorkflowSpec, params: dict[str, Any]
