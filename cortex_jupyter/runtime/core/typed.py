@@ -40,6 +40,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import CoreSchema, core_schema
 
 from cortex_jupyter.protocol import MAX_JSON_DEPTH
 from cortex_jupyter.runtime.core.errors import BadOutputType, CortexRuntimeError
@@ -97,7 +99,7 @@ class OutputType:
             raise BadOutputType(shown, "it is a value, not a type (use e.g. int, list[str])")
         try:
             adapter: TypeAdapter[Any] = TypeAdapter(type_)
-            schema = adapter.json_schema()
+            schema = adapter.json_schema(schema_generator=_PythonObjects)
         except Exception as exc:  # pydantic's own errors, or a type's hook that raised
             raise BadOutputType(shown, _first_line(exc)) from None
         return cls(type_, shown, adapter, schema, example_of(schema))
@@ -180,6 +182,25 @@ class OutputType:
         if len(text) > 1 << 20:
             return safe_repr(value, limit=160)
         return redact_value(data)
+
+
+class _PythonObjects(GenerateJsonSchema):
+    """pydantic's JSON schema, where a field of a Python-only type (a DataFrame, with
+    ``arbitrary_types_allowed``) becomes a string the model can fill only as ``"$name"``
+    of such a value: the object itself then reaches the field."""
+
+    def handle_invalid_for_json_schema(
+        self, schema: CoreSchema | core_schema.CoreSchema, error_info: str
+    ) -> JsonSchemaValue:
+        cls = schema.get("cls") if isinstance(schema, dict) else None
+        if not isinstance(cls, type):
+            return super().handle_invalid_for_json_schema(schema, error_info)
+        return {
+            "type": "string",
+            "pattern": "^\\$",
+            "description": f'a Python {cls.__name__}: only as "$name" of one',
+            "examples": ["$name"],
+        }
 
 
 def read_json(text: str, *, text_ok: bool = False) -> tuple[Any, str | None]:
