@@ -64,6 +64,7 @@ _STOPPED = {
     "turn_limit": "turn limit",
     "turn limit": "turn limit",
     "budget": "budget",
+    "answer did not fit": "failed",  # a typed answer that never fit its type
 }
 
 

@@ -79,6 +79,13 @@ class CellOptions:
     request: Mapping[str, Any] = field(default_factory=dict)
     #: ``--budget`` or ``CortexMagics.budget``: the most the run may spend (None: no limit).
     budget: Budget | None = None
+    #: ``--output T``: the answer's type as written on the line (evaluated in the
+    #: notebook when the cell runs: ``session.notebook``); None: a text answer.
+    output: str | None = None
+    #: ``--output-retries N``: how often an answer that does not fit is sent back.
+    output_retries: int = 1
+    #: ``--output-key NAME``: the notebook name the validated answer is bound to.
+    output_key: str | None = None
 
 
 def cell_agent(
@@ -87,11 +94,13 @@ def cell_agent(
     registry: Registry,
     feeds: FeedSet | None,
     endpoints: Endpoints,
+    output_type: Any = None,
 ) -> Agent:
     """The agent a cell runs: the session's defaults (the cell's options, the
     session's registry and feeds) or, with ``--agent NAME``, that registered agent
     with the options the cell gave explicitly (and the cell's model unless it has
-    its own; a script or replay always stands in for the model)."""
+    its own; a script or replay always stands in for the model). ``output_type`` is
+    the type ``--output`` named (a named agent keeps its own without one)."""
     model = cell_model(body, options, registry, endpoints)
     if options.agent is None:
         return Agent(
@@ -99,6 +108,8 @@ def cell_agent(
             registry=registry,
             feeds=feeds,
             request=merge_requests(options.request_default, options.request),
+            output_type=output_type,
+            output_retries=options.output_retries,
             **{name: getattr(options, name) for name in AGENT_SETTINGS},
             **sampling(options, None),
         )
@@ -115,6 +126,10 @@ def cell_agent(
             changes[name] = getattr(options, name)
     if agent.budget is None and "budget" not in changes:
         changes["budget"] = options.budget  # CortexMagics.budget holds for it too
+    if options.output is not None:
+        changes["output_type"] = output_type
+    if "output_retries" in options.given:
+        changes["output_retries"] = options.output_retries
     changes["request"] = merge_requests(options.request_default, agent.request, options.request)
     changes.update(sampling(options, agent))
     return agent.with_options(**changes)

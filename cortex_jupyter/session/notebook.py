@@ -26,10 +26,13 @@ from cortex_jupyter import store
 from cortex_jupyter._bridge import Bridge, Emit, Loop
 from cortex_jupyter.runtime import Agent, Registry, Run, RunHooks, default_registry
 from cortex_jupyter.runtime.core.cost import Budget
+from cortex_jupyter.runtime.core.errors import BadOutputType, InvalidVariableName
 from cortex_jupyter.runtime.core.events import AnyEvent
 from cortex_jupyter.runtime.core.observer import Recording
 from cortex_jupyter.runtime.core.scope import Binding, Scope
 from cortex_jupyter.runtime.core.secrets import redact
+from cortex_jupyter.runtime.core.typed import type_from_text
+from cortex_jupyter.runtime.core.variables import check_variable_name
 from cortex_jupyter.runtime.loop.conversation import Conversation
 from cortex_jupyter.runtime.loop.feeds import FeedSet
 from cortex_jupyter.session.approvals import Approvals
@@ -79,6 +82,9 @@ class _Cell:
     recording: Recording | None = None
     #: What the view shows before the run goes on (a resumed run's recorded events).
     history: list[AnyEvent] | None = None
+    #: ``--output-key``: where the validated answer goes, and whether it may overwrite.
+    output_key: str | None = None
+    overwrite: bool = False
 
 
 class Session:
@@ -128,10 +134,8 @@ class Session:
         return self._outcome(cell)
 
     def _cell(self, prompt: str, options: CellOptions) -> _Cell:
-        try:
-            agent = self._agent(prompt, options)
-        except ValueError as exc:  # a setting the agent refuses (it says which, and why)
-            raise CortexRunError(redact(str(exc))) from None
+        agent = self._agent(prompt, options)
+        self._check_output_key(agent, options)
         if options.fresh:
             self.conversation.reset()
         # A script or a replay is its own little conversation: it must not leak into the
@@ -156,7 +160,9 @@ class Session:
 
         self.last_options = options
         self.last_prompt = prompt
-        return _Cell(job, run, model_name(agent), options.display, scope, recording=recording)
+        cell = _Cell(job, run, model_name(agent), options.display, scope, recording=recording)
+        cell.output_key, cell.overwrite = options.output_key, options.overwrite
+        return cell
 
     def continue_last(self, budget: Budget | None = None) -> NotebookRun:
         """``%cortex continue``: go on with the last run where it stopped (under
@@ -194,6 +200,7 @@ class Session:
             )
 
         cell = _Cell(job, run, model_name(agent), options.display, scope, recording=recording)
+        cell.output_key, cell.overwrite = options.output_key, options.overwrite
         return self._execute(cell)
 
     def resume(self, stored: Run, prompt: str, options: CellOptions) -> NotebookRun:
@@ -221,10 +228,49 @@ class Session:
         self.last_options, self.last_prompt = options, prompt
         cell = _Cell(job, run, model_name(agent), options.display, scope, recording=recording)
         cell.history = history(run.events)
+        cell.output_key, cell.overwrite = options.output_key, options.overwrite
         return self._execute(cell)
 
     def _agent(self, body: str, options: CellOptions) -> Agent:
-        return cell_agent(body, options, self.registry, self.feeds, self.endpoints)
+        """The cell's agent; a setting it refuses, or an ``--output`` type that does not
+        evaluate (in the notebook's namespace) or that pydantic cannot use, is one line."""
+        try:
+            output_type = None
+            if options.output is not None:
+                output_type = type_from_text(options.output, self.shell.user_ns)
+            return cell_agent(body, options, self.registry, self.feeds, self.endpoints, output_type)
+        except (ValueError, BadOutputType) as exc:  # it says which, and why
+            raise CortexRunError(redact(str(exc))) from None
+
+    def _check_output_key(self, agent: Agent, options: CellOptions) -> None:
+        """``--output-key``: refused before the run when the name cannot be bound."""
+        key = options.output_key
+        if key is None:
+            return
+        if agent.typed is None:
+            raise CortexRunError(
+                f"--output-key {key} binds a typed answer: give its type with --output T"
+            )
+        try:
+            check_variable_name(key)
+            self.names.check(key, options.overwrite)
+        except InvalidVariableName as exc:
+            raise CortexRunError(f"--output-key {key!r} cannot be bound: {exc.reason}") from None
+
+    def _bind_output(self, cell: _Cell) -> None:
+        """Bind the validated answer to ``--output-key`` once the run completed; a name
+        the user took meanwhile is a note (the object stays on ``_cortex.output``)."""
+        run, key = cell.run, cell.output_key
+        if key is None or run.status != "completed":
+            return
+        try:
+            self.names.bind(run.id, key, run.output, cell.overwrite)
+        except InvalidVariableName as exc:
+            run.notes.append(
+                f"--output-key {key!r} was not bound: {exc.reason}; the answer is on _cortex.output"
+            )
+            return
+        run.variables[key] = run.output
 
     def _execute(self, cell: _Cell) -> NotebookRun:
         try:
@@ -340,6 +386,7 @@ class Session:
             error = run.fail(failure)
             self._finish(cell)
             raise error
+        self._bind_output(cell)
         self._finish(cell)
         report(run)
         return run

@@ -12,4 +12,5 @@ results back until there is an answer. It stands on the scheduler and the core.
 - ``feeds``: context feeds (``$id`` values refreshed on demand or periodically);
 - ``request``, ``grammar``: extra request fields, and protocol-constrained decoding;
 - ``spending``: each reply's price recorded, and the budget checked before each request.
+- ``typed_answer``: a typed run's answer turn (check, send the errors back, or fail).
 """

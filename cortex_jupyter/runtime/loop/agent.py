@@ -22,6 +22,7 @@ import functools
 from collections import ChainMap
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -35,6 +36,7 @@ from cortex_jupyter.runtime.core.events import AnyEvent, Nested
 from cortex_jupyter.runtime.core.observer import RunStore
 from cortex_jupyter.runtime.core.record import Run
 from cortex_jupyter.runtime.core.registry import AgentSpec, Registry, default_registry
+from cortex_jupyter.runtime.core.typed import OutputType
 from cortex_jupyter.runtime.core.variables import find_references
 from cortex_jupyter.runtime.loop.conversation import Conversation
 from cortex_jupyter.runtime.loop.feeds import FeedSet
@@ -87,7 +89,10 @@ class Agent:
     ``max_depth`` limits how deep agents may call agents. ``approve`` names tools that
     wait for approval (see ``runtime.scheduler.approval``) under the ``approval`` policy; run as a
     nested agent, its caller's ``approve``, ``approval`` and ``approve_timeout`` hold for
-    it too, and its own can only add to them.
+    it too, and its own can only add to them. ``output_type`` (a pydantic model, a
+    dataclass, ``list[int]``...) makes the answer data: ``run.output`` is the validated
+    object, an answer that does not fit is sent back up to ``output_retries`` times, and
+    as a nested agent its action's output is that object (``runtime.core.typed``).
     """
 
     name: str | None = None
@@ -125,7 +130,7 @@ class Agent:
     #: validated object. ``None``: the answer is text only.
     output_type: Any = None
     #: How many times a typed answer that does not validate is sent back to the model
-    #: with the errors before the run fails.
+    #: with the errors before the run fails (each retry is a turn of ``max_turns``).
     output_retries: int = 1
     #: The most a run may spend (``runtime.core.cost.Budget``): US dollars (``0.05``,
     #: ``"$0.05"``) or tokens (``"20000tok"``); None: no limit. Checked before each
@@ -179,6 +184,12 @@ class Agent:
             "temperature": self.temperature,
             "max_tokens": self.max_tokens,
         }
+
+    @cached_property
+    def typed(self) -> OutputType | None:
+        """The answer type made ready (``runtime.core.typed``), or None for a text answer;
+        made once, when the Agent is made (``_check`` refuses a type pydantic cannot use)."""
+        return None if self.output_type is None else OutputType.of(self.output_type)
 
     # ---- running --------------------------------------------------------------------
 
@@ -347,10 +358,11 @@ class Agent:
         with anyio.from_thread.start_blocking_portal() as portal:
             return portal.call(functools.partial(self.run, prompt, **options))
 
-    async def run_nested(self, task: str, *, scheduler: Scheduler, node: ActionNode) -> str:
+    async def run_nested(self, task: str, *, scheduler: Scheduler, node: ActionNode) -> Any:
         """Run as the ``agent`` action ``node`` of ``scheduler``'s run: its own loop, its
         events forwarded under ``node`` (``Nested``); its answer is the action's output
-        and its run is ``node.subrun``."""
+        (the validated object when it has an ``output_type``: a typed sub-agent hands
+        its caller data, not text) and its run is ``node.subrun``."""
         model = self._model(scheduler.model, node.id)
         child = Run()
         node.subrun = child
@@ -387,6 +399,8 @@ class Agent:
             await loop.go(task)
         if child.status != "completed":
             raise AgentDidNotAnswer(self.name or "agent", child.status, child.reason)
+        if self.typed is not None:
+            return child.output
         return child.answer  # as the caller's run is answered: final reply, $name filled
 
     # ---- helpers ----------------------------------------------------------------------
@@ -437,6 +451,8 @@ class Agent:
         if self.tools is not None:
             shown.append(f"tools={[_tool_name(t) for t in self.tools]!r}")
         shown.append(f"dialect={self.dialect!r}")
+        if self.typed is not None:
+            shown.append(f"output_type={self.typed.name}")
         return f"Agent({', '.join(shown)})"
 
 
@@ -482,6 +498,7 @@ def _check(agent: Agent) -> None:
     check_request(agent.request, "Agent(request=...)")
     _check_budget(agent)
     _check_constrain(agent)
+    _check_output(agent)
     model = agent.model
     if model is not None and (isinstance(model, str) or not hasattr(model, "stream")):
         raise TypeError(
@@ -514,6 +531,14 @@ def _check_budget(agent: Agent) -> None:
         Budget.parse(agent.budget)
     except ValueError as exc:
         raise ValueError(f"Agent(budget=...): {exc}") from None
+
+
+def _check_output(agent: Agent) -> None:
+    retries = agent.output_retries
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise ValueError(f"output_retries must be a whole number, 0 or more; got {retries!r}")
+    agent.__dict__.pop("typed", None)  # a copy (``with_options``) makes its own
+    _ = agent.typed  # made now, so a type pydantic cannot use is refused here
 
 
 def _check_constrain(agent: Agent) -> None:

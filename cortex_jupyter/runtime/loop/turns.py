@@ -73,6 +73,7 @@ from cortex_jupyter.runtime.core.events import (
 from cortex_jupyter.runtime.core.graph import ActionNode
 from cortex_jupyter.runtime.core.model import complete
 from cortex_jupyter.runtime.core.secrets import redact, redact_value
+from cortex_jupyter.runtime.core.typed import OutputType
 from cortex_jupyter.runtime.loop import grammar
 from cortex_jupyter.runtime.loop.context import (
     DEFAULT_REPLY_ROOM,
@@ -95,6 +96,7 @@ from cortex_jupyter.runtime.loop.reply import (
 from cortex_jupyter.runtime.loop.resume import Resume
 from cortex_jupyter.runtime.loop.spending import over_budget, pay, payer
 from cortex_jupyter.runtime.loop.transcript import cut_note
+from cortex_jupyter.runtime.loop.typed_answer import AnswerCheck
 from cortex_jupyter.runtime.scheduler.calls import error_text
 from cortex_jupyter.runtime.scheduler.dispatch import Scheduler
 
@@ -230,6 +232,10 @@ class Settings(Protocol):
     def instructions(self) -> str | None: ...
     @property
     def constrain(self) -> bool | str: ...
+    @property
+    def typed(self) -> OutputType | None: ...
+    @property
+    def output_retries(self) -> int: ...
 
 
 class Loop:
@@ -278,6 +284,10 @@ class Loop:
         self._picked_up = False
         self._known: list[tuple[Any, ...]] = []
         self._quiet = False
+        typed = agent.typed
+        self.typed = None if typed is None else AnswerCheck(
+            typed, retries=agent.output_retries, scheduler=scheduler, native=agent.native_tools
+        )  # fmt: skip
 
     async def go(self, user_text: str, *, resume: str | None = None) -> None:
         """Run the turns, from the prompt ``user_text``. ``resume`` (``Agent.continue_run``)
@@ -289,6 +299,8 @@ class Loop:
             self.conversation.drop_unanswered()
         self._start = self.conversation.begin()
         self._say({"role": "user", "content": user_text})
+        if self.typed is not None:
+            self.typed.expect()
         await self._turns(1, self.max_turns)
 
     async def pick_up(self, plan: PickUp, prompt: str) -> None:
@@ -368,6 +380,14 @@ class Loop:
         # A reply of plain text (no response block, no actions): that text is the answer.
         answer = outcome == "final" and turn.loose and not turn.responded
         self._emit(TurnEnd(number, time.monotonic(), outcome, reason, turn.finish, answer))
+        if outcome == "final" and self.typed is not None:
+            again, why = self.typed.verdict(number, last, words)
+            if again:  # the errors go back as the next turn (it counts as one)
+                self._say({"role": "user", "content": again})
+                return False
+            if why:
+                self._stop("failed", "answer did not fit", why)
+                return True
         if replay is not None and outcome in ("truncated", "interrupted", "failed"):
             self._go_on(turn, outcome)  # a resumed run reads on from its cut reply
             return False
@@ -429,6 +449,7 @@ class Loop:
             internal=self.scheduler.internal,
             native_tools=self.agent.native_tools,
             instructions=self.agent.instructions,
+            output=self.agent.typed,
         )
         text = redact(text)
         if text != self._system:
@@ -565,6 +586,8 @@ class Loop:
             self._carry(turn, parser, turn.resume.ready)
         # Extra request fields only when there are some: a model need not know them.
         request = self.scheduler.request
+        if self.typed is not None:
+            request = self.typed.request(request)
         stream = self.model.stream(
             messages,
             tools=self._tools(),
