@@ -409,6 +409,8 @@ class ViewState:
         final = bool(getattr(event, "final", True))
         if not final:
             self._interim()
+        elif self.typed is not None:
+            self._close_answer()
         self.final = final
         if final and self.stream_open:
             self.stream_open = False
@@ -581,6 +583,7 @@ class ViewState:
     def _on_end(self, event: Any, at: float, scope: _Scope) -> None:
         if scope.parent is not None:
             return
+        self._close_answer()
         self.end_status = str(getattr(event, "status", "completed"))
         self.ended = float(getattr(event, "time", at))
         self.stream_open = False
@@ -615,6 +618,8 @@ class ViewState:
 
     def _on_turn_end(self, event: Any, at: float, scope: _Scope) -> None:
         """The model finished a turn's reply; with ``results`` another turn follows."""
+        if scope.parent is None:
+            self._close_answer()
         if scope.parent is None and self.stream_open:
             self.stream_open = False
             self._touch("header")
@@ -654,6 +659,12 @@ class ViewState:
         self._answer.clear()
         self.typed.restart()
         self._touch("response", "output")
+
+    def _close_answer(self) -> None:
+        """The reply ended: a number at the answer's end is whole now."""
+        if self.typed is not None and not self.typed.complete:
+            self.typed.close()
+            self._touch("output")
 
     def _next_answer(self, turn: int) -> None:
         """A new turn (a retry): the last answer's text before its JSON stays, as text;

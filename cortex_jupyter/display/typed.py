@@ -51,6 +51,8 @@ _ERROR_CHARS, _ERRORS_SHOWN = 300, 8
 TEXT_CHARS = 20_000
 #: No value parsed yet.
 _NOTHING: Any = object()
+#: The text is not JSON (not merely unfinished): it is shown as text.
+_INVALID: Any = object()
 
 
 @dataclass(frozen=True)
@@ -64,19 +66,22 @@ class Split:
 
 
 def split_answer(text: str) -> Split:
-    """Where the JSON starts in an answer's text (see the module docstring)."""
+    """Where the JSON starts in an answer's text (see the module docstring): a bare
+    object or array from the first character on (a ``"```"`` inside it is data), else
+    one fence's content, else a bare value, else a line that opens an object."""
+    stripped = text.lstrip()
     fence = text.find(FENCE)
-    if fence >= 0:
-        line_end = text.find("\n", fence + len(FENCE))
-        if line_end < 0:  # the fence's opening line is still arriving
-            return Split(text[:fence], "", False)
-        body = text[line_end + 1 :]
-        close = 0 if body.startswith(FENCE) else body.find("\n" + FENCE)
-        return Split(text[:fence], body if close < 0 else body[:close], True)
-    start = _bare_start(text)
-    if start is None:  # a backtick or two at the end may be a fence's beginning
-        return Split(text.rstrip("`"), "", False)
-    return Split(text[:start], text[start:], True)
+    if stripped[:1] in ("{", "[") or fence < 0:
+        start = _bare_start(text)
+        if start is None:  # a backtick or two at the end may be a fence's beginning
+            return Split(text.rstrip("`"), "", False)
+        return Split(text[:start], text[start:], True)
+    line_end = text.find("\n", fence + len(FENCE))
+    if line_end < 0:  # the fence's opening line is still arriving
+        return Split(text[:fence], "", False)
+    body = text[line_end + 1 :]
+    close = 0 if body.startswith(FENCE) else body.find("\n" + FENCE)
+    return Split(text[:fence], body if close < 0 else body[:close], True)
 
 
 def _bare_start(text: str) -> int | None:
@@ -92,14 +97,15 @@ def _bare_start(text: str) -> int | None:
     return None if at < 0 else at + 1
 
 
-def parse_partial(text: str) -> Any:
-    """The value ``text`` (a JSON prefix) holds so far, or ``_NOTHING`` (see the module
-    docstring: an unfinished number at the end is left out)."""
+def parse_partial(text: str, complete: bool = False) -> Any:
+    """The value ``text`` (a JSON prefix) holds so far, ``_NOTHING`` when none yet, or
+    ``_INVALID`` when it is not JSON (see the module docstring: a number at the end is
+    left out until it is ``complete``, the reply having ended)."""
     try:
         value = from_json(text, allow_partial="trailing-strings")
-    except ValueError:
-        return _NOTHING
-    if text[-1:] not in _NUMBER_CHARS:
+    except ValueError as exc:  # unfinished (at its end) or not JSON at all
+        return _NOTHING if "EOF" in str(exc) else _INVALID
+    if complete or text[-1:] not in _NUMBER_CHARS:
         return value
     if _is_number(value):
         return _NOTHING
@@ -150,6 +156,8 @@ class TypedAnswer:
     value: Any = None  # the checked object's JSON form
     errors: tuple[str, ...] = ()
     checked_turn: int | None = None
+    #: The reply holding the answer has ended: what it wrote is all there is.
+    complete: bool = False
     _failed: Any = field(default=_NOTHING, repr=False)  # the object that did not fit
     _chunks: list[str] = field(default_factory=list, repr=False)
     _parsed: tuple[int, Split, Any] | None = field(default=None, repr=False)
@@ -161,6 +169,7 @@ class TypedAnswer:
     def feed(self, text: str) -> None:
         """More of the current answer's text (cheap: parsed only when drawn)."""
         self._chunks.append(text)
+        self.complete = False
 
     def restart(self, turn: int | None = None) -> None:
         """A new answer begins (a new turn, or text after an action): the old one goes."""
@@ -168,6 +177,13 @@ class TypedAnswer:
             self.turn = turn
         self._chunks.clear()
         self._parsed = None
+        self.complete = False
+
+    def close(self) -> None:
+        """The reply ended (its response block closed, its turn or the run ended)."""
+        if not self.complete:
+            self.complete = True
+            self._parsed = None
 
     def check(self, event: Any) -> None:
         self.attempt = int(getattr(event, "attempt", self.attempt + 1))
@@ -203,8 +219,8 @@ class TypedAnswer:
         text = self.text
         self._chunks[:] = [text] if text else []  # joined once, not on every redraw
         split = split_answer(text)
-        value = parse_partial(split.json) if split.started else _NOTHING
-        if value is _NOTHING and self._parsed is not None:
+        value = parse_partial(split.json, self.complete) if split.started else _NOTHING
+        if value is _NOTHING and self._parsed is not None and self._parsed[2] is not _INVALID:
             value = self._parsed[2]  # a parse that fails mid-token keeps the last one
         self._parsed = (size, split, value)
         return split, value
@@ -215,7 +231,7 @@ class TypedAnswer:
         if self.ok is not None and not self.pending:
             return (self.value, True) if self.ok else (self._failed, False)
         value = self.partial()
-        if value is _NOTHING:
+        if value is _NOTHING or value is _INVALID:
             return value, False
         return _edge_hidden(_copy(value)), False
 
@@ -265,7 +281,11 @@ def typed_html(answer: TypedAnswer, *, live: bool = True) -> str:
             f'<div style="white-space:pre-wrap;word-break:break-word;margin:2px 0">'
             f"{esc(text)}</div>"
         )
-    if value is not _NOTHING:
+    if value is _INVALID:  # not JSON: what the model wrote, as text
+        parts.append(_title(answer, False))
+        text = secrets.redact(split.json)  # before the edge: a whole secret goes first
+        parts.append(pre(secrets.hide_edges(text, start=False) if live else text))
+    elif value is not _NOTHING:
         parts.append(_title(answer, checked))
         parts.append(tree_html(value) if isinstance(value, Mapping | list) else pre(_scalar(value)))
     elif split.started:  # an answer that has begun but holds no value yet
@@ -316,7 +336,10 @@ def typed_text(answer: TypedAnswer) -> str:
     value, checked = answer.shown()
     prose = secrets.redact(answer.split().prose.strip())
     lines = [prose] if prose else []
-    if value is not _NOTHING:
+    if value is _INVALID:
+        written = secrets.head(secrets.redact(answer.split().json), TEXT_CHARS)
+        lines += [f"Answer ({answer.type}), not JSON:", written]
+    elif value is not _NOTHING:
         try:
             dumped = json.dumps(secrets.redact_value(value), indent=2, ensure_ascii=False)
         except (TypeError, ValueError):
