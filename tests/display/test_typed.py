@@ -17,11 +17,26 @@ from hypothesis import strategies as st
 
 from cortex_jupyter.display import ViewState, static_html, static_text
 from cortex_jupyter.display.typed import split_answer, typed_html
+from cortex_jupyter.display.widget import WidgetView
 from cortex_jupyter.protocol import Parser
 from cortex_jupyter.runtime import End
 from cortex_jupyter.runtime.core.events import OutputChecked, OutputExpected, Turn
 
 from .helpers import status
+from .test_widget import (  # noqa: F401 (the fixtures)
+    KEY,
+    Clock,
+    Recorder,
+    clock,
+    html_values,
+    make_view,
+    maybe_part,
+    part,
+    recorder,
+    text_of,
+    wire,
+)
+from .test_widget import fragments as wire_fragments
 from .test_xss import HTML_ELEMENTS, PAYLOADS, check_tree
 
 WEATHER = {"city": "Paris", "temp": 12, "tags": ["mild", "grey"], "wind": {"kmh": 7.5}}
@@ -258,9 +273,6 @@ def test_keys_and_values_are_escaped(payload: str) -> None:
     assert html.escape(payload[:6], quote=True) in failed  # shown, as text
 
 
-KEY = "sk-qz-KEYVALUEghijkmnopqrstuvw"
-
-
 def fragments(text: str) -> set[str]:
     pieces = {KEY[i : i + 4] for i in range(len(KEY) - 3)}
     return pieces & {text[i : i + 4] for i in range(len(text) - 3)}
@@ -316,3 +328,88 @@ def test_the_static_copy_of_an_answer_that_never_fit_shows_why() -> None:
     assert "city: Input should be a valid string" in static_html(state)
     text = static_text(state)
     assert "It does not fit:" in text and "(not checked)" in text
+
+
+# ----------------------------------------------------------------------------- the widget
+
+
+def typed_view(clock: Clock) -> WidgetView:  # noqa: F811 (test_widget's fixtures)
+    view = make_view(clock)
+    view.apply([OutputExpected(type="Weather", time=clock.now), Turn(number=1, time=clock.now)])
+    return view
+
+
+def stream_view(view: WidgetView, clock: Clock, text: str, chunk: int = 40) -> None:  # noqa: F811
+    """``text`` as the model streams it, a delta every 1/25 s, redrawn as the session
+    does (once per batch, at most ~25 times a second)."""
+    parser = Parser("cortex")
+    for start in range(0, len(text), chunk):
+        clock.step(0.04)
+        view.apply(parser.feed(text[start : start + chunk]))
+        view.redraw()
+    view.apply(parser.close())
+
+
+def test_the_live_view_draws_the_object_filling_in(clock: Clock, recorder: Recorder) -> None:  # noqa: F811
+    view = typed_view(clock)
+    seen: list[str] = []
+    answer = "Here it is:\n```json\n" + json.dumps(WEATHER) + "\n```"
+    parser = Parser("cortex")
+    text = f"<response>{answer}</response>"
+    for start in range(0, len(text), 3):
+        clock.step(0.04)
+        view.apply(parser.feed(text[start : start + 3]))
+        view.redraw()
+        output = maybe_part(view, "cortex-output")
+        if output is not None and output.value not in seen[-1:]:
+            seen.append(output.value)
+    view.apply([*parser.close(), OutputChecked(1, clock.now, True, WEATHER, turn=1)])
+    view.apply([End("completed", clock.now)])
+    saved = view.finish()
+    assert len(seen) >= 4  # drawn while it was written, not once at the end
+    cut = [f"&#x27;{'Paris'[:n]}&#x27;" for n in range(1, 5)]  # the city being written
+    assert any(any(c in value for c in cut) for value in seen)
+    assert any("<details" in value and "grey" not in value for value in seen)
+    for value in seen:  # a tree with the text before it; never JSON characters
+        assert "```" not in value and "&quot;city&quot;" not in value and '"city"' not in value
+    final = part(view, "cortex-output").value
+    assert "<details" in final and "&#x27;grey&#x27;" in final and "Here it is:" in final
+    assert "city" not in text_of(maybe_part(view, "cortex-response") or view.widget.children[0])
+    copy = saved.static[0]
+    assert "&#x27;wind&#x27;" in copy["text/html"] and '"kmh": 7.5' in copy["text/plain"]
+
+
+def test_a_large_answer_is_redrawn_at_a_bounded_rate(clock: Clock, recorder: Recorder) -> None:  # noqa: F811
+    """A 50 KB object: its tree is re-sent whole, so past ``BIG_OUTPUT`` characters it is
+    redrawn at ``slow_hz`` (4 a second), not at every 1/25 s batch."""
+    big = {f"row{i}": {"name": f"item {i}", "tags": ["a", "b"], "n": i} for i in range(900)}
+    answer = json.dumps(big)
+    assert len(answer) > 50_000
+    view = typed_view(clock)
+    start = clock.now
+    changes = []
+    stream_view(view, clock, f"<response>{answer}", chunk=200)
+    output = part(view, "cortex-output")
+    changes = [m for m in recorder.since(start) if m.comm_id == output.comm.comm_id]
+    seconds = clock.now - start
+    assert len(answer) // 200 > 250  # batches
+    assert len(changes) <= seconds * 4 + 30  # the small tree's first redraws, then 4/s
+    assert len(changes) >= seconds * 3  # still live: it keeps filling in
+    view.apply([OutputChecked(1, clock.now, True, big, turn=1), End("completed", clock.now)])
+    view.finish()
+    assert "&#x27;row899&#x27;" not in output.value  # the tree is bounded (TREE_WIDTH)
+    assert "… 800 more" in output.value
+
+
+def test_the_live_view_sends_no_part_of_a_secret_in_the_object(
+    clock: Clock,  # noqa: F811
+    wire: list[str],  # noqa: F811
+) -> None:
+    view = typed_view(clock)
+    answer = json.dumps({"note": f"the key is {KEY}", KEY: [KEY]})
+    stream_view(view, clock, f"<response>Using {KEY}:\n```json\n{answer}\n```</response>", 5)
+    view.apply([End("completed", clock.now)])
+    saved = view.finish()
+    shown = [*wire, *html_values(view.widget), *saved.static[0].values()]
+    assert any("[redacted]" in text for text in wire)
+    assert [wire_fragments(text) for text in shown if wire_fragments(text)] == []
