@@ -194,11 +194,6 @@ class TypedAnswer:
         self._failed = _NOTHING if self.ok else self.partial()
 
     @property
-    def final(self) -> bool:
-        """Whether the object shown is the validated one (no newer answer since)."""
-        return self.ok is True and not self.pending
-
-    @property
     def pending(self) -> bool:
         """Whether an answer newer than the last check has begun (a retry's)."""
         if self.checked_turn is not None and self.turn <= self.checked_turn:
