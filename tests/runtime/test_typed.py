@@ -490,3 +490,8 @@ def _noop_registry() -> Registry:
         return "ok"
 
     return registry
+
+
+def test_an_agents_repr_names_its_answer_type() -> None:
+    agent = Agent(model=ScriptModel("x"), output_type=list[Weather])
+    assert repr(agent) == "Agent(model='script', dialect='cortex', output_type=list[Weather])"

@@ -34,6 +34,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import types
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -379,10 +380,23 @@ def _is_text(schema: Mapping[str, Any]) -> bool:
 
 
 def type_name(type_: Any) -> str:
-    """A readable name: ``Weather``, ``list[int]``, ``Literal['a', 'b']``."""
-    if isinstance(type_, type) and not typing.get_args(type_):
-        return type_.__name__
-    return re.sub(r"\b(?:typing|typing_extensions|__main__)\.", "", repr(type_))
+    """A readable name: ``Weather``, ``list[Weather]``, ``Literal['a', 'b']``,
+    ``int | None`` (classes by their own name, not their module's path)."""
+    if type_ is type(None) or type_ is None:
+        return "None"
+    if type_ is Ellipsis:
+        return "..."
+    origin, args = typing.get_origin(type_), typing.get_args(type_)
+    if origin is None or not args:
+        if isinstance(type_, type):
+            return type_.__name__
+        return re.sub(r"\b(?:typing|typing_extensions|__main__)\.", "", repr(type_))
+    if origin is typing.Union or origin is types.UnionType:
+        return " | ".join(type_name(arg) for arg in args)
+    if origin is typing.Literal:
+        return f"Literal[{', '.join(map(repr, args))}]"
+    base = getattr(origin, "__name__", None) or type_name(origin)
+    return f"{base}[{', '.join(type_name(arg) for arg in args)}]"
 
 
 def type_from_text(text: str, namespace: Mapping[str, Any]) -> Any:

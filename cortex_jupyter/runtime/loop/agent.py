@@ -85,7 +85,10 @@ class Agent:
     ``max_depth`` limits how deep agents may call agents. ``approve`` names tools that
     wait for approval (see ``runtime.scheduler.approval``) under the ``approval`` policy; run as a
     nested agent, its caller's ``approve``, ``approval`` and ``approve_timeout`` hold for
-    it too, and its own can only add to them.
+    it too, and its own can only add to them. ``output_type`` (a pydantic model, a
+    dataclass, ``list[int]``...) makes the answer data: ``run.output`` is the validated
+    object, an answer that does not fit is sent back up to ``output_retries`` times, and
+    as a nested agent its action's output is that object (``runtime.core.typed``).
     """
 
     name: str | None = None
@@ -358,6 +361,8 @@ class Agent:
         if self.tools is not None:
             shown.append(f"tools={[_tool_name(t) for t in self.tools]!r}")
         shown.append(f"dialect={self.dialect!r}")
+        if self.typed is not None:
+            shown.append(f"output_type={self.typed.name}")
         return f"Agent({', '.join(shown)})"
 
 
