@@ -267,7 +267,8 @@ def typed_html(answer: TypedAnswer, *, live: bool = True) -> str:
     split = answer.split()
     value, checked = answer.shown()
     parts = []
-    prose = split.prose.strip()
+    # A text answer (``--output str``) is its own value: shown once, as the value.
+    prose = "" if checked and not split.started else split.prose.strip()
     if prose:
         text = secrets.redact(prose)
         if live and not split.started:

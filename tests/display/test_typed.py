@@ -188,6 +188,14 @@ def test_an_answer_that_is_not_json_is_shown_as_text() -> None:
     assert "- one\n- two" in html and "<details" not in html
 
 
+def test_a_text_answer_is_shown_once_as_its_value() -> None:
+    state = typed_state("str")
+    stream(state, "<response>Paris, in the north.</response>")
+    assert "Paris, in the north." in typed_html(state.typed)  # type: ignore[arg-type]
+    state.apply(OutputChecked(1, 5.0, True, "Paris, in the north.", turn=1), 5.0)
+    assert typed_html(state.typed).count("Paris, in the north.") == 1  # type: ignore[arg-type]
+
+
 def test_an_untyped_run_is_unchanged() -> None:
     state = ViewState(model="m")
     stream(state, '<response>{"a": 1}</response>')
