@@ -21,6 +21,7 @@ from cortex_jupyter.runtime.core.cost import fmt_usd
 from .nodes import NodeView
 from .state import ViewState
 from .theme import clean, fmt_count, fmt_duration, fmt_k, shorten, style_for
+from .typed import typed_shows, typed_text
 
 _OUTPUT_CHARS = 120
 #: A status line waits for the streaming text's line to end; past this many characters
@@ -322,6 +323,9 @@ def render_text(
         if values is not None:
             body = fill_references(body, values)[0]
         out += ["", "Response:", clean(body)]
+    if typed_shows(state.typed):
+        assert state.typed is not None
+        out += ["", clean(typed_text(state.typed))]
     return "\n".join(out) + "\n"
 
 
