@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 import anyio
+from pydantic import PydanticUserError, TypeAdapter
 
 from cortex_jupyter.protocol import Parser
 from cortex_jupyter.protocol.actions import build_action, parse_body
@@ -296,6 +297,8 @@ class Settings(Protocol):
     def instructions(self) -> str | None: ...
     @property
     def constrain(self) -> bool | str: ...
+    @property
+    def output_type(self) -> Any: ...
 
 
 class Loop:
@@ -528,10 +531,12 @@ class Loop:
     def _constraint(self, turn: _TurnState) -> dict[str, Any]:
         """The ``constraint=`` argument of this turn's request (``Agent.constrain``).
 
-        Turn-aware: a run's first turn calls tools (when there are any); a turn after
-        results calls tools or answers (``grammar.later_tools``, ``grammar.later_stage``).
-        A reply that continues a cut one is
-        not constrained (it starts mid-text), nor is a model that takes no grammar."""
+        Turn-aware: a run's first turn calls tools (when there are any; a typed run's may
+        also answer, so a question that needs no tool is answered at once); a turn after
+        results calls tools or answers (``grammar.later_tools``, ``grammar.later_stage``),
+        and a typed run's answer is JSON of its type (``_typed``). A reply that continues a
+        cut one is not constrained (it starts mid-text), nor is a model that takes no
+        grammar."""
         constrain = self.agent.constrain
         if constrain is False or turn.resume is not None:
             return {}
@@ -540,17 +545,34 @@ class Loop:
             if note not in self.run.notes:
                 self.run.notes.append(note)
             return {}
+        typed = self._typed()
         tools = self.scheduler.registry.schemas(("tool",))
         if turn.number == 1 and tools:
-            stage: grammar.Stage = "actions"
+            stage: grammar.Stage = "actions" if typed is None else "either"
         else:
             ran = [n.name for n in self.run.actions.values() if n.status not in _NOT_RAN]
             tools = grammar.later_tools(tools, ran)
             stage = grammar.later_stage(tools, repeated=self._looping)
         form = "gbnf" if constrain is True else str(constrain)
-        text = grammar.reply_grammar(self.dialect, tools, stage, known_ids=sorted(self.run.actions))
+        text = grammar.reply_grammar(
+            self.dialect, tools, stage, known_ids=sorted(self.run.actions), typed=typed
+        )
         turn.constrained = True
         return {"constraint": grammar.Constraint(text, form, stage).body()}
+
+    def _typed(self) -> grammar.TypedAnswer | None:
+        """What a typed run's answer must be (None for a text answer): its type's JSON
+        schema, and the names a ``"$name"`` in it may reach now (this run's outputs, the
+        feeds, the names the model may see: where the scheduler resolves a parameter's)."""
+        output_type = self.agent.output_type
+        if output_type is None:
+            return None
+        try:
+            schema = TypeAdapter(output_type).json_schema()
+        except PydanticUserError:  # no JSON schema (a Callable field...): any JSON value
+            schema = {}
+        names = [*self.run.variables, *self.feeds, *self.scheduler.namespace]
+        return grammar.TypedAnswer(schema, names)
 
     async def _stream(self, turn: _TurnState, messages: list[Message]) -> None:
         parser = Parser(self.dialect, taken_ids=self.taken | set(self.run.actions))
