@@ -189,6 +189,7 @@ class _Rules:
         #: (a call's parameters): inside one, JSON text holds nothing that would end the
         #: answer block early (``_STOPS``).
         self.answer: str | None = None
+        self.references = True  # False: no "$name" anywhere (a typed answer with no names)
 
     def base(self, name: str) -> str:
         """The base rule ``name`` (``json-string``...) in the value being written: inside
@@ -226,6 +227,7 @@ def schema_rules(schema: Any, rules: _Rules, hint: str, *, references: bool = Tr
     if rules.root is None:
         rules.root = schema
         rules.roots.append(schema)
+    references = references and rules.references
     # The same schema twice (a list of one model, one type in many tools) is one rule:
     # an object's rules grow with its properties' orders, and would be written again.
     key = (
@@ -645,12 +647,18 @@ _ANSWER_BASE = {
     "key-char": "answer-key-char",
     "reference": "output-reference",
 }
-_ESCAPE = '"\\\\" (["\\\\/bfnrt] | "u" hex hex hex hex)'
+#: An escape in a typed answer's string: ``\\uXXXX`` names a character, never half of one
+#: (pydantic's JSON reader refuses a lone surrogate; Python's ``json`` would take it).
+_ESCAPE = (
+    '"\\\\" (["\\\\/bfnrt] | "u" ( [0-9a-cA-Ce-fE-F] hex hex hex | [dD] [0-7] hex hex'
+    ' | [dD] [89abAB] hex hex "\\\\u" [dD] [c-fC-F] hex hex ) )'
+)
 #: A character of a JSON string in a typed answer, by dialect: a ``<`` only before what
 #: starts no tag (as the text answer's ``answer-char``), sigil's ``§`` never.
 _STRING_CHARS = {
-    "<": f'[^"\\\\\\x00-\\x1F<] | {_ESCAPE} | "<" ( [^a-zA-Z/!<"\\\\\\x00-\\x1F] | {_ESCAPE} )',
-    "§": f'[^"\\\\\\x00-\\x1F{_class_char("§")}] | {_ESCAPE}',
+    "<": '[^"\\\\\\x00-\\x1F<] | answer-escape'
+    ' | "<" ( [^a-zA-Z/!<"\\\\\\x00-\\x1F] | answer-escape )',
+    "§": f'[^"\\\\\\x00-\\x1F{_class_char("§")}] | answer-escape',
 }
 _ANSWER_JSON = {
     "answer-value": "answer-object | answer-array | answer-string | json-number | json-boolean"
@@ -659,6 +667,7 @@ _ANSWER_JSON = {
     "answer-pair": 'answer-string ws ":" ws answer-value',
     "answer-array": '"[" ws ( answer-value ( ws "," ws answer-value )* )? ws "]"',
     "answer-string": '"\\"" answer-string-char* "\\""',
+    "answer-escape": _ESCAPE,
 }
 
 
@@ -675,11 +684,11 @@ def _typed_answer(dialect: str, typed: TypedAnswer, rules: _Rules) -> str:
         rules.add("output-reference", f'"\\"$" ( {choice} ) ( "." [a-zA-Z0-9_]+ )* "\\""')
     rules.root = typed.schema
     rules.roots.append(typed.schema)
-    rules.answer = dialect
+    rules.answer, rules.references = dialect, bool(names)
     try:
-        value = schema_rules(typed.schema, rules, "output", references=bool(names))
+        value = schema_rules(typed.schema, rules, "output")
     finally:
-        rules.answer = None
+        rules.answer, rules.references = None, True
     opening, closing = _TYPED[dialect]
     return " ".join(p for p in (opening, "ws", value, "ws", closing) if p)
 
