@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 import anyio
-from pydantic import PydanticUserError, TypeAdapter
 
 from cortex_jupyter.protocol import Parser
 from cortex_jupyter.protocol.actions import build_action, parse_body
@@ -77,6 +76,7 @@ from cortex_jupyter.runtime.core.events import (
 from cortex_jupyter.runtime.core.graph import ActionNode
 from cortex_jupyter.runtime.core.model import complete
 from cortex_jupyter.runtime.core.secrets import redact, redact_value
+from cortex_jupyter.runtime.core.typed import OutputType
 from cortex_jupyter.runtime.loop import grammar
 from cortex_jupyter.runtime.loop.context import (
     DEFAULT_REPLY_ROOM,
@@ -89,6 +89,7 @@ from cortex_jupyter.runtime.loop.conversation import Conversation
 from cortex_jupyter.runtime.loop.feeds import FeedSet
 from cortex_jupyter.runtime.loop.prompt import format_results, result_text, system_prompt
 from cortex_jupyter.runtime.loop.resume import Resume
+from cortex_jupyter.runtime.loop.typed_answer import AnswerCheck
 from cortex_jupyter.runtime.scheduler.calls import error_text
 from cortex_jupyter.runtime.scheduler.dispatch import Scheduler
 
@@ -298,7 +299,9 @@ class Settings(Protocol):
     @property
     def constrain(self) -> bool | str: ...
     @property
-    def output_type(self) -> Any: ...
+    def typed(self) -> OutputType | None: ...
+    @property
+    def output_retries(self) -> int: ...
 
 
 class Loop:
@@ -341,6 +344,10 @@ class Loop:
         self._natives = NativeNames()
         self._resume: Resume | None = None
         self._looping = False  # the last reply only repeated calls that had run
+        typed = agent.typed
+        self.typed = None if typed is None else AnswerCheck(
+            typed, retries=agent.output_retries, scheduler=scheduler, native=agent.native_tools
+        )  # fmt: skip
 
     async def go(self, user_text: str, *, resume: str | None = None) -> None:
         """Run the turns, from the prompt ``user_text``. ``resume`` (``Agent.continue_run``)
@@ -352,6 +359,8 @@ class Loop:
             self.conversation.drop_unanswered()
         self._start = self.conversation.begin()
         self._say({"role": "user", "content": user_text})
+        if self.typed is not None:
+            self.typed.expect()
         number = 0
         words = WORDS.get(self.run.words, WORDS["api"])
         for number in range(1, self.max_turns + 1):
@@ -377,6 +386,14 @@ class Loop:
             self.scheduler.emit(
                 TurnEnd(number, time.monotonic(), outcome, reason, turn.finish, answer)
             )
+            if outcome == "final" and self.typed is not None:
+                again, why = self.typed.verdict(number, self.max_turns, words)
+                if again:  # the errors go back as the next turn (it counts as one)
+                    self._say({"role": "user", "content": again})
+                    continue
+                if why:
+                    self._stop("failed", "answer did not fit", why)
+                    break
             if outcome == "final":
                 if turn.finish == "content_filter" or reason in NO_ANSWER.values():
                     self.run.notes.append(reason)  # completed, but the cell says so
@@ -427,6 +444,7 @@ class Loop:
             internal=self.scheduler.internal,
             native_tools=self.agent.native_tools,
             instructions=self.agent.instructions,
+            output=self.agent.typed,
         )
         text = redact(text)
         if text != self._system:
@@ -534,9 +552,9 @@ class Loop:
         Turn-aware: a run's first turn calls tools (when there are any; a typed run's may
         also answer, so a question that needs no tool is answered at once); a turn after
         results calls tools or answers (``grammar.later_tools``, ``grammar.later_stage``),
-        and a typed run's answer is JSON of its type (``_typed``). A reply that continues a
-        cut one is not constrained (it starts mid-text), nor is a model that takes no
-        grammar."""
+        and a typed run's answer is JSON of its type, ``"$name"`` in it for the names a
+        parameter's may reach now. A reply that continues a cut one is not constrained (it
+        starts mid-text), nor is a model that takes no grammar."""
         constrain = self.agent.constrain
         if constrain is False or turn.resume is not None:
             return {}
@@ -545,7 +563,9 @@ class Loop:
             if note not in self.run.notes:
                 self.run.notes.append(note)
             return {}
-        typed = self._typed()
+        names = [*self.run.variables, *self.feeds, *self.scheduler.namespace]
+        out = self.agent.typed
+        typed = None if out is None else grammar.TypedAnswer(out.schema, names)
         tools = self.scheduler.registry.schemas(("tool",))
         if turn.number == 1 and tools:
             stage: grammar.Stage = "actions" if typed is None else "either"
@@ -560,20 +580,6 @@ class Loop:
         turn.constrained = True
         return {"constraint": grammar.Constraint(text, form, stage).body()}
 
-    def _typed(self) -> grammar.TypedAnswer | None:
-        """What a typed run's answer must be (None for a text answer): its type's JSON
-        schema, and the names a ``"$name"`` in it may reach now (this run's outputs, the
-        feeds, the names the model may see: where the scheduler resolves a parameter's)."""
-        output_type = self.agent.output_type
-        if output_type is None:
-            return None
-        try:
-            schema = TypeAdapter(output_type).json_schema()
-        except PydanticUserError:  # no JSON schema (a Callable field...): any JSON value
-            schema = {}
-        names = [*self.run.variables, *self.feeds, *self.scheduler.namespace]
-        return grammar.TypedAnswer(schema, names)
-
     async def _stream(self, turn: _TurnState, messages: list[Message]) -> None:
         parser = Parser(self.dialect, taken_ids=self.taken | set(self.run.actions))
         turn.resume, self._resume = self._resume, None
@@ -581,6 +587,8 @@ class Loop:
             self._carry(turn, parser, turn.resume.ready)
         # Extra request fields only when there are some: a model need not know them.
         request = self.scheduler.request
+        if self.typed is not None:
+            request = self.typed.request(request)
         stream = self.model.stream(
             messages,
             tools=self._tools(),
