@@ -15,6 +15,10 @@ run (their only call is a repeat, ``later_tools``), the loop does not run an exa
 of a call that ran (it tells the model so), and the turn after a reply of repeats only
 may answer only.
 
+A typed run (``Agent(output_type=T)``, ``TypedAnswer``): wherever a reply may answer, the
+answer is JSON of ``T``'s schema alone in the dialect's answer block (``schema_rules``
+again), and a typed run's first reply may call a tool or answer (``"either"``).
+
 What a grammar admits is what the runtime runs, no more and no less (sampled and checked
 both ways in tests/runtime/test_grammar.py), with two stated bounds:
 
