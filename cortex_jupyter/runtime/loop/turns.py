@@ -555,10 +555,12 @@ class Loop:
     def _constraint(self, turn: _TurnState) -> dict[str, Any]:
         """The ``constraint=`` argument of this turn's request (``Agent.constrain``).
 
-        Turn-aware: a run's first turn calls tools (when there are any); a turn after
-        results calls tools or answers (``grammar.later_tools``, ``grammar.later_stage``).
-        A reply that continues a cut one is
-        not constrained (it starts mid-text), nor is a model that takes no grammar."""
+        Turn-aware: a run's first turn calls tools (when there are any; a typed run's may
+        also answer, so a question that needs no tool is answered at once); a turn after
+        results calls tools or answers (``grammar.later_tools``, ``grammar.later_stage``),
+        and a typed run's answer is JSON of its type, ``"$name"`` in it for the names a
+        parameter's may reach now. A reply that continues a cut one is not constrained (it
+        starts mid-text), nor is a model that takes no grammar."""
         constrain = self.agent.constrain
         if constrain is False or turn.resume is not None:
             return {}
@@ -567,15 +569,20 @@ class Loop:
             if note not in self.run.notes:
                 self.run.notes.append(note)
             return {}
+        names = [*self.run.variables, *self.feeds, *self.scheduler.namespace]
+        out = self.agent.typed
+        typed = None if out is None else grammar.TypedAnswer(out.schema, names)
         tools = self.scheduler.registry.schemas(("tool",))
         if turn.number == 1 and tools:
-            stage: grammar.Stage = "actions"
+            stage: grammar.Stage = "actions" if typed is None else "either"
         else:
             ran = [n.name for n in self.run.actions.values() if n.status not in NOT_RAN]
             tools = grammar.later_tools(tools, ran)
             stage = grammar.later_stage(tools, repeated=self._looping)
         form = "gbnf" if constrain is True else str(constrain)
-        text = grammar.reply_grammar(self.dialect, tools, stage, known_ids=sorted(self.run.actions))
+        text = grammar.reply_grammar(
+            self.dialect, tools, stage, known_ids=sorted(self.run.actions), typed=typed
+        )
         turn.constrained = True
         return {"constraint": grammar.Constraint(text, form, stage).body()}
 
