@@ -26,15 +26,16 @@ import anyio.from_thread
 import tqdm.auto  # type: ignore[import-untyped]  # tqdm ships no type hints
 
 from cortex_jupyter.evaluation.table import Evaluation, Row, Try
-from cortex_jupyter.evaluation.tasks import TASKS, Task
+from cortex_jupyter.evaluation.tasks import TASKS, TYPED_TASKS, Task
 from cortex_jupyter.protocol.events import ActionStart, ResponseDelta, TextDelta
 from cortex_jupyter.protocol.events import ThoughtDelta as _ThoughtDelta
 from cortex_jupyter.runtime import Agent, Run
-from cortex_jupyter.runtime.core.events import Chunk, Turn
+from cortex_jupyter.runtime.core.events import Chunk, OutputChecked, Turn
 
 __all__ = [
     "DIALECTS",
     "TASKS",
+    "TYPED_TASKS",
     "EndpointUnusable",
     "Evaluation",
     "Row",
@@ -84,11 +85,12 @@ def measure(run: Run, task: Task, dialect: str, constrain: bool) -> Try:
     action_errors = [e for e in run.errors if e.id is not None]
     runnable = bool(nodes) and not action_errors and all(n.status == "done" for n in nodes)
     answer = run.answer
+    valid, attempts = _checked(run) if task.typed else (None, 0)
     correct = False
     reason = run.reason
-    if run.status == "completed":
+    if run.status == "completed" and valid is not False:
         try:
-            correct = task.passes(answer)
+            correct = task.passes(answer, run.output)
         except Exception as exc:  # the user's check failed: say so, keep the rest
             reason = f"the task's check raised {type(exc).__name__}: {exc}"
     usage = run.usage
@@ -96,8 +98,19 @@ def measure(run: Run, task: Task, dialect: str, constrain: bool) -> Try:
     return Try(
         task.name, dialect, constrain, run.status, len(nodes), runnable, bool(run.errors),
         correct, answer, usage["completion_tokens"], usage["prompt_tokens"], first,
-        generating, run.turns, reason,
+        generating, run.turns, reason, tool_task=bool(task.tools), valid=valid,
+        attempts=attempts, output=run.output,
     )  # fmt: skip
+
+
+def _checked(run: Run) -> tuple[bool, int]:
+    """(whether the typed answer fit, how many typed answers were checked), from the
+    run's ``OutputChecked`` events: the attempt that fit, or the last one tried."""
+    checks = [event for event in run.events if isinstance(event, OutputChecked)]
+    fit = next((check for check in checks if check.ok), None)
+    if fit is not None:
+        return True, fit.attempt
+    return False, max((check.attempt for check in checks), default=0)
 
 
 def _timings(run: Run) -> tuple[float | None, float]:
@@ -231,6 +244,8 @@ def _agent(
     }
     if supports_constrain():
         settings["constrain"] = constrain
+    if task.typed:
+        settings["output_type"] = task.output_type
     return Agent(**settings)
 
 
@@ -296,8 +311,10 @@ def evaluate(
     ``OPENAI_BASE_URL``) with ``api_key`` (default ``OPENAI_API_KEY``), or any model
     object (a ``ScriptModel`` is reset before each try). ``dialects`` are names from
     ``DIALECTS`` (``"native"``: the endpoint's own tool calls). ``tasks`` default to
-    ``TASKS``. ``constrain`` is a bool or both (``(False, True)``): one row per setting;
-    a model that takes no grammar gives an unconstrained row saying so.
+    ``TASKS`` and then ``TYPED_TASKS`` (answers typed with ``output_type``: their rows'
+    ``valid`` share says how many fit the type). ``constrain`` is a bool or both
+    (``(False, True)``): one row per setting; a model that takes no grammar gives an
+    unconstrained row saying so.
     Each reply is bounded to ``max_tokens`` (512) and each try to ``time_limit`` seconds
     (120; a try cut there counts as ``timeout``); ``None`` lifts a bound. The table's
     caption shows both. ``options`` are further ``Agent`` settings. ``progress`` is
@@ -308,7 +325,7 @@ def evaluate(
     tries = _whole(n)
     if tries is None or tries < 1:
         raise ValueError(f"evaluate: n must be a whole number, at least 1; got {n!r}")
-    chosen = list(TASKS if tasks is None else tasks)
+    chosen = list((*TASKS, *TYPED_TASKS) if tasks is None else tasks)
     if not chosen or not all(isinstance(t, Task) for t in chosen):
         raise TypeError("evaluate: tasks must be a non-empty list of cortex_jupyter.Task")
     settings = _settings(dialects, constrain)
@@ -367,10 +384,18 @@ def _setting(
             if type(watched.failure).__name__ in _FATAL:
                 result.rows.append(Row.of(dialect, constrained, tries))
                 raise EndpointUnusable(str(watched.failure), result)
-            ran = sum(t.runnable for t in tries)
-            label = dialect + (" constrained" if constrained else "")
-            tick(f"{label}: {ran}/{len(tries)} runnable")
+            tick(_progress_note(dialect, constrained, tries))
     result.rows.append(Row.of(dialect, constrained, tries))
+
+
+def _progress_note(dialect: str, constrained: bool, tries: Sequence[Try]) -> str:
+    """``cortex constrained: 7/10 runnable, 2/2 valid``: the setting's tries so far."""
+    tooled = [t for t in tries if t.tool_task]
+    typed = [t for t in tries if t.valid is not None]
+    counts = [f"{sum(t.runnable for t in tooled)}/{len(tooled)} runnable"] if tooled else []
+    if typed:
+        counts.append(f"{sum(bool(t.valid) for t in typed)}/{len(typed)} valid")
+    return dialect + (" constrained" if constrained else "") + ": " + ", ".join(counts)
 
 
 def _one(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import html
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,9 +20,13 @@ from cortex_jupyter.runtime.core.secrets import redact, shorten
 class Try:
     """One run of one task: what it did and what it cost.
 
-    ``runnable``: the model wrote at least one action and every action ran to ``done``;
+    ``runnable``: the model wrote at least one action and every action ran to ``done``
+    (``tool_task``: the task offers tools; a row's runnable share counts only these);
     ``malformed``: the run has protocol error events (text the runtime refused);
     ``correct``: the run completed and its answer passes the task's check.
+    For a typed task, ``valid``: the answer fit the type (None for an untyped task);
+    ``attempts``: how many typed answers were checked (2: one retry); ``output``: the
+    validated object (``run.output``).
     ``constrain``: a grammar went with its requests (asked for, and the model took one).
     ``status`` is the run's, or ``"timeout"`` when the try was cut at the time limit.
     ``first_token`` is the seconds from asking to the first text or call of the first
@@ -44,11 +48,23 @@ class Try:
     generating: float
     turns: int
     reason: str | None = None
+    tool_task: bool = True
+    valid: bool | None = None
+    attempts: int = 0
+    output: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def retried(self) -> bool:
+        """Whether the typed answer was asked for again (its first did not fit)."""
+        return self.attempts > 1
 
 
 @dataclass(frozen=True)
 class Row:
     """The tries of one dialect and constraint setting, summed up. Shares are 0..1;
+    ``runnable`` is over the tries of tasks with tools, ``valid`` (the typed answers that
+    fit the type, after retries) and ``valid_first`` (those that fit with no retry) over
+    the tries of typed tasks; each is None when the row has no such try.
     ``first_token`` is the median over tries; ``tokens_per_second`` is completion
     tokens over the seconds spent generating them. ``note`` says why a setting has no
     tries (the Agent refused it), or that a grammar was asked for but none could be sent.
@@ -57,7 +73,7 @@ class Row:
     dialect: str
     constrain: bool
     replies: int
-    runnable: float
+    runnable: float | None
     malformed: float
     correct: float
     tokens: int
@@ -66,6 +82,8 @@ class Row:
     statuses: Mapping[str, int] = field(default_factory=dict)
     note: str = ""
     tries: tuple[Try, ...] = field(default=(), repr=False, compare=False)
+    valid: float | None = None
+    valid_first: float | None = None
 
     @classmethod
     def of(cls, dialect: str, constrain: bool, tries: Sequence[Try], note: str = "") -> Row:
@@ -79,6 +97,9 @@ class Row:
         def share(flag: str) -> float:
             return sum(getattr(t, flag) for t in tries) / count if count else 0.0
 
+        tooled = [t for t in tries if t.tool_task]
+        typed = [t for t in tries if t.valid is not None]
+
         firsts = [t.first_token for t in tries if t.first_token is not None]
         tokens = sum(t.completion_tokens for t in tries)
         seconds = sum(t.generating for t in tries)
@@ -86,23 +107,31 @@ class Row:
         for t in tries:
             statuses[t.status] = statuses.get(t.status, 0) + 1
         return cls(
-            dialect, constrain, count, share("runnable"), share("malformed"), share("correct"),
-            tokens,
+            dialect, constrain, count,
+            _share(tooled, lambda t: t.runnable) if tooled or not count else None,
+            share("malformed"), share("correct"), tokens,
             statistics.median(firsts) if firsts else None,
             tokens / seconds if tokens and seconds > 0 else None,
             statuses, note, tuple(tries),
+            valid=_share(typed, lambda t: bool(t.valid)) if typed else None,
+            valid_first=_share(typed, lambda t: bool(t.valid) and not t.retried) if typed else None,
         )  # fmt: skip
 
 
+def _share(tries: Sequence[Try], flag: Callable[[Try], bool]) -> float:
+    return sum(map(flag, tries)) / len(tries) if tries else 0.0
+
+
 _COLUMNS = (
-    *("dialect", "constrain", "replies", "runnable", "malformed", "correct", "tokens"),
-    *("first token", "tok/s", "statuses"),
+    *("dialect", "constrain", "replies", "runnable", "malformed", "correct", "valid"),
+    *("valid 1st", "tokens", "first token", "tok/s", "statuses"),
 )
 
 
 def _cells(row: Row) -> list[str]:
-    def pct(x: float) -> str:
-        return f"{x:.0%}" if row.replies else "-"
+    def pct(x: float | None) -> str:
+        """A share, or ``-`` where the row has none (no tries of that kind): never 0%."""
+        return f"{x:.0%}" if row.replies and x is not None else "-"
 
     return [
         row.dialect,
@@ -111,6 +140,8 @@ def _cells(row: Row) -> list[str]:
         pct(row.runnable),
         pct(row.malformed),
         pct(row.correct),
+        pct(row.valid),
+        pct(row.valid_first),
         f"{row.tokens:,}",
         "-" if row.first_token is None else f"{row.first_token:.2f} s",
         "-" if row.tokens_per_second is None else f"{row.tokens_per_second:.1f}",
@@ -176,6 +207,8 @@ class Evaluation:
             miss = next((t for t in row.tries if not t.correct), None)
             if miss is not None:
                 shown = miss.answer.strip() or f"(no answer: {miss.reason or miss.status})"
+                if miss.valid is False and miss.reason and miss.answer.strip():
+                    shown = f"{shown} ({miss.reason})"  # the typed answer that never fit: why
                 wrong.append(
                     f"<li><b>{esc(_label(row))}</b>, {esc(miss.task)}: "
                     f"<code>{esc(shorten(shown, 300))}</code></li>"  # redacted, then cut
@@ -198,16 +231,24 @@ def _label(row: Row) -> str:
     return row.dialect + (" constrained" if row.constrain else "")
 
 
-_BARS = (("runnable", "#2e7d32"), ("malformed", "#c62828"), ("correct", "#1565c0"))
+_BARS = (
+    ("runnable", "#2e7d32"),
+    ("malformed", "#c62828"),
+    ("correct", "#1565c0"),
+    ("valid", "#6a1b9a"),
+)
 
 
 def _chart(rows: Sequence[Row]) -> str:
-    """Grouped horizontal bars (runnable, malformed, correct) per row, as an SVG drawn
-    here (no plotting library) inside an ``<img>``, which sanitisers keep."""
+    """Grouped horizontal bars (runnable, malformed, correct, and valid where a row has
+    typed tries) per row, as an SVG drawn here (no plotting library) inside an ``<img>``,
+    which sanitisers keep. A share a row does not have leaves its slot empty (not 0%)."""
     if not rows:
         return ""
+    typed = any(row.valid is not None for row in rows)
+    bars = _BARS if typed else _BARS[:3]
     bar, gap, left, width = 9, 8, 150, 240
-    height = len(rows) * (3 * bar + gap) + 24
+    height = len(rows) * (len(bars) * bar + gap) + 24
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 50}" '
         f'height="{height}" font-family="sans-serif" font-size="11">'
@@ -216,17 +257,18 @@ def _chart(rows: Sequence[Row]) -> str:
     for row in rows:
         label = html.escape(_label(row))
         parts.append(f'<text x="4" y="{y + 1.8 * bar}">{label}</text>')
-        for name, colour in _BARS:
-            value = float(getattr(row, name))
-            parts.append(
-                f'<rect x="{left}" y="{y}" width="{value * width:.1f}" height="{bar - 1}" '
-                f'fill="{colour}"/><text x="{left + value * width + 3:.1f}" y="{y + bar - 1}">'
-                f"{value:.0%}</text>"
-            )
+        for name, colour in bars:
+            value = getattr(row, name) if row.replies else None
+            if value is not None:
+                parts.append(
+                    f'<rect x="{left}" y="{y}" width="{value * width:.1f}" height="{bar - 1}" '
+                    f'fill="{colour}"/><text x="{left + value * width + 3:.1f}" '
+                    f'y="{y + bar - 1}">{value:.0%}</text>'
+                )
             y += bar
         y += gap
-    x = left
-    for name, colour in _BARS:
+    x = left - 80 * (len(bars) - 3)  # the legend fits under the bars' width
+    for name, colour in bars:
         parts.append(
             f'<rect x="{x}" y="{y + 4}" width="9" height="9" fill="{colour}"/>'
             f'<text x="{x + 12}" y="{y + 12}">{name}</text>'
@@ -234,5 +276,6 @@ def _chart(rows: Sequence[Row]) -> str:
         x += 80
     parts.append("</svg>")
     data = base64.b64encode("".join(parts).encode()).decode()
-    alt = "runnable, malformed and correct shares"
+    names = [name for name, _ in bars]
+    alt = f"{', '.join(names[:-1])} and {names[-1]} shares"
     return f'<img alt="{alt}" src="data:image/svg+xml;base64,{data}"/>'

@@ -1,5 +1,6 @@
-"""The tasks ``evaluate()`` runs: ``Task`` (a prompt, its tools, a check) and the built-in
-ones, small and deterministic, with answers a regex or a function can check."""
+"""The tasks ``evaluate()`` runs: ``Task`` (a prompt, its tools, a check, and for a typed
+task the answer's type) and the built-in ones, small and deterministic, with answers a
+regex or a function can check: ``TASKS`` (tool tasks) and ``TYPED_TASKS`` (typed answers)."""
 
 from __future__ import annotations
 
@@ -8,19 +9,26 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel
+
 from cortex_jupyter.runtime import Registry
 
 
 @dataclass(frozen=True)
 class Task:
-    """One tool task: a ``prompt``, the ``tools`` it needs (functions, registered in a
-    registry of the task's own), and ``check``: a regex searched in the final answer
-    (case-insensitive) or a function ``(answer) -> bool``."""
+    """One task: a ``prompt``, the ``tools`` it needs (functions, registered in a registry
+    of the task's own; none for a task that needs none), and ``check``: a regex searched in
+    the final answer's text (case-insensitive) or a function ``(answer) -> bool``.
+
+    A typed task has an ``output_type`` (anything ``Agent(output_type=...)`` takes): its
+    runs answer with an object of that type, and a function ``check`` is given that
+    object (``run.output``), not the text. Its try is correct only if the answer fit."""
 
     prompt: str
     tools: Sequence[Callable[..., Any]]
-    check: str | re.Pattern[str] | Callable[[str], bool]
+    check: str | re.Pattern[str] | Callable[[Any], bool]
     name: str = ""
+    output_type: Any = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.prompt, str) or not self.prompt.strip():
@@ -43,12 +51,18 @@ class Task:
             first = getattr(tools[0], "__name__", "task") if tools else "task"
             object.__setattr__(self, "name", first)
 
-    def passes(self, answer: str) -> bool:
-        """Whether ``answer`` is right."""
+    @property
+    def typed(self) -> bool:
+        """Whether the task's answer is typed (it has an ``output_type``)."""
+        return self.output_type is not None
+
+    def passes(self, answer: str, output: Any = None) -> bool:
+        """Whether the answer is right: a regex is searched in the text ``answer``; a
+        function is given ``answer``, or for a typed task the validated ``output``."""
         if isinstance(self.check, re.Pattern):
             return self.check.search(answer) is not None
         assert callable(self.check)
-        return bool(self.check(answer))
+        return bool(self.check(output if self.typed else answer))
 
     def registry(self) -> Registry:
         """A registry of this task's tools alone (no built-in entries)."""
@@ -151,5 +165,45 @@ TASKS: tuple[Task, ...] = (
         [capital, population],
         r"10[,. ]?092[,. ]?000|10\.09",
         name="capital_then_population",
+    ),
+)
+
+
+# --------------------------------------------------------------------------- typed tasks
+
+
+class CityTemperature(BaseModel):
+    """What the built-in ``extract_weather`` task answers with."""
+
+    city: str
+    temperature: float
+
+
+def _lisbon_23(found: CityTemperature) -> bool:
+    return found.city.strip().lower() == "lisbon" and found.temperature == 23
+
+
+def _train_numbers(found: list[int]) -> bool:
+    return found == [7, 3, 45]
+
+
+#: The built-in typed tasks: no tools, an answer that is an object (a pydantic model; a
+#: ``list[int]``), small enough for SmolLM2-135M. ``evaluate()`` runs them after ``TASKS``.
+TYPED_TASKS: tuple[Task, ...] = (
+    Task(
+        "Which city and which temperature in degrees Celsius does this sentence give? "
+        "'In Lisbon it was 23 degrees this afternoon, with a light breeze.'",
+        [],
+        _lisbon_23,
+        name="extract_weather",
+        output_type=CityTemperature,
+    ),
+    Task(
+        "List the numbers this sentence mentions, in order: 'The train left at 7, "
+        "stopped 3 times and arrived 45 minutes late.'",
+        [],
+        _train_numbers,
+        name="list_numbers",
+        output_type=list[int],
     ),
 )
