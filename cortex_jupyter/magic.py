@@ -288,6 +288,24 @@ class CortexMagics(Magics):
         help="Constrain replies with a grammar the runtime can run: gbnf (llama.cpp, the "
         "default) or vllm.",
     )
+    @argument(
+        "--output",
+        nargs="+",
+        metavar="T",
+        help="The answer's type, evaluated in the notebook: a class (a pydantic model, "
+        "dataclass, TypedDict) or a typing expression such as list[int], "
+        'Literal["a", "b"], int | None. _cortex.output is then the validated object.',
+    )
+    @argument(
+        "--output-retries",
+        metavar="N",
+        help="How often an answer that does not fit --output is sent back (default 1).",
+    )
+    @argument(
+        "--output-key",
+        metavar="NAME",
+        help="Bind the validated answer to this notebook name (the output_key rules).",
+    )
     @_flag("--text", "Show the run as plain text, not widgets.")
     @_flag(
         "--overwrite",
@@ -365,6 +383,9 @@ class CortexMagics(Magics):
             approve_timeout=self.approve_timeout,
             request_default=dict(self.request),
             request=_request(args.request),
+            output=_unquote(" ".join(args.output)) if args.output else None,
+            output_retries=_number(args.output_retries, "--output-retries", int, 1, low=0),
+            output_key=args.output_key,
             given=frozenset(
                 name
                 for name in ("model", "dialect", "max_turns", "temperature", "max_tokens")
@@ -372,7 +393,8 @@ class CortexMagics(Magics):
             )
             | ({"native_tools"} if args.native_tools else set())
             | ({"request"} if args.request is not None else set())
-            | ({"constrain"} if args.constrain is not None else set()),
+            | ({"constrain"} if args.constrain is not None else set())
+            | ({"output_retries"} if args.output_retries is not None else set()),
         )
         return dataclasses.replace(options, **overrides) if overrides else options
 

@@ -70,6 +70,13 @@ class CellOptions:
     #: goes over the agent's own; see ``runtime.loop.request`` for the whole order).
     request_default: Mapping[str, Any] = field(default_factory=dict)
     request: Mapping[str, Any] = field(default_factory=dict)
+    #: ``--output T``: the answer's type as written on the line (evaluated in the
+    #: notebook when the cell runs: ``session.notebook``); None: a text answer.
+    output: str | None = None
+    #: ``--output-retries N``: how often an answer that does not fit is sent back.
+    output_retries: int = 1
+    #: ``--output-key NAME``: the notebook name the validated answer is bound to.
+    output_key: str | None = None
 
 
 def cell_agent(
@@ -78,11 +85,13 @@ def cell_agent(
     registry: Registry,
     feeds: FeedSet | None,
     endpoints: Endpoints,
+    output_type: Any = None,
 ) -> Agent:
     """The agent a cell runs: the session's defaults (the cell's options, the
     session's registry and feeds) or, with ``--agent NAME``, that registered agent
     with the options the cell gave explicitly (and the cell's model unless it has
-    its own; a script or replay always stands in for the model)."""
+    its own; a script or replay always stands in for the model). ``output_type`` is
+    the type ``--output`` named (a named agent keeps its own without one)."""
     model = cell_model(body, options, registry, endpoints)
     if options.agent is None:
         return Agent(
@@ -90,6 +99,8 @@ def cell_agent(
             registry=registry,
             feeds=feeds,
             request=merge_requests(options.request_default, options.request),
+            output_type=output_type,
+            output_retries=options.output_retries,
             **{name: getattr(options, name) for name in AGENT_SETTINGS},
             **sampling(options, None),
         )
@@ -104,6 +115,10 @@ def cell_agent(
     for name in LINE_SETTINGS:
         if name in options.given:
             changes[name] = getattr(options, name)
+    if options.output is not None:
+        changes["output_type"] = output_type
+    if "output_retries" in options.given:
+        changes["output_retries"] = options.output_retries
     changes["request"] = merge_requests(options.request_default, agent.request, options.request)
     changes.update(sampling(options, agent))
     return agent.with_options(**changes)

@@ -23,8 +23,11 @@ from IPython import get_ipython
 
 from cortex_jupyter._bridge import Bridge, Emit, Loop
 from cortex_jupyter.runtime import Agent, Registry, Run, RunHooks, default_registry
+from cortex_jupyter.runtime.core.errors import BadOutputType, InvalidVariableName
 from cortex_jupyter.runtime.core.scope import Binding, Scope
 from cortex_jupyter.runtime.core.secrets import redact
+from cortex_jupyter.runtime.core.typed import type_from_text
+from cortex_jupyter.runtime.core.variables import check_variable_name
 from cortex_jupyter.runtime.loop.conversation import Conversation
 from cortex_jupyter.runtime.loop.feeds import FeedSet
 from cortex_jupyter.session.approvals import Approvals
@@ -68,6 +71,9 @@ class _Cell:
     scope: Scope
     view: CellView | None = None
     failure: BaseException | None = None
+    #: ``--output-key``: where the validated answer goes, and whether it may overwrite.
+    output_key: str | None = None
+    overwrite: bool = False
 
 
 class Session:
@@ -117,10 +123,8 @@ class Session:
         return self._outcome(cell)
 
     def _cell(self, prompt: str, options: CellOptions) -> _Cell:
-        try:
-            agent = self._agent(prompt, options)
-        except ValueError as exc:  # a setting the agent refuses (it says which, and why)
-            raise CortexRunError(redact(str(exc))) from None
+        agent = self._agent(prompt, options)
+        self._check_output_key(agent, options)
         if options.fresh:
             self.conversation.reset()
         # A script or a replay is its own little conversation: it must not leak into the
@@ -144,7 +148,9 @@ class Session:
 
         self.last_options = options
         self.last_prompt = prompt
-        return _Cell(job, run, model_name(agent), options.display, scope)
+        cell = _Cell(job, run, model_name(agent), options.display, scope)
+        cell.output_key, cell.overwrite = options.output_key, options.overwrite
+        return cell
 
     def continue_last(self) -> NotebookRun:
         """``%cortex continue``: go on with the last run where it stopped."""
@@ -175,10 +181,50 @@ class Session:
                 run=run,
             )
 
-        return self._execute(_Cell(job, run, model_name(agent), options.display, scope))
+        cell = _Cell(job, run, model_name(agent), options.display, scope)
+        cell.output_key, cell.overwrite = options.output_key, options.overwrite
+        return self._execute(cell)
 
     def _agent(self, body: str, options: CellOptions) -> Agent:
-        return cell_agent(body, options, self.registry, self.feeds, self.endpoints)
+        """The cell's agent; a setting it refuses, or an ``--output`` type that does not
+        evaluate (in the notebook's namespace) or that pydantic cannot use, is one line."""
+        try:
+            output_type = None
+            if options.output is not None:
+                output_type = type_from_text(options.output, self.shell.user_ns)
+            return cell_agent(body, options, self.registry, self.feeds, self.endpoints, output_type)
+        except (ValueError, BadOutputType) as exc:  # it says which, and why
+            raise CortexRunError(redact(str(exc))) from None
+
+    def _check_output_key(self, agent: Agent, options: CellOptions) -> None:
+        """``--output-key``: refused before the run when the name cannot be bound."""
+        key = options.output_key
+        if key is None:
+            return
+        if agent.typed is None:
+            raise CortexRunError(
+                f"--output-key {key} binds a typed answer: give its type with --output T"
+            )
+        try:
+            check_variable_name(key)
+            self.names.check(key, options.overwrite)
+        except InvalidVariableName as exc:
+            raise CortexRunError(f"--output-key {key!r} cannot be bound: {exc.reason}") from None
+
+    def _bind_output(self, cell: _Cell) -> None:
+        """Bind the validated answer to ``--output-key`` once the run completed; a name
+        the user took meanwhile is a note (the object stays on ``_cortex.output``)."""
+        run, key = cell.run, cell.output_key
+        if key is None or run.status != "completed":
+            return
+        try:
+            self.names.bind(run.id, key, run.output, cell.overwrite)
+        except InvalidVariableName as exc:
+            run.notes.append(
+                f"--output-key {key!r} was not bound: {exc.reason}; the answer is on _cortex.output"
+            )
+            return
+        run.variables[key] = run.output
 
     def _execute(self, cell: _Cell) -> NotebookRun:
         try:
@@ -262,6 +308,7 @@ class Session:
             self.live.release()  # older finished views let go, however this one ended
         if failure is not None:  # a bug of ours or a host's: still no traceback wall
             raise run.fail(failure)
+        self._bind_output(cell)
         report(run)
         return run
 

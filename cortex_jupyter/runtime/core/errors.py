@@ -368,3 +368,14 @@ class ParameterTypeError(CortexRuntimeError):
         "parameter {e.parameter!r} of {e.tool!r} wants {e.wants}, but {e.reference} is "
         "{e.got}, {e.why}; the action was not run"
     )
+
+
+@dataclass(eq=False, repr=False)
+class BadOutputType(CortexRuntimeError, TypeError):
+    """Raised when an answer type (``Agent(output_type=T)``, ``--output T``) cannot be
+    used: pydantic makes no validator or JSON schema for it, or the text naming it on a
+    cell line is not a type that evaluates."""
+
+    type_name: str
+    why: str
+    template = "the answer type {e.type_name} cannot be used: {e.why}"

@@ -42,6 +42,7 @@ from cortex_jupyter.runtime.core.events import (
     AnyEvent,
     Metric,
     Nested,
+    OutputChecked,
     Progress,
     Turn,
     TurnEnd,
@@ -162,7 +163,8 @@ class Run:
     turns: int = 0
     reason: str | None = None
     #: The validated answer object of a typed run (``Agent(output_type=T)``); None when
-    #: the run is not typed or its answer never fit.
+    #: the run is not typed or its answer never fit. A run read back from a transcript
+    #: has the object's JSON form here (the type itself is not in the transcript).
     output: Any = field(default=None, repr=False)
     _thought: list[str] = field(default_factory=list, repr=False)
     _response: list[str] = field(default_factory=list, repr=False)
@@ -171,6 +173,7 @@ class Run:
     _turn_text: list[str] = field(default_factory=list, repr=False)
     _blocks: list[_Block] = field(default_factory=list, repr=False)
     _open: _Block | None = field(default=None, repr=False)
+    _retrying: bool = field(default=False, repr=False)  # a typed answer was sent back
     reach: Mapping[str, Any] | None = field(default=None, repr=False)
     #: Whose words a reason uses for what to do next: "api" (``Agent.continue_run``,
     #: ``max_turns=``) or "magic" (``%cortex continue``, ``--max-turns``).
@@ -245,7 +248,15 @@ class Run:
                 self._open = None
         elif isinstance(event, ProtocolError):
             self.errors.append(event)
+        elif isinstance(event, OutputChecked):
+            # The JSON form; a live run puts the object itself here right after.
+            self.output = event.value if event.ok else None
+            self._retrying = not event.ok
         elif isinstance(event, Turn):
+            if self._retrying:  # the answer that did not fit was not the answer after all
+                self._retrying = False
+                for block in self._blocks:
+                    block.final = False if block.final else block.final
             self.turns = max(self.turns, event.number)
             if event.model is not None:
                 self.model = event.model
@@ -410,6 +421,8 @@ def decode_event(data: dict[str, Any]) -> AnyEvent:
     cls = RUN_EVENT_TYPES.get(str(kind)) or _PARSER_EVENT_TYPES.get(str(kind))
     if cls is None:
         raise ValueError(f"unknown event kind {kind!r}")
+    if kind == "output_checked":
+        fields["errors"] = tuple(fields.get("errors", ()))
     if kind == "action_output":
         fields["logs"] = tuple(fields.get("logs", ()))
         if fields.get("progress") is not None:

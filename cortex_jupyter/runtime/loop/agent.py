@@ -21,6 +21,7 @@ import functools
 from collections import ChainMap
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -32,6 +33,7 @@ from cortex_jupyter.runtime.core.errors import AgentDidNotAnswer, NoModelConfigu
 from cortex_jupyter.runtime.core.events import AnyEvent, Nested
 from cortex_jupyter.runtime.core.record import Run
 from cortex_jupyter.runtime.core.registry import AgentSpec, Registry, default_registry
+from cortex_jupyter.runtime.core.typed import OutputType
 from cortex_jupyter.runtime.core.variables import find_references
 from cortex_jupyter.runtime.loop.conversation import Conversation
 from cortex_jupyter.runtime.loop.feeds import FeedSet
@@ -121,7 +123,7 @@ class Agent:
     #: validated object. ``None``: the answer is text only.
     output_type: Any = None
     #: How many times a typed answer that does not validate is sent back to the model
-    #: with the errors before the run fails.
+    #: with the errors before the run fails (each retry is a turn of ``max_turns``).
     output_retries: int = 1
 
     def __post_init__(self) -> None:
@@ -158,6 +160,12 @@ class Agent:
             object.__setattr__(copy, f.name, changes.get(f.name, getattr(self, f.name)))
         _check(copy)
         return copy
+
+    @cached_property
+    def typed(self) -> OutputType | None:
+        """The answer type made ready (``runtime.core.typed``), or None for a text answer;
+        made once, when the Agent is made (``_check`` refuses a type pydantic cannot use)."""
+        return None if self.output_type is None else OutputType.of(self.output_type)
 
     # ---- running --------------------------------------------------------------------
 
@@ -258,10 +266,11 @@ class Agent:
         with anyio.from_thread.start_blocking_portal() as portal:
             return portal.call(functools.partial(self.run, prompt, **options))
 
-    async def run_nested(self, task: str, *, scheduler: Scheduler, node: ActionNode) -> str:
+    async def run_nested(self, task: str, *, scheduler: Scheduler, node: ActionNode) -> Any:
         """Run as the ``agent`` action ``node`` of ``scheduler``'s run: its own loop, its
         events forwarded under ``node`` (``Nested``); its answer is the action's output
-        and its run is ``node.subrun``."""
+        (the validated object when it has an ``output_type``: a typed sub-agent hands
+        its caller data, not text) and its run is ``node.subrun``."""
         model = self._model(scheduler.model, node.id)
         child = Run()
         node.subrun = child
@@ -298,6 +307,8 @@ class Agent:
             await loop.go(task)
         if child.status != "completed":
             raise AgentDidNotAnswer(self.name or "agent", child.status, child.reason)
+        if self.typed is not None:
+            return child.output
         return child.answer  # as the caller's run is answered: final reply, $name filled
 
     # ---- helpers ----------------------------------------------------------------------
@@ -391,6 +402,7 @@ def _check(agent: Agent) -> None:
         raise ValueError(f"approve_timeout must be a number of seconds above 0; got {timeout!r}")
     check_request(agent.request, "Agent(request=...)")
     _check_constrain(agent)
+    _check_output(agent)
     model = agent.model
     if model is not None and (isinstance(model, str) or not hasattr(model, "stream")):
         raise TypeError(
@@ -404,6 +416,14 @@ Registry.make_agent = Agent  # ``Registry.add_agent`` makes agents of this loop
 
 def _tool_name(entry: str | Callable[..., Any]) -> str:
     return entry if isinstance(entry, str) else getattr(entry, "__name__", repr(entry))
+
+
+def _check_output(agent: Agent) -> None:
+    retries = agent.output_retries
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise ValueError(f"output_retries must be a whole number, 0 or more; got {retries!r}")
+    agent.__dict__.pop("typed", None)  # a copy (``with_options``) makes its own
+    _ = agent.typed  # made now, so a type pydantic cannot use is refused here
 
 
 def _check_constrain(agent: Agent) -> None:

@@ -76,6 +76,7 @@ from cortex_jupyter.runtime.core.events import (
 from cortex_jupyter.runtime.core.graph import ActionNode
 from cortex_jupyter.runtime.core.model import complete
 from cortex_jupyter.runtime.core.secrets import redact, redact_value
+from cortex_jupyter.runtime.core.typed import OutputType
 from cortex_jupyter.runtime.loop import grammar
 from cortex_jupyter.runtime.loop.context import (
     DEFAULT_REPLY_ROOM,
@@ -88,6 +89,7 @@ from cortex_jupyter.runtime.loop.conversation import Conversation
 from cortex_jupyter.runtime.loop.feeds import FeedSet
 from cortex_jupyter.runtime.loop.prompt import format_results, result_text, system_prompt
 from cortex_jupyter.runtime.loop.resume import Resume
+from cortex_jupyter.runtime.loop.typed_answer import AnswerCheck
 from cortex_jupyter.runtime.scheduler.calls import error_text
 from cortex_jupyter.runtime.scheduler.dispatch import Scheduler
 
@@ -296,6 +298,10 @@ class Settings(Protocol):
     def instructions(self) -> str | None: ...
     @property
     def constrain(self) -> bool | str: ...
+    @property
+    def typed(self) -> OutputType | None: ...
+    @property
+    def output_retries(self) -> int: ...
 
 
 class Loop:
@@ -338,6 +344,10 @@ class Loop:
         self._natives = NativeNames()
         self._resume: Resume | None = None
         self._looping = False  # the last reply only repeated calls that had run
+        typed = agent.typed
+        self.typed = None if typed is None else AnswerCheck(
+            typed, retries=agent.output_retries, scheduler=scheduler, native=agent.native_tools
+        )  # fmt: skip
 
     async def go(self, user_text: str, *, resume: str | None = None) -> None:
         """Run the turns, from the prompt ``user_text``. ``resume`` (``Agent.continue_run``)
@@ -349,6 +359,8 @@ class Loop:
             self.conversation.drop_unanswered()
         self._start = self.conversation.begin()
         self._say({"role": "user", "content": user_text})
+        if self.typed is not None:
+            self.typed.expect()
         number = 0
         words = WORDS.get(self.run.words, WORDS["api"])
         for number in range(1, self.max_turns + 1):
@@ -374,6 +386,14 @@ class Loop:
             self.scheduler.emit(
                 TurnEnd(number, time.monotonic(), outcome, reason, turn.finish, answer)
             )
+            if outcome == "final" and self.typed is not None:
+                again, why = self.typed.verdict(number, self.max_turns, words)
+                if again:  # the errors go back as the next turn (it counts as one)
+                    self._say({"role": "user", "content": again})
+                    continue
+                if why:
+                    self._stop("failed", "answer did not fit", why)
+                    break
             if outcome == "final":
                 if turn.finish == "content_filter" or reason in NO_ANSWER.values():
                     self.run.notes.append(reason)  # completed, but the cell says so
@@ -424,6 +444,7 @@ class Loop:
             internal=self.scheduler.internal,
             native_tools=self.agent.native_tools,
             instructions=self.agent.instructions,
+            output=self.agent.typed,
         )
         text = redact(text)
         if text != self._system:
@@ -559,6 +580,8 @@ class Loop:
             self._carry(turn, parser, turn.resume.ready)
         # Extra request fields only when there are some: a model need not know them.
         request = self.scheduler.request
+        if self.typed is not None:
+            request = self.typed.request(request)
         stream = self.model.stream(
             messages,
             tools=self._tools(),

@@ -703,14 +703,14 @@ class Scheduler:
         self._track(node)
         return node
 
-    async def _run_agent(self, parent: ActionNode, spec: AgentSpec, params: dict[str, Any]) -> str:
+    async def _run_agent(self, parent: ActionNode, spec: AgentSpec, params: dict[str, Any]) -> Any:
         if self.depth + 1 > self.max_depth:
             raise AgentDepthExceeded(spec.name, self.depth)
         task = str(params["task"])
         if params.get("context") is not None:
             task += f"\n\nContext:\n{params['context']}"
-        answer: str = await spec.agent.run_nested(task, scheduler=self, node=parent)
-        return answer
+        # Its answer text, or the validated object of an agent with an output_type.
+        return await spec.agent.run_nested(task, scheduler=self, node=parent)
 
     # ---- events ---------------------------------------------------------------------
 
