@@ -7,16 +7,17 @@ Replies are scripted on the loopback OpenAI server (through the real openai SDK)
 from __future__ import annotations
 
 import base64
-import json
+import html
 import re
 from dataclasses import dataclass
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from IPython.core.interactiveshell import InteractiveShell
 from pydantic import BaseModel
+from typing_extensions import TypedDict  # pydantic takes typing's only on Python 3.12+
 
 from cortex_jupyter import Task, evaluate
 from cortex_jupyter.evaluation import TASKS, TYPED_TASKS, Row, Try
@@ -86,8 +87,11 @@ def test_a_model_that_answers_prose_is_never_valid(server: FakeOpenAIServer) -> 
     shown = cells(result, 2)
     assert (shown["valid"], shown["valid 1st"]) == ("0%", "0%")  # 0%, not blank: it was tried
     # The wrong answer shown per setting says why the object never fit.
+    weather = result.tries[0]
+    assert weather.reason is not None
+    assert weather.reason.startswith("the answer did not fit CityTemperature: (answer)")
     page = result._repr_html_()
-    assert "a wrong answer per setting" in page and "Lisbon" in page
+    assert f"{PROSE} ({html.escape(weather.reason)})" in page
 
 
 def test_a_retry_that_fixes_it_is_valid_but_not_first_time(server: FakeOpenAIServer) -> None:
@@ -98,10 +102,31 @@ def test_a_retry_that_fixes_it_is_valid_but_not_first_time(server: FakeOpenAISer
     (row,) = result.rows
     assert (row.valid, row.valid_first) == (1.0, 0.0)
     # The retry request told the model what was wrong with its first answer.
-    retry = json.dumps(server.requests[1].json["messages"][-1])
-    assert "city" in retry or "JSON" in retry
+    retry = server.requests[1].json["messages"][-1]["content"]
+    assert "did not fit the type CityTemperature" in retry and "not JSON" in retry
     shown = cells(result, 2)
     assert (shown["valid"], shown["valid 1st"]) == ("100%", "0%")
+
+
+def test_a_row_per_dialect_and_grammar_each_with_its_share(server: FakeOpenAIServer) -> None:
+    dialects = ["cortex", "sigil", "cogency", "hermes", "native"]
+    # Unconstrained, every dialect answers with bare JSON; constrained (cortex only, to
+    # keep it short) the model's first answer is prose, then it fits.
+    server.script(*(reply(NUMBERS_JSON) for _ in dialects))
+    result = evaluate("fake-model", dialects, n=1, tasks=[NUMBERS], progress=quiet)
+    assert [(row.dialect, row.valid) for row in result.rows] == [(d, 1.0) for d in dialects]
+    # native: the endpoint's own structured answer (response_format), not only the prompt
+    assert "response_format" in server.requests[-1].json
+    server.script(reply(PROSE), reply(PROSE), reply(PROSE), reply(NUMBERS_JSON))
+    both = evaluate(
+        "fake-model", ["cortex"], n=1, tasks=[NUMBERS], constrain=(False, True), progress=quiet
+    )
+    assert [(r.constrain, r.valid, r.valid_first) for r in both.rows] == [
+        (False, 0.0, 0.0),
+        (True, 1.0, 0.0),
+    ]
+    assert [t.constrain for t in both.tries] == [False, True]
+    assert ["grammar" in r.json for r in server.requests[-4:]] == [False, False, True, True]
 
 
 def test_the_shares_count_only_their_own_tasks(server: FakeOpenAIServer) -> None:
@@ -213,8 +238,8 @@ def test_a_typed_task_may_use_tools_and_dollar_names() -> None:
     )  # fmt: skip
     script = ScriptModel(
         [
-            '<action type="tool" id="w" output_key="weather">'
-            '{"name": "get_weather", "parameters": {"city": "Oslo"}}</action>',
+            '<action type="tool" id="w">{"name": "get_weather", "parameters": {"city": "Oslo"},'
+            ' "output_key": "weather"}</action>',
             '{"city": "$weather.city", "temp": "$weather.temp"}',
         ]
     )
@@ -246,6 +271,13 @@ def test_a_check_that_raises_on_the_object_is_said() -> None:
     (tried,) = result.tries
     assert (tried.valid, tried.correct) == (True, False)
     assert tried.reason == "the task's check raised KeyError: 'temp'"
+
+
+def test_a_task_with_a_type_no_answer_can_have_is_refused_in_one_line() -> None:
+    with pytest.raises(TypeError, match=r"^a Task's output_type: the answer type 3 cannot be used"):
+        Task("p", [], lambda x: True, output_type=3)
+    with pytest.raises(TypeError, match=r"^a Task's output_type: the answer type .*object"):
+        Task("p", [], lambda x: True, output_type=object())
 
 
 def test_output_retries_go_through_options() -> None:

@@ -12,6 +12,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from cortex_jupyter.runtime import Registry
+from cortex_jupyter.runtime.core.errors import BadOutputType
+from cortex_jupyter.runtime.core.typed import OutputType
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,11 @@ class Task:
         if not self.name:
             first = getattr(tools[0], "__name__", "task") if tools else "task"
             object.__setattr__(self, "name", first)
+        if self.output_type is not None:
+            try:  # the Agent's own rule for a usable type, said when the Task is made
+                OutputType.of(self.output_type)
+            except BadOutputType as exc:
+                raise TypeError(f"a Task's output_type: {exc}") from None
 
     @property
     def typed(self) -> bool:
