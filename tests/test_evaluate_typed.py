@@ -209,6 +209,7 @@ class Weather(BaseModel):
         (dict[str, float], '{"a": 1.5}', {"a": 1.5}),
         (Literal["yes", "no"], '"yes"', "yes"),
         (int | str, "42", 42),
+        (int | None, "null", None),  # valid, though the object is None
         (bool, "true", True),
     ],
 )
