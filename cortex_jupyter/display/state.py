@@ -63,6 +63,7 @@ _STOPPED = {
     "token limit": "truncated",
     "turn_limit": "turn limit",
     "turn limit": "turn limit",
+    "answer did not fit": "failed",  # a typed answer that never fit its type
 }
 
 

@@ -4,6 +4,8 @@
 - ``record``: the run record (``Run``), built from events, saved and loaded as JSON lines;
 - ``events``: the run events the scheduler and the loop emit beside the parser's;
 - ``answer``: the one ``$name`` rule for filling an answer with values;
+- ``typed``: typed answers (``output_type``): the JSON read from the answer, ``"$name"``
+  filled, pydantic's validation, errors as data;
 - ``variables``, ``scope``: ``$name`` resolution and what a model may reach;
 - ``secrets``, ``bounded``: redaction, and reprs and cuts that never leak a secret;
 - ``registry``, ``schema``, ``coerce``, ``relics``: what actions may call (tools, relics,

@@ -34,12 +34,15 @@ from __future__ import annotations
 import ast
 import json
 import re
+import types
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import CoreSchema, core_schema
 
 from cortex_jupyter.protocol import MAX_JSON_DEPTH
 from cortex_jupyter.runtime.core.errors import BadOutputType, CortexRuntimeError
@@ -97,7 +100,7 @@ class OutputType:
             raise BadOutputType(shown, "it is a value, not a type (use e.g. int, list[str])")
         try:
             adapter: TypeAdapter[Any] = TypeAdapter(type_)
-            schema = adapter.json_schema()
+            schema = adapter.json_schema(schema_generator=_PythonObjects)
         except Exception as exc:  # pydantic's own errors, or a type's hook that raised
             raise BadOutputType(shown, _first_line(exc)) from None
         return cls(type_, shown, adapter, schema, example_of(schema))
@@ -180,6 +183,25 @@ class OutputType:
         if len(text) > 1 << 20:
             return safe_repr(value, limit=160)
         return redact_value(data)
+
+
+class _PythonObjects(GenerateJsonSchema):
+    """pydantic's JSON schema, where a field of a Python-only type (a DataFrame, with
+    ``arbitrary_types_allowed``) becomes a string the model can fill only as ``"$name"``
+    of such a value: the object itself then reaches the field."""
+
+    def handle_invalid_for_json_schema(
+        self, schema: CoreSchema | core_schema.CoreSchema, error_info: str
+    ) -> JsonSchemaValue:
+        cls = schema.get("cls") if isinstance(schema, dict) else None
+        if not isinstance(cls, type):
+            return super().handle_invalid_for_json_schema(schema, error_info)
+        return {
+            "type": "string",
+            "pattern": "^\\$",
+            "description": f'a Python {cls.__name__}: only as "$name" of one',
+            "examples": ["$name"],
+        }
 
 
 def read_json(text: str, *, text_ok: bool = False) -> tuple[Any, str | None]:
@@ -358,10 +380,23 @@ def _is_text(schema: Mapping[str, Any]) -> bool:
 
 
 def type_name(type_: Any) -> str:
-    """A readable name: ``Weather``, ``list[int]``, ``Literal['a', 'b']``."""
-    if isinstance(type_, type) and not typing.get_args(type_):
-        return type_.__name__
-    return re.sub(r"\b(?:typing|typing_extensions|__main__)\.", "", repr(type_))
+    """A readable name: ``Weather``, ``list[Weather]``, ``Literal['a', 'b']``,
+    ``int | None`` (classes by their own name, not their module's path)."""
+    if type_ is type(None) or type_ is None:
+        return "None"
+    if type_ is Ellipsis:
+        return "..."
+    origin, args = typing.get_origin(type_), typing.get_args(type_)
+    if origin is None or not args:
+        if isinstance(type_, type):
+            return type_.__name__
+        return re.sub(r"\b(?:typing|typing_extensions|__main__)\.", "", repr(type_))
+    if origin is typing.Union or origin is types.UnionType:
+        return " | ".join(type_name(arg) for arg in args)
+    if origin is typing.Literal:
+        return f"Literal[{', '.join(map(repr, args))}]"
+    base = getattr(origin, "__name__", None) or type_name(origin)
+    return f"{base}[{', '.join(type_name(arg) for arg in args)}]"
 
 
 def type_from_text(text: str, namespace: Mapping[str, Any]) -> Any:

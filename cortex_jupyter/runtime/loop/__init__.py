@@ -8,5 +8,6 @@ results back until there is an answer. It stands on the scheduler and the core.
 - ``context``: the context budget (fitting, condensing, summarising);
 - ``transcript``, ``resume``: saved runs, and reading on from a cut reply;
 - ``feeds``: context feeds (``$id`` values refreshed on demand or periodically);
-- ``request``, ``grammar``: extra request fields, and protocol-constrained decoding.
+- ``request``, ``grammar``: extra request fields, and protocol-constrained decoding;
+- ``typed_answer``: a typed run's answer turn (check, send the errors back, or fail).
 """

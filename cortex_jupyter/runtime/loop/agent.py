@@ -358,6 +358,8 @@ class Agent:
         if self.tools is not None:
             shown.append(f"tools={[_tool_name(t) for t in self.tools]!r}")
         shown.append(f"dialect={self.dialect!r}")
+        if self.typed is not None:
+            shown.append(f"output_type={self.typed.name}")
         return f"Agent({', '.join(shown)})"
 
 
