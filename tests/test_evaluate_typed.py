@@ -15,6 +15,7 @@ from typing import Any, Literal
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from pydantic import BaseModel
 from typing_extensions import TypedDict  # pydantic takes typing's only on Python 3.12+
@@ -300,6 +301,14 @@ def test_magic_eval_typed_tasks_only(ip: InteractiveShell, server: FakeOpenAISer
     assert [t.task for t in result.tries] == ["extract_weather", "list_numbers"]
     (row,) = result.rows
     assert (row.valid, row.valid_first, row.runnable) == (0.5, 0.5, None)
+
+
+def test_magic_eval_unknown_task_kind_is_a_usage_error(
+    ip: InteractiveShell, server: FakeOpenAIServer
+) -> None:
+    with pytest.raises(UsageError, match=r"--tasks: invalid choice: 'typd'.*'typed'"):
+        ip.run_line_magic("cortex", "eval --tasks typd")
+    assert server.requests == []
 
 
 # ---- the shares as a property --------------------------------------------------------------
