@@ -5,13 +5,15 @@ cells and with the fake OpenAI server through the real openai SDK."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
-from cortex_jupyter import Agent, default_registry
+from cortex_jupyter import Agent, Run, default_registry
 from cortex_jupyter.magic import CortexMagics
+from cortex_jupyter.runtime.core.events import OutputChecked
 from cortex_jupyter.session import CortexRunError
 from tests.conftest import SECRET
 from tests.models.fake_openai_server import FakeOpenAIServer, Stream, finish, texts, tool_call
@@ -328,3 +330,26 @@ def test_continue_after_a_typed_run_keeps_the_type(
     typed.run_line_magic("cortex", "continue")
     run = typed.user_ns["_cortex"]
     assert (run.status, repr(run.output)) == ("completed", "Weather(city='Paris', temp=18)")
+
+
+def test_a_saved_typed_run_loads_and_replays(typed: InteractiveShell, tmp_path: Path) -> None:
+    """``Run.load`` gives the answer's JSON form (the type is not in the transcript);
+    replayed with ``--output`` the same text validates again, the retry included."""
+    typed.run_cell_magic(
+        "cortex",
+        "--script --text --delay 0 --output Weather",
+        '{"city": "Oslo", "temp": "cold"}' + TURN + '{"city": "Oslo", "temp": -2}',
+    )
+    path = tmp_path / "typed.jsonl"
+    typed.run_line_magic("cortex", f"save {path}")
+    loaded = Run.load(path)
+    assert (loaded.status, loaded.output) == ("completed", {"city": "Oslo", "temp": -2})
+    assert loaded.answer == '{"city": "Oslo", "temp": -2}'
+    typed.run_cell_magic(
+        "cortex", f"--replay {path} --speed 1000 --text --output Weather", "(replay)"
+    )
+    replayed = typed.user_ns["_cortex"]
+    assert replayed.status == "completed", replayed.reason
+    assert repr(replayed.output) == "Weather(city='Oslo', temp=-2)"
+    checks = [(e.attempt, e.ok) for e in replayed.events if isinstance(e, OutputChecked)]
+    assert checks == [(1, False), (2, True)]

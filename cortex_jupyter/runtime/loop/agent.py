@@ -85,7 +85,10 @@ class Agent:
     ``max_depth`` limits how deep agents may call agents. ``approve`` names tools that
     wait for approval (see ``runtime.scheduler.approval``) under the ``approval`` policy; run as a
     nested agent, its caller's ``approve``, ``approval`` and ``approve_timeout`` hold for
-    it too, and its own can only add to them.
+    it too, and its own can only add to them. ``output_type`` (a pydantic model, a
+    dataclass, ``list[int]``...) makes the answer data: ``run.output`` is the validated
+    object, an answer that does not fit is sent back up to ``output_retries`` times, and
+    as a nested agent its action's output is that object (``runtime.core.typed``).
     """
 
     name: str | None = None
