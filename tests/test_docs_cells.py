@@ -9,10 +9,13 @@ plain Python examples; a ``%%cortex`` cell needs the magic, so it runs here.)
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
+
+from cortex_jupyter import default_registry
 
 ROOT = Path(__file__).parent.parent
 MARKER = re.compile(r"<!-- ([\w-]+-cells): tests/test_docs_cells\.py runs these cells -->")
@@ -36,7 +39,18 @@ def test_the_typed_answers_page_has_its_cells() -> None:
     assert "docs/typed.md:typed-cells" in {name for name, _ in GROUPS}
 
 
+@pytest.fixture
+def own_tools() -> Iterator[None]:
+    """The tools a page's setup cell registers (``@tool``) are taken out again after it,
+    so no later test finds them in the default registry."""
+    before = set(default_registry.names("tool"))
+    yield
+    for name in set(default_registry.names("tool")) - before:
+        default_registry.remove("tool", name)
+
+
 @pytest.mark.parametrize("blocks", [pytest.param(b, id=name) for name, b in GROUPS])
+@pytest.mark.usefixtures("own_tools")
 def test_a_cell_group_shows_what_its_page_shows(ip: InteractiveShell, blocks: list[str]) -> None:
     setup, cell, expression, shown = blocks
     assert cell.startswith("%%cortex "), "the second block must be a %%cortex cell"
