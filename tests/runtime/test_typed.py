@@ -495,3 +495,21 @@ def _noop_registry() -> Registry:
 def test_an_agents_repr_names_its_answer_type() -> None:
     agent = Agent(model=ScriptModel("x"), output_type=list[Weather])
     assert repr(agent) == "Agent(model='script', dialect='cortex', output_type=list[Weather])"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("dialect", "reply"),
+    [
+        ("cortex", '<thought>Easy.</thought><response>{"city": "Rome", "temp": 25}</response>'),
+        ("sigil", '§THINK: Easy.\n§RESPOND: {"city": "Rome", "temp": 25}\n§END:'),
+        ("cogency", '<think>Easy.</think><respond>{"city": "Rome", "temp": 25}</respond><end>'),
+        ("hermes", '<think>Easy.</think>{"city": "Rome", "temp": 25}'),
+    ],
+)
+async def test_the_answer_written_as_each_dialect_shows_it_is_read(
+    dialect: str, reply: str
+) -> None:
+    run = await run_agent("w?", model=script(reply), output_type=Weather, dialect=dialect)
+    assert (run.status, run.output) == ("completed", Weather(city="Rome", temp=25))
+    assert run.thought.strip() == "Easy."  # the thought is not the answer
