@@ -368,26 +368,33 @@ def evaluate_dialects(
     *,
     n: int,
     constrain: bool,
+    tasks: str = "all",
     max_turns: int,
     temperature: float | None,
     max_tokens: int | None,
     time_limit: float | None,
 ) -> Any:
-    """``%cortex eval``: score ``model`` on the built-in tool tasks in each dialect
+    """``%cortex eval``: score ``model`` on the built-in tasks in each dialect
     (constrained as well, with ``constrain``); the result, or None if nothing ran.
+    ``tasks`` picks them: ``tools`` (``TASKS``), ``typed`` (``TYPED_TASKS``) or ``all``.
 
     The model is asked where a ``%%cortex`` cell would ask it: at the endpoint the session
     knows for that name (``%cortex local start``'s server), else ``OPENAI_BASE_URL``."""
     from cortex_jupyter import evaluation
 
     base_url, api_key = session.endpoints.get(model, (None, None))
+    chosen = {
+        "tools": evaluation.TASKS,
+        "typed": evaluation.TYPED_TASKS,
+        "all": (*evaluation.TASKS, *evaluation.TYPED_TASKS),
+    }[tasks]
     given: dict[str, Any] = {
         "max_tokens": max_tokens,
         "time_limit": time_limit,
     }  # unset: evaluate()'s bounds
     try:
         return evaluation.evaluate(
-            model, dialects, n=n, constrain=(False, True) if constrain else False,
+            model, dialects, n=n, tasks=chosen, constrain=(False, True) if constrain else False,
             base_url=base_url, api_key=api_key, max_turns=max_turns, temperature=temperature,
             **{name: value for name, value in given.items() if value is not None},
         )  # fmt: skip

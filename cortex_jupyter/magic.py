@@ -629,7 +629,7 @@ class CortexMagics(Magics):
         return commands.evaluate_dialects(
             self.session,
             given.model or self.model, given.dialects, n=given.n, constrain=given.constrain,
-            max_turns=given.max_turns, temperature=self.temperature,
+            tasks=given.tasks, max_turns=given.max_turns, temperature=self.temperature,
             max_tokens=given.max_tokens, time_limit=given.time_limit,
         )  # fmt: skip
 
@@ -639,7 +639,9 @@ class CortexMagics(Magics):
 
 
 _EVAL = MagicArgumentParser(
-    prog="%cortex eval", add_help=False, description="Score the model on the built-in tool tasks."
+    prog="%cortex eval",
+    add_help=False,
+    description="Score the model on the built-in tool tasks and typed-answer tasks.",
 )
 _EVAL.add_argument("--model", metavar="NAME", help="Model (default: CortexMagics.model).")
 _EVAL.add_argument(
@@ -647,6 +649,12 @@ _EVAL.add_argument(
 )
 _EVAL.add_argument("--n", "-n", type=int, default=3, help="Tries per task (default 3).")
 _EVAL.add_argument("--constrain", action="store_true", help="Constrained as well.")
+_EVAL.add_argument(
+    "--tasks",
+    choices=("all", "tools", "typed"),
+    default="all",
+    help="The built-in tool tasks, the typed-answer tasks, or both (default).",
+)
 _EVAL.add_argument("--max-turns", type=int, default=4, metavar="N", help="Default 4.")
 _EVAL.add_argument("--max-tokens", type=int, metavar="N", help="Most tokens a reply (512).")
 _EVAL.add_argument(
