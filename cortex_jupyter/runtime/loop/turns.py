@@ -26,7 +26,6 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 import anyio
@@ -53,7 +52,6 @@ from cortex_jupyter.runtime.core.chunks import (
     RefusalChunk,
     StreamingModel,
     TextChunk,
-    ToolCallPayload,
     ToolCallReady,
     ToolCallStart,
     ToolDefinition,
@@ -87,9 +85,13 @@ from cortex_jupyter.runtime.loop.feeds import FeedSet
 from cortex_jupyter.runtime.loop.pickup import PickUp, ReplyCut, event_key
 from cortex_jupyter.runtime.loop.prompt import format_results, result_text, system_prompt
 from cortex_jupyter.runtime.loop.reply import (
+    NO_ANSWER,
     NOT_RAN,
+    WORDS,
     ChunkRecorder,
+    TurnState,
     canonical,
+    decide,
     native_action,
     takes_constraint,
 )
@@ -97,7 +99,6 @@ from cortex_jupyter.runtime.loop.resume import Resume
 from cortex_jupyter.runtime.loop.spending import over_budget, pay, payer
 from cortex_jupyter.runtime.loop.transcript import cut_note
 from cortex_jupyter.runtime.loop.typed_answer import AnswerCheck
-from cortex_jupyter.runtime.scheduler.calls import error_text
 from cortex_jupyter.runtime.scheduler.dispatch import Scheduler
 
 __all__ = ["MAX_TURNS", "RESULT_LIMIT", "Conversation", "Loop"]
@@ -110,101 +111,8 @@ _TEXT_EVENTS = (ThoughtDelta, ThoughtEnd, ResponseDelta, ResponseEnd, TextDelta)
 _PIECES = re.compile(r"[^>:\n]+[>:\n]?|[>:\n]")
 
 
-# ---- one turn ---------------------------------------------------------------------------
-
-
-@dataclass
-class _TurnState:
-    number: int
-    before: set[str]
-    errors_before: int
-    text: list[str] = field(default_factory=list)
-    tool_calls: list[ToolCallPayload] = field(default_factory=list)
-    boundary: str | None = None
-    response_final: bool | None = None
-    has_actions: bool = False
-    responded: bool = False  # the reply wrote response text
-    refused: bool = False  # the model refused (delta.refusal): that is its answer
-    loose: bool = False  # the reply wrote text outside any block
-    thought: bool = False  # the reply wrote thought text (or reasoning)
-    reasoning: bool = False
-    finish: str | None = None
-    error: Exception | None = None
-    #: The cut reply this turn's reply continues (``runtime.loop.resume``), until the first
-    #: characters of the continuation say how the two join; what is held meanwhile.
-    resume: Resume | None = None
-    held: list[str] = field(default_factory=list)
-    repeats: int = 0  # actions not run: exact repeats of calls that ran (``Loop._repeat_of``)
-    constrained: bool = False  # the request carried a grammar (``Loop._constraint``)
-    usage: Usage | None = None  # the tokens the server reported for the reply
-    chunks: int = 0  # how many chunks of a reply arrived
-
-
 #: Most tokens a context summary's reply may take (it is asked for 200 words).
 SUMMARY_TOKENS = 400
-
-#: Why a run ended with no answer (by whether the reply held a thought): the run is
-#: ``completed`` (the model chose to stop), and its cell says so in a ``cortex:`` line.
-NO_ANSWER = {
-    True: "the model wrote only a thought and no answer (the thought is on _cortex.thought)",
-    False: "the model's reply was empty: no thought, no actions, no answer",
-}
-
-#: What a reason tells the user to do, in the words they use: ``Run.words`` picks the set
-#: (a notebook cell's run speaks of the magic's commands and options).
-WORDS: Mapping[str, Mapping[str, str]] = {
-    "api": {
-        "continue": "Agent.continue_run(...)",
-        "max_turns": "max_turns=...",
-        "max_tokens": "max_tokens=...",
-        "budget": "Agent(budget=MORE).continue_run(run)",
-    },
-    "magic": {
-        "continue": "%cortex continue",
-        "max_turns": "--max-turns N",
-        "max_tokens": "--max-tokens N",
-        "budget": "%cortex continue --budget MORE",
-    },
-}
-
-
-def _decide(
-    turn: _TurnState, max_tokens: int | None, words: Mapping[str, str] = WORDS["api"]
-) -> tuple[str, str]:
-    """(outcome, reason) of a turn: ``final``, ``results``, ``truncated``,
-    ``interrupted`` or ``failed``; ``words`` name what to do next (``WORDS``)."""
-    if turn.error is not None:
-        # A model error that asking again cannot fix (a refused key, an unknown model)
-        # fails the run; anything else (a dropped stream) leaves it to be continued.
-        if getattr(turn.error, "continuable", True):
-            return "interrupted", f"the model's stream failed: {error_text(turn.error)}"
-        return "failed", f"the model failed: {error_text(turn.error)}"
-    if turn.finish == "length":
-        limit = f" of {max_tokens:,} tokens" if max_tokens else ""
-        return "truncated", (
-            f"the model's reply was cut off at its token limit{limit} (finish_reason "
-            f'"length"); {words["continue"]} asks it to go on from there, and '
-            f"{words['max_tokens']} allows longer replies"
-        )
-    if turn.refused:
-        return "final", "the model refused"
-    if turn.finish == "content_filter":
-        return "final", "the server's content filter stopped the reply; what came before is kept"
-    if turn.boundary == "end":
-        return "final", "the model marked the task complete"
-    if turn.boundary == "execute":
-        return "results", "the model ended its turn to run its calls"
-    if turn.tool_calls:
-        return "results", "native tool calls"
-    if turn.response_final is not None:
-        if turn.response_final:
-            return "final", "a final response"
-        return "results", 'a response with final="false"'
-    if turn.has_actions:
-        return "results", "a turn of actions with no response"
-    if not turn.loose:
-        return "final", NO_ANSWER[turn.thought]
-    return "final", "no actions and no response: the text is the answer"
 
 
 # ---- the loop ---------------------------------------------------------------------------
@@ -347,7 +255,7 @@ class Loop:
     ) -> bool:
         """One turn (``replay``: the recorded reply of a resumed run's last turn, read
         again); True when the run ends with it."""
-        turn = _TurnState(number, set(self.run.actions), len(self.run.errors))
+        turn = TurnState(number, set(self.run.actions), len(self.run.errors))
         if replay is None:
             await self.feeds.refresh_due()
             messages, fit = await self._messages()
@@ -370,7 +278,7 @@ class Loop:
             await self.scheduler.drain()
         finally:
             self._close(turn)
-        outcome, reason = _decide(turn, self.agent.max_tokens, words)
+        outcome, reason = decide(turn, self.agent.max_tokens, words)
         if outcome == "results" and getattr(self.model, "remaining_turns", None) == 0:
             # A script or a replay that has no more turns: its end is the run's end,
             # not a question for a turn that does not exist.
@@ -420,7 +328,7 @@ class Loop:
             return
         self.scheduler.emit(event)
 
-    def _go_on(self, turn: _TurnState, outcome: str) -> None:
+    def _go_on(self, turn: TurnState, outcome: str) -> None:
         """A resumed run's last reply was cut (the kernel died, the stream dropped, the
         token limit): the model is told so, with the results of that reply's actions,
         and its next reply reads on from the cut (as ``Agent.continue_run``)."""
@@ -552,7 +460,7 @@ class Loop:
 
     # ---- streaming one reply ----------------------------------------------------
 
-    def _constraint(self, turn: _TurnState) -> dict[str, Any]:
+    def _constraint(self, turn: TurnState) -> dict[str, Any]:
         """The ``constraint=`` argument of this turn's request (``Agent.constrain``).
 
         Turn-aware: a run's first turn calls tools (when there are any; a typed run's may
@@ -586,7 +494,7 @@ class Loop:
         turn.constrained = True
         return {"constraint": grammar.Constraint(text, form, stage).body()}
 
-    async def _stream(self, turn: _TurnState, messages: list[Message]) -> None:
+    async def _stream(self, turn: TurnState, messages: list[Message]) -> None:
         parser = Parser(self.dialect, taken_ids=self.taken | set(self.run.actions))
         turn.resume, self._resume = self._resume, None
         if turn.resume is not None:
@@ -630,7 +538,7 @@ class Loop:
         if turn.refused:
             self._submit(turn, ResponseEnd(True))
 
-    def _take(self, turn: _TurnState, parser: Parser, chunk: ModelChunk) -> bool:
+    def _take(self, turn: TurnState, parser: Parser, chunk: ModelChunk) -> bool:
         """Handle one chunk; True when the turn's reply must not be read further."""
         if not self._quiet:  # a reply read again (``_reread``) is recorded already
             self._recorder.add(chunk)
@@ -671,7 +579,7 @@ class Loop:
             turn.finish = chunk.reason
         return False
 
-    def _feed(self, turn: _TurnState, parser: Parser, text: str) -> bool:
+    def _feed(self, turn: TurnState, parser: Parser, text: str) -> bool:
         pieces = [text] if self.dialect == "cortex" else _PIECES.findall(text)
         for piece in pieces:
             turn.text.append(piece)
@@ -682,7 +590,7 @@ class Loop:
                 return True
         return False
 
-    def _hold(self, turn: _TurnState, parser: Parser, text: str, *, end: bool = False) -> bool:
+    def _hold(self, turn: TurnState, parser: Parser, text: str, *, end: bool = False) -> bool:
         """The first text of a reply that continues a cut one: held until it says how the
         two join, then the rest of the cut text and the continuation are read."""
         assert turn.resume is not None
@@ -697,7 +605,7 @@ class Loop:
         turn.text.append(head[: len(head) - len(continuation)])
         return self._feed(turn, parser, continuation)
 
-    def _carry(self, turn: _TurnState, parser: Parser, text: str) -> None:
+    def _carry(self, turn: TurnState, parser: Parser, text: str) -> None:
         """Read text of the cut reply: its thought and response text belong to this run's
         answer; its actions ran (or were refused) in the run that was cut."""
         for event in parser.feed(text) if text else ():
@@ -705,7 +613,7 @@ class Loop:
                 # A resumed run's record holds that text already: it counts, once.
                 self._mark(turn, event) if self._picked_up else self._submit(turn, event)
 
-    def _refuse(self, turn: _TurnState, text: str) -> None:
+    def _refuse(self, turn: TurnState, text: str) -> None:
         """A refusal is the model's answer, shown as the response and marked as a
         refusal; it is not protocol text, so the parser never reads it."""
         if not turn.refused:
@@ -714,12 +622,12 @@ class Loop:
         turn.text.append(text)
         self._submit(turn, ResponseDelta(text, True))
 
-    def _end_reasoning(self, turn: _TurnState) -> None:
+    def _end_reasoning(self, turn: TurnState) -> None:
         if turn.reasoning:
             turn.reasoning = False
             self._submit(turn, ThoughtEnd())
 
-    def _submit(self, turn: _TurnState, event: Event) -> None:
+    def _submit(self, turn: TurnState, event: Event) -> None:
         self._mark(turn, event)
         if self._quiet:  # read again from the record: restored or run again, not recorded
             self.scheduler.replay(event)
@@ -740,7 +648,7 @@ class Loop:
         else:
             self.scheduler.submit(event)
 
-    def _mark(self, turn: _TurnState, event: Event) -> None:
+    def _mark(self, turn: TurnState, event: Event) -> None:
         """What an event of the reply says about the turn."""
         if isinstance(event, ResponseDelta):
             turn.responded = True
@@ -770,7 +678,7 @@ class Loop:
                 return node.id
         return None
 
-    async def _reread(self, turn: _TurnState, chunks: Sequence[ModelChunk]) -> None:
+    async def _reread(self, turn: TurnState, chunks: Sequence[ModelChunk]) -> None:
         """The reply of a resumed run's last turn, read again from its record as it was
         streamed (the model is not asked): its actions are restored or run again
         (``Scheduler.replay``). A reply the record holds no end of was cut."""
@@ -792,7 +700,7 @@ class Loop:
 
     # ---- after the reply --------------------------------------------------------
 
-    def _close(self, turn: _TurnState) -> None:
+    def _close(self, turn: TurnState) -> None:
         """Put the reply, and an answer to each native call, in the conversation.
 
         Runs however the turn ended (cancelled too), so the conversation stays valid:
@@ -817,7 +725,7 @@ class Loop:
                     answer = f"{node.status}: {answer}"
             self._say({"role": "tool", "tool_call_id": call["id"], "content": answer})
 
-    def _turn_nodes(self, turn: _TurnState) -> list[ActionNode]:
+    def _turn_nodes(self, turn: TurnState) -> list[ActionNode]:
         native = {call["id"] for call in turn.tool_calls}
         return [
             node
@@ -825,7 +733,7 @@ class Loop:
             if id not in turn.before and id not in native and node.parent is None
         ]
 
-    def _send_results(self, turn: _TurnState, reason: str) -> None:
+    def _send_results(self, turn: TurnState, reason: str) -> None:
         nodes = self._turn_nodes(turn)
         self._looping = bool(nodes) and turn.repeats == len(nodes)
         errors = [e for e in self.run.errors[turn.errors_before :] if e.id is None]
