@@ -5,8 +5,8 @@
 1. Recording overhead: the same 110-action run (one streamed turn of 110 tool calls whose
    outputs are JSON dicts and numpy arrays, then an answer) with and without a store,
    alternated; the target is at most 5% of the run's time.
-2. ``%cortex runs TEXT`` over 10,000 stored runs (copies of a real stored run, each with
-   its own prompt words): the target is at most 100 ms.
+2. ``%cortex runs TEXT`` over 10,000 stored runs (copies of a real stored 110-action run's
+   row and search text, each with its own prompt words): the target is at most 100 ms.
 3. The database's size per run (after a checkpoint), for that 110-action run.
 
 Prints markdown tables with PASS/FAIL.
@@ -110,7 +110,9 @@ def report_overhead(pairs: int, folder: Path) -> tuple[str, store.Store]:
 
 
 def fill(path: Path, count: int, rng: random.Random) -> None:
-    """``count`` copies of the one stored run, each with its own prompt words."""
+    """``count`` copies of the one stored run's row and search text (its action names,
+    outputs and answer), each with its own prompt words. The events, nodes and outputs
+    are not copied: ``%cortex runs`` reads only ``runs`` and ``search``."""
     db = sqlite3.connect(path)
     (source,) = db.execute("SELECT id FROM runs").fetchone()
     now = time.time()
@@ -124,13 +126,6 @@ def fill(path: Path, count: int, rng: random.Random) -> None:
             "WHERE id = ?",
             (new, now - n, prompt, source),
         )
-        for table_name in ("events", "nodes", "outputs"):
-            columns = [row[1] for row in db.execute(f"PRAGMA table_info({table_name})")]
-            rest = ", ".join(columns[1:])
-            db.execute(
-                f"INSERT INTO {table_name} SELECT ?, {rest} FROM {table_name} WHERE run = ?",
-                (new, source),
-            )
         db.execute(
             "INSERT INTO search (run, field, text) SELECT ?, field, text FROM search "
             "WHERE run = ? AND field != 'prompt'",
