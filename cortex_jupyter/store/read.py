@@ -147,8 +147,6 @@ class Timeline:
 class StoredRun(Run):
     """A run read back from the store: the run record, plus what its row says."""
 
-    #: US dollars; None when unknown.
-    cost: float | None = None
     #: The prompt the run was asked, and the settings it ran with.
     prompt: str = ""
     options: dict[str, Any] = {}  # noqa: RUF012  (set per instance by ``load``)
@@ -174,7 +172,7 @@ def load(db: sqlite3.Connection, given: str) -> StoredRun:
     info, clock = RunRow.of(row[:-1]), float(row[-1])
     text = "".join(json.dumps(line) + "\n" for line in _lines(db, info, clock))
     run = StoredRun.from_jsonl(text)
-    run.cost, run.prompt, run.options, run.when = info.cost, info.prompt, info.options, info.started
+    run.prompt, run.options, run.when = info.prompt, info.options, info.started
     if info.answer is not None and not run.events:
         run.notes.append("no events were kept for this run")
     for action, kind, value, data in db.execute(

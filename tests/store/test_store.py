@@ -283,3 +283,25 @@ def test_a_new_store_is_at_this_version_in_wal_mode(db: Path) -> None:
     with sqlite3.connect(db) as check:
         assert check.execute("PRAGMA user_version").fetchone()[0] == schema.VERSION
         assert check.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_a_nested_agents_run_is_kept_inside_its_action(db: Path) -> None:
+    registry = tools()
+    Agent("helper", instructions="Help.", registry=registry)
+    text = (
+        '<action id="n1" type="agent">{"name": "helper", "parameters": {"task": "count"},'
+        ' "output_key": "told"}</action>\n'
+        "--- next turn ---\n<response>the helper said $told</response>\n"
+        "--- reply to n1 ---\n"
+        '<action id="h1">{"name": "herd", "parameters": {"n": 7}}</action>\n'
+        "--- next turn ---\n<response>seven albatrosses</response>"
+    )
+    agent = Agent(model=ScriptModel(text), registry=registry)
+    run = agent.run_sync("ask the helper", store=store.open_store(db))
+    assert run.status == "completed", run.reason
+    back = cortex_jupyter.open_run(run.id, store=db)
+    assert back.actions["n1"].output == "seven albatrosses" == back.variables["told"]
+    assert back.answer == "the helper said seven albatrosses"
+    inner = [e.event for e in back.events if e.kind == "nested" and e.parent == "n1"]
+    assert any(e.kind == "action_status" and e.id == "h1" for e in inner)
+    assert [row.id for row in cortex_jupyter.runs("albatrosses", store=db)] == [run.id]
