@@ -178,7 +178,7 @@ def _cortex_log_charges():
 
     def logged_send(stream, msg_or_type, *args, **kwargs):
         kind = msg_or_type if isinstance(msg_or_type, str) else msg_or_type["msg_type"]
-        if kind in %r:
+        if kind in VIEW_TYPES:
             log.append((kind, None if now["final"] else now["at"]))
         return send(stream, msg_or_type, *args, **kwargs)
 
@@ -187,7 +187,7 @@ def _cortex_log_charges():
     return log
 
 _cortex_charges = _cortex_log_charges()
-""" % (sorted(VIEW_TYPES),)
+""".replace("VIEW_TYPES", repr(sorted(VIEW_TYPES)))
 
 
 def max_per_window(times: Iterable[float], window: float = 1.0) -> int:
