@@ -116,6 +116,11 @@ def fill(path: Path, count: int, rng: random.Random) -> None:
     db = sqlite3.connect(path)
     (source,) = db.execute("SELECT id FROM runs").fetchone()
     now = time.time()
+    # Read once: a search table (FTS5) has no index on ``run``, so selecting the source's
+    # rows again for every copy would scan the whole, growing table each time.
+    texts = db.execute(
+        "SELECT field, text FROM search WHERE run = ? AND field != 'prompt'", (source,)
+    ).fetchall()
     db.execute("BEGIN")
     for n in range(count):
         new = f"copy{n:08d}"
@@ -126,10 +131,9 @@ def fill(path: Path, count: int, rng: random.Random) -> None:
             "WHERE id = ?",
             (new, now - n, prompt, source),
         )
-        db.execute(
-            "INSERT INTO search (run, field, text) SELECT ?, field, text FROM search "
-            "WHERE run = ? AND field != 'prompt'",
-            (new, source),
+        db.executemany(
+            "INSERT INTO search (run, field, text) VALUES (?, ?, ?)",
+            [(new, field, text) for field, text in texts],
         )
         db.execute("INSERT INTO search (run, field, text) VALUES (?, 'prompt', ?)", (new, prompt))
     db.execute("COMMIT")
