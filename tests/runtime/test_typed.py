@@ -513,3 +513,29 @@ async def test_the_answer_written_as_each_dialect_shows_it_is_read(
     run = await run_agent("w?", model=script(reply), output_type=Weather, dialect=dialect)
     assert (run.status, run.output) == ("completed", Weather(city="Rome", temp=25))
     assert run.thought.strip() == "Easy."  # the thought is not the answer
+
+
+# ---- sloppy model text (the attack on issue 26) --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '```json\n{"city": "Oslo", "temp": 1}',  # the reply stopped before the closing fence
+        'Here:\n```json\n{"city": "Oslo", "temp": 1}\n',
+        '```\n{"city": "Oslo", "temp": 1}  ',
+    ],
+)
+def test_a_fence_never_closed_is_read_to_the_end_as_the_view_shows_it(text: str) -> None:
+    assert OutputType.of(Weather).check(text).value == Weather(city="Oslo", temp=1)
+
+
+@pytest.mark.anyio
+async def test_a_response_block_that_closes_before_its_fence_is_the_answer() -> None:
+    run = await run_agent(
+        "w?",
+        model=script('<response>```json\n{"city": "Oslo", "temp": 1}</response>'),
+        output_type=Weather,
+        output_retries=0,
+    )
+    assert (run.status, run.output) == ("completed", Weather(city="Oslo", temp=1)), run.reason

@@ -8,9 +8,10 @@ shown, a readable name and one example value made from the schema.
 
 Where the answer is: the text of the final response (interim replies are never the
 answer), which is the JSON value, either bare (the whole text) or in one fenced code
-block (```` ```json ````). Prose around a fence is tolerated (small models write "Here
-it is:"); prose around bare JSON is not, and neither are two fences (which one would
-it be?). When ``T``'s schema is a string (``str``, a ``Literal`` of strings...), a text
+block (```` ```json ````; a fence never closed runs to the text's end, as a small
+model's reply may stop there). Prose around a fence is tolerated (small models write
+"Here it is:"); prose around bare JSON is not, and neither are two fences (which one
+would it be?). When ``T``'s schema is a string (``str``, a ``Literal`` of strings...), a text
 that is not JSON is that string itself. With native tools the answer may come wrapped
 as ``{"response": value}`` (``response_format`` needs an object at its root).
 
@@ -58,6 +59,9 @@ WRAP_KEY = "response"
 MAX_ERRORS = 8
 _LINE_LIMIT = 240
 _FENCE = re.compile(r"```[ \t]*(?:json5?|JSON)?[ \t]*\r?\n(.*?)```", re.DOTALL)
+#: A fence the model opened and never closed (its reply ended, or a response block did):
+#: the rest of the text is its content, as the view shows it while it streams.
+_OPEN_FENCE = re.compile(r"```[ \t]*(?:json5?|JSON)?[ \t]*\r?\n(.*)", re.DOTALL)
 _SCHEMA_NAME = re.compile(r"[^A-Za-z0-9_-]+")
 _NOT_READ = object()
 
@@ -214,6 +218,8 @@ def read_json(text: str, *, text_ok: bool = False) -> tuple[Any, str | None]:
     if value is not _NOT_READ:
         return value, None
     fences = _FENCE.findall(stripped)
+    if not fences and stripped.count("```") == 1:
+        fences = _OPEN_FENCE.findall(stripped)
     if len(fences) == 1:
         inner = _loads(fences[0].strip())
         if inner is not _NOT_READ:
