@@ -136,6 +136,9 @@ KINDS: list[tuple[str, Any, st.SearchStrategy[Any], list[str]]] = [
     ("float", float, FLOATS | INTS, ['"1.5"', "null"]),
     ("str", str, TEXT, ["1", "null", "[]"]),
     ("bool", bool, st.booleans(), ["1", '"true"']),
+    # A tuple's places each have their own type (``prefixItems``), not any value.
+    ("tuple", tuple[int, str], st.tuples(INTS, TEXT), ["[1, 2]", '["a", "b"]', '[1, "a", 2]']),
+    ("tuple-tail", tuple[int, ...], st.lists(INTS, max_size=4).map(tuple), ['["a"]', "[1.5]"]),
 ]
 KIND_IDS = [kind[0] for kind in KINDS]
 
