@@ -399,3 +399,26 @@ def test_a_typed_run_resumed_keeps_its_type_and_binds_its_output_key(
     assert typed.user_ns["w"] is run.output
     system = server.requests[-1].json["messages"][0]["content"]
     assert '"temp"' in system and "Weather" in system
+
+
+@pytest.mark.parametrize("flags", ["--text", "--text --native-tools"])
+def test_a_secret_in_the_types_schema_never_reaches_the_model(
+    ip: InteractiveShell, server: FakeOpenAIServer, flags: str
+) -> None:
+    """A default or a field's description holding a secret is in the type's JSON schema:
+    neither the system prompt nor ``response_format`` (native tools) carries it, nor the
+    transcript; the validated object, the user's own, keeps the default."""
+    ip.user_ns["K"] = SECRET
+    ip.run_cell(
+        "from pydantic import BaseModel, Field\n"
+        "class Cfg(BaseModel):\n"
+        "    key: str = K\n"
+        "    n: int = Field(description='how many, for ' + K)\n"
+    )
+    server.script(reply('{"n": 1}'))
+    ip.run_cell_magic("cortex", f"--model m {flags} --output Cfg", "Config?")
+    run = ip.user_ns["_cortex"]
+    assert (run.status, run.output.key) == ("completed", SECRET)
+    sent = json.dumps(server.requests[-1].json)
+    assert SECRET not in sent and "[redacted]" in sent
+    assert SECRET not in run.to_jsonl()

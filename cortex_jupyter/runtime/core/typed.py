@@ -107,6 +107,9 @@ class OutputType:
             schema = adapter.json_schema(schema_generator=_PythonObjects)
         except Exception as exc:  # pydantic's own errors, or a type's hook that raised
             raise BadOutputType(shown, _first_line(exc)) from None
+        # The schema is shown to the model (prompt, response_format, grammar) and kept in
+        # events: a default or a description may hold a secret (``key: str = API_KEY``).
+        schema = redact_value(schema)
         return cls(type_, shown, adapter, schema, example_of(schema))
 
     # ---- what the model is shown --------------------------------------------------
@@ -139,10 +142,11 @@ class OutputType:
             if defs is not None:
                 schema["$defs"] = defs
         name = _SCHEMA_NAME.sub("_", self.name).strip("_")[:64] or "answer"
-        return {
+        fmt = {
             "type": "json_schema",
             "json_schema": {"name": name, "schema": schema, "strict": False},
         }
+        return dict(redact_value(fmt))  # sent as it is: a secret registered since ``of`` too
 
     # ---- checking an answer -------------------------------------------------------
 
