@@ -539,3 +539,19 @@ async def test_a_response_block_that_closes_before_its_fence_is_the_answer() -> 
         output_retries=0,
     )
     assert (run.status, run.output) == ("completed", Weather(city="Oslo", temp=1)), run.reason
+
+
+def test_a_numpy_number_reached_by_dollar_name_is_a_number_in_the_json_form() -> None:
+    """``"$n"`` of a numpy int64 (a DataFrame's sum...) into an ``object`` field keeps the
+    object; the form the view, the static copy and the transcript show is the number, not
+    the text ``np.int64(4)``. A DataFrame stays its short repr."""
+    np = pytest.importorskip("numpy")
+    pd = pytest.importorskip("pandas")
+    typed = OutputType.of(dict[str, object])
+    scope = [{"n": np.int64(4), "x": np.float32(2.5), "f": pd.DataFrame({"a": [1]})}]
+    checked = typed.check('{"n": "$n", "x": "$x", "f": "$f"}', scope)
+    assert checked.ok and type(checked.value["n"]) is np.int64
+    form = typed.json_form(checked.value)
+    assert (form["n"], form["x"]) == (4, 2.5) and type(form["n"]) is int
+    assert isinstance(form["f"], str) and "a" in form["f"]
+    assert json.loads(json.dumps(form)) == form

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import ast
 import json
+import math
+import numbers
 import re
 import types
 import typing
@@ -180,17 +182,27 @@ class OutputType:
 
     def json_form(self, value: Any) -> Any:
         """The validated ``value`` as JSON data (for events and transcripts), secrets
-        redacted; what cannot be JSON (a DataFrame) is its short repr."""
+        redacted; a number of another library (numpy's ``int64``, from ``"$n"``) is that
+        number; what cannot be JSON (a DataFrame) is its short repr."""
         try:
-            data = self.adapter.dump_python(
-                value, mode="json", fallback=lambda v: safe_repr(v, limit=160), warnings=False
-            )
+            data = self.adapter.dump_python(value, mode="json", fallback=_plain, warnings=False)
             text = json.dumps(data, allow_nan=False)
         except Exception:
             return safe_repr(value, limit=160)
         if len(text) > 1 << 20:
             return safe_repr(value, limit=160)
         return redact_value(data)
+
+
+def _plain(value: Any) -> Any:
+    """What pydantic cannot write as JSON: a number (``numbers.Integral``/``Real``, which
+    numpy's scalars are) as the int or float it is, anything else as its short repr."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        number = float(value)
+        return number if math.isfinite(number) else safe_repr(value, limit=160)
+    return safe_repr(value, limit=160)
 
 
 class _PythonObjects(GenerateJsonSchema):
