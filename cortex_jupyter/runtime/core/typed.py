@@ -197,7 +197,7 @@ class OutputType:
 def _plain(value: Any) -> Any:
     """What pydantic cannot write as JSON: a number (``numbers.Integral``/``Real``, which
     numpy's scalars are) as the int or float it is, anything else as its short repr."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+    if isinstance(value, numbers.Integral):
         return int(value)
     if isinstance(value, numbers.Real):
         number = float(value)
