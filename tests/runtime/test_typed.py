@@ -555,3 +555,17 @@ def test_a_numpy_number_reached_by_dollar_name_is_a_number_in_the_json_form() ->
     assert (form["n"], form["x"]) == (4, 2.5) and type(form["n"]) is int
     assert isinstance(form["f"], str) and "a" in form["f"]
     assert json.loads(json.dumps(form)) == form
+
+
+class Tree(BaseModel):
+    kids: list[Tree] = []
+    size: int = 0
+
+
+def test_an_error_deep_in_a_recursive_model_still_says_what_was_wrong() -> None:
+    """The path of a field nested 60 deep is longer than an error line: its end (the bad
+    field) and the message are kept, not the path's start alone."""
+    text = '{"kids": [' * 60 + '{"size": "big"}' + "]}" * 60
+    first = OutputType.of(Tree).check(text).first
+    assert first.startswith("…") and ".kids[0].size: Input should be a valid integer" in first
+    assert "(got 'big')" in first and len(first) <= 240

@@ -49,7 +49,7 @@ from pydantic_core import CoreSchema, core_schema
 
 from cortex_jupyter.protocol import MAX_JSON_DEPTH
 from cortex_jupyter.runtime.core.errors import BadOutputType, CortexRuntimeError
-from cortex_jupyter.runtime.core.secrets import redact, redact_value, safe_repr, shorten
+from cortex_jupyter.runtime.core.secrets import redact, redact_value, safe_repr, shorten, tail
 from cortex_jupyter.runtime.core.variables import REFERENCE, resolve
 
 __all__ = ["WRAP_KEY", "Checked", "OutputType", "read_json", "type_from_text"]
@@ -60,6 +60,7 @@ WRAP_KEY = "response"
 #: Most error lines kept of one check (the first names the first bad field).
 MAX_ERRORS = 8
 _LINE_LIMIT = 240
+_PATH_LIMIT = 100
 _FENCE = re.compile(r"```[ \t]*(?:json5?|JSON)?[ \t]*\r?\n(.*?)```", re.DOTALL)
 #: A fence the model opened and never closed (its reply ended, or a response block did):
 #: the rest of the text is its content, as the view shows it while it streams.
@@ -328,7 +329,11 @@ def _scalar(value: Any) -> bool:
 
 
 def _line(path: str, message: str) -> str:
-    """One error line, secrets redacted before it is cut."""
+    """One error line, secrets redacted before it is cut. A long path (a recursive
+    model nested deep) keeps its end, where the bad field is, so the message shows."""
+    path = " ".join(path.split())
+    if len(path) > _PATH_LIMIT:
+        path = "…" + tail(path, _PATH_LIMIT - 1)
     return shorten(" ".join(f"{path}: {message}".split()), _LINE_LIMIT)
 
 
