@@ -52,11 +52,14 @@ from cortex_jupyter.runtime.core.errors import BadOutputType, CortexRuntimeError
 from cortex_jupyter.runtime.core.secrets import redact, redact_value, safe_repr, shorten, tail
 from cortex_jupyter.runtime.core.variables import REFERENCE, resolve
 
-__all__ = ["WRAP_KEY", "Checked", "OutputType", "read_json", "type_from_text"]
+__all__ = ["PYTHON_OBJECT", "WRAP_KEY", "Checked", "OutputType", "read_json", "type_from_text"]
 
 #: The key a non-object answer is wrapped in for ``response_format`` (its root must be
 #: an object): ``{"response": [1, 2]}``.
 WRAP_KEY = "response"
+#: The ``pattern`` of a string that stands for a Python-only object (a DataFrame field):
+#: only a ``"$name"`` of one fits it (the grammar admits the reference alone there).
+PYTHON_OBJECT = "^\\$"
 #: Most error lines kept of one check (the first names the first bad field).
 MAX_ERRORS = 8
 _LINE_LIMIT = 240
@@ -219,7 +222,7 @@ class _PythonObjects(GenerateJsonSchema):
             return super().handle_invalid_for_json_schema(schema, error_info)
         return {
             "type": "string",
-            "pattern": "^\\$",
+            "pattern": PYTHON_OBJECT,
             "description": f'a Python {cls.__name__}: only as "$name" of one',
             "examples": ["$name"],
         }

@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from cortex_jupyter.runtime.core.schema import resolve_ref
+from cortex_jupyter.runtime.core.typed import PYTHON_OBJECT
 
 __all__ = [
     "CONSTRAIN_FORMS",
@@ -276,6 +277,9 @@ def _schema(schema: Any, rules: _Rules, hint: str) -> str:
         "boolean": "json-boolean",
         "null": "json-null",
     }
+    if kind == "string" and schema.get("pattern") == PYTHON_OBJECT and rules.answer is not None:
+        # A DataFrame field of a typed answer: no text fits it, only a bound name.
+        return rules.base("reference") if rules.references else simple[kind]
     if kind in simple:
         return simple[kind]
     if kind == "array" and isinstance(schema.get("prefixItems"), list) and schema["prefixItems"]:
