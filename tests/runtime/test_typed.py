@@ -569,3 +569,21 @@ def test_an_error_deep_in_a_recursive_model_still_says_what_was_wrong() -> None:
     first = OutputType.of(Tree).check(text).first
     assert first.startswith("…") and ".kids[0].size: Input should be a valid integer" in first
     assert "(got 'big')" in first and len(first) <= 240
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("NaN", "NaN is not JSON"),
+        ('{"x": Infinity}', "Infinity is not JSON"),
+        ("[1.5, -Infinity]", "-Infinity is not JSON"),
+        ('{"x": 1e999}', "the number 1e999 is too large"),
+    ],
+)
+def test_nan_and_infinity_are_not_json_and_say_so(text: str, why: str) -> None:
+    """Python's json reads NaN/Infinity (and 1e999 as inf), and a float field takes them:
+    the answer would be nan, shown as the text "nan". It is JSON the model is asked for."""
+    checked = OutputType.of(float | dict[str, float] | list[float]).check(text)
+    assert not checked.ok and checked.first.startswith("(answer): the answer is not JSON (")
+    assert why in checked.first
+    assert OutputType.of(float).check("1e300").value == 1e300

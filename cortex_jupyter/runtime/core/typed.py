@@ -253,16 +253,34 @@ def read_json(text: str, *, text_ok: bool = False) -> tuple[Any, str | None]:
     return None, f"the answer is not JSON ({_why_not_json(stripped)})"
 
 
+def _strict_json(text: str) -> Any:
+    """``json.loads`` of JSON as its standard has it: Python's ``NaN``/``Infinity``
+    extension refused, and so is a number too large for a float (``1e999`` would be
+    ``inf``); a ``float`` field would take either and show ``nan`` as if it were data."""
+    return json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (write a number, or null)")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"the number {shorten(text, 40)} is too large")
+    return number
+
+
 def _loads(text: str) -> Any:
     try:
-        return json.loads(text)
+        return _strict_json(text)
     except (ValueError, RecursionError):  # not JSON, a huge int, nested too deep
         return _NOT_READ
 
 
 def _why_not_json(text: str) -> str:
     try:
-        json.loads(text)
+        _strict_json(text)
     except json.JSONDecodeError as exc:
         return f"{exc.msg} at line {exc.lineno} column {exc.colno}"
     except RecursionError:
