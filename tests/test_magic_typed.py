@@ -4,7 +4,9 @@ cells and with the fake OpenAI server through the real openai SDK."""
 
 from __future__ import annotations
 
+import _thread
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -353,3 +355,70 @@ def test_a_saved_typed_run_loads_and_replays(typed: InteractiveShell, tmp_path: 
     assert repr(replayed.output) == "Weather(city='Oslo', temp=-2)"
     checks = [(e.attempt, e.ok) for e in replayed.events if isinstance(e, OutputChecked)]
     assert checks == [(1, False), (2, True)]
+
+
+# ---- resumed (the attack on issue 26) ------------------------------------------------------
+
+
+def test_a_typed_run_resumed_keeps_its_type_and_binds_its_output_key(
+    typed: InteractiveShell, server: FakeOpenAIServer
+) -> None:
+    """Stopped in its action, then ``%cortex resume ID``: the resumed run is still typed
+    (``--output``, ``--output-key`` are its cell's, as its model and dialect are), so the
+    answer is validated into ``_cortex.output`` and bound, and the system prompt still
+    shows the schema."""
+    release, stop = threading.Event(), [True]
+
+    def zz_reading(x: int) -> int:
+        """A reading."""
+        if stop.pop() if stop else False:
+            _thread.interrupt_main()
+            release.wait(5)
+        return x * 6
+
+    default_registry.tool(name="zz_reading")(zz_reading)
+    act = '<action id="a1">{"name": "zz_reading", "parameters": {"x": 3}, "output_key": "t"}'
+    server.script(
+        Stream([*texts(act + "</action>", 9), finish()]),
+        reply('<response>{"city": "Paris", "temp": "$t"}</response>'),
+    )
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            typed.run_cell_magic(
+                "cortex", "--model m --text --output Weather --output-key w", "Weather?"
+            )
+        stopped = typed.user_ns["_cortex"]
+        release.set()
+        typed.run_line_magic("cortex", f"resume {stopped.id}")
+    finally:
+        release.set()
+        default_registry.remove("tool", "zz_reading")
+    run = typed.user_ns["_cortex"]
+    assert (run.id, run.status) == (stopped.id, "completed"), run.reason
+    assert repr(run.output) == "Weather(city='Paris', temp=18)"
+    assert typed.user_ns["w"] is run.output
+    system = server.requests[-1].json["messages"][0]["content"]
+    assert '"temp"' in system and "Weather" in system
+
+
+@pytest.mark.parametrize("flags", ["--text", "--text --native-tools"])
+def test_a_secret_in_the_types_schema_never_reaches_the_model(
+    ip: InteractiveShell, server: FakeOpenAIServer, flags: str
+) -> None:
+    """A default or a field's description holding a secret is in the type's JSON schema:
+    neither the system prompt nor ``response_format`` (native tools) carries it, nor the
+    transcript; the validated object, the user's own, keeps the default."""
+    ip.user_ns["K"] = SECRET
+    ip.run_cell(
+        "from pydantic import BaseModel, Field\n"
+        "class Cfg(BaseModel):\n"
+        "    key: str = K\n"
+        "    n: int = Field(description='how many, for ' + K)\n"
+    )
+    server.script(reply('{"n": 1}'))
+    ip.run_cell_magic("cortex", f"--model m {flags} --output Cfg", "Config?")
+    run = ip.user_ns["_cortex"]
+    assert (run.status, run.output.key) == ("completed", SECRET)
+    sent = json.dumps(server.requests[-1].json)
+    assert SECRET not in sent and "[redacted]" in sent
+    assert SECRET not in run.to_jsonl()

@@ -199,6 +199,7 @@ def model_name(agent: Agent) -> str:
 STORED_OPTIONS = (
     "model", "dialect", "script", "replay", "fresh", "max_turns", "temperature", "max_tokens",
     "native_tools", "constrain", "agent", "overwrite", "context_tokens", "request",
+    "output", "output_retries", "output_key",
 )  # fmt: skip
 
 

@@ -513,3 +513,77 @@ async def test_the_answer_written_as_each_dialect_shows_it_is_read(
     run = await run_agent("w?", model=script(reply), output_type=Weather, dialect=dialect)
     assert (run.status, run.output) == ("completed", Weather(city="Rome", temp=25))
     assert run.thought.strip() == "Easy."  # the thought is not the answer
+
+
+# ---- sloppy model text (the attack on issue 26) --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '```json\n{"city": "Oslo", "temp": 1}',  # the reply stopped before the closing fence
+        'Here:\n```json\n{"city": "Oslo", "temp": 1}\n',
+        '```\n{"city": "Oslo", "temp": 1}  ',
+    ],
+)
+def test_a_fence_never_closed_is_read_to_the_end_as_the_view_shows_it(text: str) -> None:
+    assert OutputType.of(Weather).check(text).value == Weather(city="Oslo", temp=1)
+
+
+@pytest.mark.anyio
+async def test_a_response_block_that_closes_before_its_fence_is_the_answer() -> None:
+    run = await run_agent(
+        "w?",
+        model=script('<response>```json\n{"city": "Oslo", "temp": 1}</response>'),
+        output_type=Weather,
+        output_retries=0,
+    )
+    assert (run.status, run.output) == ("completed", Weather(city="Oslo", temp=1)), run.reason
+
+
+def test_a_numpy_number_reached_by_dollar_name_is_a_number_in_the_json_form() -> None:
+    """``"$n"`` of a numpy int64 (a DataFrame's sum...) into an ``object`` field keeps the
+    object; the form the view, the static copy and the transcript show is the number, not
+    the text ``np.int64(4)``. A DataFrame stays its short repr."""
+    np = pytest.importorskip("numpy")
+    pd = pytest.importorskip("pandas")
+    typed = OutputType.of(dict[str, object])
+    scope = [{"n": np.int64(4), "x": np.float32(2.5), "f": pd.DataFrame({"a": [1]})}]
+    checked = typed.check('{"n": "$n", "x": "$x", "f": "$f"}', scope)
+    assert checked.ok and type(checked.value["n"]) is np.int64
+    form = typed.json_form(checked.value)
+    assert (form["n"], form["x"]) == (4, 2.5) and type(form["n"]) is int
+    assert isinstance(form["f"], str) and "a" in form["f"]
+    assert json.loads(json.dumps(form)) == form
+
+
+class Tree(BaseModel):
+    kids: list[Tree] = []
+    size: int = 0
+
+
+def test_an_error_deep_in_a_recursive_model_still_says_what_was_wrong() -> None:
+    """The path of a field nested 60 deep is longer than an error line: its end (the bad
+    field) and the message are kept, not the path's start alone."""
+    text = '{"kids": [' * 60 + '{"size": "big"}' + "]}" * 60
+    first = OutputType.of(Tree).check(text).first
+    assert first.startswith("…") and ".kids[0].size: Input should be a valid integer" in first
+    assert "(got 'big')" in first and len(first) <= 240
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("NaN", "NaN is not JSON"),
+        ('{"x": Infinity}', "Infinity is not JSON"),
+        ("[1.5, -Infinity]", "-Infinity is not JSON"),
+        ('{"x": 1e999}', "the number 1e999 is too large"),
+    ],
+)
+def test_nan_and_infinity_are_not_json_and_say_so(text: str, why: str) -> None:
+    """Python's json reads NaN/Infinity (and 1e999 as inf), and a float field takes them:
+    the answer would be nan, shown as the text "nan". It is JSON the model is asked for."""
+    checked = OutputType.of(float | dict[str, float] | list[float]).check(text)
+    assert not checked.ok and checked.first.startswith("(answer): the answer is not JSON (")
+    assert why in checked.first
+    assert OutputType.of(float).check("1e300").value == 1e300

@@ -14,11 +14,12 @@ from typing import Any, Literal, Optional
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from typing_extensions import NotRequired, TypedDict  # pydantic's TypedDict on 3.11
 
 from cortex_jupyter.protocol import Parser
 from cortex_jupyter.protocol.events import ActionReady, ResponseDelta, TextDelta
+from cortex_jupyter.runtime.core.typed import OutputType
 from cortex_jupyter.runtime.loop.grammar import GRAMMAR_DIALECTS, TypedAnswer, reply_grammar
 
 from .gbnf import accepts, left_recursive, parse, sampler
@@ -136,6 +137,9 @@ KINDS: list[tuple[str, Any, st.SearchStrategy[Any], list[str]]] = [
     ("float", float, FLOATS | INTS, ['"1.5"', "null"]),
     ("str", str, TEXT, ["1", "null", "[]"]),
     ("bool", bool, st.booleans(), ["1", '"true"']),
+    # A tuple's places each have their own type (``prefixItems``), not any value.
+    ("tuple", tuple[int, str], st.tuples(INTS, TEXT), ["[1, 2]", '["a", "b"]', '[1, "a", 2]']),
+    ("tuple-tail", tuple[int, ...], st.lists(INTS, max_size=4).map(tuple), ['["a"]', "[1.5]"]),
 ]
 KIND_IDS = [kind[0] for kind in KINDS]
 
@@ -346,3 +350,30 @@ def test_an_untyped_answer_grammar_is_unchanged_by_the_typed_one() -> None:
     plain = reply_grammar("cortex", [TOOL], "either")
     assert accepts(plain, "<response>A basket of tea.</response>")
     assert "answer-value" not in plain and "answer-string" not in plain
+
+
+def test_a_python_object_field_admits_only_a_bound_name() -> None:
+    """A DataFrame field (``arbitrary_types_allowed``) is a string in the schema the model
+    reads, but no text fits it: under the grammar it is only a ``"$name"`` the run bound,
+    so every answer sampled validates with the frame itself in it."""
+    pd = pytest.importorskip("pandas")
+
+    class Report(BaseModel):
+        model_config = ConfigDict(arbitrary_types_allowed=True)
+        table: pd.DataFrame
+        rows: int
+
+    typed = OutputType.of(Report)
+    frame = pd.DataFrame({"a": [1, 2]})
+    for dialect in GRAMMAR_DIALECTS:
+        grammar = reply_grammar(dialect, [], "answer", typed=TypedAnswer(typed.schema, ["frame"]))
+        sample, rng = sampler(grammar), random.Random(dialect)
+        for _ in range(40):
+            text = answer_text(dialect, sample(rng)).strip()
+            checked = typed.check(text, [{"frame": frame}])
+            if checked.ok:
+                assert checked.value.table is frame
+            else:  # "$frame.a" is a Series, "$frame" in rows is not an int: never text
+                assert "table: Input should be an instance of DataFrame (got '" not in checked.first
+        assert not accepts(grammar, FORMS[dialect].format('{"table": "x", "rows": 1}'))
+        assert accepts(grammar, FORMS[dialect].format('{"table": "$frame", "rows": 1}'))

@@ -8,9 +8,10 @@ shown, a readable name and one example value made from the schema.
 
 Where the answer is: the text of the final response (interim replies are never the
 answer), which is the JSON value, either bare (the whole text) or in one fenced code
-block (```` ```json ````). Prose around a fence is tolerated (small models write "Here
-it is:"); prose around bare JSON is not, and neither are two fences (which one would
-it be?). When ``T``'s schema is a string (``str``, a ``Literal`` of strings...), a text
+block (```` ```json ````; a fence never closed runs to the text's end, as a small
+model's reply may stop there). Prose around a fence is tolerated (small models write
+"Here it is:"); prose around bare JSON is not, and neither are two fences (which one
+would it be?). When ``T``'s schema is a string (``str``, a ``Literal`` of strings...), a text
 that is not JSON is that string itself. With native tools the answer may come wrapped
 as ``{"response": value}`` (``response_format`` needs an object at its root).
 
@@ -33,6 +34,8 @@ from __future__ import annotations
 
 import ast
 import json
+import math
+import numbers
 import re
 import types
 import typing
@@ -46,18 +49,25 @@ from pydantic_core import CoreSchema, core_schema
 
 from cortex_jupyter.protocol import MAX_JSON_DEPTH
 from cortex_jupyter.runtime.core.errors import BadOutputType, CortexRuntimeError
-from cortex_jupyter.runtime.core.secrets import redact, redact_value, safe_repr, shorten
+from cortex_jupyter.runtime.core.secrets import redact, redact_value, safe_repr, shorten, tail
 from cortex_jupyter.runtime.core.variables import REFERENCE, resolve
 
-__all__ = ["WRAP_KEY", "Checked", "OutputType", "read_json", "type_from_text"]
+__all__ = ["PYTHON_OBJECT", "WRAP_KEY", "Checked", "OutputType", "read_json", "type_from_text"]
 
 #: The key a non-object answer is wrapped in for ``response_format`` (its root must be
 #: an object): ``{"response": [1, 2]}``.
 WRAP_KEY = "response"
+#: The ``pattern`` of a string that stands for a Python-only object (a DataFrame field):
+#: only a ``"$name"`` of one fits it (the grammar admits the reference alone there).
+PYTHON_OBJECT = "^\\$"
 #: Most error lines kept of one check (the first names the first bad field).
 MAX_ERRORS = 8
 _LINE_LIMIT = 240
+_PATH_LIMIT = 100
 _FENCE = re.compile(r"```[ \t]*(?:json5?|JSON)?[ \t]*\r?\n(.*?)```", re.DOTALL)
+#: A fence the model opened and never closed (its reply ended, or a response block did):
+#: the rest of the text is its content, as the view shows it while it streams.
+_OPEN_FENCE = re.compile(r"```[ \t]*(?:json5?|JSON)?[ \t]*\r?\n(.*)", re.DOTALL)
 _SCHEMA_NAME = re.compile(r"[^A-Za-z0-9_-]+")
 _NOT_READ = object()
 
@@ -103,6 +113,9 @@ class OutputType:
             schema = adapter.json_schema(schema_generator=_PythonObjects)
         except Exception as exc:  # pydantic's own errors, or a type's hook that raised
             raise BadOutputType(shown, _first_line(exc)) from None
+        # The schema is shown to the model (prompt, response_format, grammar) and kept in
+        # events: a default or a description may hold a secret (``key: str = API_KEY``).
+        schema = redact_value(schema)
         return cls(type_, shown, adapter, schema, example_of(schema))
 
     # ---- what the model is shown --------------------------------------------------
@@ -135,10 +148,11 @@ class OutputType:
             if defs is not None:
                 schema["$defs"] = defs
         name = _SCHEMA_NAME.sub("_", self.name).strip("_")[:64] or "answer"
-        return {
+        fmt = {
             "type": "json_schema",
             "json_schema": {"name": name, "schema": schema, "strict": False},
         }
+        return dict(redact_value(fmt))  # sent as it is: a secret registered since ``of`` too
 
     # ---- checking an answer -------------------------------------------------------
 
@@ -172,17 +186,27 @@ class OutputType:
 
     def json_form(self, value: Any) -> Any:
         """The validated ``value`` as JSON data (for events and transcripts), secrets
-        redacted; what cannot be JSON (a DataFrame) is its short repr."""
+        redacted; a number of another library (numpy's ``int64``, from ``"$n"``) is that
+        number; what cannot be JSON (a DataFrame) is its short repr."""
         try:
-            data = self.adapter.dump_python(
-                value, mode="json", fallback=lambda v: safe_repr(v, limit=160), warnings=False
-            )
+            data = self.adapter.dump_python(value, mode="json", fallback=_plain, warnings=False)
             text = json.dumps(data, allow_nan=False)
         except Exception:
             return safe_repr(value, limit=160)
         if len(text) > 1 << 20:
             return safe_repr(value, limit=160)
         return redact_value(data)
+
+
+def _plain(value: Any) -> Any:
+    """What pydantic cannot write as JSON: a number (``numbers.Integral``/``Real``, which
+    numpy's scalars are) as the int or float it is, anything else as its short repr."""
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        number = float(value)
+        return number if math.isfinite(number) else safe_repr(value, limit=160)
+    return safe_repr(value, limit=160)
 
 
 class _PythonObjects(GenerateJsonSchema):
@@ -198,7 +222,7 @@ class _PythonObjects(GenerateJsonSchema):
             return super().handle_invalid_for_json_schema(schema, error_info)
         return {
             "type": "string",
-            "pattern": "^\\$",
+            "pattern": PYTHON_OBJECT,
             "description": f'a Python {cls.__name__}: only as "$name" of one',
             "examples": ["$name"],
         }
@@ -214,6 +238,8 @@ def read_json(text: str, *, text_ok: bool = False) -> tuple[Any, str | None]:
     if value is not _NOT_READ:
         return value, None
     fences = _FENCE.findall(stripped)
+    if not fences and stripped.count("```") == 1:
+        fences = _OPEN_FENCE.findall(stripped)
     if len(fences) == 1:
         inner = _loads(fences[0].strip())
         if inner is not _NOT_READ:
@@ -227,16 +253,34 @@ def read_json(text: str, *, text_ok: bool = False) -> tuple[Any, str | None]:
     return None, f"the answer is not JSON ({_why_not_json(stripped)})"
 
 
+def _strict_json(text: str) -> Any:
+    """``json.loads`` of JSON as its standard has it: Python's ``NaN``/``Infinity``
+    extension refused, and so is a number too large for a float (``1e999`` would be
+    ``inf``); a ``float`` field would take either and show ``nan`` as if it were data."""
+    return json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (write a number, or null)")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"the number {shorten(text, 40)} is too large")
+    return number
+
+
 def _loads(text: str) -> Any:
     try:
-        return json.loads(text)
+        return _strict_json(text)
     except (ValueError, RecursionError):  # not JSON, a huge int, nested too deep
         return _NOT_READ
 
 
 def _why_not_json(text: str) -> str:
     try:
-        json.loads(text)
+        _strict_json(text)
     except json.JSONDecodeError as exc:
         return f"{exc.msg} at line {exc.lineno} column {exc.colno}"
     except RecursionError:
@@ -306,7 +350,11 @@ def _scalar(value: Any) -> bool:
 
 
 def _line(path: str, message: str) -> str:
-    """One error line, secrets redacted before it is cut."""
+    """One error line, secrets redacted before it is cut. A long path (a recursive
+    model nested deep) keeps its end, where the bad field is, so the message shows."""
+    path = " ".join(path.split())
+    if len(path) > _PATH_LIMIT:
+        path = "…" + tail(path, _PATH_LIMIT - 1)
     return shorten(" ".join(f"{path}: {message}".split()), _LINE_LIMIT)
 
 

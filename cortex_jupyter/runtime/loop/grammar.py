@@ -37,11 +37,12 @@ both ways in tests/runtime/test_grammar.py), with two stated bounds:
   ``**kwargs`` tool) admits other keys (unescaped, none of the declared names).
 
 JSON schema support: objects, strings, numbers, integers, booleans, null, arrays (and
-``minItems``/``maxItems`` up to ``ITEMS_LIMIT``), ``enum``, ``const``, ``anyOf``/``oneOf``,
-``allOf`` (merged), local ``$ref`` (recursive ones too: FastMCP writes a pydantic model
-parameter as one) and lists of types; anything else is any JSON value. Keywords on values
-(``pattern``, ``minimum``, ``minLength``, ``format``...) are not written: the grammar admits
-such values and the tool's own check refuses them, with its message, as without a grammar.
+``minItems``/``maxItems`` up to ``ITEMS_LIMIT``, ``prefixItems``: a tuple), ``enum``,
+``const``, ``anyOf``/``oneOf``, ``allOf`` (merged), local ``$ref`` (recursive ones too:
+FastMCP writes a pydantic model parameter as one) and lists of types; anything else is
+any JSON value. Keywords on values (``pattern``, ``minimum``, ``minLength``, ``format``...)
+are not written: the grammar admits such values and the tool's own check refuses them,
+with its message, as without a grammar.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from cortex_jupyter.runtime.core.schema import resolve_ref
+from cortex_jupyter.runtime.core.typed import PYTHON_OBJECT
 
 __all__ = [
     "CONSTRAIN_FORMS",
@@ -275,8 +277,13 @@ def _schema(schema: Any, rules: _Rules, hint: str) -> str:
         "boolean": "json-boolean",
         "null": "json-null",
     }
+    if kind == "string" and schema.get("pattern") == PYTHON_OBJECT and rules.answer is not None:
+        # A DataFrame field of a typed answer: no text fits it, only a bound name.
+        return rules.base("reference") if rules.references else simple[kind]
     if kind in simple:
         return simple[kind]
+    if kind == "array" and isinstance(schema.get("prefixItems"), list) and schema["prefixItems"]:
+        return rules.add(hint, _tuple(schema, rules, hint))
     if kind == "array":
         items = schema.get("items")
         rules.depth += 1
@@ -354,6 +361,30 @@ def _array(item: str, low: Any, high: Any) -> str:
         rest = " ".join([more] * max(0, low - 1)) + _more(more, high - max(low, 1) + 1)
     body = f"{item} {rest}".strip()
     return f'"[" ws {body} ws "]"' if low else f'"[" ws ( {body} )? ws "]"'
+
+
+def _tuple(schema: Mapping[str, Any], rules: _Rules, hint: str) -> str:
+    """``prefixItems`` (a ``tuple[int, str]``): each place its own schema, in order, the
+    first ``minItems`` of them written; then ``items`` (any number) unless the schema
+    says no more (``items: false``, or ``maxItems`` reached)."""
+    prefix = schema["prefixItems"]
+    rules.depth += 1
+    places = [schema_rules(p, rules, f"{hint}-{i}") for i, p in enumerate(prefix)]
+    items, high = schema.get("items"), schema.get("maxItems")
+    tail = ""
+    if items is not False and not (isinstance(high, int) and high <= len(places)):
+        item = schema_rules(items, rules, f"{hint}-item") if isinstance(items, Mapping) else None
+        tail = f'( ws "," ws {item or rules.base("json-value")} )*'
+    rules.depth -= 1
+    low = schema.get("minItems")
+    low = low if isinstance(low, int) and 0 <= low <= len(places) else 0
+    body = tail
+    for i in range(len(places) - 1, -1, -1):  # from the last place: ( , p2 ( , p3 )? )?
+        head = places[i] if i == 0 else f'ws "," ws {places[i]}'
+        body = f"{head} {body}".strip()
+        if i >= low:
+            body = f"( {body} )?"
+    return f'"[" ws {body} ws "]"'
 
 
 def _object(schema: Mapping[str, Any], rules: _Rules, hint: str) -> str:
