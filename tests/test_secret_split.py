@@ -24,6 +24,7 @@ from cortex_jupyter.runtime import Run
 from cortex_jupyter.runtime.core.secrets import secrets
 from cortex_jupyter.session.approvals import Approvals
 from cortex_jupyter.session.views import TextOutput
+from tests.models.fake_openai_server import FakeOpenAIServer, Stream, finish, text, texts
 
 SIZE = 6
 SECRET = "sk-SPLITsecret0123456789abcdefXYZ"  # 33 characters
@@ -132,3 +133,23 @@ def test_the_text_view_hides_a_secret_its_deliveries_split(
     shown = capsys.readouterr().out
     assert "key: " in shown and " done" in shown
     assert sorted(p for p in fragments(SECRET) if p in shown) == []
+
+
+@pytest.mark.parametrize("cut", [1, 5, 6, 16, len(SECRET) - 6, len(SECRET) - 1])
+def test_a_secret_the_model_split_is_not_sent_back_to_it(
+    ip: InteractiveShell, server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch, cut: int
+) -> None:
+    """The model's own reply goes back to it in the next request: redacted whole."""
+    monkeypatch.setenv("DB_PASSWORD", SECRET)
+    lead = "<thought>key: "
+    first = lead + SECRET + ' ok</thought><action id="a">{"name": "nothing_here"}</action>'
+    pieces = [first[: len(lead) + cut], first[len(lead) + cut :]]
+    server.script(
+        Stream([*(text(piece) for piece in pieces), finish()]),
+        Stream([*texts("<response>Done.</response>", 9), finish()]),
+    )
+    ip.run_cell_magic("cortex", "--model fake-model --text", "Go.")
+    assert len(server.requests) == 2
+    sent = json.dumps([r.json for r in server.requests], ensure_ascii=False)
+    assert "key: " in sent
+    assert sorted(p for p in fragments(SECRET) if p in sent) == []
