@@ -136,6 +136,17 @@ def test_the_runs_table_shows_an_unknown_cost_as_unknown_and_a_known_one_in_doll
     assert row.split()[8] == f"${price(1200, 80, 'gpt-4o-mini'):.4g}"
 
 
+def test_a_model_named_with_its_provider_is_priced_at_that_provider_behind_a_proxy(
+    ip: InteractiveShell, server: FakeOpenAIServer
+) -> None:
+    # "openai/gpt-4o-mini" at 127.0.0.1 (a LiteLLM-style proxy): the name says the provider.
+    server.script(reply("<response>Hi.</response>", 1200, 80))
+    record = run(ip, "--model openai/gpt-4o-mini")
+    assert record.cost == pytest.approx(price(1200, 80, "gpt-4o-mini", provider_id="openai"))
+    server.script(reply("<response>Hi.</response>", 1200, 80))
+    assert run(ip, "--model nobody/gpt-4o-mini").cost is None  # an unknown provider: unknown
+
+
 def test_a_server_that_reports_no_usage_leaves_the_cost_unknown(
     ip: InteractiveShell, server: FakeOpenAIServer
 ) -> None:
