@@ -17,7 +17,7 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
-from cortex_jupyter import Agent, default_registry
+from cortex_jupyter import Agent, default_registry, store
 from cortex_jupyter.display.state import from_run
 from cortex_jupyter.display.static import header_html
 from cortex_jupyter.magic import CortexMagics
@@ -113,6 +113,38 @@ def test_a_model_with_no_known_price_costs_none_and_is_shown_unknown_never_0(
     end = last_line(capsys.readouterr().out, "[end]")
     assert "cost unknown" in end and "$0" not in end
     assert "cost unknown" in header_html(from_run(record, "my-private-finetune-7"))
+
+
+def test_the_runs_table_shows_an_unknown_cost_as_unknown_and_a_known_one_in_dollars(
+    ip: InteractiveShell, server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server.script(
+        reply("<response>Hi zeppelinunknown.</response>", 500, 10),
+        reply("<response>Hi zeppelinknown.</response>", 1200, 80),
+    )
+    unknown = run(ip, "--model my-private-finetune-7", "zeppelinunknown?")
+    known = run(ip, "--model gpt-4o-mini", "zeppelinknown?")
+    store.open_store().flush()
+    capsys.readouterr()
+    ip.run_line_magic("cortex", "runs zeppelinunknown")
+    table = capsys.readouterr().out.splitlines()
+    row = next(line for line in table if line.startswith(unknown.id))
+    assert table[0].split()[7] == "cost" and row.split()[8] == "unknown", table  # (when: 2 words)
+    assert "$0" not in row
+    ip.run_line_magic("cortex", "runs zeppelinknown")
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(known.id))
+    assert row.split()[8] == f"${price(1200, 80, 'gpt-4o-mini'):.4g}"
+
+
+def test_a_model_named_with_its_provider_is_priced_at_that_provider_behind_a_proxy(
+    ip: InteractiveShell, server: FakeOpenAIServer
+) -> None:
+    # "openai/gpt-4o-mini" at 127.0.0.1 (a LiteLLM-style proxy): the name says the provider.
+    server.script(reply("<response>Hi.</response>", 1200, 80))
+    record = run(ip, "--model openai/gpt-4o-mini")
+    assert record.cost == pytest.approx(price(1200, 80, "gpt-4o-mini", provider_id="openai"))
+    server.script(reply("<response>Hi.</response>", 1200, 80))
+    assert run(ip, "--model nobody/gpt-4o-mini").cost is None  # an unknown provider: unknown
 
 
 def test_a_server_that_reports_no_usage_leaves_the_cost_unknown(

@@ -20,8 +20,9 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from cortex_jupyter import default_registry, store
+from cortex_jupyter.session import CortexRunError
 from tests.conftest import SECRET
-from tests.models.fake_openai_server import FakeOpenAIServer, Stream, finish, texts
+from tests.models.fake_openai_server import FakeOpenAIServer, Stream, finish, texts, usage
 
 TURN_1 = (
     "<thought>Two steps.</thought>"
@@ -231,3 +232,48 @@ def test_a_script_cell_resumes_from_its_next_turn(
     assert tools.calls == {"first": 1, "second": 2}
     assert run.thought == "Two steps."  # turn 1's text is not streamed a second time
     assert sum(e.kind == "turn" for e in run.events) == 2
+
+
+TYPED_TURN_2 = "<response>7</response>"
+
+
+def _stop_in_second(ip: InteractiveShell, server: FakeOpenAIServer, tools: Tools, line: str) -> Any:
+    tools.stop_in_second = True
+    with pytest.raises(KeyboardInterrupt):
+        ip.run_cell_magic("cortex", line, "Do the two steps.")
+    stopped = ip.user_ns["_cortex"]
+    assert stopped.status == "cancelled" and len(server.requests) == 1
+    tools.release.set()
+    return stopped
+
+
+def test_a_typed_run_resumes_typed_its_output_checked_and_bound(
+    ip: InteractiveShell, server: FakeOpenAIServer, tools: Tools
+) -> None:
+    first = Stream([*texts(TURN_1, 9), finish()])
+    server.script(first, Stream([*texts(TYPED_TURN_2, 9), finish()]))
+    stopped = _stop_in_second(
+        ip, server, tools, "--model fake-model --output int --output-key rs_typed"
+    )
+    ip.run_line_magic("cortex", f"resume {stopped.id}")
+    run = ip.user_ns["_cortex"]
+    assert (run.id, run.status) == (stopped.id, "completed")
+    assert run.output == 7 and type(run.output) is int  # checked against int, not text
+    assert ip.user_ns["rs_typed"] == 7
+
+
+def test_a_budgeted_run_resumes_under_its_budget_counting_what_it_spent_before(
+    ip: InteractiveShell, server: FakeOpenAIServer, tools: Tools
+) -> None:
+    # The first reply reports 1,500 tokens: with the second request (~1,200) they pass
+    # 2,000 tokens; the second request alone would not.
+    spent = Stream([*texts(TURN_1, 9), finish(), usage(1480, 20)])
+    server.script(spent, Stream([*texts(TURN_2, 9), finish()]))
+    stopped = _stop_in_second(ip, server, tools, "--model fake-model --budget 2000tok")
+    with pytest.raises(CortexRunError, match="budget of 2,000 tokens stopped the run") as caught:
+        ip.run_line_magic("cortex", f"resume {stopped.id}")
+    assert "1,500 tokens spent" in str(caught.value)
+    run = ip.user_ns["_cortex"]
+    assert run.id == stopped.id and run.status == "budget"
+    assert len(server.requests) == 1  # the request that would pass it is not sent
+    assert run.usage["prompt_tokens"] + run.usage["completion_tokens"] == 1500

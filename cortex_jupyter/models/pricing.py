@@ -51,7 +51,15 @@ def price(model: str, base_url: str | None, usage: Usage | None) -> Price:
     try:
         calc = genai_prices.calc_price(tokens, model_ref=model, provider_id=provider)
     except LookupError:
-        return Price(None, f"no price is known for the model {model!r}{where} (genai-prices)")
+        # A proxy's name for a model may say its provider ("openai/gpt-4o-mini" through
+        # LiteLLM at 127.0.0.1): priced at that provider when genai-prices knows it.
+        named, _, rest = model.partition("/")
+        try:
+            if provider is not None or not rest:
+                raise
+            calc = genai_prices.calc_price(tokens, model_ref=rest, provider_id=named)
+        except LookupError:
+            return Price(None, f"no price is known for the model {model!r}{where} (genai-prices)")
     rates = vars(calc.model_price)
     return Price(
         float(calc.total_price),

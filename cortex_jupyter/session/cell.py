@@ -199,7 +199,7 @@ def model_name(agent: Agent) -> str:
 STORED_OPTIONS = (
     "model", "dialect", "script", "replay", "fresh", "max_turns", "temperature", "max_tokens",
     "native_tools", "constrain", "agent", "overwrite", "context_tokens", "request",
-    "output", "output_retries", "output_key",
+    "output", "output_retries", "output_key", "budget",
 )  # fmt: skip
 
 
@@ -207,6 +207,8 @@ def stored_cell(defaults: CellOptions, settings: Mapping[str, Any]) -> CellOptio
     """The options of a stored run's cell (``cell_settings`` read back), ``defaults``
     (today's settings) for what the store does not keep (chunk size, display...)."""
     changes = {name: settings[name] for name in STORED_OPTIONS if name in settings}
+    if "budget" in changes:  # kept as typed ("2000tok", 0.05): a resumed run keeps it
+        changes["budget"] = Budget.parse(changes["budget"])
     changes.update(fresh=False, request_default={}, given=frozenset(settings.get("given", ())))
     return dataclasses.replace(defaults, **changes)
 
@@ -216,4 +218,7 @@ def cell_settings(options: CellOptions) -> dict[str, Any]:
     settings = {name: getattr(options, name) for name in STORED_OPTIONS}
     settings["request"] = dict(merge_requests(options.request_default, options.request))
     settings["given"] = sorted(options.given)
+    budget = options.budget
+    if budget is not None:
+        settings["budget"] = budget.limit if budget.unit == "usd" else f"{budget.limit:.0f}tok"
     return settings

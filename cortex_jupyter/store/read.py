@@ -81,8 +81,9 @@ def fts_query(text: str) -> str:
 
 def rows(db: sqlite3.Connection, query: str | None = None, limit: int = 20) -> list[RunRow]:
     """The stored runs, newest first; with ``query``, those whose prompt, answer, action
-    names or outputs hold all its words."""
-    if query is None or not query.split():
+    names or outputs hold all its words (a text of no words, a NUL alone: every run)."""
+    words = fts_query(query) if query is not None else ""
+    if not words:
         found = db.execute(
             f"SELECT {_COLUMNS} FROM runs ORDER BY started DESC LIMIT ?", (limit,)
         ).fetchall()
@@ -90,7 +91,7 @@ def rows(db: sqlite3.Connection, query: str | None = None, limit: int = 20) -> l
         found = db.execute(
             f"SELECT {_COLUMNS} FROM runs WHERE id IN "
             "(SELECT run FROM search WHERE search MATCH ?) ORDER BY started DESC LIMIT ?",
-            (fts_query(query), limit),
+            (words, limit),
         ).fetchall()
     return [RunRow.of(row) for row in found]
 

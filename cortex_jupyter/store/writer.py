@@ -27,9 +27,9 @@ from typing import Any
 from cortex_jupyter.protocol.events import ActionReady
 from cortex_jupyter.runtime.core.events import ActionStatus, AnyEvent, End, Metric, Nested, Turn
 from cortex_jupyter.runtime.core.graph import ActionNode
+from cortex_jupyter.runtime.core.joining import Joiner
 from cortex_jupyter.runtime.core.record import Run, encode_event, encode_node, summarize
 from cortex_jupyter.runtime.core.secrets import redact, redact_value
-from cortex_jupyter.store.joining import Joiner
 from cortex_jupyter.store.outputs import keep
 from cortex_jupyter.store.schema import NewerStore, check, migrate
 

@@ -124,6 +124,12 @@ def test_fts_operators_in_the_text_are_searched_as_words(db: Path, text: str) ->
     assert cortex_jupyter.runs(text, store=db) == []
 
 
+@pytest.mark.parametrize("text", ["\x00", "\x00 \x00", "  \t", ""])
+def test_a_search_text_of_no_words_lists_every_run(db: Path, text: str) -> None:
+    run_stored(db)
+    assert cortex_jupyter.runs(text, store=db) == cortex_jupyter.runs(store=db) != []
+
+
 # ---- the magic -------------------------------------------------------------------------
 
 CELL = """<action id="a1">{"name": "cortex.cache.set",

@@ -149,6 +149,14 @@ class Spend:
         elif not price.free:  # a script has no tokens; a real reply without usage does
             self.tokens = None
 
+    def spent_before(self, costs: Iterable[Cost]) -> None:
+        """Count what a run spent before it stopped (its recorded ``Cost`` events): a
+        resumed run's budget holds over the whole run, not only what comes after."""
+        for cost in costs:
+            tokens = cost.prompt_tokens
+            usage = None if tokens is None else Usage(tokens, cost.completion_tokens or 0)
+            self.add(Price(cost.usd, cost.note, cost.free), usage)
+
     def check_text(self, model: Any, text: str) -> str | None:
         """``check`` for a request whose prompt is ``text`` (an ``llm`` action's, which
         the context module does not fit), its tokens estimated at ~4 characters each."""

@@ -50,6 +50,7 @@ from cortex_jupyter.runtime.core.events import (
     TurnEnd,
 )
 from cortex_jupyter.runtime.core.graph import NOT_STARTED, STATUSES, ActionNode
+from cortex_jupyter.runtime.core.joining import joined_where_secret
 from cortex_jupyter.runtime.core.secrets import Repr, clip, redact_value, shorten
 
 TRANSCRIPT_FORMAT = "cortex_jupyter.run"
@@ -351,7 +352,10 @@ class Run:
         """The transcript: header, events, node states, variables; one JSON per line.
 
         Secrets (the API key, credential-looking environment values) are redacted in
-        every line: a transcript is saved and shared.
+        every line: a transcript is saved and shared. A block of text deltas holding a
+        secret is joined into one delta before it is redacted (``joining``), so a secret
+        the model wrote split across two stream chunks is redacted whole, as the store
+        does; a block with none stays delta by delta.
         """
         return "".join(
             json.dumps(redact_value(line), allow_nan=False) + "\n" for line in self._lines()
@@ -371,7 +375,8 @@ class Run:
             "turns": self.turns,
             "reason": self.reason,
         }
-        for event, at in zip(self.events, self.event_times, strict=True):
+        timed = zip(self.events, self.event_times, strict=True)
+        for event, at in joined_where_secret(timed):  # a split secret redacted whole
             yield {"record": "event", "t": at, **encode_event(event)}
         for node in self.actions.values():
             yield encode_node(node)

@@ -272,6 +272,7 @@ class Agent:
         run.status, run.ended, run.reason = "running", None, None
         run.variables.clear()  # bound again as each output is restored or made again
         loop = self._loop(prompt, namespace, conversation, hooks, run, None, ())
+        loop.scheduler.spec.spend.spent_before(run.costs)  # the budget is the whole run's
         return await self._drive(loop, functools.partial(loop.pick_up, state, prompt))
 
     def _loop(

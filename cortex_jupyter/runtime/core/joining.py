@@ -1,4 +1,4 @@
-"""Text deltas joined before they are written, so no secret is stored in pieces.
+"""Text deltas joined before they are written, so no secret is kept in pieces.
 
 A model's text arrives in deltas (thought, response, loose text, the raw chunks), and a
 secret the model writes may be split across two of them: redacted one by one, neither
@@ -12,13 +12,14 @@ sides (``Secrets.hide_edges``), as every cut is.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Iterator
 from typing import Any, cast
 
 from cortex_jupyter.protocol.events import ResponseDelta, TextDelta, ThoughtDelta
 from cortex_jupyter.runtime.core.events import AnyEvent, Chunk, Nested
 from cortex_jupyter.runtime.core.secrets import hide_edges, redact
 
-__all__ = ["Joiner"]
+__all__ = ["Joiner", "joined_where_secret"]
 
 _TEXT_CHUNKS = ("text", "reasoning", "refusal")
 
@@ -86,3 +87,38 @@ class Joiner:
         if not cut:
             self._key = None
         return [(_with_text(event, text), t)]
+
+
+def joined_where_secret(
+    timed: Iterable[tuple[AnyEvent, float]],
+) -> Iterator[tuple[AnyEvent, float]]:
+    """``timed`` events with each block of deltas that holds a secret joined into one
+    redacted delta (a secret split across two stream chunks is redacted whole); a
+    block with no secret stays as it streamed, delta by delta (a transcript replays
+    at its pace). What the transcript writes (``Run.to_jsonl``)."""
+    block: list[tuple[AnyEvent, float]] = []
+    key: tuple[Any, ...] | None = None
+    for event, t in timed:
+        now = _key(event)
+        if block and now != key:
+            yield from _block(block)
+            block = []
+        key = now
+        if now is None:
+            yield event, t
+        else:
+            block.append((event, t))
+    yield from _block(block)
+
+
+def _block(block: list[tuple[AnyEvent, float]]) -> Iterator[tuple[AnyEvent, float]]:
+    if len(block) < 2:
+        yield from block
+        return
+    text = "".join(_text(event) for event, _ in block)
+    kept = redact(text)
+    if kept == text:
+        yield from block
+        return
+    event, t = block[0]
+    yield _with_text(event, kept), t
