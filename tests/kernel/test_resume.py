@@ -18,6 +18,7 @@ import signal
 import sqlite3
 import time
 from pathlib import Path
+from typing import Any
 
 from tests.models.fake_openai_server import FakeOpenAIServer, Stream, finish, texts
 
@@ -105,6 +106,24 @@ def stored(store: Path, run_id: str) -> tuple[str, list[tuple[str, str]]]:
     return status, events
 
 
+def committed_in_a2(store: Path) -> set[str]:
+    """The stored runs whose action a2 is recorded as running."""
+    if not store.exists():
+        return set()
+    db = sqlite3.connect(store, timeout=10)
+    try:
+        rows = db.execute("SELECT run, body FROM events WHERE kind = 'action_status'").fetchall()
+    except sqlite3.OperationalError:  # not created yet
+        return set()
+    finally:
+        db.close()
+    return {
+        run
+        for run, body in rows
+        if json.loads(body).get("id") == "a2" and json.loads(body).get("status") == "running"
+    }
+
+
 def start(name: str, work: Path, server: FakeOpenAIServer) -> StoreKernel:
     kernel = StoreKernel(work / f"kernel-{name}", work / "runs.db", server).start()
     kernel.execute("%load_ext cortex_jupyter")
@@ -135,7 +154,9 @@ def test_a_killed_kernels_run_is_resumed_in_a_new_kernel_while_another_writes(
         b_cell = second.kc.execute(CELL)
         # Both runs are in their second action, writing to the store at once.
         wait_for(lambda: {"second A", "second B"} <= set(calls(work)), "both second actions")
-        time.sleep(1.5)  # the store commits within half a second
+        # Killed once the store holds both runs in their second action (it commits within
+        # half a second): what a run had done by then is on disk.
+        wait_for(lambda: len(committed_in_a2(work / "runs.db")) == 2, "both runs committed")
         kill(first)
         (work / "hold-B").unlink()
         second.listen(
@@ -158,7 +179,17 @@ def test_a_killed_kernels_run_is_resumed_in_a_new_kernel_while_another_writes(
 
         server.script(reply(TURN_2))
         before = calls(work)
-        shown = third.execute(f"%cortex resume {killed}")
+        # a2 runs again held until the view has drawn it once: the first picture of a2 is
+        # then the one from before it ran again, whatever the machine's speed.
+        hold = work / "hold-C"
+        hold.touch()
+
+        def release(message: Any) -> None:
+            value = getattr(message, "state", {}).get("value")
+            if hold.exists() and isinstance(value, str) and 'data-id="a2"' in value:
+                hold.unlink()
+
+        shown = third.execute(f"%cortex resume {killed}", on_message=release)
         assert calls(work)[len(before) :] == ["second C"]  # a1 restored, a2 run again
         assert len(server.requests) == 4  # only the turn never answered
         # The view: a1 done from its first frame on (restored), a2 running again to done
