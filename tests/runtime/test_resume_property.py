@@ -171,20 +171,58 @@ async def _stopped(spec: Spec, stop_at: int, path: str) -> tuple[str, Tools, int
     return run.id, tools, model.requests, finished_turns
 
 
+class Dies(Store):
+    """A store whose process dies after writing a run's ``after``-th event: nothing after
+    it reaches the file (no end, no finish), as when the kernel is killed."""
+
+    def __init__(self, path: str, after: int) -> None:
+        super().__init__(path)
+        self.after = after
+
+    def record(self, run: Run, prompt: str, options: Any = None) -> Any:
+        real = super().record(run, prompt, options)
+        written = [0]
+
+        class Cut:
+            def __call__(self, event: AnyEvent) -> None:
+                written[0] += 1
+                if written[0] <= self_after:
+                    real(event)
+
+            def finish(self) -> None:
+                pass
+
+        self_after = self.after
+        return Cut()
+
+
+async def _killed(spec: Spec, stop_at: int, path: str) -> tuple[str, Tools, int, int]:
+    """The run as a kernel killed right after its ``stop_at``-th event leaves it."""
+    tools = Tools()
+    model = Faithful(spec.script(), chunk_size=spec.chunk_size)
+    store = Dies(path, stop_at)
+    run = await _agent(spec, tools, model).run("go", store=store)
+    store.flush()
+    store.close()
+    return run.id, tools, model.requests, 0
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(spec=specs(), stop=st.floats(0, 1))
-def test_stopped_anywhere_and_resumed_gives_the_same_result(spec: Spec, stop: float) -> None:
-    anyio.run(_check, spec, stop)
+@given(spec=specs(), stop=st.floats(0, 1), kill=st.booleans())
+def test_stopped_anywhere_and_resumed_gives_the_same_result(
+    spec: Spec, stop: float, kill: bool
+) -> None:
+    anyio.run(_check, spec, stop, kill)
 
 
-async def _check(spec: Spec, stop: float) -> None:
+async def _check(spec: Spec, stop: float, kill: bool) -> None:
     ref = await _reference(spec)
     stop_at = max(1, int(stop * len(ref.events)))
     with tempfile.TemporaryDirectory() as tmp:
         path = str(Path(tmp) / "runs.db")
-        run_id, before, asked, _ = await _stopped(spec, stop_at, path)
+        run_id, before, asked, _ = await (_killed if kill else _stopped)(spec, stop_at, path)
         stored = open_run(run_id, store=path)
-        done_before = [n.id for n in stored.actions.values() if n.status == "done"]
+        done_before = _done(stored)
         # Replies the store holds whole (their finish recorded): never asked again; a cut
         # one is asked once to read on.
         whole = sum(isinstance(e, Chunk) and e.type == "finish" for e in stored.events)
@@ -215,3 +253,10 @@ async def _check(spec: Spec, stop: float) -> None:
 
 def spec_actions(spec: Spec) -> list[Action]:
     return [a for turn in spec.turns for a in turn]
+
+
+def _done(run: Run) -> list[str]:
+    """The actions whose last recorded status event says done (the events are the
+    record; a node row written after a kill may say more)."""
+    last = {e.id: e.status for e in run.events if isinstance(e, ActionStatus)}
+    return [id for id, status in last.items() if status == "done" and "/" not in id]
