@@ -22,7 +22,7 @@ ones after them. The record says where it stood (``plan``):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from cortex_jupyter.protocol.events import ProtocolError
 from cortex_jupyter.runtime.core.chunks import ChatMessage, ModelChunk
@@ -34,7 +34,7 @@ from cortex_jupyter.runtime.core.events import (
     Turn,
     TurnEnd,
 )
-from cortex_jupyter.runtime.core.graph import ActionNode
+from cortex_jupyter.runtime.core.graph import ActionNode, Status
 from cortex_jupyter.runtime.core.record import Run
 from cortex_jupyter.runtime.loop.transcript import entry_message
 
@@ -116,8 +116,8 @@ def _as_recorded(run: Run) -> None:
         if isinstance(event, ActionStatus):
             last[event.id] = event
     for id, node in run.actions.items():
-        event = last.get(id)
-        if event is not None and event.status != node.status:
-            node.status, node.error = event.status, event.error
-            if event.status != "done":
+        status = last.get(id)
+        if status is not None and status.status != node.status:
+            node.status, node.error = cast(Status, status.status), status.error
+            if status.status != "done":
                 node.output = None
