@@ -634,7 +634,12 @@ class Loop:
         self._mark(turn, event)
         if self._quiet:  # read again from the record: restored or run again, not recorded
             self.scheduler.replay(event)
-        elif isinstance(event, ActionReady) or (
+            return
+        if isinstance(event, ActionReady):
+            # The text an action came from is recorded before it can run: a record cut
+            # after the action ended (a killed kernel) holds what resume reads it from.
+            self._recorder.flush()
+        if isinstance(event, ActionReady) or (
             isinstance(event, ProtocolError) and event.id is not None
         ):
             repeat = turn.constrained and isinstance(event, ActionReady)
