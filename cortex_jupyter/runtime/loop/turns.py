@@ -226,12 +226,15 @@ class Loop:
         for node in plan.earlier:
             assert node.action is not None  # (``plan`` keeps only nodes that have one)
             self.scheduler.pick_up(node.action, node.source)
+        # Its last turn is read again only when the record holds some of its reply; one
+        # asked but not answered at all is asked again, as a new request would be.
+        replay = plan if plan.turn and plan.chunks else None
         answered = getattr(self.model, "answered", None)  # a script: its next turn
         if answered is not None:
-            answered(plan.turn)
+            answered(plan.turn if replay is not None else max(plan.turn - 1, 0))
         # A run stopped by its turn limit gets as many turns again, as continuing it does.
         last = self.max_turns + (plan.turn if plan.limit else 0)
-        await self._turns(max(plan.turn, 1), last, plan if plan.turn else None)
+        await self._turns(max(plan.turn, 1), last, replay)
 
     async def _turns(self, first: int, last: int, replay: PickUp | None = None) -> None:
         number = first - 1
@@ -631,7 +634,12 @@ class Loop:
         self._mark(turn, event)
         if self._quiet:  # read again from the record: restored or run again, not recorded
             self.scheduler.replay(event)
-        elif isinstance(event, ActionReady) or (
+            return
+        if isinstance(event, ActionReady):
+            # The text an action came from is recorded before it can run: a record cut
+            # after the action ended (a killed kernel) holds what resume reads it from.
+            self._recorder.flush()
+        if isinstance(event, ActionReady) or (
             isinstance(event, ProtocolError) and event.id is not None
         ):
             repeat = turn.constrained and isinstance(event, ActionReady)
