@@ -8,7 +8,10 @@ and setting. The tasks:
 - ``weather``: "use get_weather for CITY, then answer" (one tool);
 - ``two-step``: "use get_city to find where I am, then get_weather for that city, then
   answer" (``get_city`` takes no parameters; the second call needs the first one's
-  result, so it can only come in a later turn).
+  result, so it can only come in a later turn);
+- ``typed``: ten questions whose answer has a type (``Agent(output_type=T)``: a small
+  pydantic model, a ``Literal``, ``list[int]``, ``bool``...; tests/live/test_live_typed.py
+  asks the same ten), one reply each, no retry, no tools.
 
 Per row:
 
@@ -20,9 +23,13 @@ Per row:
   tool's temperature for that city;
 - turns: mean model turns; latency: mean seconds per run.
 
+A ``typed`` row says instead the share of valid objects: runs whose ``run.output`` is
+the validated object (``n`` is at most 10: one run per question).
+
     python bench/constrain_bench.py --base-url http://127.0.0.1:18102/v1 --n 10
     python bench/constrain_bench.py --tasks two-step --only constrained
     python bench/constrain_bench.py --later answer   # later turns may only answer
+    python bench/constrain_bench.py --tasks typed --dialects cortex,hermes,sigil,cogency
 
 To compare with an older grammar, run this file with that version of the package first
 on the path (``git archive COMMIT | tar -x -C /tmp/before`` and ``PYTHONPATH=/tmp/before``).
@@ -35,9 +42,10 @@ import argparse
 import os
 import statistics
 import time
-from typing import Any
+from typing import Any, Literal
 
 import anyio
+from pydantic import BaseModel
 
 from cortex_jupyter.models import OpenAIModel
 from cortex_jupyter.runtime import Agent, Registry, Run
@@ -46,11 +54,45 @@ from cortex_jupyter.runtime.loop import grammar
 #: What every run gets besides its model, dialect and ``constrain``.
 LIMITS: dict[str, Any] = {"max_turns": 4, "max_tokens": 120, "temperature": 0.0}
 CITIES = ["Paris", "Tokyo", "Lima", "Oslo", "Cairo", "Quito", "Perth", "Dakar", "Riga", "Hanoi"]
-TASKS = ("weather", "two-step")
+TASKS = ("weather", "two-step", "typed")
 PROMPTS = {
     "weather": "Use get_weather for {city}, then answer: how warm is it there?",
     "two-step": "Use get_city to find where I am, then use get_weather for that city, "
     "then answer: how warm is it where I am?",
+}
+
+
+class Weather(BaseModel):
+    city: str
+    temp_c: int
+
+
+class Person(BaseModel):
+    name: str
+    age: int
+
+
+#: The ``typed`` task: ten questions and their answers' types.
+TYPED: list[tuple[str, Any]] = [
+    ("The report says it is 21 degrees in Paris. Give the city and its temperature.", Weather),
+    ("It is 15 degrees in Tokyo today. Give the city and its temperature.", Weather),
+    ("Anna is 34 years old. Give her name and age.", Person),
+    ("Is this review positive or negative? 'I loved every minute of it.'",
+     Literal["positive", "negative"]),
+    ("What colour is a clear sky: red, green or blue?", Literal["red", "green", "blue"]),
+    ("List the first five even numbers.", list[int]),
+    ("What is 2 + 3?", int),
+    ("Is water wet? Answer true or false.", bool),
+    ("Name three fruits.", list[str]),
+    ("How many legs do a cat and a bird have? Give each animal and its number of legs.",
+     dict[str, int]),
+]  # fmt: skip
+#: What a typed run gets: one reply, no retry (the first answer is what is measured).
+TYPED_LIMITS: dict[str, Any] = {
+    "max_turns": 1,
+    "output_retries": 0,
+    "max_tokens": 60,
+    "temperature": 0.0,
 }
 
 
@@ -104,12 +146,19 @@ def score(run: Run, task: str, city: str) -> tuple[bool, bool, bool]:
 
 
 async def one(
-    model: OpenAIModel, task: str, dialect: str, constrain: bool, city: str
+    model: OpenAIModel, task: str, dialect: str, constrain: bool, i: int
 ) -> tuple[Run, float]:
-    registry = registry_for(task, city)
-    agent = Agent(model=model, registry=registry, dialect=dialect, constrain=constrain, **LIMITS)
+    city = CITIES[i % len(CITIES)]
+    if task == "typed":
+        prompt, kind = TYPED[i % len(TYPED)]
+        options: dict[str, Any] = {"registry": Registry(builtins=False), "output_type": kind}
+        options.update(TYPED_LIMITS)
+    else:
+        prompt = PROMPTS[task].format(city=city)
+        options = {"registry": registry_for(task, city), **LIMITS}
+    agent = Agent(model=model, dialect=dialect, constrain=constrain, **options)
     start = time.monotonic()
-    run = await agent.run(PROMPTS[task].format(city=city))
+    run = await agent.run(prompt)
     return run, time.monotonic() - start
 
 
@@ -149,10 +198,13 @@ def main() -> None:
 def row(model: OpenAIModel, args: Any, task: str, constrain: bool, dialect: str) -> tuple[Any, ...]:
     runnable = steps = answered = 0
     turns, seconds, statuses = [], [], []
-    for i in range(args.n):
+    for i in range(min(args.n, len(TYPED)) if task == "typed" else args.n):
         city = CITIES[i % len(CITIES)]
-        run, took = anyio.run(one, model, task, dialect, constrain, city)
-        ok, both, good = score(run, task, city)
+        run, took = anyio.run(one, model, task, dialect, constrain, i)
+        if task == "typed":  # valid objects, in all three columns
+            ok = both = good = run.output is not None
+        else:
+            ok, both, good = score(run, task, city)
         runnable, steps, answered = runnable + ok, steps + both, answered + good
         turns.append(run.turns)
         seconds.append(took)
@@ -164,7 +216,7 @@ def row(model: OpenAIModel, args: Any, task: str, constrain: bool, dialect: str)
             print("answer:", str(run.answer)[:200], "| reason:", run.reason)
     return (
         task, dialect, "constrained" if constrain else "unconstrained", runnable, steps,
-        answered, args.n, statistics.mean(turns), statistics.mean(seconds),
+        answered, len(turns), statistics.mean(turns), statistics.mean(seconds),
         ", ".join(f"{s} {statuses.count(s)}" for s in sorted(set(statuses))),
     )  # fmt: skip
 

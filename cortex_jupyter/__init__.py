@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         progress,
         tool,
     )
+    from cortex_jupyter.store import open_run, runs
 
 from cortex_jupyter._version import __version__
 
@@ -44,7 +45,9 @@ __all__ = [
     "expose",
     "hide",
     "load_ipython_extension",
+    "open_run",
     "progress",
+    "runs",
     "tool",
     "unload_ipython_extension",
 ]
@@ -61,7 +64,9 @@ _LAZY = {
     "Task": "cortex_jupyter.evaluation",
     "default_registry": "cortex_jupyter.runtime",
     "evaluate": "cortex_jupyter.evaluation",
+    "open_run": "cortex_jupyter.store",
     "progress": "cortex_jupyter.runtime",
+    "runs": "cortex_jupyter.store",
     "tool": "cortex_jupyter.runtime",
 }
 

@@ -24,15 +24,17 @@ from typing import TYPE_CHECKING, Any
 from IPython.core.error import UsageError
 from IPython.core.magic_arguments import MagicArgumentParser
 
-from cortex_jupyter import mcp
+from cortex_jupyter import mcp, store
 from cortex_jupyter.runtime import Registry
 from cortex_jupyter.runtime.core.errors import CortexRuntimeError
 from cortex_jupyter.runtime.core.secrets import redact, safe_repr, shorten
 from cortex_jupyter.runtime.integrations import executors
 from cortex_jupyter.runtime.integrations.mcp import DEFAULT_TIMEOUT
 from cortex_jupyter.runtime.loop.conversation import Conversation
+from cortex_jupyter.runtime.loop.pickup import FINISHED
 from cortex_jupyter.runtime.loop.prompt import system_prompt
-from cortex_jupyter.session import NotebookRun, Session
+from cortex_jupyter.session import RUN_VARIABLE, CellOptions, NotebookRun, Session
+from cortex_jupyter.session.cell import LOCAL_KEY, stored_cell
 
 if TYPE_CHECKING:
     from cortex_jupyter.runtime.integrations.mcp import ServerStatus
@@ -53,6 +55,76 @@ _ENV_REFERENCE = re.compile(r"\$(?=[A-Za-z_])([A-Za-z_][A-Za-z0-9_]*)")
 def complain(text: str) -> None:
     """One ``cortex:`` line on stderr: the cell goes on, the kernel keeps working."""
     print(redact(f"cortex: {text}"), file=sys.stderr)
+
+
+# ---- the run store ------------------------------------------------------------------
+
+RUNS_HEADINGS = ("id", "when", "model", "status", "turns", "actions", "tokens", "cost", "prompt")
+
+
+def show_runs(text: str | None, limit: int) -> None:
+    """``%cortex runs [TEXT] [--limit N]``: the stored runs, newest first, as a table."""
+    try:
+        found = store.runs(text, limit)
+    except store.StoreUnavailable as exc:
+        complain(str(exc))
+        return
+    if not found:
+        print("no stored runs match." if text else "no runs are stored yet.")
+        return
+    table = [RUNS_HEADINGS, *(run_cells(row) for row in found)]
+    widths = [max(len(line[i]) for line in table) for i in range(len(RUNS_HEADINGS) - 1)]
+    for line in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=False)), line[-1])
+
+
+def run_cells(row: store.RunRow) -> tuple[str, ...]:
+    """One stored run as a row of ``%cortex runs``: cost shown as unknown, never 0."""
+    cost = "unknown" if row.cost is None else f"${row.cost:.4g}"
+    first = row.prompt.strip().splitlines()[0] if row.prompt.strip() else ""
+    return (
+        row.id, row.started.strftime("%Y-%m-%d %H:%M"), row.model or "", row.status,
+        str(row.turns), str(row.actions), f"{row.tokens:,}", cost, shorten(first, 60),
+    )  # fmt: skip
+
+
+def open_stored(session: Session, run_id: str) -> store.StoredRun | None:
+    """``%cortex open ID``: the stored run's static view (graph, actions with their
+    details, answer); ``_cortex`` is the run from now on. None (and one line) when it
+    cannot be opened."""
+    from IPython.display import display
+
+    from cortex_jupyter.display import from_run
+    from cortex_jupyter.display.static import saved_bundle
+
+    try:
+        run = store.open_run(run_id)
+    except (store.StoreUnavailable, store.UnknownRun) as exc:
+        complain(str(exc))
+        return None
+    state = from_run(run, model=run.model or "")
+    end = run.ended if run.ended is not None else max(run.event_times, default=run.started)
+    data, metadata = saved_bundle(state, run.variables, end)
+    display(data, metadata=metadata, raw=True)
+    session.shell.user_ns[RUN_VARIABLE] = run
+    return run
+
+
+def resume(session: Session, run_id: str, defaults: CellOptions) -> NotebookRun | None:
+    """``%cortex resume ID``: go on with a stored run that did not finish, as itself (its
+    cell's options over ``defaults``); one line, and None, when there is nothing to resume."""
+    try:
+        stored = store.open_run(run_id)
+    except (store.StoreUnavailable, store.UnknownRun) as exc:
+        complain(str(exc))
+        return None
+    if stored.status in FINISHED:
+        complain(
+            f"run {stored.id} already {stored.status}: there is nothing to resume "
+            f"(%cortex open {stored.id} shows it)."
+        )
+        return None
+    return session.resume(stored, stored.prompt, stored_cell(defaults, stored.options))
 
 
 # ---- what models may reach -------------------------------------------------------------
@@ -274,7 +346,7 @@ def local_start(session: Session, port: int | None) -> str | None:
     except local.LocalServerError as exc:
         complain(f"local: {exc}")
         return None
-    session.endpoints[server.model] = (server.base_url, "local")
+    session.endpoints[server.model] = (server.base_url, LOCAL_KEY)
     print(f"{server}\n%%cortex cells now ask {server.model} there.")
     return server.model
 
@@ -313,26 +385,33 @@ def evaluate_dialects(
     *,
     n: int,
     constrain: bool,
+    tasks: str = "all",
     max_turns: int,
     temperature: float | None,
     max_tokens: int | None,
     time_limit: float | None,
 ) -> Any:
-    """``%cortex eval``: score ``model`` on the built-in tool tasks in each dialect
+    """``%cortex eval``: score ``model`` on the built-in tasks in each dialect
     (constrained as well, with ``constrain``); the result, or None if nothing ran.
+    ``tasks`` picks them: ``tools`` (``TASKS``), ``typed`` (``TYPED_TASKS``) or ``all``.
 
     The model is asked where a ``%%cortex`` cell would ask it: at the endpoint the session
     knows for that name (``%cortex local start``'s server), else ``OPENAI_BASE_URL``."""
     from cortex_jupyter import evaluation
 
     base_url, api_key = session.endpoints.get(model, (None, None))
+    chosen = {
+        "tools": evaluation.TASKS,
+        "typed": evaluation.TYPED_TASKS,
+        "all": (*evaluation.TASKS, *evaluation.TYPED_TASKS),
+    }[tasks]
     given: dict[str, Any] = {
         "max_tokens": max_tokens,
         "time_limit": time_limit,
     }  # unset: evaluate()'s bounds
     try:
         return evaluation.evaluate(
-            model, dialects, n=n, constrain=(False, True) if constrain else False,
+            model, dialects, n=n, tasks=chosen, constrain=(False, True) if constrain else False,
             base_url=base_url, api_key=api_key, max_turns=max_turns, temperature=temperature,
             **{name: value for name, value in given.items() if value is not None},
         )  # fmt: skip

@@ -11,7 +11,6 @@ passed as the object itself to action parameters).
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import numbers
 import shlex
@@ -21,7 +20,6 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import (
-    MagicArgumentParser,
     argument,
     magic_arguments,
     parse_argstring,
@@ -37,13 +35,16 @@ from traitlets import (
     TraitType,
     Unicode,
     Union,
+    default,
     observe,
     validate,
 )
 from traitlets.config.loader import LazyConfigValue
 
-from cortex_jupyter import commands
+from cortex_jupyter import arguments, commands
+from cortex_jupyter import store as run_store
 from cortex_jupyter.commands import complain
+from cortex_jupyter.runtime.core.cost import Budget
 from cortex_jupyter.runtime.core.secrets import redact
 from cortex_jupyter.runtime.integrations.executors import set_dask_address
 from cortex_jupyter.runtime.loop.grammar import CONSTRAIN_FORMS
@@ -54,7 +55,7 @@ if TYPE_CHECKING:
     from traitlets.utils.bunch import Bunch
 
 DIALECTS = ("cortex", "sigil", "cogency", "hermes", "auto")
-APPROVALS = ("ask", "allow", "deny")
+APPROVALS = arguments.APPROVALS
 COMMANDS = (
     "tools",
     "vars",
@@ -64,10 +65,13 @@ COMMANDS = (
     "reset",
     "prompt",
     "continue",
+    "resume",
     "stop",
     "views",
     "replay",
     "save",
+    "runs",
+    "open",
     "debug",
     "config",
     "mcp",
@@ -178,6 +182,12 @@ class CortexMagics(Magics):
         help="How many finished views stay live (clickable); older ones show their static "
         "copy and close their widgets, which frees what they held.",
     ).tag(config=True)
+    budget = AnyTrait(
+        None,
+        allow_none=True,
+        help="Most a cell's run may spend: US dollars (0.05) or tokens ('20000tok'); None: "
+        "no limit. A cell's --budget goes over it.",
+    ).tag(config=True)
     request = Dict(
         help="Extra fields sent with every request (temperature, seed, top_k, grammar...); "
         "a cell's --request goes over them (see %%cortex?).",
@@ -188,6 +198,30 @@ class CortexMagics(Magics):
         help='Dask scheduler for executor="dask" tools (tcp://host:8786); None: '
         "DASK_SCHEDULER_ADDRESS, or else a local cluster started on first use.",
     ).tag(config=True)
+
+    store = Unicode(
+        None,
+        allow_none=True,
+        help="The SQLite file every run is kept in (%cortex runs, %cortex open); None or '' "
+        "turns it off. Default: $CORTEX_STORE, else runs.db in the user data directory.",
+    ).tag(config=True)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        run_store.configure(self.store)  # a default or a config value fires no observer
+
+    @default("store")
+    def _default_store(self) -> str | None:
+        return run_store.default_path()
+
+    @validate("store")
+    def _check_store(self, proposal: Bunch) -> Any:
+        value = proposal["value"]
+        return value if value is None or value.strip() else None  # "" is off, as None
+
+    @observe("store")
+    def _store_changed(self, change: Bunch) -> None:
+        run_store.configure(change["new"] or None)
 
     @validate("approve")
     def _check_approve(self, proposal: Bunch) -> Any:
@@ -205,6 +239,13 @@ class CortexMagics(Magics):
             return check_request(proposal["value"], "CortexMagics.request")
         except ValueError as error:
             raise TraitError(str(error)) from None
+
+    @validate("budget")
+    def _check_budget(self, proposal: Bunch) -> Any:
+        try:
+            return Budget.parse(proposal["value"])
+        except ValueError as error:
+            raise TraitError(f"CortexMagics.budget: {error}") from None
 
     @validate("approve_timeout")
     def _check_approve_timeout(self, proposal: Bunch) -> Any:
@@ -280,6 +321,12 @@ class CortexMagics(Magics):
         "Later wins: CortexMagics.request < the agent's request < --request < "
         "--temperature/--max-tokens.",
     )
+    @argument(
+        "--budget",
+        metavar="USD",
+        help="Most the run may spend: US dollars (0.05) or tokens (20000tok); a request that "
+        "would pass it is not sent and the run ends 'budget'.",
+    )
     @_flag("--native-tools", "Offer tools as native tools=.")
     @argument(
         "--constrain",
@@ -288,6 +335,24 @@ class CortexMagics(Magics):
         metavar="FORM",
         help="Constrain replies with a grammar the runtime can run: gbnf (llama.cpp, the "
         "default) or vllm.",
+    )
+    @argument(
+        "--output",
+        nargs="+",
+        metavar="T",
+        help="The answer's type, evaluated in the notebook: a class (a pydantic model, "
+        "dataclass, TypedDict) or a typing expression such as list[int], "
+        'Literal["a", "b"], int | None. _cortex.output is then the validated object.',
+    )
+    @argument(
+        "--output-retries",
+        metavar="N",
+        help="How often an answer that does not fit --output is sent back (default 1).",
+    )
+    @argument(
+        "--output-key",
+        metavar="NAME",
+        help="Bind the validated answer to this notebook name (the output_key rules).",
     )
     @_flag("--text", "Show the run as plain text, not widgets.")
     @_flag(
@@ -348,24 +413,32 @@ class CortexMagics(Magics):
             model=args.model or self.model,
             dialect=dialect,
             script=bool(args.script),
-            chunk_size=_number(args.chunk_size, "--chunk-size", int, self.chunk_size, low=1),
-            delay=_number(args.delay, "--delay", float, self.delay, low=0),
-            replay=_unquote(args.replay),
-            speed=_number(args.speed, "--speed", float, 1.0, low=0, strict=True),
+            chunk_size=arguments.number(
+                args.chunk_size, "--chunk-size", int, self.chunk_size, low=1
+            ),
+            delay=arguments.number(args.delay, "--delay", float, self.delay, low=0),
+            replay=arguments.unquote(args.replay),
+            speed=arguments.number(args.speed, "--speed", float, 1.0, low=0, strict=True),
             fresh=bool(args.fresh),
-            max_turns=_number(args.max_turns, "--max-turns", int, self.max_turns, low=1),
-            temperature=_number(args.temperature, "--temperature", float, self.temperature, low=0),
-            max_tokens=_number(args.max_tokens, "--max-tokens", int, None, low=1),
+            max_turns=arguments.number(args.max_turns, "--max-turns", int, self.max_turns, low=1),
+            temperature=arguments.number(
+                args.temperature, "--temperature", float, self.temperature, low=0
+            ),
+            max_tokens=arguments.number(args.max_tokens, "--max-tokens", int, None, low=1),
             native_tools=bool(args.native_tools) or self.native_tools,
-            constrain=_constrain(args.constrain, self.constrain),
+            constrain=arguments.constrain(args.constrain, self.constrain),
             display="text" if args.text else self.display,
             agent=args.agent,
             overwrite=bool(args.overwrite) or self.overwrite,
             context_tokens=self.context_tokens,
-            approval=_approval(self.approve),
+            approval=arguments.approval(self.approve),
             approve_timeout=self.approve_timeout,
             request_default=dict(self.request),
-            request=_request(args.request),
+            request=arguments.request(args.request),
+            budget=arguments.budget(args.budget, self.budget),
+            output=arguments.unquote(" ".join(args.output)) if args.output else None,
+            output_retries=arguments.number(args.output_retries, "--output-retries", int, 1, low=0),
+            output_key=args.output_key,
             given=frozenset(
                 name
                 for name in ("model", "dialect", "max_turns", "temperature", "max_tokens")
@@ -373,7 +446,9 @@ class CortexMagics(Magics):
             )
             | ({"native_tools"} if args.native_tools else set())
             | ({"request"} if args.request is not None else set())
-            | ({"constrain"} if args.constrain is not None else set()),
+            | ({"budget"} if args.budget is not None else set())
+            | ({"constrain"} if args.constrain is not None else set())
+            | ({"output_retries"} if args.output_retries is not None else set()),
         )
         return dataclasses.replace(options, **overrides) if overrides else options
 
@@ -436,8 +511,20 @@ class CortexMagics(Magics):
         commands.show_prompt(self.session, dialect, self.native_tools)
 
     def _cmd_continue(self, args: list[str]) -> None:
-        """Continue the last interrupted run where it stopped."""
-        self.session.continue_last()
+        """Continue the last interrupted run where it stopped: %cortex continue
+        [--budget USD] (a run its budget stopped goes on under a larger one)."""
+        if args and (args[0] != "--budget" or len(args) != 2):
+            raise UsageError("%cortex continue: it takes only --budget USD, e.g. --budget 0.10")
+        budget = arguments.budget(args[1], None) if args else None
+        self.session.continue_last(budget)
+
+    def _cmd_resume(self, args: list[str]) -> None:
+        """Go on with a stored run that did not finish, as itself: %cortex resume ID."""
+        if len(args) != 1:
+            raise UsageError(
+                "%cortex resume: give one run id, e.g. %cortex resume 3f2a (see %cortex runs)"
+            )
+        commands.resume(self.session, args[0], self._options(""))
 
     def _cmd_replay(self, args: list[str]) -> None:
         """Stream a saved transcript again: %cortex replay PATH [SPEED]."""
@@ -445,7 +532,7 @@ class CortexMagics(Magics):
             raise UsageError(
                 "%cortex replay: give a transcript path, e.g. %cortex replay run.jsonl 5"
             )
-        speed = _number(
+        speed = arguments.number(
             args[1] if len(args) == 2 else None, "speed", float, 1.0, low=0, strict=True
         )
         # The path as given, not through the cell's option line, which keeps quotes.
@@ -459,6 +546,25 @@ class CortexMagics(Magics):
         if run is None:
             raise UsageError("%cortex save: there is no run to save yet.")
         commands.save(run, args[0])
+
+    def _cmd_runs(self, args: list[str]) -> None:
+        """Stored runs, newest first: %cortex runs [TEXT] [--limit N] (TEXT searches them)."""
+        words, limit = list(args), 20
+        if "--limit" in words:
+            at = words.index("--limit")
+            if at + 1 >= len(words):
+                raise UsageError("%cortex runs: --limit takes a number, e.g. --limit 50")
+            limit = arguments.number(words[at + 1], "--limit", int, 20, low=1)
+            del words[at : at + 2]
+        commands.show_runs(" ".join(words) or None, limit)
+
+    def _cmd_open(self, args: list[str]) -> None:
+        """Show a stored run and make it _cortex: %cortex open ID (an id's start will do)."""
+        if len(args) != 1:
+            raise UsageError(
+                "%cortex open: give one run id, e.g. %cortex open 3f2a (see %cortex runs)"
+            )
+        commands.open_stored(self.session, args[0])
 
     def _cmd_debug(self, args: list[str]) -> None:
         """Full traceback: of _cortex.error (an unexpected failure), or %cortex debug ID."""
@@ -477,7 +583,7 @@ class CortexMagics(Magics):
                 known = ", ".join(self._config_names())
                 raise UsageError(f"%cortex config: {item!r} is not name=value; names: {known}.")
             try:
-                setattr(self, key, _coerce(self.traits()[key], value))
+                setattr(self, key, arguments.coerce(self.traits()[key], value))
             except (TraitError, ValueError) as exc:  # the message says what was wrong
                 raise UsageError(
                     f"%cortex config: {key}={value!r} was refused: {exc} (it stays "
@@ -504,7 +610,7 @@ class CortexMagics(Magics):
         """A live model on this machine: %cortex local start [--port N] | stop | status."""
         command = args[0] if args else "status"
         if command == "start" and len(args) in (1, 3) and args[1:2] in ([], ["--port"]):
-            port = _number(args[2] if len(args) == 3 else None, "--port", int, None, low=1)
+            port = arguments.number(args[2] if len(args) == 3 else None, "--port", int, None, low=1)
             if (model := commands.local_start(self.session, port)) is not None:
                 self.model = model
         elif command == "stop" and len(args) == 1:
@@ -533,117 +639,18 @@ class CortexMagics(Magics):
     def _cmd_eval(self, args: list[str]) -> Any:
         """Score how well the model follows each dialect (%cortex eval --help)."""
         if {"-h", "--help"} & set(args):
-            return print(_EVAL.format_help())
-        given = _EVAL.parse_args(args)
+            return print(arguments.EVAL.format_help())
+        given = arguments.EVAL.parse_args(args)
         return commands.evaluate_dialects(
             self.session,
             given.model or self.model, given.dialects, n=given.n, constrain=given.constrain,
-            max_turns=given.max_turns, temperature=self.temperature,
+            tasks=given.tasks, max_turns=given.max_turns, temperature=self.temperature,
             max_tokens=given.max_tokens, time_limit=given.time_limit,
         )  # fmt: skip
 
     def _cmd_mcp(self, args: list[str]) -> None:
         """MCP servers' tools as NAME.TOOL: %cortex mcp add|list|remove (%cortex mcp help)."""
         commands.mcp_command(args)
-
-
-_EVAL = MagicArgumentParser(
-    prog="%cortex eval", add_help=False, description="Score the model on the built-in tool tasks."
-)
-_EVAL.add_argument("--model", metavar="NAME", help="Model (default: CortexMagics.model).")
-_EVAL.add_argument(
-    "--dialects", default="cortex,sigil,cogency,hermes,native", help="Comma-separated."
-)
-_EVAL.add_argument("--n", "-n", type=int, default=3, help="Tries per task (default 3).")
-_EVAL.add_argument("--constrain", action="store_true", help="Constrained as well.")
-_EVAL.add_argument("--max-turns", type=int, default=4, metavar="N", help="Default 4.")
-_EVAL.add_argument("--max-tokens", type=int, metavar="N", help="Most tokens a reply (512).")
-_EVAL.add_argument(
-    "--time-limit", type=float, metavar="SECONDS", help="Seconds a try may take (120)."
-)
-
-
-def _unquote(text: str | None) -> str | None:
-    """A cell-line value as the user meant it: IPython's option parser keeps the quotes
-    around ``--replay "my run.jsonl"``."""
-    if text is not None and len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
-        return text[1:-1]
-    return text
-
-
-def _number(
-    raw: str | None,
-    flag: str,
-    kind: type[int] | type[float],
-    default: Any,
-    *,
-    low: float,
-    strict: bool = False,
-) -> Any:
-    """A numeric option, checked: a clear sentence for anything else."""
-    if raw is None:
-        return default
-    try:
-        value = kind(raw)
-    except ValueError:
-        noun = "whole number" if kind is int else "number"
-        raise UsageError(f"%%cortex: {flag} must be a {noun}, not {raw!r}.") from None
-    if value < low or (strict and value == low):
-        bound = f"more than {low:g}" if strict else f"{low:g} or more"
-        raise UsageError(f"%%cortex: {flag} must be {bound}, not {raw!r}.")
-    return value
-
-
-def _request(raw: str | None) -> dict[str, Any]:
-    """``--request JSON``, checked: a clear sentence for anything else."""
-    if raw is None:
-        return {}
-    if len(raw) >= 2 and raw[0] == raw[-1] == "'":
-        raw = raw[1:-1]  # IPython's argument splitting keeps the quotes around JSON
-    try:
-        value = json.loads(raw)
-    except ValueError as error:
-        raise UsageError(
-            f"%%cortex: --request must be a JSON object such as "
-            f'\'{{"temperature": 0, "seed": 1}}\'; {raw!r} is not JSON ({error}).'
-        ) from None
-    try:
-        return check_request(value, "--request")
-    except ValueError as error:
-        raise UsageError(f"%%cortex: {error}.") from None
-
-
-_BOOLEANS = {"1": True, "true": True, "yes": True, "on": True}
-_BOOLEANS.update({"0": False, "false": False, "no": False, "off": False})
-
-
-def _coerce(trait: Any, value: str) -> Any:
-    """The text of ``%cortex config name=value`` as the trait's type; ``ValueError``
-    saying what the trait takes."""
-    if getattr(trait, "allow_none", False) and value.lower() in ("", "none"):
-        return None
-    if isinstance(trait, Dict):
-        try:
-            return json.loads(value)
-        except ValueError:
-            raise ValueError(
-                """it takes a JSON object, e.g. request='{"temperature": 0}'"""
-            ) from None
-    if isinstance(trait, Bool):
-        if value.lower() not in _BOOLEANS:
-            raise ValueError("it takes true or false")
-        return _BOOLEANS[value.lower()]
-    if isinstance(trait, Union) and any(isinstance(t, Bool) for t in trait.trait_types):
-        return _BOOLEANS.get(value.lower(), value)  # constrain=true, or a grammar form
-    kind = int if isinstance(trait, Int) else float if isinstance(trait, Float) else None
-    if kind is None:
-        return value
-    try:
-        return kind(value)
-    except ValueError:
-        noun = "a whole number" if kind is int else "a number"
-        empty = " or none" if getattr(trait, "allow_none", False) else ""
-        raise ValueError(f"it takes {noun}{empty}") from None
 
 
 def register(shell: InteractiveShell) -> None:
@@ -715,6 +722,7 @@ async def run_cell_async(shell: InteractiveShell, line: str, cell: str) -> None:
 def unregister(shell: InteractiveShell) -> None:
     """Take the magics out of a shell again (for ``%unload_ext``)."""
     forget(shell)
+    run_store.configure_default()
     if as_async_cell in shell.input_transformers_cleanup:
         shell.input_transformers_cleanup.remove(as_async_cell)
     manager = shell.magics_manager
@@ -727,26 +735,3 @@ def unregister(shell: InteractiveShell) -> None:
             del table["cortex"]
     if magics in shell.configurables:
         shell.configurables.remove(magics)
-
-
-def _approval(value: Any) -> Any:
-    """The approval policy, checked: a mistyped word must not quietly mean "ask"."""
-    if callable(value) or value in APPROVALS:
-        return value
-    raise UsageError(
-        f"CortexMagics.approve must be 'ask', 'allow', 'deny' or a function (node) -> bool, "
-        f"not {value!r}."
-    )
-
-
-def _constrain(given: str | None, default: bool | str) -> bool | str:
-    """``--constrain [FORM]``, else ``CortexMagics.constrain`` (checked when it was set):
-    False, or a grammar form."""
-    value: bool | str = default if given is None else given.lower()
-    if value is True or value is False:
-        return "gbnf" if value else False
-    if value in CONSTRAIN_FORMS:
-        return str(value)
-    raise UsageError(
-        f"%%cortex: --constrain must be {' or '.join(CONSTRAIN_FORMS)}; got {value!r}."
-    )

@@ -29,6 +29,19 @@ def _shell(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InteractiveShel
         InteractiveShell.clear_instance()
 
 
+@pytest.fixture(scope="session")
+def _store_file(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(tmp_path_factory.mktemp("store") / "runs.db")
+
+
+@pytest.fixture(autouse=True)
+def _store_away(monkeypatch: pytest.MonkeyPatch, _store_file: str) -> None:
+    """Every run the suite makes is stored (the store is on by default), in one file of
+    the test session, never in the user's data directory. Kernels and subprocesses the
+    tests start inherit it."""
+    monkeypatch.setenv("CORTEX_STORE", _store_file)
+
+
 @pytest.fixture
 def ip(_shell: InteractiveShell) -> Iterator[InteractiveShell]:
     """The shell with ``cortex_jupyter`` loaded; unloaded and emptied again afterwards."""

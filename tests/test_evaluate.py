@@ -15,7 +15,13 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from cortex_jupyter import Task, evaluate
-from cortex_jupyter.evaluation import TASKS, EndpointUnusable, measure, supports_constrain
+from cortex_jupyter.evaluation import (
+    TASKS,
+    TYPED_TASKS,
+    EndpointUnusable,
+    measure,
+    supports_constrain,
+)
 from cortex_jupyter.models import ScriptModel
 from cortex_jupyter.protocol.events import ResponseDelta
 from cortex_jupyter.runtime import Run
@@ -103,11 +109,13 @@ def test_summary_has_the_header_and_a_line_per_row(server: FakeOpenAIServer) -> 
     assert lines[0] == (
         "model fake-model · 1 tasks × 1 tries · at most 512 tokens a reply, 120 s a try"
     )
-    assert lines[1].split()[:7] == [
-        "dialect", "constrain", "replies", "runnable", "malformed", "correct", "tokens",
+    assert lines[1].split()[:10] == [
+        "dialect", "constrain", "replies", "runnable", "malformed", "correct", "valid",
+        "valid", "1st", "tokens",
     ]  # fmt: skip
-    assert lines[2].split()[:6] == ["cortex", "no", "1", "100%", "0%", "100%"]
-    assert lines[3].split()[:6] == ["hermes", "no", "1", "0%", "0%", "0%"]
+    # No typed task was run: the typed shares are "-", never 0%.
+    assert lines[2].split()[:8] == ["cortex", "no", "1", "100%", "0%", "100%", "-", "-"]
+    assert lines[3].split()[:8] == ["hermes", "no", "1", "0%", "0%", "0%", "-", "-"]
     assert len(lines) == 4
 
 
@@ -229,11 +237,23 @@ def test_timings_come_from_the_run_events() -> None:
 # ---- %cortex eval ------------------------------------------------------------------
 
 
+def default_replies() -> list[Stream]:
+    """A reply for each of evaluate()'s default tasks, in order: the tool tasks get the
+    number, the typed tasks (TYPED_TASKS) an object that fits, so none is asked again."""
+    typed = ['{"city": "Lisbon", "temperature": 23}', "[7, 3, 45]"]
+    return [reply("6912") for _ in TASKS] + [reply(answer) for answer in typed]
+
+
+DEFAULT_TASKS = len(TASKS) + len(TYPED_TASKS)
+
+
 def test_magic_eval_returns_the_result(ip: InteractiveShell, server: FakeOpenAIServer) -> None:
-    server.script(*(reply("6912") for _ in range(len(TASKS) * 2)))
+    # The default tasks grew the typed ones (issue 26): a row counts them all.
+    server.script(*default_replies(), *default_replies())
     result: Any = ip.run_line_magic("cortex", "eval --dialects cortex,hermes --n 1")
     assert [row.dialect for row in result.rows] == ["cortex", "hermes"]
-    assert result.rows[0].replies == len(TASKS)
+    assert result.rows[0].replies == DEFAULT_TASKS
+    assert [row.valid for row in result.rows] == [1.0, 1.0]
     assert server.requests[0].json["model"] == "gpt-4o-mini"  # CortexMagics.model
 
 
@@ -281,13 +301,13 @@ def test_magic_eval_asks_the_server_local_start_set_up(
     ip: InteractiveShell, local_server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     ip.run_line_magic("cortex", "local start")
-    local_server.script(*(reply("6912") for _ in range(len(TASKS) + 1)))
+    local_server.script(*default_replies(), reply("6912"))
     result: Any = ip.run_line_magic("cortex", "eval --dialects cortex --n 1")
-    assert result is not None and len(result.tries) == len(TASKS)
+    assert result is not None and len(result.tries) == DEFAULT_TASKS
     # The cell's way: the same server, the same model name, the local server's key.
     ip.run_cell_magic("cortex", "", "Add 1234 and 5678.")
     asked = [(r.json["model"], r.headers.get("authorization")) for r in local_server.requests]
-    assert asked[: len(TASKS)] == [("smollm2", "Bearer local")] * len(TASKS)
+    assert asked[:DEFAULT_TASKS] == [("smollm2", "Bearer local")] * DEFAULT_TASKS
     assert asked[-1] == ("smollm2", "Bearer local")
     assert "No API key" not in capsys.readouterr().err
 
@@ -311,7 +331,7 @@ def test_a_try_over_its_time_limit_is_cut_and_counted(server: FakeOpenAIServer) 
     cut, answered = result.tries
     assert (cut.status, cut.correct) == ("timeout", False)
     assert cut.reason == "cut at the time limit of 0.5 s a try"
-    assert server.client_closed.is_set()  # the stalled request was given up, not left open
+    assert server.client_closed.wait(30)  # the stalled request was given up, not left open
     assert (answered.status, answered.correct) == ("completed", True)
     (row,) = result.rows
     assert row.statuses == {"completed": 1, "timeout": 1}
@@ -370,7 +390,7 @@ def test_the_default_progress_is_a_bar_with_the_time_left(
 
 
 def test_magic_eval_takes_the_bounds(ip: InteractiveShell, server: FakeOpenAIServer) -> None:
-    server.script(*(reply("6912") for _ in range(len(TASKS))))
+    server.script(*default_replies())
     result: Any = ip.run_line_magic(
         "cortex", "eval --dialects cortex --n 1 --max-tokens 99 --time-limit 30"
     )

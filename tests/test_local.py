@@ -332,7 +332,11 @@ def test_two_racing_starts_leave_one_server_and_stop_stops_it(
 def test_cortex_local_start_points_the_session_at_the_server(
     built: Path, ip: InteractiveShell, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from cortex_jupyter import default_registry
+    from cortex_jupyter.runtime.core.chunks import Usage
+    from cortex_jupyter.runtime.core.cost import price_request
     from cortex_jupyter.session import session_for
+    from cortex_jupyter.session.cell import CellOptions, cell_model
 
     ip.run_line_magic("cortex", "local start")
     server = local.status()
@@ -341,6 +345,10 @@ def test_cortex_local_start_points_the_session_at_the_server(
     magics = ip.magics_manager.registry["CortexMagics"]
     assert magics.model == "smollm2"
     assert session_for(ip).endpoints["smollm2"][0] == server.base_url
+    # The model a cell asks there runs on this machine: it costs nothing, and says so.
+    asked = cell_model("", CellOptions("smollm2"), default_registry, session_for(ip).endpoints)
+    free = price_request(asked, Usage(10_000, 10_000))
+    assert (free.usd, free.free) == (0.0, "local")
     ip.run_line_magic("cortex", "local status")
     assert f"running: {server.base_url}" in capsys.readouterr().out
     ip.run_line_magic("cortex", "local stop")

@@ -18,6 +18,7 @@ from IPython.core.magics import config as config_magics
 from traitlets import TraitError
 
 from cortex_jupyter.magic import CortexMagics
+from cortex_jupyter.runtime.core.cost import Budget
 
 #: name: (good values as %config writes them, with what the setting then holds)
 GOOD: dict[str, list[tuple[str, Any]]] = {
@@ -43,7 +44,15 @@ GOOD: dict[str, list[tuple[str, Any]]] = {
     "display": [("'text'", "text")],
     "live_views": [("0", 0), ("3", 3)],
     "request": [("{'seed': 1}", {"seed": 1})],
+    "budget": [
+        ("0.05", Budget(0.05)),
+        ("'$0.05'", Budget(0.05)),
+        ("'20000tok'", Budget(20000, "tok")),
+        ("None", None),
+    ],
     "dask_address": [("'tcp://127.0.0.1:8786'", "tcp://127.0.0.1:8786"), ("None", None)],
+    # the run store: None or an empty text turns it off
+    "store": [("None", None), ("''", None), ("'  '", None)],
 }
 
 #: name: (bad value as %config writes it, the value as the message shows it, what it takes)
@@ -90,10 +99,17 @@ BAD: dict[str, list[tuple[str, str, str]]] = {
         # NaN is no JSON: the server would get `NaN` in the body and refuse every cell
         ("{'temperature': float('nan')}", "'temperature'", "JSON value"),
     ],
+    "budget": [
+        ("-1", "-1", "a budget is US dollars"),
+        ("'abc'", "'abc'", "a budget is US dollars (0.05, '$0.05') or tokens ('20000tok')"),
+        ("float('nan')", "nan", "above 0"),
+        ("True", "True", "above 0"),
+    ],
     "dask_address": [
         ("5", "5", "unicode string"),
         ("'my cluster'", "'my cluster'", "a scheduler address such as tcp://host:8786"),
     ],
+    "store": [("5", "5", "unicode string")],
 }
 
 

@@ -5,7 +5,8 @@ turn it into HTML, SVG or text. The ipywidgets view (``widget``, with its graph 
 ``live_graph``, its buttons ``controls`` and its message accounting ``pieces``: the
 modules here that import ipywidgets) redraws the parts whose
 ``ViewState.versions`` moved, at most ~25 times a second; everything exported below is
-pure and imports no widget or IPython code.
+pure and imports no widget or IPython code. A typed run's answer (``--output T``) is
+``typed``'s: the object filling in, parsed when drawn, as the inspector's tree.
 """
 
 from __future__ import annotations

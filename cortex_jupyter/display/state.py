@@ -49,11 +49,12 @@ from .nodes import (
     take_output,
     take_status,
 )
+from .typed import TypedAnswer
 
 if TYPE_CHECKING:
     from cortex_jupyter.runtime.core.record import Run
 
-PARTS: tuple[str, ...] = ("header", "thought", "graph", "details", "response")
+PARTS: tuple[str, ...] = ("header", "thought", "graph", "details", "response", "output")
 
 # Error codes that concern an action id but not the node already shown under that id.
 _NOT_THE_NODE = frozenset(("duplicate_id",))
@@ -63,6 +64,8 @@ _STOPPED = {
     "token limit": "truncated",
     "turn_limit": "turn limit",
     "turn limit": "turn limit",
+    "budget": "budget",
+    "answer did not fit": "failed",  # a typed answer that never fit its type
 }
 
 
@@ -113,6 +116,11 @@ class ViewState:
     metrics: dict[str, float] = field(default_factory=dict)
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    #: What the run's requests cost in US dollars, nested agents' included (None: a
+    #: price is not known); ``priced`` counts them, ``free`` says why they cost nothing.
+    cost: float | None = 0.0
+    priced: int = 0
+    free: str = ""
     final: bool | None = None
     end_status: str | None = None
     interrupted: str | None = None
@@ -128,6 +136,8 @@ class ViewState:
     context_counted: bool = False
     context_over: bool = False
     refused: dict[int, str] = field(default_factory=dict)
+    #: A typed run's answer (``typed.py``): its current text goes there, not to ``body``.
+    typed: TypedAnswer | None = None
     version: int = 0
     versions: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PARTS, 0))
     layout: Layout = field(default_factory=Layout, repr=False)
@@ -136,6 +146,7 @@ class ViewState:
     _text: list[str] = field(default_factory=list, repr=False)
     _body: list[str] = field(default_factory=list, repr=False)
     _body_kind: str | None = field(default=None, repr=False)
+    _answer: list[tuple[str, str]] = field(default_factory=list, repr=False)
     _block_open: dict[str, bool] = field(default_factory=dict, repr=False)
     _open_tag: Segment | None = field(default=None, repr=False)
     _scopes: dict[str, _Scope] = field(default_factory=lambda: {"": _Scope()}, repr=False)
@@ -348,6 +359,11 @@ class ViewState:
             self._response.append(text)
         else:
             self._text.append(text)
+        if self.typed is not None:  # the answer may be the object: drawn by ``typed``
+            self._answer.append((kind, text))
+            self.typed.feed(text)
+            self._touch("output", "header")
+            return
         self._append_body(kind, text)
         self._touch("response", "header")
 
@@ -398,6 +414,10 @@ class ViewState:
         self._block_open["response"] = False
         self._block_open["body_response"] = False
         final = bool(getattr(event, "final", True))
+        if not final:
+            self._interim()
+        elif self.typed is not None:
+            self._close_answer()
         self.final = final
         if final and self.stream_open:
             self.stream_open = False
@@ -433,6 +453,7 @@ class ViewState:
         node.in_thought = bool(getattr(event, "in_thought", False))
         node.streaming = True
         if scope.parent is None:
+            self._interim()
             self._open_tag = Segment("action", self.last_text or at, at, raw_id)
             self.segments.append(self._open_tag)
         self._changed(node, "graph", "header")
@@ -552,6 +573,16 @@ class ViewState:
         self.metrics[name] = value
         self._touch("header")
 
+    def _on_cost(self, event: Any, at: float, scope: _Scope) -> None:
+        """One request's price: a nested agent's counts towards the run's, as it is paid."""
+        usd = getattr(event, "usd", None)
+        usd = float(usd) if isinstance(usd, int | float) else None
+        self.cost = None if self.cost is None or usd is None else self.cost + usd
+        free = str(getattr(event, "free", "") or "")
+        self.free = free if free and (not self.priced or self.free == free) else ""
+        self.priced += 1
+        self._touch("header")
+
     def _on_interrupt(self, event: Any, at: float, scope: _Scope) -> None:
         if scope.parent is not None:
             return
@@ -569,6 +600,7 @@ class ViewState:
     def _on_end(self, event: Any, at: float, scope: _Scope) -> None:
         if scope.parent is not None:
             return
+        self._close_answer()
         self.end_status = str(getattr(event, "status", "completed"))
         self.ended = float(getattr(event, "time", at))
         self.stream_open = False
@@ -596,12 +628,15 @@ class ViewState:
         if isinstance(model, str) and model:
             self.model = model
         self._close_turn_rate()
+        self._next_answer(self.turn)
         self.stream_open = True
         self._block_open.clear()
         self._touch("header")
 
     def _on_turn_end(self, event: Any, at: float, scope: _Scope) -> None:
         """The model finished a turn's reply; with ``results`` another turn follows."""
+        if scope.parent is None:
+            self._close_answer()
         if scope.parent is None and self.stream_open:
             self.stream_open = False
             self._touch("header")
@@ -615,6 +650,53 @@ class ViewState:
 
     def _on_context_feed(self, event: Any, at: float, scope: _Scope) -> None:
         self.metrics["context_feeds"] = self.metrics.get("context_feeds", 0) + 1
+
+    # a typed answer (typed.py) -------------------------------------------------------
+
+    def _on_output_expected(self, event: Any, at: float, scope: _Scope) -> None:
+        if scope.parent is not None:
+            return  # a sub-run's answer is its node's output
+        schema = getattr(event, "schema", None)
+        self.typed = TypedAnswer(str(getattr(event, "type", "")), schema, turn=self.turn)
+        self._touch("output")
+
+    def _on_output_checked(self, event: Any, at: float, scope: _Scope) -> None:
+        if scope.parent is not None or self.typed is None:
+            return
+        self.typed.check(event)
+        self._touch("output", "header")
+
+    def _interim(self) -> None:
+        """The answer so far was an interim message (an action follows it): it is shown
+        as text, like any reply's, and the answer starts again."""
+        if self.typed is None or not self._answer:
+            return
+        for kind, text in self._answer:
+            self._append_body(kind, text)
+        self._answer.clear()
+        self.typed.restart()
+        self._touch("response", "output")
+
+    def _close_answer(self) -> None:
+        """The reply ended: a number at the answer's end is whole now."""
+        if self.typed is not None and not self.typed.complete:
+            self.typed.close()
+            self._touch("output")
+
+    def _next_answer(self, turn: int) -> None:
+        """A new turn (a retry): the last answer's text before its JSON stays, as text;
+        its object is replaced by the new answer's (its check's errors are kept)."""
+        if self.typed is None:
+            return
+        split = self.typed.split()
+        kept = split.prose if split.started else self.typed.text
+        if kept.strip():
+            self._block_open["body_response"] = False
+            self._append_body("response", kept)
+            self._touch("response")
+        self._answer.clear()
+        self.typed.restart(turn)
+        self._touch("output")
 
     def close_stream(self, at: float | None = None) -> None:
         """The model's stream ended (the session knows; no event says it): the state
@@ -640,11 +722,14 @@ _HANDLERS: dict[str, Any] = {
     "action_output": ViewState._on_output,
     "context": ViewState._on_context,
     "metric": ViewState._on_metric,
+    "cost": ViewState._on_cost,
     "interrupt": ViewState._on_interrupt,
     "end": ViewState._on_end,
     "turn": ViewState._on_turn,
     "turn_end": ViewState._on_turn_end,
     "nested": ViewState._on_nested,
+    "output_expected": ViewState._on_output_expected,
+    "output_checked": ViewState._on_output_checked,
 }
 
 

@@ -76,6 +76,7 @@ from .theme import (
     shorten,
     style_for,
 )
+from .typed import typed_html, typed_shows
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 #: The class of the live view's root widget (``WidgetView``'s ``_dom_classes``).
@@ -112,6 +113,7 @@ _PHASE_STATUS = {
     "interrupted": "cancelled",
     "truncated": "cancelled",
     "turn limit": "cancelled",
+    "budget": "cancelled",
 }
 
 # Hides the copy where the live view shows in the same cell, and a widget output that
@@ -388,6 +390,9 @@ def static_html(
     parts.append(callout(details_html(state)))
     if state.body.strip():
         parts.append(response_html(state, values))
+    if typed_shows(state.typed):
+        assert state.typed is not None
+        parts.append(typed_html(state.typed, live=False))
     return redact_markup(
         f'<div class="{STATIC_CLASS} cortex-run" style="border-left:3px solid {BORDER_VAR};'
         'padding:4px 0 4px 10px">' + "".join(parts) + "</div>"
@@ -505,6 +510,7 @@ def run_metadata(state: ViewState, endpoint: str | None = None) -> dict[str, Any
             "completion": state.completion_tokens,
             "estimated_completion": state.tokens if state.estimated else None,
         },
+        "cost_usd": state.cost if state.priced else None,
         "actions": actions,
         "errors": [clean(e) for e in state.errors],
     }

@@ -16,10 +16,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from cortex_jupyter.runtime.core.answer import fill_references
+from cortex_jupyter.runtime.core.cost import fmt_usd
 
 from .nodes import NodeView
 from .state import ViewState
 from .theme import clean, fmt_count, fmt_duration, fmt_k, shorten, style_for
+from .typed import typed_shows, typed_text
 
 _OUTPUT_CHARS = 120
 #: A status line waits for the streaming text's line to end; past this many characters
@@ -42,6 +44,8 @@ def header_parts(state: ViewState, now: float | None = None) -> list[str]:
     if state.prompt_tokens is not None:
         tokens += f" ({fmt_count(state.prompt_tokens)} in)"
     parts.append(tokens)
+    if state.priced:
+        parts.append(cost_text(state))
     rate = state.tokens_per_second(now)
     if rate is not None:
         parts.append(f"{rate:.0f} tok/s")
@@ -54,6 +58,16 @@ def header_parts(state: ViewState, now: float | None = None) -> list[str]:
     if counts:
         parts.append(", ".join(f"{n} {status}" for status, n in counts.items()))
     return parts
+
+
+def cost_text(state: ViewState) -> str:
+    """The run's cost as the header shows it: ``$0.0004``; ``cost unknown`` when a price
+    is not known (never $0); ``$0 (local)``, ``$0 (no model)`` for what costs nothing."""
+    if state.cost is None:
+        return "cost unknown"
+    if state.cost == 0 and state.free:
+        return f"$0 ({state.free})"
+    return fmt_usd(state.cost)
 
 
 def status_line(node: NodeView, depth: int = 0) -> str:
@@ -309,6 +323,9 @@ def render_text(
         if values is not None:
             body = fill_references(body, values)[0]
         out += ["", "Response:", clean(body)]
+    if typed_shows(state.typed):
+        assert state.typed is not None
+        out += ["", clean(typed_text(state.typed))]
     return "\n".join(out) + "\n"
 
 

@@ -95,6 +95,7 @@ from .static import (
 )
 from .svg import ARROW_DEFS, Picture, arrange, details_html, draw
 from .theme import BORDER_VAR, MUTED_VAR, esc, redact_markup
+from .typed import typed_html, typed_shows
 
 #: Messages a second one view sends (the server's cap is 1,000 for everyone). With the
 #: burst, no second of a streaming run holds more than 26 (issue 6, section 8: 30).
@@ -111,11 +112,15 @@ STOP_COST = 5
 #: What creating each lazily made part costs, its place in the root box included (the
 #: approvals: its box, one row of four widgets).
 _PART_COST = {"thought": 5, "graph": 2, "details": 2, "response": 3, "inspector": 2,
-              "approvals": 6}  # fmt: skip
+              "approvals": 6, "output": 2}  # fmt: skip
 #: The parts in the order of the page.
-_ORDER = ("header", "thought", "graph", "approvals", "inspector", "details", "response")
+_ORDER = ("header", "thought", "graph", "approvals", "inspector", "details", "response",
+          "output")  # fmt: skip
 #: Longest a due part waits behind busier ones before it goes first (seconds).
 STARVE = 0.3
+#: A typed answer's tree larger than this (characters of HTML) is redrawn at ``slow_hz``:
+#: the whole tree is re-sent each time (it is bounded, ``rich.TREE_ENTRIES``).
+BIG_OUTPUT = 20_000
 # An allowance that lets a text's tail be re-sent but never split into a new piece.
 _NO_FREEZE = 2.0
 
@@ -229,6 +234,8 @@ class WidgetView:
         self._parts: dict[str, ipywidgets.Widget] = {"header": top}
         self._thought: Pieces | None = None
         self._response: Pieces | None = None
+        self._output_size = 0  # characters of the typed answer's last drawn HTML
+        self._output_held = False  # a large typed answer waits for its slow redraw
 
     # ---- the contract -------------------------------------------------------------
 
@@ -262,7 +269,7 @@ class WidgetView:
                 self._waiting = part
                 break
             self._spend(self._draw(part, now, budget.tokens))
-        behind = self._waiting is not None or self._graph_behind
+        behind = self._waiting is not None or self._graph_behind or self._output_held
         for pieces in (self._thought, self._response):
             if pieces is not None and budget.tokens >= 1:  # leftovers of a re-render
                 self._spend(pieces.close_stale(int(budget.tokens)))
@@ -293,6 +300,8 @@ class WidgetView:
             return bool(state.thought.strip())
         if part == "response":
             return bool(state.body.strip())
+        if part == "output":
+            return typed_shows(state.typed)
         if part == "graph":
             return bool(state.nodes)
         if part == "approvals":
@@ -417,6 +426,11 @@ class WidgetView:
         if "graph" in changed or self._graph_behind or self._ui_drawn.get("graph") != self._ui:
             due.append("graph")
         due += [part for part in ("thought", "response") if part in changed]
+        self._output_held = "output" in changed and not (
+            self._output_size < BIG_OUTPUT or self._slow_due("output", now)
+        )
+        if "output" in changed and not self._output_held:
+            due.append("output")
         if self._ui_drawn.get("inspector") != self._inspector_key():
             due.append("inspector")
         if "details" in changed:
@@ -460,6 +474,8 @@ class WidgetView:
             return self._draw_inspector(now)
         if part == "details":
             return self._show_html("details", callout(details_html(self.state, live=True)))
+        if part == "output":
+            return self._draw_output()
         return self._draw_response(now, allowance)
 
     def _show_html(self, part: str, value: str) -> int:
@@ -692,6 +708,16 @@ class WidgetView:
             sent = 2 + self._attach("response", self._response.box)
         room = _NO_FREEZE if self._finishing else allowance - sent
         return sent + self._response.show(stable, rest, now, room)
+
+    def _draw_output(self) -> int:
+        """The typed answer: the object as it fills in, then as checked (``typed.py``).
+        Parsed here, at redraw time, never per delta."""
+        typed = self.state.typed
+        if typed is None or not typed_shows(typed):
+            return 0
+        value = typed_html(typed, live=self.state.stream_open)
+        self._output_size = len(value)
+        return self._show_html("output", value)
 
     def _read_values(self) -> Mapping[str, Any]:
         try:

@@ -2,7 +2,8 @@
 
 ``OpenAIModel`` talks to OpenAI and any OpenAI-compatible server (the only package that
 imports ``openai``); ``ScriptModel`` streams protocol text written by hand; ``ReplayModel``
-streams a saved run again with its timing. Failures are
+streams a saved run again with its timing. ``pricing`` prices a request with genai-prices
+(the only module that imports it; loaded when a request is first priced). Failures are
 ``ModelError`` subclasses whose messages say what to do and never show an API key.
 
 ``openai`` takes about half a second to import, and a ``--script`` cell never needs it:

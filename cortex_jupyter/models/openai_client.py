@@ -28,7 +28,8 @@ import anyio.to_thread
 import openai
 from openai._models import FinalRequestOptions
 
-from cortex_jupyter.runtime.core.chunks import Message, ModelChunk, ToolDefinition
+from cortex_jupyter.runtime.core.chunks import Message, ModelChunk, ToolDefinition, Usage
+from cortex_jupyter.runtime.core.cost import Price
 from cortex_jupyter.runtime.core.secrets import secrets
 
 from ._redact import endpoint_of, host_port, redact
@@ -120,6 +121,8 @@ class OpenAIModel:
     connection is retried (the SDK waits what the server's ``retry-after`` says, or backs
     off); ``timeout`` is how long the server may stay silent, before and during the reply.
     ``extra_body`` adds server-specific request fields (e.g. ``{"top_k": 20}``).
+    ``free`` says why its requests cost nothing (the local model); otherwise they are
+    priced with genai-prices (``price``).
 
     Native tool call ids are unique across every reply of one model object and every id
     in the messages it is sent: a server's id is kept unless one of those already used
@@ -136,6 +139,7 @@ class OpenAIModel:
         timeout: float = 60.0,
         name: str | None = None,
         extra_body: Mapping[str, Any] | None = None,
+        free: str | None = None,
     ) -> None:
         if not isinstance(model, str) or not model.strip():
             raise ValueError(f"model must be a model name such as 'gpt-4o-mini'; got {model!r}")
@@ -156,6 +160,7 @@ class OpenAIModel:
         self._base_url = url
         self._key = _Secret(key)
         self._extra_body = dict(extra_body or {})
+        self._free = free
         # Adapted once a server rejects them (see _adapt), then kept for this model.
         self._ask_usage = True
         self._max_tokens_field = "max_tokens"
@@ -165,6 +170,16 @@ class OpenAIModel:
 
     def __repr__(self) -> str:
         return f"OpenAIModel({self.model!r}, endpoint={self.endpoint!r})"
+
+    def price(self, usage: Usage | None) -> Price:
+        """The price of one request that used ``usage`` (``models.pricing``): by the model's
+        name, at the provider the base URL names; nothing for a model known to be free
+        (``free=`` says why: the model ``cortex_jupyter.local`` serves)."""
+        if self._free:
+            return Price(0.0, f"{self._free}: it runs on this machine, nothing is paid", "local")
+        from . import pricing  # genai-prices' tables take ~0.4 s to load: only when priced
+
+        return pricing.price(self.model, self._base_url, usage)
 
     @property
     def context_window(self) -> int | None:

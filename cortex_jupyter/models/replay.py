@@ -32,7 +32,10 @@ class ReplayModel(FixedTurns):
     turns follow each other, e.g. every run of one conversation). ``speed`` divides the
     recorded pauses (``2`` is twice as fast, ``math.inf`` sends everything at once).
     ``name`` defaults to the recorded model's. ``reset()`` starts from the first turn.
+    A replay asks no model: it costs nothing (its usage is the recorded one's).
     """
+
+    free_note = "a replay of a transcript: no model was asked, nothing was paid"
 
     def __init__(
         self,

@@ -42,7 +42,9 @@ from cortex_jupyter.runtime.core.chunks import (
     ModelChunk,
     TextChunk,
     ToolDefinition,
+    Usage,
 )
+from cortex_jupyter.runtime.core.cost import Price
 
 from .errors import NoReplyScripted, ScriptExhausted
 
@@ -94,6 +96,13 @@ class FixedTurns:
 
     turns: tuple[object, ...] = ()
     turns_used = 0
+    #: Why its requests cost nothing (``price``): no model is asked.
+    free = "no model"
+    free_note = "a script (--script): no model was asked, nothing was paid"
+
+    def price(self, usage: Usage | None) -> Price:
+        """Its requests cost nothing: no model was asked (``runtime.core.cost``)."""
+        return Price(0.0, self.free_note, self.free)
 
     @property
     def remaining_turns(self) -> int:
@@ -103,6 +112,11 @@ class FixedTurns:
     def reset(self) -> None:
         """Start again from the first turn."""
         self.turns_used = 0
+
+    def answered(self, turns: int) -> None:
+        """The first ``turns`` turns were answered before (a resumed run reads them from
+        its record): the next ``stream()`` gives turn ``turns + 1``."""
+        self.turns_used = turns
 
     def stream(
         self,

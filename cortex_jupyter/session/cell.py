@@ -8,6 +8,7 @@ agent asks. Nothing here runs anything or touches the notebook.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -15,6 +16,7 @@ from typing import Any, cast
 from cortex_jupyter import models
 from cortex_jupyter.runtime import Agent, Registry
 from cortex_jupyter.runtime.core.chunks import StreamingModel
+from cortex_jupyter.runtime.core.cost import Budget
 from cortex_jupyter.runtime.core.registry import AgentSpec
 from cortex_jupyter.runtime.loop.feeds import FeedSet
 from cortex_jupyter.runtime.loop.request import merge_requests
@@ -22,6 +24,10 @@ from cortex_jupyter.session.record import CortexRunError
 
 #: Model name -> (base URL, API key) of a server that answers for it.
 Endpoints = Mapping[str, tuple[str, str]]
+#: The API key ``%cortex local start`` registers its endpoint with: the model that server
+#: serves runs on this machine and costs nothing.
+LOCAL_KEY = "local"
+LOCAL_MODEL = "the local model (%cortex local start)"
 #: A cell's options that are the ``Agent`` settings of the same name.
 AGENT_SETTINGS = (
     "dialect",
@@ -31,9 +37,10 @@ AGENT_SETTINGS = (
     "context_tokens",
     "approval",
     "approve_timeout",
+    "budget",
 )
 #: Of those, the ones a cell's line may give over a named agent's own (``--agent``).
-LINE_SETTINGS = ("dialect", "max_turns", "native_tools", "constrain")
+LINE_SETTINGS = ("dialect", "max_turns", "native_tools", "constrain", "budget")
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,15 @@ class CellOptions:
     #: goes over the agent's own; see ``runtime.loop.request`` for the whole order).
     request_default: Mapping[str, Any] = field(default_factory=dict)
     request: Mapping[str, Any] = field(default_factory=dict)
+    #: ``--budget`` or ``CortexMagics.budget``: the most the run may spend (None: no limit).
+    budget: Budget | None = None
+    #: ``--output T``: the answer's type as written on the line (evaluated in the
+    #: notebook when the cell runs: ``session.notebook``); None: a text answer.
+    output: str | None = None
+    #: ``--output-retries N``: how often an answer that does not fit is sent back.
+    output_retries: int = 1
+    #: ``--output-key NAME``: the notebook name the validated answer is bound to.
+    output_key: str | None = None
 
 
 def cell_agent(
@@ -78,11 +94,13 @@ def cell_agent(
     registry: Registry,
     feeds: FeedSet | None,
     endpoints: Endpoints,
+    output_type: Any = None,
 ) -> Agent:
     """The agent a cell runs: the session's defaults (the cell's options, the
     session's registry and feeds) or, with ``--agent NAME``, that registered agent
     with the options the cell gave explicitly (and the cell's model unless it has
-    its own; a script or replay always stands in for the model)."""
+    its own; a script or replay always stands in for the model). ``output_type`` is
+    the type ``--output`` named (a named agent keeps its own without one)."""
     model = cell_model(body, options, registry, endpoints)
     if options.agent is None:
         return Agent(
@@ -90,6 +108,8 @@ def cell_agent(
             registry=registry,
             feeds=feeds,
             request=merge_requests(options.request_default, options.request),
+            output_type=output_type,
+            output_retries=options.output_retries,
             **{name: getattr(options, name) for name in AGENT_SETTINGS},
             **sampling(options, None),
         )
@@ -104,6 +124,12 @@ def cell_agent(
     for name in LINE_SETTINGS:
         if name in options.given:
             changes[name] = getattr(options, name)
+    if agent.budget is None and "budget" not in changes:
+        changes["budget"] = options.budget  # CortexMagics.budget holds for it too
+    if options.output is not None:
+        changes["output_type"] = output_type
+    if "output_retries" in options.given:
+        changes["output_retries"] = options.output_retries
     changes["request"] = merge_requests(options.request_default, agent.request, options.request)
     changes.update(sampling(options, agent))
     return agent.with_options(**changes)
@@ -140,7 +166,8 @@ def cell_model(
             return models.ReplayModel(options.replay, speed=options.speed)
         # ``models.OpenAIModel`` imports openai on first use: only a real model needs it.
         base_url, api_key = endpoints.get(options.model, (None, None))
-        return models.OpenAIModel(options.model, base_url=base_url, api_key=api_key)
+        free = LOCAL_MODEL if api_key == LOCAL_KEY else None
+        return models.OpenAIModel(options.model, base_url=base_url, api_key=api_key, free=free)
     except (models.ModelError, OSError, ValueError) as exc:
         raise CortexRunError(str(exc)) from None
 
@@ -166,3 +193,32 @@ def sampling(options: CellOptions, agent: Agent | None) -> dict[str, Any]:
 def model_name(agent: Agent) -> str:
     """The model's name as a view's header shows it."""
     return str(getattr(agent.model, "name", "") or "model")
+
+
+#: The cell options a stored run keeps (``CortexMagics.store``), beside the agent's.
+STORED_OPTIONS = (
+    "model", "dialect", "script", "replay", "fresh", "max_turns", "temperature", "max_tokens",
+    "native_tools", "constrain", "agent", "overwrite", "context_tokens", "request",
+    "output", "output_retries", "output_key", "budget",
+)  # fmt: skip
+
+
+def stored_cell(defaults: CellOptions, settings: Mapping[str, Any]) -> CellOptions:
+    """The options of a stored run's cell (``cell_settings`` read back), ``defaults``
+    (today's settings) for what the store does not keep (chunk size, display...)."""
+    changes = {name: settings[name] for name in STORED_OPTIONS if name in settings}
+    if "budget" in changes:  # kept as typed ("2000tok", 0.05): a resumed run keeps it
+        changes["budget"] = Budget.parse(changes["budget"])
+    changes.update(fresh=False, request_default={}, given=frozenset(settings.get("given", ())))
+    return dataclasses.replace(defaults, **changes)
+
+
+def cell_settings(options: CellOptions) -> dict[str, Any]:
+    """The cell's options as a stored run keeps them (plain values; the store redacts)."""
+    settings = {name: getattr(options, name) for name in STORED_OPTIONS}
+    settings["request"] = dict(merge_requests(options.request_default, options.request))
+    settings["given"] = sorted(options.given)
+    budget = options.budget
+    if budget is not None:
+        settings["budget"] = budget.limit if budget.unit == "usd" else f"{budget.limit:.0f}tok"
+    return settings

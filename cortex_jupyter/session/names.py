@@ -113,6 +113,14 @@ class Names:
     def bind(self, run_id: str, name: str, value: Any, overwrite: bool) -> None:
         """Bind ``name`` to an action's output for the run ``run_id``; refused
         (``InvalidVariableName``) when the name is the user's, unless ``overwrite``."""
+        self.check(name, overwrite)
+        self.shell.user_ns[name] = value
+        self.bound[name] = Binding(run_id, value)
+
+    def check(self, name: str, overwrite: bool) -> None:
+        """Raise ``InvalidVariableName`` unless a run may bind ``name`` now: the name is
+        not the user's (unless ``overwrite``). The name's own rules (an identifier, no
+        builtin...) are ``check_variable_name``'s."""
         namespace = self.shell.user_ns
         binding = self.bound.get(name)
         if name in namespace and not overwrite:
@@ -128,8 +136,6 @@ class Names:
                     f"the notebook's {name!r} is yours: you assigned it after cortex run "
                     f"{binding.run} bound it (%%cortex --overwrite replaces it on purpose)",
                 )
-        namespace[name] = value
-        self.bound[name] = Binding(run_id, value)
 
 
 class Assignments(ast.NodeTransformer):

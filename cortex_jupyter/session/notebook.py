@@ -12,6 +12,7 @@ the run is ``failed`` with the reason, the exception is ``_cortex.error`` and
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections import ChainMap
 from collections.abc import Awaitable, Callable, Mapping
@@ -21,14 +22,21 @@ from typing import TYPE_CHECKING, Any
 from anyio.abc import TaskGroup
 from IPython import get_ipython
 
+from cortex_jupyter import store
 from cortex_jupyter._bridge import Bridge, Emit, Loop
 from cortex_jupyter.runtime import Agent, Registry, Run, RunHooks, default_registry
+from cortex_jupyter.runtime.core.cost import Budget
+from cortex_jupyter.runtime.core.errors import BadOutputType, InvalidVariableName
+from cortex_jupyter.runtime.core.events import AnyEvent
+from cortex_jupyter.runtime.core.observer import Recording
 from cortex_jupyter.runtime.core.scope import Binding, Scope
 from cortex_jupyter.runtime.core.secrets import redact
+from cortex_jupyter.runtime.core.typed import type_from_text
+from cortex_jupyter.runtime.core.variables import check_variable_name
 from cortex_jupyter.runtime.loop.conversation import Conversation
 from cortex_jupyter.runtime.loop.feeds import FeedSet
 from cortex_jupyter.session.approvals import Approvals
-from cortex_jupyter.session.cell import CellOptions, cell_agent, model_name
+from cortex_jupyter.session.cell import CellOptions, cell_agent, cell_settings, model_name
 from cortex_jupyter.session.names import Names
 from cortex_jupyter.session.record import (
     CONTINUABLE,
@@ -36,6 +44,7 @@ from cortex_jupyter.session.record import (
     CortexInterrupt,
     CortexRunError,
     NotebookRun,
+    adopt,
     nothing,
     report,
     unfinished,
@@ -46,6 +55,7 @@ from cortex_jupyter.session.views import (
     WidgetOutput,
     close_quietly,
     close_view,
+    history,
 )
 
 if TYPE_CHECKING:
@@ -68,6 +78,13 @@ class _Cell:
     scope: Scope
     view: CellView | None = None
     failure: BaseException | None = None
+    #: Where the run is being kept (``cortex_jupyter.store``); None: not stored.
+    recording: Recording | None = None
+    #: What the view shows before the run goes on (a resumed run's recorded events).
+    history: list[AnyEvent] | None = None
+    #: ``--output-key``: where the validated answer goes, and whether it may overwrite.
+    output_key: str | None = None
+    overwrite: bool = False
 
 
 class Session:
@@ -117,10 +134,8 @@ class Session:
         return self._outcome(cell)
 
     def _cell(self, prompt: str, options: CellOptions) -> _Cell:
-        try:
-            agent = self._agent(prompt, options)
-        except ValueError as exc:  # a setting the agent refuses (it says which, and why)
-            raise CortexRunError(redact(str(exc))) from None
+        agent = self._agent(prompt, options)
+        self._check_output_key(agent, options)
         if options.fresh:
             self.conversation.reset()
         # A script or a replay is its own little conversation: it must not leak into the
@@ -132,22 +147,26 @@ class Session:
         scope = self.names.scope(
             "" if options.replay is not None else prompt, script=options.script
         )
+        recording = self._recording(run, prompt, options, agent)
 
         async def job(emit: Emit, background: TaskGroup | None) -> Run:
             return await agent.run(
                 "" if options.script else prompt,
                 namespace=scope,
                 conversation=conversation,
-                hooks=self._hooks(run, emit, background, options.overwrite),
+                hooks=self._hooks(run, emit, background, options.overwrite, recording),
                 run=run,
             )
 
         self.last_options = options
         self.last_prompt = prompt
-        return _Cell(job, run, model_name(agent), options.display, scope)
+        cell = _Cell(job, run, model_name(agent), options.display, scope, recording=recording)
+        cell.output_key, cell.overwrite = options.output_key, options.overwrite
+        return cell
 
-    def continue_last(self) -> NotebookRun:
-        """``%cortex continue``: go on with the last run where it stopped."""
+    def continue_last(self, budget: Budget | None = None) -> NotebookRun:
+        """``%cortex continue``: go on with the last run where it stopped (under
+        ``budget`` when given, else the budget of the cell that ran it)."""
         previous, options = self.last, self.last_options
         if previous is None or options is None:
             raise CortexRunError("there is no run to continue yet in this notebook.")
@@ -159,26 +178,99 @@ class Session:
         if previous.status not in CONTINUABLE:
             raise CortexRunError(
                 f"the last run ended {previous.status!r}, so there is nothing to continue; "
-                "only interrupted, truncated, cancelled or turn-limited runs can be continued."
+                "only interrupted, truncated, cancelled, turn-limited or budget-stopped runs "
+                "can be continued."
             )
+        if budget is not None:
+            options = dataclasses.replace(options, budget=budget, given=options.given | {"budget"})
+            self.last_options = options
         # The same agent and settings as the cell that ran it (its sampling settings too).
         agent = self._agent("", options)
         run = NotebookRun()
         scope = self.names.scope(self.last_prompt)  # what the cell it continues could reach
+        recording = self._recording(run, self.last_prompt, options, agent)
 
         async def job(emit: Emit, background: TaskGroup | None) -> Run:
             return await agent.continue_run(
                 previous,
                 namespace=scope,
                 conversation=self.conversation,
-                hooks=self._hooks(run, emit, background, options.overwrite),
+                hooks=self._hooks(run, emit, background, options.overwrite, recording),
                 run=run,
             )
 
-        return self._execute(_Cell(job, run, model_name(agent), options.display, scope))
+        cell = _Cell(job, run, model_name(agent), options.display, scope, recording=recording)
+        cell.output_key, cell.overwrite = options.output_key, options.overwrite
+        return self._execute(cell)
+
+    def resume(self, stored: Run, prompt: str, options: CellOptions) -> NotebookRun:
+        """``%cortex resume ID``: go on with the stored run ``stored`` (asked ``prompt``,
+        run with ``options``) as itself: its id, its record, its view's earlier nodes
+        as they ended (``Agent.resume``). It is ``_cortex`` from now on."""
+        run = adopt(stored)
+        agent = self._agent(prompt, options)
+        offline = options.script or options.replay is not None
+        conversation = Conversation() if offline else self.conversation
+        if not offline and self.last is not None and self.last.id == run.id:
+            conversation.drop_last()  # this kernel's copy of its messages: the record's win
+        scope = self.names.scope(prompt, script=options.script)
+        recording = self._recording(run, prompt, options, agent)
+
+        async def job(emit: Emit, background: TaskGroup | None) -> Run:
+            return await agent.resume(
+                run,
+                prompt="" if options.script else prompt,
+                namespace=scope,
+                conversation=conversation,
+                hooks=self._hooks(run, emit, background, options.overwrite, recording),
+            )
+
+        self.last_options, self.last_prompt = options, prompt
+        cell = _Cell(job, run, model_name(agent), options.display, scope, recording=recording)
+        cell.history = history(run.events)
+        cell.output_key, cell.overwrite = options.output_key, options.overwrite
+        return self._execute(cell)
 
     def _agent(self, body: str, options: CellOptions) -> Agent:
-        return cell_agent(body, options, self.registry, self.feeds, self.endpoints)
+        """The cell's agent; a setting it refuses, or an ``--output`` type that does not
+        evaluate (in the notebook's namespace) or that pydantic cannot use, is one line."""
+        try:
+            output_type = None
+            if options.output is not None:
+                output_type = type_from_text(options.output, self.shell.user_ns)
+            return cell_agent(body, options, self.registry, self.feeds, self.endpoints, output_type)
+        except (ValueError, BadOutputType) as exc:  # it says which, and why
+            raise CortexRunError(redact(str(exc))) from None
+
+    def _check_output_key(self, agent: Agent, options: CellOptions) -> None:
+        """``--output-key``: refused before the run when the name cannot be bound."""
+        key = options.output_key
+        if key is None:
+            return
+        if agent.typed is None:
+            raise CortexRunError(
+                f"--output-key {key} binds a typed answer: give its type with --output T"
+            )
+        try:
+            check_variable_name(key)
+            self.names.check(key, options.overwrite)
+        except InvalidVariableName as exc:
+            raise CortexRunError(f"--output-key {key!r} cannot be bound: {exc.reason}") from None
+
+    def _bind_output(self, cell: _Cell) -> None:
+        """Bind the validated answer to ``--output-key`` once the run completed; a name
+        the user took meanwhile is a note (the object stays on ``_cortex.output``)."""
+        run, key = cell.run, cell.output_key
+        if key is None or run.status != "completed":
+            return
+        try:
+            self.names.bind(run.id, key, run.output, cell.overwrite)
+        except InvalidVariableName as exc:
+            run.notes.append(
+                f"--output-key {key!r} was not bound: {exc.reason}; the answer is on _cortex.output"
+            )
+            return
+        run.variables[key] = run.output
 
     def _execute(self, cell: _Cell) -> NotebookRun:
         try:
@@ -188,14 +280,41 @@ class Session:
         return self._outcome(cell)
 
     def _hooks(
-        self, run: Run, emit: Emit, background: TaskGroup | None, overwrite: bool
+        self,
+        run: Run,
+        emit: Emit,
+        background: TaskGroup | None,
+        overwrite: bool,
+        recording: Recording | None = None,
     ) -> RunHooks:
+        on_event = emit
+        if recording is not None:
+
+            def on_event(event: AnyEvent) -> None:
+                recording(event)  # only queued: the store writes on its own thread
+                emit(event)
+
         return RunHooks(
-            on_event=emit,
+            on_event=on_event,
             bind=lambda name, value: self.names.bind(run.id, name, value, overwrite),
             background=background,
             ask=self.approvals.asker(run.id),
         )
+
+    def _recording(
+        self, run: Run, prompt: str, options: CellOptions, agent: Agent
+    ) -> Recording | None:
+        """Where ``run`` is kept as it happens (``CortexMagics.store``); None when the
+        store is off, or cannot be opened: then one ``cortex:`` line, and the run goes on."""
+        if store.current_path() is None:
+            return None
+        try:
+            kept = store.open_store()
+        except store.StoreUnavailable as exc:
+            print(redact(f"cortex: {exc}; this run is not stored."), file=sys.stderr)
+            return None
+        settings = {**agent.settings(), **cell_settings(options)}
+        return kept.record(run, prompt, settings)
 
     def _prepare(self, cell: _Cell) -> Bridge[Run]:
         """The view and the bridge of one cell's run (``_cortex`` is the run from now on)."""
@@ -203,6 +322,8 @@ class Session:
         self.shell.user_ns[RUN_VARIABLE] = run
         self.last = run
         view = cell.view = self._view(cell)
+        if cell.history:
+            view.deliver(cell.history)
         # When the view can show late events, fire_and_forget actions belong to the
         # session's loop and the cell ends with the run, not with them.
         loop = self._background_loop() if view.late is not None else None
@@ -240,6 +361,7 @@ class Session:
         """
         run, view, failure = cell.run, cell.view, cell.failure
         if isinstance(failure, KeyboardInterrupt):
+            self._finish(cell, "cancelled")
             close_quietly(view)
             if isinstance(view, WidgetOutput):
                 self.live.release()
@@ -261,9 +383,24 @@ class Session:
         if isinstance(view, WidgetOutput):
             self.live.release()  # older finished views let go, however this one ended
         if failure is not None:  # a bug of ours or a host's: still no traceback wall
-            raise run.fail(failure)
+            error = run.fail(failure)
+            self._finish(cell)
+            raise error
+        self._bind_output(cell)
+        self._finish(cell)
         report(run)
         return run
+
+    def _finish(self, cell: _Cell, status: str | None = None) -> None:
+        """Keep how the cell's run ended in the store (and say once if writing failed)."""
+        if cell.recording is None:
+            return
+        if status is not None and cell.run.status == "running":
+            cell.run.status = status
+        cell.recording.finish()
+        problem = store.take_problem()
+        if problem is not None:
+            print(f"cortex: {problem}", file=sys.stderr)
 
     # ---- actions that outlive their cell -----------------------------------------
 

@@ -20,9 +20,9 @@ from cortex_jupyter.runtime.core.secrets import redact, shorten
 
 RUN_VARIABLE = "_cortex"
 #: Run statuses that end a cell with an error line (the answer never came).
-UNFINISHED = frozenset(("interrupted", "failed", "turn_limit", "truncated"))
+UNFINISHED = frozenset(("interrupted", "failed", "turn_limit", "truncated", "budget"))
 #: Run statuses ``%cortex continue`` can pick up from.
-CONTINUABLE = frozenset(("interrupted", "cancelled", "turn_limit", "truncated"))
+CONTINUABLE = frozenset(("interrupted", "cancelled", "turn_limit", "truncated", "budget"))
 
 
 class CortexRunError(Exception):
@@ -96,6 +96,16 @@ class NotebookRun(Run):
         return SVG(timeline_svg(self))
 
 
+def adopt(run: Run) -> NotebookRun:
+    """``run`` (a record read back, as ``open_run`` gives it) as the notebook's record of
+    the same run: every field kept, its id too (a resumed run goes on in it)."""
+    if isinstance(run, NotebookRun):
+        return run
+    adopted = NotebookRun.__new__(NotebookRun)
+    adopted.__dict__.update(vars(run))
+    return adopted
+
+
 def report(run: NotebookRun) -> None:
     """End the cell: a short line for failed actions, an error for a missing answer."""
     failed = [node for node in run.actions.values() if node.status == "failed"]
@@ -122,8 +132,8 @@ def report(run: NotebookRun) -> None:
         if run.status == "turn_limit":
             reason = f"the run stopped after {run.turns} turns without a final answer."
             hint = " Continue it with %cortex continue, or allow more turns with --max-turns N."
-        if run.status == "truncated":
-            hint = ""  # the reason names %cortex continue and --max-tokens already
+        if run.status in ("truncated", "budget"):
+            hint = ""  # the reason says what to do already
         raise CortexRunError(redact(f"{reason}{hint}"))
 
 

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from IPython.display import display
 
-from cortex_jupyter.runtime import ActionStatus, Nested, Run
-from cortex_jupyter.runtime.core.secrets import redact
+from cortex_jupyter.runtime import ActionStatus, End, Interrupt, Nested, Run
+from cortex_jupyter.runtime.core.secrets import hide_edges, redact
 from cortex_jupyter.runtime.scheduler.approval import ask_line
 from cortex_jupyter.session.approvals import Approvals
 
@@ -55,6 +55,7 @@ class TextOutput:
         # What the renderer wrote since the last send: a tool printing 100,000 lines
         # makes one write (and one redaction) per delivery, not one per line.
         self._pending: list[str] = []
+        self._sent = False  # something was written: the next write goes on from a cut
         self._renderer = TextRenderer(self._pending.append, model=model)
         self._approvals = approvals
         self._run = run
@@ -65,11 +66,14 @@ class TextOutput:
 
     def _send(self) -> None:
         """Write what gathered, redacted as one text (so a secret split across two
-        writes is redacted as well)."""
+        writes is redacted as well). Each delivery is a cut in the stream: the part
+        of a secret at either side of it (the model's chunks came in two deliveries)
+        is hidden, as at every cut."""
         if self._pending:
             text = "".join(self._pending)
             self._pending.clear()
-            self._out.write(redact(text))
+            self._out.write(hide_edges(redact(text), start=self._sent, end=True))
+            self._sent = True
         self._out.flush()
 
     def deliver(self, events: list[Any]) -> None:
@@ -140,6 +144,21 @@ def _node_at(run: Run, path: str) -> Any:
         more, slash, rest = rest.partition("/")
         head = f"{head}/{more}"
     return None
+
+
+def history(events: list[Any]) -> list[Any]:
+    """What a resumed run's view is shown first: its recorded events but how it stopped
+    (its end, its interrupt) and the questions it was waiting on (asked again if they
+    still matter), so the earlier nodes show as they ended and the run goes on live."""
+    shown = []
+    for event in events:
+        inner = _unnest(event)[1]
+        if isinstance(inner, End | Interrupt):
+            continue
+        if isinstance(inner, ActionStatus) and inner.status == "awaiting":
+            continue
+        shown.append(event)
+    return shown
 
 
 def _unnest(event: Any) -> tuple[str, Any]:

@@ -10,6 +10,7 @@ its size: the JSON length of header, parent header, metadata and content, plus i
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import queue
@@ -145,6 +146,48 @@ class Execution:
 
     def total_bytes(self, messages: Iterable[Message] | None = None) -> int:
         return sum(m.size for m in (self.messages if messages is None else messages))
+
+
+#: Run in the kernel: from then on, every message a widget view sends is logged with the
+#: time its view's message budget charged it, the clock reading of the budget's last
+#: ``refill`` (a redraw charges what it sends at the time it started), or ``None`` when
+#: the final frame sent it (``WidgetOutput.close``: the final frame and the two displays
+#: are outside the budget). The header's date says when a message was *made*, which on a
+#: loaded machine is later than when the budget charged it by however long the redraw
+#: took; the budget is checked in its own terms. ``Kernel.charges`` reads the log.
+CHARGE_LOG = """
+def _cortex_log_charges():
+    from cortex_jupyter.display import pieces
+    from cortex_jupyter.session import views
+
+    log, now = [], {"at": None, "final": False}
+    refill, close = pieces.Budget.refill, views.WidgetOutput.close
+    session = get_ipython().kernel.session
+    send = session.send
+
+    def charged_refill(self, at):
+        refill(self, at)
+        now["at"] = at
+
+    def final_close(self):
+        now["final"] = True
+        try:
+            close(self)
+        finally:
+            now["final"] = False
+
+    def logged_send(stream, msg_or_type, *args, **kwargs):
+        kind = msg_or_type if isinstance(msg_or_type, str) else msg_or_type["msg_type"]
+        if kind in VIEW_TYPES:
+            log.append((kind, None if now["final"] else now["at"]))
+        return send(stream, msg_or_type, *args, **kwargs)
+
+    pieces.Budget.refill, views.WidgetOutput.close = charged_refill, final_close
+    session.send = logged_send
+    return log
+
+_cortex_charges = _cortex_log_charges()
+""".replace("VIEW_TYPES", repr(sorted(VIEW_TYPES)))
 
 
 def max_per_window(times: Iterable[float], window: float = 1.0) -> int:
@@ -325,6 +368,12 @@ class Kernel:
                 + f"\nstderr: {execution.stream('stderr')}\ncode:\n{code[:400]}"
             )
         return execution
+
+    def charges(self) -> list[tuple[str, float | None]]:
+        """The log ``CHARGE_LOG`` keeps (run it first): ``(message type, charged at)``."""
+        found = self.execute("", user_expressions={"log": "_cortex_charges"}).reply
+        text = found["user_expressions"]["log"]["data"]["text/plain"]
+        return [(kind, at) for kind, at in ast.literal_eval(text)]
 
     def listen(
         self, timeout: float, until: Callable[[Message], bool] | None = None

@@ -18,6 +18,11 @@ import sys
 import warnings
 from typing import Any
 
+if __name__ == "__main__":
+    # Said before the imports below, which take seconds on a loaded machine: a test of a
+    # hung server waits for this line, and it must not depend on how fast mcp imports.
+    print("demo: server starting", file=sys.stderr, flush=True)
+
 import anyio
 from mcp.server.mcpserver import Context, Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -181,7 +186,6 @@ def main() -> None:
         "--linger", action="store_true", help="keep running after stdin closes (until killed)"
     )
     args = parser.parse_args()
-    print("demo: server starting", file=sys.stderr, flush=True)
     if args.hang:
         anyio.run(anyio.sleep_forever)
     if args.http is None:

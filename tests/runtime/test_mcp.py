@@ -539,9 +539,10 @@ def test_a_server_that_exits_at_once_says_why(fresh: McpManager) -> None:
 def test_a_server_that_hangs_at_start_times_out_and_is_killed(fresh: McpManager) -> None:
     tag = uuid.uuid4().hex
     with pytest.raises(McpServerError) as raised:
-        fresh.add("sleepy", demo_command(tag, "--hang"), timeout=1)
+        # The server says its line at once, then never answers: 3 s is generous for it.
+        fresh.add("sleepy", demo_command(tag, "--hang"), timeout=3)
     assert str(raised.value) == (
-        "MCP server 'sleepy' did not start: did not answer within 1 s (raise timeout= if it "
+        "MCP server 'sleepy' did not start: did not answer within 3 s (raise timeout= if it "
         "is only slow to start) (last stderr line: demo: server starting)"
     )
     wait_until(lambda: not processes(tag), "the hung process to be killed")

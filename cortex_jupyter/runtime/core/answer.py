@@ -101,6 +101,7 @@ _BLANK_LINE = re.compile(r"\n[ \t]*\n")
 _SPACE_LETTER = re.compile(r"\s[^\W\d_]")
 _SPACE = re.compile(r"\s")
 _SPECIAL = re.compile(r"[$\\]|`+|\]\([^)\s]*")
+_RUN = re.compile(r"`+")
 _BRACKETS = {"(": "\\)", "[": "\\]"}
 
 
@@ -217,10 +218,16 @@ def fill_references(text: str, values: Mapping[str, Any]) -> tuple[str, dict[str
     out: list[str] = []
     done = pos = 0
     end = len(text)
+    # Where the last run of each length starts: an opener whose length has no run after
+    # it is closed by nothing, known without a search to the end (which, for every
+    # opener, would cost quadratic time: markdown-it keeps the same table).
+    last = {len(run.group()): run.start() for run in _RUN.finditer(text)}
     while (found := _SPECIAL.search(text, pos)) is not None:
         at = found.start()
         if text[at] == "`":  # code (a span, or a fenced block): skipped whole
-            close = _backticks(len(found.group())).search(text, found.end())
+            count = len(found.group())
+            closed = last.get(count, -1) >= found.end()
+            close = _backticks(count).search(text, found.end()) if closed else None
             pos = found.end() if close is None else close.end()
             continue
         if text[at] == "]":  # a link's address: kept as written

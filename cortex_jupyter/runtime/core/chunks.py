@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Protocol, TypedDict, Union
 
@@ -269,29 +269,52 @@ async def close_stream(chunks: AsyncIterator[Any]) -> None:
 class _TextClient:
     """A ``StreamingModel`` seen through the text-only ``ModelClient`` seam."""
 
-    def __init__(self, model: StreamingModel, request: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        model: StreamingModel,
+        request: Mapping[str, Any] | None = None,
+        on_end: ReplyEnd | None = None,
+    ) -> None:
         self.model = model
         self.request = dict(request or {})
+        self.on_end = on_end
 
     async def stream(self, messages: Sequence[Message], /) -> AsyncIterator[str]:
         # Extra fields only when there are some: a model need not know the keyword.
         extra: dict[str, Any] = {"request": self.request} if self.request else {}
         chunks = self.model.stream(messages, **extra)
+        usage: Usage | None = None
+        replied = False
         try:
             async for chunk in chunks:
-                if isinstance(chunk, TextChunk):  # a refusal too: it is the answer given
+                replied = True
+                if isinstance(chunk, Usage):
+                    usage = chunk
+                elif isinstance(chunk, TextChunk):  # a refusal too: it is the answer given
                     yield chunk.text
         finally:
             await close_stream(chunks)
+            if self.on_end is not None:
+                self.on_end(usage, replied)
 
     def __repr__(self) -> str:
         return f"text_client({self.model!r})"
 
 
-def text_client(model: StreamingModel, request: Mapping[str, Any] | None = None) -> ModelClient:
+#: Called when a text-only request ends: the usage the server reported (None: none), and
+#: whether anything came back (how the request is priced: ``runtime.core.cost``).
+ReplyEnd = Callable[["Usage | None", bool], None]
+
+
+def text_client(
+    model: StreamingModel,
+    request: Mapping[str, Any] | None = None,
+    on_end: ReplyEnd | None = None,
+) -> ModelClient:
     """``model`` as a ``ModelClient`` (``llm`` actions): its text (and refusal) chunks
-    only; ``request`` is sent as extra request fields (``runtime.loop.request``)."""
-    return _TextClient(model, request)
+    only; ``request`` is sent as extra request fields (``runtime.loop.request``);
+    ``on_end`` hears what the request used, however it ended."""
+    return _TextClient(model, request, on_end)
 
 
 #: What a native tool call's function name may be (OpenAI's rule: servers refuse others).

@@ -216,6 +216,15 @@ class NoModelConfigured(CortexRuntimeError):
 
 
 @dataclass(eq=False, repr=False)
+class BudgetReached(CortexRuntimeError):
+    """Raised when an ``llm`` action's request would pass the run's budget: it is not
+    sent (the run's next turn then stops the run with status ``budget``)."""
+
+    why: str
+    template = "not sent: {e.why}"
+
+
+@dataclass(eq=False, repr=False)
 class InternalActionRefused(CortexRuntimeError):
     """Raised when an ``internal`` action is disabled or not on the allowlist."""
 
@@ -368,3 +377,14 @@ class ParameterTypeError(CortexRuntimeError):
         "parameter {e.parameter!r} of {e.tool!r} wants {e.wants}, but {e.reference} is "
         "{e.got}, {e.why}; the action was not run"
     )
+
+
+@dataclass(eq=False, repr=False)
+class BadOutputType(CortexRuntimeError, TypeError):
+    """Raised when an answer type (``Agent(output_type=T)``, ``--output T``) cannot be
+    used: pydantic makes no validator or JSON schema for it, or the text naming it on a
+    cell line is not a type that evaluates."""
+
+    type_name: str
+    why: str
+    template = "the answer type {e.type_name} cannot be used: {e.why}"

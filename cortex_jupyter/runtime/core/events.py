@@ -127,6 +127,22 @@ class Metric:
 
 
 @dataclass(frozen=True, slots=True)
+class Cost:
+    """One request to ``model`` was priced (``runtime.core.cost``): ``usd`` (None: not
+    known), the tokens the server reported (None: it reported none), ``note`` saying whose
+    prices of which date, or why there is none, and ``free`` why it cost nothing."""
+
+    model: str
+    time: float
+    usd: float | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    note: str = ""
+    free: str = ""
+    kind: ClassVar[str] = "cost"
+
+
+@dataclass(frozen=True, slots=True)
 class Interrupt:
     """The run was stopped before its end: cancelled (Stop), its stream or its model
     failed, or the agent loop reached its turn limit (``reason`` says which, ``error``
@@ -163,11 +179,14 @@ class Nested:
 
 @dataclass(frozen=True, slots=True)
 class Turn:
-    """The agent loop asks the model for turn ``number`` (from 1) of the run."""
+    """The agent loop asks the model for turn ``number`` (from 1) of the run. ``cut``:
+    its reply reads on from the cut reply of the turn before (a resumed run), inside the
+    block that reply left open (``"response"``, ``"thought"``...), which goes on."""
 
     number: int
     time: float
     model: str | None = None
+    cut: str | None = None
     kind: ClassVar[str] = "turn"
 
 
@@ -305,6 +324,7 @@ RunEvent = (
     | ActionOutput
     | ContextUse
     | Metric
+    | Cost
     | Interrupt
     | End
     | Nested

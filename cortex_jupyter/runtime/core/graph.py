@@ -43,6 +43,8 @@ STATUSES: tuple[str, ...] = (
 FINAL_STATUSES: frozenset[str] = frozenset(("done", "failed", "skipped", "cancelled"))
 
 _PAST = {"failed": "failed", "skipped": "was skipped", "cancelled": "was cancelled"}
+#: Why a node that never started is skipped when its run is stopped.
+NOT_STARTED = "not started: the run was stopped"
 
 
 class CapturedText:
@@ -181,9 +183,16 @@ class Graph:
         return [self._output_owner[r] for r in references if r in self._output_owner]
 
     def add(
-        self, node: ActionNode, references: Iterable[str] = (), output_key: str | None = None
+        self,
+        node: ActionNode,
+        references: Iterable[str] = (),
+        output_key: str | None = None,
+        *,
+        ok: bool = False,
     ) -> Update:
-        """Add an arriving action; ``references`` are the ``$names`` its parameters use."""
+        """Add an arriving action; ``references`` are the ``$names`` its parameters use.
+        A node that arrives already final (refused, or restored when a run is resumed)
+        releases its data dependents when ``ok``."""
         explicit = node.action.depends_on if node.action is not None else ()
         data = dict.fromkeys([*explicit, *self.implicit_dependencies(references)])
         node.depends_on = tuple(data)
@@ -194,7 +203,7 @@ class Graph:
         if node.mode == "sync" and not node.final:
             self._open_sync[node.id] = None
         if node.final:
-            return self.complete(node.id, ok=False)
+            return self.complete(node.id, ok=ok)
         return self._wire(node)
 
     def _wire(self, node: ActionNode) -> Update:

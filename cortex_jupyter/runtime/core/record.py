@@ -20,7 +20,7 @@ from collections import ChainMap
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, cast, get_args
+from typing import Any, ClassVar, TypeVar, cast, get_args
 
 from cortex_jupyter.protocol.actions import too_deep
 from cortex_jupyter.protocol.events import (
@@ -36,17 +36,21 @@ from cortex_jupyter.protocol.events import (
 )
 from cortex_jupyter.runtime.core.answer import fill
 from cortex_jupyter.runtime.core.bounded import failed
+from cortex_jupyter.runtime.core.cost import total
 from cortex_jupyter.runtime.core.errors import TranscriptError
 from cortex_jupyter.runtime.core.events import (
     RUN_EVENT_TYPES,
     AnyEvent,
+    Cost,
     Metric,
     Nested,
+    OutputChecked,
     Progress,
     Turn,
     TurnEnd,
 )
-from cortex_jupyter.runtime.core.graph import STATUSES, ActionNode
+from cortex_jupyter.runtime.core.graph import NOT_STARTED, STATUSES, ActionNode
+from cortex_jupyter.runtime.core.joining import joined_where_secret
 from cortex_jupyter.runtime.core.secrets import Repr, clip, redact_value, shorten
 
 TRANSCRIPT_FORMAT = "cortex_jupyter.run"
@@ -55,6 +59,7 @@ MAX_JSON_OUTPUT = 1 << 20
 _TURN_BREAK = "\n\n"  # between the text of one agent turn and the next
 _BLOCK_BREAK = "\n\n"  # between two response blocks: separate paragraphs
 
+_R = TypeVar("_R", bound="Run")
 _PARSER_EVENT_TYPES: dict[str, type[Any]] = {cls.kind: cls for cls in get_args(Event)}
 _repr = Repr(limit=160, items=8)  # bounded, secrets redacted before its cuts
 _NODE_FIELDS = (
@@ -111,6 +116,24 @@ class OutputRepr(str):
     __slots__ = ()
 
 
+def kept(node: ActionNode) -> bool:
+    """Whether a resumed run keeps ``node`` as it ended rather than running it again.
+
+    An action that ended on its own (done, failed, skipped by a refusal or a denial) is
+    kept; one the stop caught (pending, awaiting, running, cancelled, skipped because
+    the run stopped or because of a dependency, which is decided again) runs again, and
+    so does a ``done`` one whose output was not kept whole: its stand-in (``OutputRepr``:
+    a value that was not JSON in a transcript, or one the store held redacted) is not
+    the value its ``output_key`` bound.
+    """
+    if node.status == "done":
+        return not isinstance(node.output, OutputRepr)
+    if node.status == "skipped":
+        reason = node.error or ""
+        return reason != NOT_STARTED and not reason.startswith("depends on ")
+    return node.status == "failed"
+
+
 def to_json_value(value: Any) -> tuple[Any, bool]:
     """(value, False) when ``value`` is JSON (and neither huge nor nested deeper than
     ``MAX_JSON_DEPTH``), else (short repr, True). Never raises: a value whose own
@@ -162,7 +185,8 @@ class Run:
     turns: int = 0
     reason: str | None = None
     #: The validated answer object of a typed run (``Agent(output_type=T)``); None when
-    #: the run is not typed or its answer never fit.
+    #: the run is not typed or its answer never fit. A run read back from a transcript
+    #: has the object's JSON form here (the type itself is not in the transcript).
     output: Any = field(default=None, repr=False)
     _thought: list[str] = field(default_factory=list, repr=False)
     _response: list[str] = field(default_factory=list, repr=False)
@@ -171,6 +195,7 @@ class Run:
     _turn_text: list[str] = field(default_factory=list, repr=False)
     _blocks: list[_Block] = field(default_factory=list, repr=False)
     _open: _Block | None = field(default=None, repr=False)
+    _retrying: bool = field(default=False, repr=False)  # a typed answer was sent back
     reach: Mapping[str, Any] | None = field(default=None, repr=False)
     #: Whose words a reason uses for what to do next: "api" (``Agent.continue_run``,
     #: ``max_turns=``) or "magic" (``%cortex continue``, ``--max-turns``).
@@ -223,6 +248,28 @@ class Run:
                 totals[event.name] += int(event.value)
         return totals
 
+    @property
+    def costs(self) -> list[Cost]:
+        """Each request's price, in order, its nested agents' included."""
+        return [event for event in map(_unnest, self.events) if isinstance(event, Cost)]
+
+    @property
+    def cost(self) -> float | None:
+        """What the run cost in US dollars, its nested agents' requests included: the sum
+        of each request's price (``runtime.core.cost``); None when any request's price is
+        not known (never 0 for a price not known), and for a record of turns that kept no
+        prices (a transcript older than prices)."""
+        costs = self.costs
+        if not costs and self.turns:
+            return None
+        return total(c.usd for c in costs)
+
+    @property
+    def cost_note(self) -> str:
+        """How the cost was priced (whose prices, of which date), or why it is not known:
+        each distinct note of the run's requests, one per line."""
+        return "\n".join(dict.fromkeys(c.note for c in self.costs if c.note))
+
     def record(self, event: AnyEvent, at: float | None = None) -> None:
         """Append an event, and keep the text fields up to date.
 
@@ -245,13 +292,23 @@ class Run:
                 self._open = None
         elif isinstance(event, ProtocolError):
             self.errors.append(event)
+        elif isinstance(event, OutputChecked):
+            # The JSON form; a live run puts the object itself here right after.
+            self.output = event.value if event.ok else None
+            self._retrying = not event.ok
         elif isinstance(event, Turn):
+            if self._retrying:  # the answer that did not fit was not the answer after all
+                self._retrying = False
+                for block in self._blocks:
+                    block.final = False if block.final else block.final
             self.turns = max(self.turns, event.number)
             if event.model is not None:
                 self.model = event.model
-            self._breaks = [self._thought, self._text]
             self._turn_text = []
-            self._open = None
+            if not event.cut:
+                self._breaks = [self._thought, self._text]
+            # A reply that reads on inside a cut response goes on in its block.
+            self._open = self._blocks[-1] if event.cut == "response" and self._blocks else None
         elif isinstance(event, TurnEnd) and event.answer:
             # A plain-text reply is the answer: the text becomes the response as well.
             answer = "".join(self._turn_text).strip()
@@ -295,7 +352,10 @@ class Run:
         """The transcript: header, events, node states, variables; one JSON per line.
 
         Secrets (the API key, credential-looking environment values) are redacted in
-        every line: a transcript is saved and shared.
+        every line: a transcript is saved and shared. A block of text deltas holding a
+        secret is joined into one delta before it is redacted (``joining``), so a secret
+        the model wrote split across two stream chunks is redacted whole, as the store
+        does; a block with none stays delta by delta.
         """
         return "".join(
             json.dumps(redact_value(line), allow_nan=False) + "\n" for line in self._lines()
@@ -315,10 +375,11 @@ class Run:
             "turns": self.turns,
             "reason": self.reason,
         }
-        for event, at in zip(self.events, self.event_times, strict=True):
+        timed = zip(self.events, self.event_times, strict=True)
+        for event, at in joined_where_secret(timed):  # a split secret redacted whole
             yield {"record": "event", "t": at, **encode_event(event)}
         for node in self.actions.values():
-            yield _encode_node(node)
+            yield encode_node(node)
         values = {}
         reprs = []
         for name, value in self.variables.items():
@@ -341,19 +402,19 @@ class Run:
         return cls.from_jsonl(user_path(path).read_text(encoding="utf-8"))
 
     @classmethod
-    def from_jsonl(cls, text: str) -> Run:
+    def from_jsonl(cls: type[_R], text: str) -> _R:
         """Read a transcript written by ``to_jsonl`` back into a run record."""
         run: Run | None = None
         for number, line in _json_lines(text):
             record = line.get("record")
             if number == 1:
-                run = _decode_header(line, number)
+                run = _decode_header(line, number, cls)
                 continue
             assert run is not None
             if record == "event":
                 run.record(_decode_or_fail(line, number), float(line["t"]))
             elif record == "node":
-                node = _decode_node(line, number)
+                node = decode_node(line, number)
                 run.actions[node.id] = node
             elif record == "variables":
                 reprs = set(line.get("repr", ()))
@@ -363,7 +424,13 @@ class Run:
                 raise TranscriptError(number, f"unknown record type {record!r}")
         if run is None:
             raise TranscriptError(0, "the transcript is empty")
-        return run
+        return cast(_R, run)
+
+
+def _unnest(event: AnyEvent) -> AnyEvent:
+    while isinstance(event, Nested):
+        event = event.event
+    return event
 
 
 def joined(parts: list[str]) -> str:
@@ -410,6 +477,8 @@ def decode_event(data: dict[str, Any]) -> AnyEvent:
     cls = RUN_EVENT_TYPES.get(str(kind)) or _PARSER_EVENT_TYPES.get(str(kind))
     if cls is None:
         raise ValueError(f"unknown event kind {kind!r}")
+    if kind == "output_checked":
+        fields["errors"] = tuple(fields.get("errors", ()))
     if kind == "action_output":
         fields["logs"] = tuple(fields.get("logs", ()))
         if fields.get("progress") is not None:
@@ -441,10 +510,10 @@ def _json_lines(text: str) -> Iterator[tuple[int, dict[str, Any]]]:
         yield number, line
 
 
-def _decode_header(line: dict[str, Any], number: int) -> Run:
+def _decode_header(line: dict[str, Any], number: int, cls: type[Run]) -> Run:
     if line.get("version") != TRANSCRIPT_VERSION:
         raise TranscriptError(number, f"unsupported version {line.get('version')!r}")
-    return Run(
+    return cls(
         id=str(line["id"]),
         status=str(line["status"]),
         started=float(line["started"]),
@@ -464,14 +533,17 @@ def _decode_or_fail(line: dict[str, Any], number: int) -> AnyEvent:
         raise TranscriptError(number, f"bad event ({exc})") from None
 
 
-def _encode_node(node: ActionNode) -> dict[str, Any]:
+def encode_node(node: ActionNode, *, output: bool = True) -> dict[str, Any]:
+    """A node's transcript line: its state, its action and (unless ``output`` is false:
+    a store keeps outputs apart) its output as JSON or its short repr."""
     out: dict[str, Any] = {"record": "node", "id": node.id}
     out.update({name: getattr(node, name) for name in _NODE_FIELDS})
     out["depends_on"] = list(node.depends_on)
     out["waits_for"] = list(node.waits_for)
     out["logs"] = list(node.logs)
     out["progress"] = None if node.progress is None else _progress_dict(node.progress)
-    out["output"], out["output_repr"] = to_json_value(node.output)
+    if output:
+        out["output"], out["output_repr"] = to_json_value(node.output)
     if node.action is not None:
         action = encode_event(ActionReady(node.action))
         action.pop("kind")
@@ -479,7 +551,8 @@ def _encode_node(node: ActionNode) -> dict[str, Any]:
     return out
 
 
-def _decode_node(line: dict[str, Any], number: int) -> ActionNode:
+def decode_node(line: dict[str, Any], number: int = 0) -> ActionNode:
+    """The node an ``encode_node`` line stands for (``number``: its line, for errors)."""
     if line.get("status") not in STATUSES:
         raise TranscriptError(number, f"unknown status {line.get('status')!r}")
     action = None

@@ -17,10 +17,12 @@ re-running a cell that defines a tool).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections import ChainMap
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -28,14 +30,18 @@ import anyio.from_thread
 from anyio.abc import TaskGroup
 
 from cortex_jupyter.runtime.core.chunks import StreamingModel
+from cortex_jupyter.runtime.core.cost import Budget, Spend
 from cortex_jupyter.runtime.core.errors import AgentDidNotAnswer, NoModelConfigured
 from cortex_jupyter.runtime.core.events import AnyEvent, Nested
+from cortex_jupyter.runtime.core.observer import RunStore
 from cortex_jupyter.runtime.core.record import Run
 from cortex_jupyter.runtime.core.registry import AgentSpec, Registry, default_registry
+from cortex_jupyter.runtime.core.typed import OutputType
 from cortex_jupyter.runtime.core.variables import find_references
 from cortex_jupyter.runtime.loop.conversation import Conversation
 from cortex_jupyter.runtime.loop.feeds import FeedSet
 from cortex_jupyter.runtime.loop.grammar import CONSTRAIN_FORMS, GRAMMAR_DIALECTS
+from cortex_jupyter.runtime.loop.pickup import plan
 from cortex_jupyter.runtime.loop.prompt import describe_variables
 from cortex_jupyter.runtime.loop.request import check_request, request_fields
 from cortex_jupyter.runtime.loop.transcript import RunSource, continue_note, cut_reply, load_runs
@@ -83,7 +89,10 @@ class Agent:
     ``max_depth`` limits how deep agents may call agents. ``approve`` names tools that
     wait for approval (see ``runtime.scheduler.approval``) under the ``approval`` policy; run as a
     nested agent, its caller's ``approve``, ``approval`` and ``approve_timeout`` hold for
-    it too, and its own can only add to them.
+    it too, and its own can only add to them. ``output_type`` (a pydantic model, a
+    dataclass, ``list[int]``...) makes the answer data: ``run.output`` is the validated
+    object, an answer that does not fit is sent back up to ``output_retries`` times, and
+    as a nested agent its action's output is that object (``runtime.core.typed``).
     """
 
     name: str | None = None
@@ -121,8 +130,12 @@ class Agent:
     #: validated object. ``None``: the answer is text only.
     output_type: Any = None
     #: How many times a typed answer that does not validate is sent back to the model
-    #: with the errors before the run fails.
+    #: with the errors before the run fails (each retry is a turn of ``max_turns``).
     output_retries: int = 1
+    #: The most a run may spend (``runtime.core.cost.Budget``): US dollars (``0.05``,
+    #: ``"$0.05"``) or tokens (``"20000tok"``); None: no limit. Checked before each
+    #: request; a run it stops ends ``budget``. A nested agent spends its caller's budget.
+    budget: float | str | Budget | None = None
 
     def __post_init__(self) -> None:
         _check(self)
@@ -159,6 +172,25 @@ class Agent:
         _check(copy)
         return copy
 
+    def settings(self) -> dict[str, Any]:
+        """The settings a stored run keeps beside its prompt (plain values only)."""
+        return {
+            "agent": self.name,
+            "model": getattr(self.model, "name", None),
+            "dialect": self.dialect,
+            "max_turns": self.max_turns,
+            "native_tools": self.native_tools,
+            "constrain": self.constrain,
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+        }
+
+    @cached_property
+    def typed(self) -> OutputType | None:
+        """The answer type made ready (``runtime.core.typed``), or None for a text answer;
+        made once, when the Agent is made (``_check`` refuses a type pydantic cannot use)."""
+        return None if self.output_type is None else OutputType.of(self.output_type)
+
     # ---- running --------------------------------------------------------------------
 
     async def run(
@@ -172,6 +204,7 @@ class Agent:
         variables: Iterable[str] | None = None,
         taken_ids: Iterable[str] = (),
         resume: str | None = None,
+        store: RunStore | None = None,
     ) -> Run:
         """Run ``prompt``: turns of model replies and actions until a final answer.
 
@@ -188,8 +221,70 @@ class Agent:
         ``interrupted``, ``failed`` or ``truncated``; ``run.reason`` says why), only a
         failing runtime or a cancelled run. Pass ``run=Run()`` to keep a handle.
         ``resume`` is set by ``continue_run``: the text of the cut reply to read on from
-        ("" when there is none; see ``Loop.go``).
+        ("" when there is none; see ``Loop.go``). ``store`` keeps the run as it happens
+        (``cortex_jupyter.store.Store``): it is given every event, then the ended run.
         """
+        if store is not None:
+            run = run if run is not None else Run()
+            recording = store.record(run, prompt, self.settings())
+            hooks = _tee(hooks or RunHooks(), recording)
+            try:
+                return await self.run(
+                    prompt, namespace=namespace, conversation=conversation, hooks=hooks,
+                    run=run, variables=variables, taken_ids=taken_ids, resume=resume,
+                )  # fmt: skip
+            finally:
+                recording.finish()
+        loop = self._loop(prompt, namespace, conversation, hooks, run, variables, taken_ids)
+        return await self._drive(loop, functools.partial(loop.go, prompt, resume=resume))
+
+    async def resume(
+        self,
+        run: Run,
+        *,
+        prompt: str = "",
+        namespace: Mapping[str, Any] | None = None,
+        conversation: Conversation | None = None,
+        hooks: RunHooks | None = None,
+        store: RunStore | None = None,
+    ) -> Run:
+        """Go on with ``run``, a run that did not finish (its kernel died, it was
+        stopped, its stream dropped, it reached its turn limit), as itself: the same
+        record and id, its events kept and the new ones after them
+        (``runtime.loop.pickup``). Actions that ended are restored, their outputs bound
+        again under their ``output_key``; those the stop caught run again with the
+        tools as they are now; turns the model answered are not asked again; the run
+        then goes on to the end it would have had. ``prompt`` is the run's prompt, sent
+        only when the record stopped before it; ``conversation`` receives the run's
+        messages as recorded (a fresh one when ``None``); ``store`` goes on keeping it
+        (where its rows end). Returns ``run``.
+        """
+        if store is not None:
+            recording = store.record(run, prompt, self.settings())
+            try:
+                return await self.resume(
+                    run, prompt=prompt, namespace=namespace, conversation=conversation,
+                    hooks=_tee(hooks or RunHooks(), recording),
+                )  # fmt: skip
+            finally:
+                recording.finish()
+        state = plan(run)
+        run.status, run.ended, run.reason = "running", None, None
+        run.variables.clear()  # bound again as each output is restored or made again
+        loop = self._loop(prompt, namespace, conversation, hooks, run, None, ())
+        loop.scheduler.spec.spend.spent_before(run.costs)  # the budget is the whole run's
+        return await self._drive(loop, functools.partial(loop.pick_up, state, prompt))
+
+    def _loop(
+        self,
+        prompt: str,
+        namespace: Mapping[str, Any] | None,
+        conversation: Conversation | None,
+        hooks: RunHooks | None,
+        run: Run | None,
+        variables: Iterable[str] | None,
+        taken_ids: Iterable[str],
+    ) -> Loop:
         model = self._model(None)
         space: Mapping[str, Any] = namespace if namespace is not None else {}
         feeds = self.feeds if self.feeds is not None else FeedSet()
@@ -200,7 +295,7 @@ class Agent:
             conversation = Conversation()
         scheduler = self._scheduler(model, space, feeds, hooks or RunHooks(), run, conversation)
         scheduler.run.reach = ChainMap(feeds, space)  # type: ignore[arg-type]
-        loop = Loop(
+        return Loop(
             self,
             model=model,
             conversation=conversation,
@@ -209,9 +304,15 @@ class Agent:
             variables=describe_variables(space, names),
             taken_ids=taken_ids,
         )
-        active = feeds.active(registry=scheduler.registry, namespace=space, model=model)
+
+    @staticmethod
+    async def _drive(loop: Loop, turns: Callable[[], Awaitable[None]]) -> Run:
+        scheduler = loop.scheduler
+        active = loop.feeds.active(
+            registry=scheduler.registry, namespace=scheduler.namespace, model=loop.model
+        )
         async with scheduler, active:
-            await loop.go(prompt, resume=resume)
+            await turns()
         return scheduler.run
 
     async def continue_run(
@@ -260,10 +361,11 @@ class Agent:
         with anyio.from_thread.start_blocking_portal() as portal:
             return portal.call(functools.partial(self.run, prompt, **options))
 
-    async def run_nested(self, task: str, *, scheduler: Scheduler, node: ActionNode) -> str:
+    async def run_nested(self, task: str, *, scheduler: Scheduler, node: ActionNode) -> Any:
         """Run as the ``agent`` action ``node`` of ``scheduler``'s run: its own loop, its
         events forwarded under ``node`` (``Nested``); its answer is the action's output
-        and its run is ``node.subrun``."""
+        (the validated object when it has an ``output_type``: a typed sub-agent hands
+        its caller data, not text) and its run is ``node.subrun``."""
         model = self._model(scheduler.model, node.id)
         conversation = Conversation()
         child = Run()
@@ -304,6 +406,8 @@ class Agent:
             await loop.go(task)
         if child.status != "completed":
             raise AgentDidNotAnswer(self.name or "agent", child.status, child.reason)
+        if self.typed is not None:
+            return child.output
         return child.answer  # as the caller's run is answered: final reply, $name filled
 
     # ---- helpers ----------------------------------------------------------------------
@@ -347,6 +451,7 @@ class Agent:
             agent=self.name,
             conversation=conversation.id,
             sampling=self._sampling(),
+            spend=Spend(Budget.parse(self.budget)),
         )
         return Scheduler(spec, run=run)
 
@@ -361,6 +466,8 @@ class Agent:
         if self.tools is not None:
             shown.append(f"tools={[_tool_name(t) for t in self.tools]!r}")
         shown.append(f"dialect={self.dialect!r}")
+        if self.typed is not None:
+            shown.append(f"output_type={self.typed.name}")
         return f"Agent({', '.join(shown)})"
 
 
@@ -404,7 +511,9 @@ def _check(agent: Agent) -> None:
     if timeout is not None and (isinstance(timeout, bool) or not timeout > 0):
         raise ValueError(f"approve_timeout must be a number of seconds above 0; got {timeout!r}")
     check_request(agent.request, "Agent(request=...)")
+    _check_budget(agent)
     _check_constrain(agent)
+    _check_output(agent)
     model = agent.model
     if model is not None and (isinstance(model, str) or not hasattr(model, "stream")):
         raise TypeError(
@@ -416,8 +525,35 @@ def _check(agent: Agent) -> None:
 Registry.make_agent = Agent  # ``Registry.add_agent`` makes agents of this loop
 
 
+def _tee(hooks: RunHooks, recording: Callable[[AnyEvent], None]) -> RunHooks:
+    """``hooks`` whose events also go to ``recording`` (a store keeping the run)."""
+    first = hooks.on_event
+
+    def both(event: AnyEvent) -> None:
+        recording(event)
+        if first is not None:
+            first(event)
+
+    return dataclasses.replace(hooks, on_event=both)
+
+
 def _tool_name(entry: str | Callable[..., Any]) -> str:
     return entry if isinstance(entry, str) else getattr(entry, "__name__", repr(entry))
+
+
+def _check_budget(agent: Agent) -> None:
+    try:
+        Budget.parse(agent.budget)
+    except ValueError as exc:
+        raise ValueError(f"Agent(budget=...): {exc}") from None
+
+
+def _check_output(agent: Agent) -> None:
+    retries = agent.output_retries
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise ValueError(f"output_retries must be a whole number, 0 or more; got {retries!r}")
+    agent.__dict__.pop("typed", None)  # a copy (``with_options``) makes its own
+    _ = agent.typed  # made now, so a type pydantic cannot use is refused here
 
 
 def _check_constrain(agent: Agent) -> None:

@@ -67,11 +67,16 @@ class Conversation:
         start = self.starts[-1]
         if any(m["role"] == "assistant" for m in self._messages[start:]):
             return False
-        del self._messages[start:]
-        self.starts.pop()
-        self.marks = {i: mark for i, mark in self.marks.items() if i < start}
-        self.summaries = {k: v for k, v in self.summaries.items() if k[1] <= start}
+        self.drop_last()
         return True
+
+    def drop_last(self) -> None:
+        """Forget the last exchange (a resumed run puts its own, as recorded, instead)."""
+        if self.starts:
+            start = self.starts.pop()
+            del self._messages[start:]
+            self.marks = {i: mark for i, mark in self.marks.items() if i < start}
+            self.summaries = {k: v for k, v in self.summaries.items() if k[1] <= start}
 
     def reset(self) -> None:
         """Forget every message: the next run starts a fresh conversation."""

@@ -15,6 +15,10 @@ run (their only call is a repeat, ``later_tools``), the loop does not run an exa
 of a call that ran (it tells the model so), and the turn after a reply of repeats only
 may answer only.
 
+A typed run (``Agent(output_type=T)``, ``TypedAnswer``): wherever a reply may answer, the
+answer is JSON of ``T``'s schema alone in the dialect's answer block (``schema_rules``
+again), and a typed run's first reply may call a tool or answer (``"either"``).
+
 What a grammar admits is what the runtime runs, no more and no less (sampled and checked
 both ways in tests/runtime/test_grammar.py), with two stated bounds:
 
@@ -33,11 +37,12 @@ both ways in tests/runtime/test_grammar.py), with two stated bounds:
   ``**kwargs`` tool) admits other keys (unescaped, none of the declared names).
 
 JSON schema support: objects, strings, numbers, integers, booleans, null, arrays (and
-``minItems``/``maxItems`` up to ``ITEMS_LIMIT``), ``enum``, ``const``, ``anyOf``/``oneOf``,
-``allOf`` (merged), local ``$ref`` (recursive ones too: FastMCP writes a pydantic model
-parameter as one) and lists of types; anything else is any JSON value. Keywords on values
-(``pattern``, ``minimum``, ``minLength``, ``format``...) are not written: the grammar admits
-such values and the tool's own check refuses them, with its message, as without a grammar.
+``minItems``/``maxItems`` up to ``ITEMS_LIMIT``, ``prefixItems``: a tuple), ``enum``,
+``const``, ``anyOf``/``oneOf``, ``allOf`` (merged), local ``$ref`` (recursive ones too:
+FastMCP writes a pydantic model parameter as one) and lists of types; anything else is
+any JSON value. Keywords on values (``pattern``, ``minimum``, ``minLength``, ``format``...)
+are not written: the grammar admits such values and the tool's own check refuses them,
+with its message, as without a grammar.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from cortex_jupyter.runtime.core.schema import resolve_ref
+from cortex_jupyter.runtime.core.typed import PYTHON_OBJECT
 
 __all__ = [
     "CONSTRAIN_FORMS",
@@ -57,6 +63,7 @@ __all__ = [
     "ORDER_LIMIT",
     "WS_LIMIT",
     "Constraint",
+    "TypedAnswer",
     "later_stage",
     "later_tools",
     "reply_grammar",
@@ -180,10 +187,28 @@ class _Rules:
         #: made for each ``$ref`` in it (a recursive one names its own rule).
         self.root: Any = None
         self.refs: dict[tuple[int, str], str] = {}
-        self.made: dict[tuple[int, bool, str], str] = {}  # ``schema_rules``' rules
+        self.made: dict[tuple[int, bool, str | None, str], str] = {}  # ``schema_rules``' rules
         self.roots: list[Any] = []  # each root read: kept, so no other takes its id
         self.depth = 0  # brackets (objects, arrays) around the value being read
         self.building: dict[tuple[int, str], int] = {}  # $ref being read -> its depth
+        #: The dialect whose typed answer is being written (``_typed_answer``), or None
+        #: (a call's parameters): inside one, JSON text holds nothing that would end the
+        #: answer block early (``_STOPS``).
+        self.answer: str | None = None
+        self.references = True  # False: no "$name" anywhere (a typed answer with no names)
+
+    def base(self, name: str) -> str:
+        """The base rule ``name`` (``json-string``...) in the value being written: inside
+        a typed answer, its variant that holds no answer-ending text."""
+        return _ANSWER_BASE.get(name, name) if self.answer is not None else name
+
+    def json(self, value: Any) -> str:
+        """``value`` as a GBNF literal of its JSON text; inside a typed answer with the
+        characters that could end it early written as ``\\uXXXX`` (JSON reads it the same)."""
+        text = json.dumps(value, ensure_ascii=False)
+        for char in _STOPS.get(self.answer or "", ""):
+            text = text.replace(char, f"\\u{ord(char):04x}")
+        return literal(text)
 
     def add(self, hint: str, body: str) -> str:
         base = re.sub(r"[^a-zA-Z0-9-]+", "-", hint).strip("-").lower() or "r"
@@ -208,28 +233,34 @@ def schema_rules(schema: Any, rules: _Rules, hint: str, *, references: bool = Tr
     if rules.root is None:
         rules.root = schema
         rules.roots.append(schema)
+    references = references and rules.references
     # The same schema twice (a list of one model, one type in many tools) is one rule:
     # an object's rules grow with its properties' orders, and would be written again.
-    key = (id(rules.root), references, json.dumps(schema, sort_keys=True, default=repr))
+    key = (
+        id(rules.root),
+        references,
+        rules.answer,
+        json.dumps(schema, sort_keys=True, default=repr),
+    )
     if key not in rules.made:
         expr = _schema(schema, rules, hint)
-        if references and expr not in ("json-string", "json-value"):
-            expr = rules.add(hint, f"{expr} | reference")
+        if references and expr not in (rules.base("json-string"), rules.base("json-value")):
+            expr = rules.add(hint, f"{expr} | {rules.base('reference')}")
         rules.made[key] = expr
     return rules.made[key]
 
 
 def _schema(schema: Any, rules: _Rules, hint: str) -> str:
     if not isinstance(schema, Mapping):
-        return "json-value"
+        return rules.base("json-value")
     if isinstance(schema.get("$ref"), str):
         return _ref(schema["$ref"], rules, hint)
     if isinstance(schema.get("allOf"), list) and schema["allOf"]:
         return _schema(_all_of(schema, rules), rules, hint)
     if "const" in schema:
-        return _json_literal(schema["const"])
+        return rules.json(schema["const"])
     if isinstance(schema.get("enum"), list) and schema["enum"]:
-        return rules.add(hint, " | ".join(_json_literal(v) for v in schema["enum"]))
+        return rules.add(hint, " | ".join(rules.json(v) for v in schema["enum"]))
     for key in ("anyOf", "oneOf"):
         options = schema.get(key)
         if isinstance(options, list) and options:
@@ -238,25 +269,31 @@ def _schema(schema: Any, rules: _Rules, hint: str) -> str:
     kind = schema.get("type")
     if isinstance(kind, list):
         parts = [_schema({**schema, "type": k}, rules, f"{hint}-{k}") for k in kind]
-        return rules.add(hint, " | ".join(parts)) if parts else "json-value"
+        return rules.add(hint, " | ".join(parts)) if parts else rules.base("json-value")
     simple = {
-        "string": "json-string",
+        "string": rules.base("json-string"),
         "integer": "json-integer",
         "number": "json-number",
         "boolean": "json-boolean",
         "null": "json-null",
     }
+    if kind == "string" and schema.get("pattern") == PYTHON_OBJECT and rules.answer is not None:
+        # A DataFrame field of a typed answer: no text fits it, only a bound name.
+        return rules.base("reference") if rules.references else simple[kind]
     if kind in simple:
         return simple[kind]
+    if kind == "array" and isinstance(schema.get("prefixItems"), list) and schema["prefixItems"]:
+        return rules.add(hint, _tuple(schema, rules, hint))
     if kind == "array":
         items = schema.get("items")
         rules.depth += 1
-        item = schema_rules(items, rules, f"{hint}-item") if items is not None else "json-value"
+        any_value = rules.base("json-value")
+        item = schema_rules(items, rules, f"{hint}-item") if items is not None else any_value
         rules.depth -= 1
         return rules.add(hint, _array(item, schema.get("minItems"), schema.get("maxItems")))
     if kind == "object" or (kind is None and isinstance(schema.get("properties"), Mapping)):
         return _object(schema, rules, hint)
-    return "json-value"
+    return rules.base("json-value")
 
 
 def _ref(ref: str, rules: _Rules, hint: str) -> str:
@@ -266,11 +303,11 @@ def _ref(ref: str, rules: _Rules, hint: str) -> str:
     if rules.building.get(key) == rules.depth:
         # Reached again before a bracket: its rule would start with itself, which
         # llama.cpp refuses ("left recursion"); the schema says nothing more here.
-        return "json-value"
+        return rules.base("json-value")
     if key not in rules.refs:
         target = resolve_ref(ref, rules.root)
         if not isinstance(target, Mapping):
-            return "json-value"
+            return rules.base("json-value")
         name = rules.refs[key] = rules.add(f"ref-{ref.rsplit('/', 1)[-1]}", "")
         rules.building[key] = rules.depth
         rules.rules[name] = _schema(target, rules, f"{hint}-of")
@@ -326,6 +363,30 @@ def _array(item: str, low: Any, high: Any) -> str:
     return f'"[" ws {body} ws "]"' if low else f'"[" ws ( {body} )? ws "]"'
 
 
+def _tuple(schema: Mapping[str, Any], rules: _Rules, hint: str) -> str:
+    """``prefixItems`` (a ``tuple[int, str]``): each place its own schema, in order, the
+    first ``minItems`` of them written; then ``items`` (any number) unless the schema
+    says no more (``items: false``, or ``maxItems`` reached)."""
+    prefix = schema["prefixItems"]
+    rules.depth += 1
+    places = [schema_rules(p, rules, f"{hint}-{i}") for i, p in enumerate(prefix)]
+    items, high = schema.get("items"), schema.get("maxItems")
+    tail = ""
+    if items is not False and not (isinstance(high, int) and high <= len(places)):
+        item = schema_rules(items, rules, f"{hint}-item") if isinstance(items, Mapping) else None
+        tail = f'( ws "," ws {item or rules.base("json-value")} )*'
+    rules.depth -= 1
+    low = schema.get("minItems")
+    low = low if isinstance(low, int) and 0 <= low <= len(places) else 0
+    body = tail
+    for i in range(len(places) - 1, -1, -1):  # from the last place: ( , p2 ( , p3 )? )?
+        head = places[i] if i == 0 else f'ws "," ws {places[i]}'
+        body = f"{head} {body}".strip()
+        if i >= low:
+            body = f"( {body} )?"
+    return f'"[" ws {body} ws "]"'
+
+
 def _object(schema: Mapping[str, Any], rules: _Rules, hint: str) -> str:
     rules.depth += 1
     try:
@@ -343,18 +404,22 @@ def _object_in(schema: Mapping[str, Any], rules: _Rules, hint: str) -> str:
     props = {**props, **{n: {} for n in required if n not in props}}
     extra = schema.get("additionalProperties", not props)
     if not props and extra is True:
-        return "json-object"
+        return rules.base("json-object")
     pairs = {  # one rule each: the orders of an object name each pair many times
         name: rules.add(
             f"{hint}-{name}-pair",
-            f'{_json_literal(name)} ws ":" ws {schema_rules(value, rules, f"{hint}-{name}")}',
+            f'{rules.json(name)} ws ":" ws {schema_rules(value, rules, f"{hint}-{name}")}',
         )
         for name, value in props.items()
     }
     other = None
     if extra is not False:
         key = _key_other_than(list(props), rules, f"{hint}-key")
-        value = schema_rules(extra, rules, f"{hint}-extra") if extra is not True else "json-value"
+        value = (
+            schema_rules(extra, rules, f"{hint}-extra")
+            if extra is not True
+            else rules.base("json-value")
+        )
         other = rules.add(f"{hint}-other", f'{key} ws ":" ws {value}')
     return _pairs(pairs, list(dict.fromkeys(required)), other, rules, hint)
 
@@ -425,14 +490,18 @@ def _pairs_in_order(
 def _key_other_than(names: Sequence[str], rules: _Rules, hint: str) -> str:
     """A JSON string (no escapes) that is none of ``names``: a walk down their trie (a
     name that needs an escape in JSON is never such a string, so it needs no branch)."""
-    names = [n for n in names if not re.search(r'["\\\x00-\x1f]', n)]
+    stops = _STOPS.get(rules.answer or "", "")
+    # In a typed answer a name holding a stop character is written escaped, so no
+    # unescaped key is it either.
+    names = [n for n in names if not re.search(r'["\\\x00-\x1f]', n) and not set(n) & set(stops)]
+    char = rules.base("key-char")
 
     def rest(prefix: str) -> str:
         following = sorted({n[len(prefix)] for n in names if n.startswith(prefix) and n != prefix})
         options = [] if prefix in names else ['"\\""']
         options += [f"{literal(c)} {rest(prefix + c)}" for c in following]
-        banned = "".join(_class_char(c) for c in following)
-        options.append(f'[^{banned}\\"\\\\\\x00-\\x1F] key-char* "\\""')
+        banned = "".join(_class_char(c) for c in [*following, *stops])
+        options.append(f'[^{banned}\\"\\\\\\x00-\\x1F] {char}* "\\""')
         return rules.add(f"{hint}-{len(prefix)}", " | ".join(options))
 
     return rules.add(hint, f'"\\"" {rest("")}')
@@ -475,6 +544,23 @@ def _calls(
     return rules.add("call", " | ".join(options))
 
 
+@dataclass(frozen=True)
+class TypedAnswer:
+    """What a typed run's answer must be (``Agent(output_type=T)``): JSON of ``schema``
+    (``T``'s JSON schema, as pydantic's ``TypeAdapter(T).json_schema()`` writes it).
+
+    ``names`` are the ``$name`` references the answer may use (the run's bound outputs, its
+    feeds and the notebook names the model may see): a string that is exactly ``"$name"`` or
+    ``"$name.path"`` of one of them is admitted wherever a value goes (the runtime puts the
+    object itself there before validating; whether it fits is the validation's to say). No
+    other reference is admitted where the schema wants a non-string: a small model, free to,
+    writes ``"$temp"`` for a number it was never given.
+    """
+
+    schema: Mapping[str, Any]
+    names: Sequence[str] = ()
+
+
 def reply_grammar(
     dialect: str,
     tools: Sequence[Mapping[str, Any]],
@@ -482,6 +568,7 @@ def reply_grammar(
     *,
     max_actions: int = 1,
     known_ids: Sequence[str] = (),
+    typed: TypedAnswer | None = None,
 ) -> str:
     """A GBNF grammar for one reply in ``dialect``.
 
@@ -491,34 +578,43 @@ def reply_grammar(
     (not a blank one); ``"either"``: one or the other. ``max_actions`` bounds the calls
     in one reply: a small model, free to go on, writes the same call again until its
     token limit. ``known_ids`` are the ids of the run's earlier actions: what
-    ``depends_on`` may name. Raises ``ValueError`` for a dialect with no grammar, or
-    ``"actions"`` with no tools.
+    ``depends_on`` may name. ``typed``: the answer is JSON of a type's schema, in the
+    dialect's answer block (see ``TypedAnswer``). Raises ``ValueError`` for a dialect with
+    no grammar, or ``"actions"`` with no tools.
     """
     if dialect not in GRAMMAR_DIALECTS:
         raise ValueError(
             f"constrain: no grammar for the {dialect!r} dialect; "
             f"use one of: {', '.join(GRAMMAR_DIALECTS)}"
         )
-    if stage == "either":
-        if not tools:
-            return reply_grammar(dialect, tools, "answer")
-        actions = reply_grammar(
-            dialect, tools, "actions", max_actions=max_actions, known_ids=known_ids
-        )
-        answer = reply_grammar(dialect, tools, "answer")
-        body = "\n".join(
-            [_rename_root(actions, "actions-root"), _rename_root(answer, "answer-root")]
-        )
-        return "root ::= actions-root | answer-root\n" + _dedupe(body)
-    rules = _Rules()
-    if stage == "answer":
-        rules.add("root", _ANSWERS[dialect])
-        for name, body in _ANSWER_RULES.items():
-            rules.add(name, body)
-        return rules.text() + _BASE
-    if not tools:
+    if not tools and stage == "actions":
         raise ValueError("constrain: no tools are registered, so there is no action to constrain")
+    rules = _Rules()
     rules.add("root", "")  # first, filled in below
+    parts = []
+    if tools and stage != "answer":
+        parts.append(_actions(dialect, tools, rules, max_actions, known_ids))
+    if stage != "actions":
+        answer = _answer(dialect, rules) if typed is None else _typed_answer(dialect, typed, rules)
+        parts.append(answer)
+    if len(parts) == 1:
+        rules.rules["root"] = parts[0]
+    else:
+        actions, answer = parts
+        rules.rules["root"] = (
+            f"{rules.add('actions-root', actions)} | {rules.add('answer-root', answer)}"
+        )
+    return rules.text() + _BASE
+
+
+def _actions(
+    dialect: str,
+    tools: Sequence[Mapping[str, Any]],
+    rules: _Rules,
+    max_actions: int,
+    known_ids: Sequence[str],
+) -> str:
+    """The GBNF of a reply of one to ``max_actions`` calls of ``tools`` in ``dialect``."""
     if dialect == "cortex":
         call = _calls(tools, rules, "parameters", known_ids)
         action = rules.add(
@@ -526,21 +622,17 @@ def reply_grammar(
             '"<action type=\\"tool\\" mode=\\"async\\" id=\\"" action-id "\\">" '
             f'ws {call} ws "</action>"',
         )
-        root = f"ws {action}{_more(f'ws {action}', max_actions)}"
-    elif dialect == "hermes":
+        return f"ws {action}{_more(f'ws {action}', max_actions)}"
+    if dialect == "hermes":
         call = _calls(tools, rules, "arguments", known_ids)
         action = rules.add("action", f'"<tool_call>" ws {call} ws "</tool_call>"')
-        root = f"ws {action}{_more(f'ws {action}', max_actions)}"
-    else:
-        call = _calls(tools, rules, "args", known_ids)
-        more = _more(f'ws "," ws {call}', max_actions)
-        calls = f'"[" ws {call}{more} ws "]"'
-        if dialect == "sigil":
-            root = f'ws "§CALLS: " {calls} "\\n§EXECUTE:"'
-        else:
-            root = f'ws "<execute>" {calls} "</execute>"'
-    rules.rules["root"] = root
-    return rules.text() + _BASE
+        return f"ws {action}{_more(f'ws {action}', max_actions)}"
+    call = _calls(tools, rules, "args", known_ids)
+    more = _more(f'ws "," ws {call}', max_actions)
+    calls = f'"[" ws {call}{more} ws "]"'
+    if dialect == "sigil":
+        return f'ws "§CALLS: " {calls} "\\n§EXECUTE:"'
+    return f'ws "<execute>" {calls} "</execute>"'
 
 
 # A final answer holds a character other than whitespace: a blank one says nothing. What
@@ -559,17 +651,84 @@ _ANSWER_RULES = {
 }
 
 
-def _rename_root(text: str, name: str) -> str:
-    return text.replace("root ::= ", f"{name} ::= ", 1)
+def _answer(dialect: str, rules: _Rules) -> str:
+    """A text answer: what the dialect's answer block holds, not blank."""
+    for name, body in _ANSWER_RULES.items():
+        rules.add(name, body)
+    return _ANSWERS[dialect]
 
 
-def _dedupe(text: str) -> str:
-    """Rules once each (two grammars built from the same tools share their rules)."""
-    seen: dict[str, str] = {}
-    for line in text.splitlines():
-        if line.strip():
-            seen.setdefault(line.split(" ::= ", 1)[0], line)
-    return "\n".join(seen.values()) + "\n"
+# ---- typed answers ------------------------------------------------------------------
+# The JSON sits where the dialect's text answer does, alone (no fence, no prose): the
+# runtime reads the answer block's text as the value. A JSON string may hold any text,
+# so inside one what would end the block early (a ``<`` that starts a tag, sigil's ``§``)
+# is admitted only written as ``\uXXXX``: the same text once JSON is read. Keys of
+# ``additionalProperties`` hold no ``<``/``§`` at all (an escaped one is not admitted).
+
+#: Characters that may end a dialect's answer block (written escaped in a JSON literal).
+_STOPS = {"cortex": "<", "hermes": "<", "cogency": "<", "sigil": "§"}
+#: Where a typed answer opens and closes, around ``ws`` + the JSON + ``ws``.
+_TYPED = {
+    "cortex": ('ws "<response>"', '"</response>"'),
+    "hermes": ("", ""),
+    "sigil": ('ws "§RESPOND: "', '"§END:"'),
+    "cogency": ('ws "<respond>"', '"</respond>" ws "<end>"'),
+}
+#: The base rules a typed answer's values use instead of ``_BASE``'s (``_Rules.base``).
+_ANSWER_BASE = {
+    "json-string": "answer-string",
+    "json-value": "answer-value",
+    "json-object": "answer-object",
+    "key-char": "answer-key-char",
+    "reference": "output-reference",
+}
+#: An escape in a typed answer's string: ``\\uXXXX`` names a character, never half of one
+#: (pydantic's JSON reader refuses a lone surrogate; Python's ``json`` would take it).
+_ESCAPE = (
+    '"\\\\" (["\\\\/bfnrt] | "u" ( [0-9a-cA-Ce-fE-F] hex hex hex | [dD] [0-7] hex hex'
+    ' | [dD] [89abAB] hex hex "\\\\u" [dD] [c-fC-F] hex hex ) )'
+)
+#: A character of a JSON string in a typed answer, by dialect: a ``<`` only before what
+#: starts no tag (as the text answer's ``answer-char``), sigil's ``§`` never.
+_STRING_CHARS = {
+    "<": '[^"\\\\\\x00-\\x1F<] | answer-escape'
+    ' | "<" ( [^a-zA-Z/!<"\\\\\\x00-\\x1F] | answer-escape )',
+    "§": f'[^"\\\\\\x00-\\x1F{_class_char("§")}] | answer-escape',
+}
+_ANSWER_JSON = {
+    "answer-value": "answer-object | answer-array | answer-string | json-number | json-boolean"
+    " | json-null",
+    "answer-object": '"{" ws ( answer-pair ( ws "," ws answer-pair )* )? ws "}"',
+    "answer-pair": 'answer-string ws ":" ws answer-value',
+    "answer-array": '"[" ws ( answer-value ( ws "," ws answer-value )* )? ws "]"',
+    "answer-string": '"\\"" answer-string-char* "\\""',
+    "answer-escape": _ESCAPE,
+}
+
+
+def _typed_answer(dialect: str, typed: TypedAnswer, rules: _Rules) -> str:
+    """A typed answer: the dialect's answer block holding JSON of ``typed.schema`` only."""
+    stop = _STOPS[dialect]
+    for name, body in _ANSWER_JSON.items():
+        rules.add(name, body)
+    rules.add("answer-string-char", _STRING_CHARS[stop])
+    rules.add("answer-key-char", f'[^"\\\\\\x00-\\x1F{_class_char(stop)}]')
+    names = sorted({n for n in typed.names if _NAME.fullmatch(n)})
+    if names:
+        choice = " | ".join(literal(n) for n in names)
+        rules.add("output-reference", f'"\\"$" ( {choice} ) ( "." [a-zA-Z0-9_]+ )* "\\""')
+    rules.root = typed.schema
+    rules.roots.append(typed.schema)
+    rules.answer, rules.references = dialect, bool(names)
+    try:
+        value = schema_rules(typed.schema, rules, "output")
+    finally:
+        rules.answer, rules.references = None, True
+    opening, closing = _TYPED[dialect]
+    return " ".join(p for p in (opening, "ws", value, "ws", closing) if p)
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _more(item: str, max_actions: int) -> str:

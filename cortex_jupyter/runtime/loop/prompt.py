@@ -26,6 +26,7 @@ from cortex_jupyter.runtime.core.secrets import (
     safe_repr,
     truncate,
 )
+from cortex_jupyter.runtime.core.typed import OutputType
 from cortex_jupyter.runtime.loop.feeds import FeedSet
 from cortex_jupyter.runtime.scheduler.spec import InternalPolicy
 
@@ -263,6 +264,7 @@ def system_prompt(
     internal: InternalPolicy | None = None,
     native_tools: bool = False,
     instructions: str | None = None,
+    output: OutputType | None = None,
 ) -> str:
     """The system prompt of one turn.
 
@@ -271,6 +273,8 @@ def system_prompt(
     entries, so only those are listed); ``internal`` actions are listed only when the
     policy enables them, and only the allowed ones. ``variables`` is the text of
     ``describe_variables``; ``instructions`` come first, as the agent's own brief.
+    ``output`` is the answer's type (``Agent(output_type=T)``): its schema and an
+    example answer are shown, written as the dialect writes a final answer.
     """
     taught = "cortex" if dialect == "auto" else dialect
     if taught not in _TEACH:
@@ -296,7 +300,38 @@ def system_prompt(
             'Pass one to an action as "$name": the action receives the object itself, not '
             "this description.\n\n" + variables.strip()
         )
+    if output is not None:
+        parts.append(typed_section(output, "native" if native_tools else taught))
     return "\n\n".join(parts) + "\n"
+
+
+#: How each dialect writes a final answer, around the JSON value.
+_FINAL_ANSWER = {
+    "cortex": "<response>{json}</response>",
+    "sigil": "§RESPOND: {json}\n§END:",
+    "cogency": "<respond>{json}</respond>\n<end>",
+    "hermes": "{json}",
+    "native": "{json}",
+}
+
+
+def typed_section(output: OutputType, dialect: str) -> str:
+    """The part of the system prompt that asks for a typed answer: the JSON schema, and
+    one example of a final answer in ``dialect`` (``native`` with native tools)."""
+    schema = json.dumps(output.schema, ensure_ascii=False, separators=(",", ":"))
+    example = json.dumps(output.example, ensure_ascii=False)
+    answer = _FINAL_ANSWER.get(dialect, _FINAL_ANSWER["cortex"]).format(json=example)
+    return (
+        f"# Your answer's type: {output.name}\n\n"
+        "Your final answer is data, not prose: only one JSON value of this JSON schema, "
+        "bare or in one ```json block, with no other text (interim messages may be "
+        f"prose).\n\n```json\n{schema}\n```\n\nA final answer of this shape (the values "
+        f"are placeholders):\n\n{answer}\n\n"
+        'Inside it, a string that is exactly "$name" or "$name.key" stands for that value '
+        "itself (an action's `output_key`, a feed, a notebook variable): write "
+        '"$weather.temp" rather than copying a number you were given. An answer that does '
+        "not fit the schema is sent back to you with what was wrong."
+    )
 
 
 def _callables(

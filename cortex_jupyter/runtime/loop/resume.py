@@ -125,6 +125,12 @@ class Resume:
         self._open = _open_block(cut, dialect)
         self.ready = cut if self._open is None else cut[: self._open.start]
 
+    @property
+    def open(self) -> str | None:
+        """The kind of block the cut left open (``response``, ``thought``, ``action``),
+        or None when it fell between blocks."""
+        return None if self._open is None else _FAMILIES[self._open.name]
+
     def decided(self, head: str, *, end: bool = False) -> bool:
         """Whether ``head`` (the continuation so far) says how to join; at the end of the
         stream it always does."""

@@ -11,7 +11,7 @@ again), and the note that continues an interrupted run.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -25,6 +25,7 @@ from cortex_jupyter.runtime.core.events import (
     Turn,
     TurnEnd,
 )
+from cortex_jupyter.runtime.core.graph import ActionNode
 from cortex_jupyter.runtime.core.record import Run
 from cortex_jupyter.runtime.core.secrets import redact
 from cortex_jupyter.runtime.core.secrets import tail as secret_tail
@@ -33,6 +34,7 @@ from cortex_jupyter.runtime.loop.prompt import format_results
 __all__ = [
     "TurnRecord",
     "continue_note",
+    "cut_note",
     "cut_reply",
     "load_run",
     "load_runs",
@@ -137,8 +139,28 @@ def continue_note(run: Run, *, dialect: str = "cortex", limit: int = 4000) -> st
     if not turns or run.status == "completed":
         return "Continue."
     last = turns[-1]
-    text = last.assistant.strip()
     how = "was cut off at your token limit" if run.status == "truncated" else "was interrupted"
+    native = set(last.tool_calls)
+    nodes = [
+        run.actions[id]
+        for id in last.actions
+        if id in run.actions and id not in native and run.actions[id].parent is None
+    ]
+    return cut_note(last.assistant, how, nodes, last.errors, dialect, limit)
+
+
+def cut_note(
+    text: str,
+    how: str,
+    nodes: Sequence[ActionNode],
+    errors: Sequence[ProtocolError],
+    dialect: str,
+    limit: int,
+) -> str:
+    """The user message that goes on from a reply that ``how`` ("was interrupted"...):
+    its last characters ``text`` and the results of its actions ``nodes``, so the model
+    neither repeats text nor actions (``continue_note``, and a resumed run's cut reply)."""
+    text = text.strip()
     if text:
         text = redact(text)  # before the cut: no part of a secret stays at its edge
         tail = text if len(text) <= _TAIL else "…" + secret_tail(text, _TAIL)
@@ -148,15 +170,9 @@ def continue_note(run: Run, *, dialect: str = "cortex", limit: int = 4000) -> st
         )
     else:
         head = "Your previous reply was interrupted before you wrote anything. Answer again."
-    native = set(last.tool_calls)
-    nodes = [
-        run.actions[id]
-        for id in last.actions
-        if id in run.actions and id not in native and run.actions[id].parent is None
-    ]
-    if not nodes and not last.errors:
+    if not nodes and not errors:
         return head
-    block = format_results(nodes, last.errors, dialect=dialect, limit=limit)
+    block = format_results(list(nodes), list(errors), dialect=dialect, limit=limit)
     return f"{head} These actions of that reply already ran; do not run them again:\n\n{block}"
 
 

@@ -15,25 +15,22 @@ was cut off at the token limit: ``finish_reason: "length"``), ``interrupted`` (t
 model's stream failed: everything received and run is kept, and ``Agent.continue_run``
 goes on from there), ``cancelled`` or ``failed`` (the runtime failed, or the model failed
 in a way asking again cannot fix: a refused key, an unknown model; what arrived is kept
-too). ``run.reason`` says why when it did not complete.
+too) or ``budget`` (the next request would have passed the run's budget: it was not
+sent; ``runtime.loop.spending``). ``run.reason`` says why when it did not complete.
 
 A ``Conversation`` (``loop.conversation``) is the memory: runs given the same one continue it.
 """
 
 from __future__ import annotations
 
-import inspect
-import json
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, cast
 
 import anyio
 
 from cortex_jupyter.protocol import Parser
-from cortex_jupyter.protocol.actions import build_action, parse_body
 from cortex_jupyter.protocol.events import (
     ActionReady,
     ActionStart,
@@ -55,7 +52,6 @@ from cortex_jupyter.runtime.core.chunks import (
     RefusalChunk,
     StreamingModel,
     TextChunk,
-    ToolCallPayload,
     ToolCallReady,
     ToolCallStart,
     ToolDefinition,
@@ -66,7 +62,6 @@ from cortex_jupyter.runtime.core.chunks import (
 from cortex_jupyter.runtime.core.events import (
     AnyEvent,
     ChatEntry,
-    Chunk,
     ContextUse,
     Interrupt,
     Metric,
@@ -76,6 +71,7 @@ from cortex_jupyter.runtime.core.events import (
 from cortex_jupyter.runtime.core.graph import ActionNode
 from cortex_jupyter.runtime.core.model import complete
 from cortex_jupyter.runtime.core.secrets import redact, redact_value
+from cortex_jupyter.runtime.core.typed import OutputType
 from cortex_jupyter.runtime.loop import grammar
 from cortex_jupyter.runtime.loop.context import (
     DEFAULT_REPLY_ROOM,
@@ -86,189 +82,37 @@ from cortex_jupyter.runtime.loop.context import (
 )
 from cortex_jupyter.runtime.loop.conversation import Conversation
 from cortex_jupyter.runtime.loop.feeds import FeedSet
+from cortex_jupyter.runtime.loop.pickup import PickUp, ReplyCut, event_key
 from cortex_jupyter.runtime.loop.prompt import format_results, result_text, system_prompt
+from cortex_jupyter.runtime.loop.reply import (
+    NO_ANSWER,
+    NOT_RAN,
+    WORDS,
+    ChunkRecorder,
+    TurnState,
+    canonical,
+    decide,
+    native_action,
+    takes_constraint,
+)
 from cortex_jupyter.runtime.loop.resume import Resume
-from cortex_jupyter.runtime.scheduler.calls import error_text
+from cortex_jupyter.runtime.loop.spending import over_budget, pay, payer
+from cortex_jupyter.runtime.loop.transcript import cut_note
+from cortex_jupyter.runtime.loop.typed_answer import AnswerCheck
 from cortex_jupyter.runtime.scheduler.dispatch import Scheduler
 
 __all__ = ["MAX_TURNS", "RESULT_LIMIT", "Conversation", "Loop"]
 
 MAX_TURNS = 10
 RESULT_LIMIT = 4000
-#: Consecutive text chunks closer together than this are kept as one ``chunk`` event.
-COALESCE_SECONDS = 0.05
 # The events of a cut reply's text that a continued run keeps (``Loop._carry``).
 _TEXT_EVENTS = (ThoughtDelta, ThoughtEnd, ResponseDelta, ResponseEnd, TextDelta)
 # Where the list dialects' turn markers can end: reading stops right after one.
 _PIECES = re.compile(r"[^>:\n]+[>:\n]?|[>:\n]")
 
 
-# ---- one turn ---------------------------------------------------------------------------
-
-
-@dataclass
-class _TurnState:
-    number: int
-    before: set[str]
-    errors_before: int
-    text: list[str] = field(default_factory=list)
-    tool_calls: list[ToolCallPayload] = field(default_factory=list)
-    boundary: str | None = None
-    response_final: bool | None = None
-    has_actions: bool = False
-    responded: bool = False  # the reply wrote response text
-    refused: bool = False  # the model refused (delta.refusal): that is its answer
-    loose: bool = False  # the reply wrote text outside any block
-    thought: bool = False  # the reply wrote thought text (or reasoning)
-    reasoning: bool = False
-    finish: str | None = None
-    error: Exception | None = None
-    #: The cut reply this turn's reply continues (``runtime.loop.resume``), until the first
-    #: characters of the continuation say how the two join; what is held meanwhile.
-    resume: Resume | None = None
-    held: list[str] = field(default_factory=list)
-    repeats: int = 0  # actions not run: exact repeats of calls that ran (``Loop._repeat_of``)
-    constrained: bool = False  # the request carried a grammar (``Loop._constraint``)
-
-
-class _ChunkRecorder:
-    """Records the model's chunks as ``chunk`` events, coalescing consecutive text."""
-
-    def __init__(self, emit: Callable[[AnyEvent], None]) -> None:
-        self._emit = emit
-        self._kind = ""
-        self._parts: list[str] = []
-        self._first = 0.0
-        self._last = 0.0
-
-    def add(self, chunk: ModelChunk) -> None:
-        now = time.monotonic()
-        if isinstance(chunk, TextChunk | ReasoningChunk):
-            if self._parts and (chunk.kind != self._kind or now - self._first >= COALESCE_SECONDS):
-                self.flush()
-            if not self._parts:
-                self._kind, self._first = chunk.kind, now
-            self._parts.append(chunk.text)
-            self._last = now
-            return
-        self.flush()
-        self._emit(Chunk.of(chunk, now))
-
-    def flush(self) -> None:
-        if self._parts:
-            self._emit(Chunk(self._kind, self._last, text="".join(self._parts)))
-            self._parts = []
-
-
-def _native_action(call: ToolCallReady, name: str) -> ActionReady | ProtocolError:
-    """A native tool call as a tool action (id = the call's id) of the registry entry
-    ``name`` (the call's native name mapped back), or why it cannot run."""
-    params = parse_body(call.arguments if call.arguments.strip() else "{}", call.id)
-    if isinstance(params, ProtocolError):
-        return params
-    action = build_action(
-        {"name": name, "parameters": params},
-        action_id=call.id,
-        type="tool",
-        mode="async",
-        in_thought=False,
-    )
-    if isinstance(action, ProtocolError):
-        return action
-    return ActionReady(action, f"{call.name}({call.arguments})")
-
-
-def _canonical(value: Any) -> str:
-    """One text for equal parameters, whatever their order, and a number however it is
-    written (``1`` and ``1.0``)."""
-    return json.dumps(_same_numbers(value), sort_keys=True, default=repr)
-
-
-def _same_numbers(value: Any) -> Any:
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, Mapping):
-        return {str(k): _same_numbers(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_same_numbers(v) for v in value]
-    return value
-
-
-#: The ends of an earlier call that do not make a new one a repeat: it never ran, or its
-#: try failed (a flaky service may answer the second time).
-_NOT_RAN = ("skipped", "failed", "cancelled")
-
-
-def _takes_constraint(model: StreamingModel) -> bool:
-    try:
-        return "constraint" in inspect.signature(model.stream).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 #: Most tokens a context summary's reply may take (it is asked for 200 words).
 SUMMARY_TOKENS = 400
-
-#: Why a run ended with no answer (by whether the reply held a thought): the run is
-#: ``completed`` (the model chose to stop), and its cell says so in a ``cortex:`` line.
-NO_ANSWER = {
-    True: "the model wrote only a thought and no answer (the thought is on _cortex.thought)",
-    False: "the model's reply was empty: no thought, no actions, no answer",
-}
-
-#: What a reason tells the user to do, in the words they use: ``Run.words`` picks the set
-#: (a notebook cell's run speaks of the magic's commands and options).
-WORDS: Mapping[str, Mapping[str, str]] = {
-    "api": {
-        "continue": "Agent.continue_run(...)",
-        "max_turns": "max_turns=...",
-        "max_tokens": "max_tokens=...",
-    },
-    "magic": {
-        "continue": "%cortex continue",
-        "max_turns": "--max-turns N",
-        "max_tokens": "--max-tokens N",
-    },
-}
-
-
-def _decide(
-    turn: _TurnState, max_tokens: int | None, words: Mapping[str, str] = WORDS["api"]
-) -> tuple[str, str]:
-    """(outcome, reason) of a turn: ``final``, ``results``, ``truncated``,
-    ``interrupted`` or ``failed``; ``words`` name what to do next (``WORDS``)."""
-    if turn.error is not None:
-        # A model error that asking again cannot fix (a refused key, an unknown model)
-        # fails the run; anything else (a dropped stream) leaves it to be continued.
-        if getattr(turn.error, "continuable", True):
-            return "interrupted", f"the model's stream failed: {error_text(turn.error)}"
-        return "failed", f"the model failed: {error_text(turn.error)}"
-    if turn.finish == "length":
-        limit = f" of {max_tokens:,} tokens" if max_tokens else ""
-        return "truncated", (
-            f"the model's reply was cut off at its token limit{limit} (finish_reason "
-            f'"length"); {words["continue"]} asks it to go on from there, and '
-            f"{words['max_tokens']} allows longer replies"
-        )
-    if turn.refused:
-        return "final", "the model refused"
-    if turn.finish == "content_filter":
-        return "final", "the server's content filter stopped the reply; what came before is kept"
-    if turn.boundary == "end":
-        return "final", "the model marked the task complete"
-    if turn.boundary == "execute":
-        return "results", "the model ended its turn to run its calls"
-    if turn.tool_calls:
-        return "results", "native tool calls"
-    if turn.response_final is not None:
-        if turn.response_final:
-            return "final", "a final response"
-        return "results", 'a response with final="false"'
-    if turn.has_actions:
-        return "results", "a turn of actions with no response"
-    if not turn.loose:
-        return "final", NO_ANSWER[turn.thought]
-    return "final", "no actions and no response: the text is the answer"
 
 
 # ---- the loop ---------------------------------------------------------------------------
@@ -296,6 +140,10 @@ class Settings(Protocol):
     def instructions(self) -> str | None: ...
     @property
     def constrain(self) -> bool | str: ...
+    @property
+    def typed(self) -> OutputType | None: ...
+    @property
+    def output_retries(self) -> int: ...
 
 
 class Loop:
@@ -332,12 +180,22 @@ class Loop:
         self._start = 0  # where this run's messages begin in the conversation
         self._sent: list[Message] = []  # what the current turn sent (for calibration)
         self._system = ""
-        self._recorder = _ChunkRecorder(scheduler.emit)
+        self._recorder = ChunkRecorder(scheduler.emit)
         # The native names of the tools the current turn offers (``fs__read_file`` for
         # ``fs.read_file``), so a native call maps back to the registered name.
         self._natives = NativeNames()
         self._resume: Resume | None = None
         self._looping = False  # the last reply only repeated calls that had run
+        # Picking a stopped run up (``pick_up``): its record already holds the cut reply's
+        # text, the events of its last turn's end in ``_known``, and while ``_quiet`` the
+        # reply being read again.
+        self._picked_up = False
+        self._known: list[tuple[Any, ...]] = []
+        self._quiet = False
+        typed = agent.typed
+        self.typed = None if typed is None else AnswerCheck(
+            typed, retries=agent.output_retries, scheduler=scheduler, native=agent.native_tools
+        )  # fmt: skip
 
     async def go(self, user_text: str, *, resume: str | None = None) -> None:
         """Run the turns, from the prompt ``user_text``. ``resume`` (``Agent.continue_run``)
@@ -349,54 +207,112 @@ class Loop:
             self.conversation.drop_unanswered()
         self._start = self.conversation.begin()
         self._say({"role": "user", "content": user_text})
-        number = 0
+        if self.typed is not None:
+            self.typed.expect()
+        await self._turns(1, self.max_turns)
+
+    async def pick_up(self, plan: PickUp, prompt: str) -> None:
+        """Go on with a run that stopped, in its own record (``Agent.resume``; see
+        ``runtime.loop.pickup``): its conversation as recorded, the actions of its earlier
+        turns restored or run again, its last turn's reply read again from the record
+        (never asked again), then the turns it had left."""
+        await self._learn_window()
+        self._picked_up, self._known = True, list(plan.known)
+        self._start = self.conversation.begin()
+        for message in plan.messages:
+            self.conversation.append(message)
+        if not plan.messages:  # stopped before its prompt was recorded
+            self._say({"role": "user", "content": prompt})
+        for node in plan.earlier:
+            assert node.action is not None  # (``plan`` keeps only nodes that have one)
+            self.scheduler.pick_up(node.action, node.source)
+        # Its last turn is read again only when the record holds some of its reply; one
+        # asked but not answered at all is asked again, as a new request would be.
+        replay = plan if plan.turn and plan.chunks else None
+        answered = getattr(self.model, "answered", None)  # a script: its next turn
+        if answered is not None:
+            answered(plan.turn if replay is not None else max(plan.turn - 1, 0))
+        # A run stopped by its turn limit gets as many turns again, as continuing it does.
+        last = self.max_turns + (plan.turn if plan.limit else 0)
+        await self._turns(max(plan.turn, 1), last, replay)
+
+    async def _turns(self, first: int, last: int, replay: PickUp | None = None) -> None:
+        number = first - 1
         words = WORDS.get(self.run.words, WORDS["api"])
-        for number in range(1, self.max_turns + 1):
-            await self.feeds.refresh_due()
-            messages, fit = await self._messages()
-            self.scheduler.emit(Turn(number, time.monotonic(), self.model.name))
-            self._report_fit(number, fit)
-            turn = _TurnState(number, set(self.run.actions), len(self.run.errors))
-            try:
-                await self._stream(turn, messages)
-                await self.scheduler.drain()
-            finally:
-                self._close(turn)
-            outcome, reason = _decide(turn, self.agent.max_tokens, words)
-            if outcome == "results" and getattr(self.model, "remaining_turns", None) == 0:
-                # A script or a replay that has no more turns: its end is the run's end,
-                # not a question for a turn that does not exist.
-                outcome, reason = "final", "the script has no more turns"
-            if outcome == "results" and number == self.max_turns:
-                outcome = "limit"
-            # A reply of plain text (no response block, no actions): that text is the answer.
-            answer = outcome == "final" and turn.loose and not turn.responded
-            self.scheduler.emit(
-                TurnEnd(number, time.monotonic(), outcome, reason, turn.finish, answer)
-            )
-            if outcome == "final":
-                if turn.finish == "content_filter" or reason in NO_ANSWER.values():
-                    self.run.notes.append(reason)  # completed, but the cell says so
-                    self.run.reason = reason
+        for number in range(first, last + 1):
+            if await self._turn(number, last, words, replay if number == first else None):
                 break
-            if outcome == "truncated":
-                self._stop("truncated", "token limit", reason)
-                break
-            if outcome == "interrupted":
-                self._stop("interrupted", "stream failed", reason)
-                break
-            if outcome == "failed":
-                self._stop("failed", "model failed", reason)
-                break
-            self._send_results(turn, reason)
         else:
             self._stop(
                 "turn_limit",
                 "turn limit",
-                f"stopped after {self.max_turns} turns without a final response; continue it "
+                f"stopped after {last} turns without a final response; continue it "
                 f"with {words['continue']}, or allow more turns ({words['max_turns']})",
             )
+        if self.scheduler.outcome == "budget":  # its last turn's request was not sent
+            number -= 1
         self.scheduler.emit(Metric("turns", number, time.monotonic(), "count"))
+
+    async def _turn(
+        self, number: int, last: int, words: Mapping[str, str], replay: PickUp | None
+    ) -> bool:
+        """One turn (``replay``: the recorded reply of a resumed run's last turn, read
+        again); True when the run ends with it."""
+        turn = TurnState(number, set(self.run.actions), len(self.run.errors))
+        if replay is None:
+            await self.feeds.refresh_due()
+            messages, fit = await self._messages()
+            budget = over_budget(
+                self.scheduler, self.model, fit.tokens, self.agent.max_tokens, words["budget"]
+            )
+            if budget is not None:  # the request is not sent
+                self._stop("budget", "budget", budget)
+                return True
+            cut = self._resume.open if self._picked_up and self._resume is not None else None
+            self.scheduler.emit(Turn(number, time.monotonic(), self.model.name, cut))
+            self._report_fit(number, fit)
+        else:
+            turn.before, turn.errors_before = set(replay.before), replay.errors_before
+        try:
+            if replay is None:
+                await self._stream(turn, messages)
+            else:
+                await self._reread(turn, replay.chunks)
+            await self.scheduler.drain()
+        finally:
+            self._close(turn)
+        outcome, reason = decide(turn, self.agent.max_tokens, words)
+        if outcome == "results" and getattr(self.model, "remaining_turns", None) == 0:
+            # A script or a replay that has no more turns: its end is the run's end,
+            # not a question for a turn that does not exist.
+            outcome, reason = "final", "the script has no more turns"
+        if outcome == "results" and number == last:
+            outcome = "limit"
+        # A reply of plain text (no response block, no actions): that text is the answer.
+        answer = outcome == "final" and turn.loose and not turn.responded
+        self._emit(TurnEnd(number, time.monotonic(), outcome, reason, turn.finish, answer))
+        if outcome == "final" and self.typed is not None:
+            again, why = self.typed.verdict(number, last, words)
+            if again:  # the errors go back as the next turn (it counts as one)
+                self._say({"role": "user", "content": again})
+                return False
+            if why:
+                self._stop("failed", "answer did not fit", why)
+                return True
+        if replay is not None and outcome in ("truncated", "interrupted", "failed"):
+            self._go_on(turn, outcome)  # a resumed run reads on from its cut reply
+            return False
+        if outcome == "final":
+            if turn.finish == "content_filter" or reason in NO_ANSWER.values():
+                self.run.notes.append(reason)  # completed, but the cell says so
+                self.run.reason = reason
+            return True
+        stops = {"truncated": "token limit", "interrupted": "stream failed"}
+        if outcome in (*stops, "failed"):
+            self._stop(outcome, stops.get(outcome, "model failed"), reason)
+            return True
+        self._send_results(turn, reason)
+        return False
 
     async def _learn_window(self) -> None:
         """A model that can ask its server for its real context window (llama.cpp's
@@ -405,6 +321,26 @@ class Loop:
         if learn is not None and not self.agent.context_tokens:
             await learn()
             self.budget = budget_for(None, self.model)
+
+    def _emit(self, event: AnyEvent) -> None:
+        """Record and pass on an event of a turn's end, unless the record of a resumed
+        run already holds it (``pick_up``)."""
+        key = event_key(event)
+        if key in self._known:
+            self._known.remove(key)
+            return
+        self.scheduler.emit(event)
+
+    def _go_on(self, turn: TurnState, outcome: str) -> None:
+        """A resumed run's last reply was cut (the kernel died, the stream dropped, the
+        token limit): the model is told so, with the results of that reply's actions,
+        and its next reply reads on from the cut (as ``Agent.continue_run``)."""
+        text = "".join(turn.text)
+        errors = [e for e in self.run.errors[turn.errors_before :] if e.id is None]
+        how = "was cut off at your token limit" if outcome == "truncated" else "was interrupted"
+        note = cut_note(text, how, self._turn_nodes(turn), errors, self.dialect, self.result_limit)
+        self._say({"role": "user", "content": note})
+        self._resume = Resume(text, self.dialect) if text else None
 
     def _stop(self, status: str, reason: str, why: str) -> None:
         self.scheduler.outcome = status
@@ -424,6 +360,7 @@ class Loop:
             internal=self.scheduler.internal,
             native_tools=self.agent.native_tools,
             instructions=self.agent.instructions,
+            output=self.agent.typed,
         )
         text = redact(text)
         if text != self._system:
@@ -487,7 +424,8 @@ class Loop:
             request = {**self.scheduler.request, "max_tokens": SUMMARY_TOKENS}
             with anyio.fail_after(120):
                 text = await complete(
-                    text_client(model, request), [{"role": "user", "content": prompt}]
+                    text_client(model, request, payer(self.scheduler, model)),
+                    [{"role": "user", "content": prompt}],
                 )
         except Exception:
             return
@@ -499,7 +437,7 @@ class Loop:
         # a key a tool printed, or one the model was given, goes no further.
         message = cast(ChatMessage, redact_value(message))
         self.conversation.append(message)
-        self.scheduler.emit(
+        self._emit(
             ChatEntry(
                 message["role"],
                 message["content"],
@@ -525,40 +463,49 @@ class Loop:
 
     # ---- streaming one reply ----------------------------------------------------
 
-    def _constraint(self, turn: _TurnState) -> dict[str, Any]:
+    def _constraint(self, turn: TurnState) -> dict[str, Any]:
         """The ``constraint=`` argument of this turn's request (``Agent.constrain``).
 
-        Turn-aware: a run's first turn calls tools (when there are any); a turn after
-        results calls tools or answers (``grammar.later_tools``, ``grammar.later_stage``).
-        A reply that continues a cut one is
-        not constrained (it starts mid-text), nor is a model that takes no grammar."""
+        Turn-aware: a run's first turn calls tools (when there are any; a typed run's may
+        also answer, so a question that needs no tool is answered at once); a turn after
+        results calls tools or answers (``grammar.later_tools``, ``grammar.later_stage``),
+        and a typed run's answer is JSON of its type, ``"$name"`` in it for the names a
+        parameter's may reach now. A reply that continues a cut one is not constrained (it
+        starts mid-text), nor is a model that takes no grammar."""
         constrain = self.agent.constrain
         if constrain is False or turn.resume is not None:
             return {}
-        if not _takes_constraint(self.model):
+        if not takes_constraint(self.model):
             note = f"constrain: the model {self.model.name!r} takes no grammar; not constrained"
             if note not in self.run.notes:
                 self.run.notes.append(note)
             return {}
+        names = [*self.run.variables, *self.feeds, *self.scheduler.namespace]
+        out = self.agent.typed
+        typed = None if out is None else grammar.TypedAnswer(out.schema, names)
         tools = self.scheduler.registry.schemas(("tool",))
         if turn.number == 1 and tools:
-            stage: grammar.Stage = "actions"
+            stage: grammar.Stage = "actions" if typed is None else "either"
         else:
-            ran = [n.name for n in self.run.actions.values() if n.status not in _NOT_RAN]
+            ran = [n.name for n in self.run.actions.values() if n.status not in NOT_RAN]
             tools = grammar.later_tools(tools, ran)
             stage = grammar.later_stage(tools, repeated=self._looping)
         form = "gbnf" if constrain is True else str(constrain)
-        text = grammar.reply_grammar(self.dialect, tools, stage, known_ids=sorted(self.run.actions))
+        text = grammar.reply_grammar(
+            self.dialect, tools, stage, known_ids=sorted(self.run.actions), typed=typed
+        )
         turn.constrained = True
         return {"constraint": grammar.Constraint(text, form, stage).body()}
 
-    async def _stream(self, turn: _TurnState, messages: list[Message]) -> None:
+    async def _stream(self, turn: TurnState, messages: list[Message]) -> None:
         parser = Parser(self.dialect, taken_ids=self.taken | set(self.run.actions))
         turn.resume, self._resume = self._resume, None
         if turn.resume is not None:
             self._carry(turn, parser, turn.resume.ready)
         # Extra request fields only when there are some: a model need not know them.
         request = self.scheduler.request
+        if self.typed is not None:
+            request = self.typed.request(request)
         stream = self.model.stream(
             messages,
             tools=self._tools(),
@@ -580,6 +527,9 @@ class Loop:
                     break
         finally:
             self._recorder.flush()
+            # Paid when the reply ends, before its actions finish: a nested agent they
+            # start spends the same budget, and sees this reply's cost in it.
+            pay(self.scheduler, self.model, turn.usage, turn.chunks > 0)
             aclose = getattr(stream, "aclose", None)
             if aclose is not None:
                 await aclose()
@@ -591,9 +541,11 @@ class Loop:
         if turn.refused:
             self._submit(turn, ResponseEnd(True))
 
-    def _take(self, turn: _TurnState, parser: Parser, chunk: ModelChunk) -> bool:
+    def _take(self, turn: TurnState, parser: Parser, chunk: ModelChunk) -> bool:
         """Handle one chunk; True when the turn's reply must not be read further."""
-        self._recorder.add(chunk)
+        if not self._quiet:  # a reply read again (``_reread``) is recorded already
+            self._recorder.add(chunk)
+        turn.chunks += 1
         if isinstance(chunk, RefusalChunk):  # before TextChunk: it is one
             self._end_reasoning(turn)
             self._refuse(turn, chunk.text)
@@ -616,9 +568,9 @@ class Loop:
                     "function": {"name": chunk.name, "arguments": chunk.arguments},
                 }
             )
-            self._submit(turn, _native_action(chunk, self._natives.original(chunk.name)))
-        elif isinstance(chunk, Usage):
-            now = time.monotonic()
+            self._submit(turn, native_action(chunk, self._natives.original(chunk.name)))
+        elif isinstance(chunk, Usage) and not self._quiet:
+            now, turn.usage = time.monotonic(), chunk
             if chunk.prompt_tokens and self._sent:
                 self.conversation.counter.calibrate(
                     cast(list[ChatMessage], self._sent), chunk.prompt_tokens
@@ -630,7 +582,7 @@ class Loop:
             turn.finish = chunk.reason
         return False
 
-    def _feed(self, turn: _TurnState, parser: Parser, text: str) -> bool:
+    def _feed(self, turn: TurnState, parser: Parser, text: str) -> bool:
         pieces = [text] if self.dialect == "cortex" else _PIECES.findall(text)
         for piece in pieces:
             turn.text.append(piece)
@@ -641,7 +593,7 @@ class Loop:
                 return True
         return False
 
-    def _hold(self, turn: _TurnState, parser: Parser, text: str, *, end: bool = False) -> bool:
+    def _hold(self, turn: TurnState, parser: Parser, text: str, *, end: bool = False) -> bool:
         """The first text of a reply that continues a cut one: held until it says how the
         two join, then the rest of the cut text and the continuation are read."""
         assert turn.resume is not None
@@ -656,14 +608,15 @@ class Loop:
         turn.text.append(head[: len(head) - len(continuation)])
         return self._feed(turn, parser, continuation)
 
-    def _carry(self, turn: _TurnState, parser: Parser, text: str) -> None:
+    def _carry(self, turn: TurnState, parser: Parser, text: str) -> None:
         """Read text of the cut reply: its thought and response text belong to this run's
         answer; its actions ran (or were refused) in the run that was cut."""
         for event in parser.feed(text) if text else ():
             if isinstance(event, _TEXT_EVENTS):
-                self._submit(turn, event)
+                # A resumed run's record holds that text already: it counts, once.
+                self._mark(turn, event) if self._picked_up else self._submit(turn, event)
 
-    def _refuse(self, turn: _TurnState, text: str) -> None:
+    def _refuse(self, turn: TurnState, text: str) -> None:
         """A refusal is the model's answer, shown as the response and marked as a
         refusal; it is not protocol text, so the parser never reads it."""
         if not turn.refused:
@@ -672,12 +625,39 @@ class Loop:
         turn.text.append(text)
         self._submit(turn, ResponseDelta(text, True))
 
-    def _end_reasoning(self, turn: _TurnState) -> None:
+    def _end_reasoning(self, turn: TurnState) -> None:
         if turn.reasoning:
             turn.reasoning = False
             self._submit(turn, ThoughtEnd())
 
-    def _submit(self, turn: _TurnState, event: Event) -> None:
+    def _submit(self, turn: TurnState, event: Event) -> None:
+        self._mark(turn, event)
+        if self._quiet:  # read again from the record: restored or run again, not recorded
+            self.scheduler.replay(event)
+            return
+        if isinstance(event, ActionReady):
+            # The text an action came from is recorded before it can run: a record cut
+            # after the action ended (a killed kernel) holds what resume reads it from.
+            self._recorder.flush()
+        if isinstance(event, ActionReady) or (
+            isinstance(event, ProtocolError) and event.id is not None
+        ):
+            repeat = turn.constrained and isinstance(event, ActionReady)
+            earlier = self._repeat_of(cast(ActionReady, event)) if repeat else None
+            if earlier is not None:
+                turn.repeats += 1
+                self.scheduler.skip(
+                    cast(ActionReady, event),
+                    f"not run: the same call as {earlier!r}, which already ran (its result "
+                    "is above); answer, or call something else",
+                )
+                return
+            self.scheduler.submit(event)
+        else:
+            self.scheduler.submit(event)
+
+    def _mark(self, turn: TurnState, event: Event) -> None:
+        """What an event of the reply says about the turn."""
         if isinstance(event, ResponseDelta):
             turn.responded = True
         elif isinstance(event, ThoughtDelta):
@@ -690,17 +670,6 @@ class Loop:
             isinstance(event, ProtocolError) and event.id is not None
         ):
             turn.has_actions = True
-            repeat = turn.constrained and isinstance(event, ActionReady)
-            earlier = self._repeat_of(cast(ActionReady, event)) if repeat else None
-            if earlier is not None:
-                turn.repeats += 1
-                self.scheduler.skip(
-                    cast(ActionReady, event),
-                    f"not run: the same call as {earlier!r}, which already ran (its result "
-                    "is above); answer, or call something else",
-                )
-                return
-        self.scheduler.submit(event)
 
     def _repeat_of(self, event: ActionReady) -> str | None:
         """In a reply written under a grammar (which admits actions on every turn), the id
@@ -708,18 +677,38 @@ class Loop:
         calls the same thing again and again, so a repeat is not run and the model is told
         (and may only answer next). A call whose try failed may be tried again."""
         call = event.action
-        key = (call.type, call.name, _canonical(call.parameters))
+        key = (call.type, call.name, canonical(call.parameters))
         for node in self.run.actions.values():
             done = node.action
-            if done is None or node.parent is not None or node.status in _NOT_RAN:
+            if done is None or node.parent is not None or node.status in NOT_RAN:
                 continue
-            if (done.type, done.name, _canonical(done.parameters)) == key:
+            if (done.type, done.name, canonical(done.parameters)) == key:
                 return node.id
         return None
 
+    async def _reread(self, turn: TurnState, chunks: Sequence[ModelChunk]) -> None:
+        """The reply of a resumed run's last turn, read again from its record as it was
+        streamed (the model is not asked): its actions are restored or run again
+        (``Scheduler.replay``). A reply the record holds no end of was cut."""
+        parser = Parser(self.dialect, taken_ids=self.taken | turn.before)
+        self._quiet = True
+        try:
+            for chunk in chunks:
+                if self._take(turn, parser, chunk):
+                    break
+            self._end_reasoning(turn)
+            for event in parser.close():
+                self._submit(turn, event)
+            if turn.refused:
+                self._submit(turn, ResponseEnd(True))
+        finally:
+            self._quiet = False
+        if turn.finish is None and turn.boundary is None and turn.error is None:
+            turn.error = ReplyCut()
+
     # ---- after the reply --------------------------------------------------------
 
-    def _close(self, turn: _TurnState) -> None:
+    def _close(self, turn: TurnState) -> None:
         """Put the reply, and an answer to each native call, in the conversation.
 
         Runs however the turn ended (cancelled too), so the conversation stays valid:
@@ -744,7 +733,7 @@ class Loop:
                     answer = f"{node.status}: {answer}"
             self._say({"role": "tool", "tool_call_id": call["id"], "content": answer})
 
-    def _turn_nodes(self, turn: _TurnState) -> list[ActionNode]:
+    def _turn_nodes(self, turn: TurnState) -> list[ActionNode]:
         native = {call["id"] for call in turn.tool_calls}
         return [
             node
@@ -752,7 +741,7 @@ class Loop:
             if id not in turn.before and id not in native and node.parent is None
         ]
 
-    def _send_results(self, turn: _TurnState, reason: str) -> None:
+    def _send_results(self, turn: TurnState, reason: str) -> None:
         nodes = self._turn_nodes(turn)
         self._looping = bool(nodes) and turn.repeats == len(nodes)
         errors = [e for e in self.run.errors[turn.errors_before :] if e.id is None]

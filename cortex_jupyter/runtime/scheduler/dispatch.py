@@ -43,9 +43,11 @@ from cortex_jupyter.protocol.events import (
 )
 from cortex_jupyter.runtime.core.chunks import StreamingModel, text_client
 from cortex_jupyter.runtime.core.coerce import fit
+from cortex_jupyter.runtime.core.cost import charge
 from cortex_jupyter.runtime.core.errors import (
     ActionTimeout,
     AgentDepthExceeded,
+    BudgetReached,
     CortexRuntimeError,
     InvalidVariableName,
     NoModelConfigured,
@@ -54,10 +56,16 @@ from cortex_jupyter.runtime.core.errors import (
     WorkflowStepFailed,
 )
 from cortex_jupyter.runtime.core.events import ActionStatus, AnyEvent, End, Interrupt, Metric
-from cortex_jupyter.runtime.core.graph import ActionNode, Graph, Update
+from cortex_jupyter.runtime.core.graph import NOT_STARTED, ActionNode, Graph, Update
 from cortex_jupyter.runtime.core.model import Message, complete
 from cortex_jupyter.runtime.core.observe import RunObserver, RunStart, acting, observers_for
-from cortex_jupyter.runtime.core.record import Run, brief_json, dispatch_latencies, summarize
+from cortex_jupyter.runtime.core.record import (
+    Run,
+    brief_json,
+    dispatch_latencies,
+    kept,
+    summarize,
+)
 from cortex_jupyter.runtime.core.registry import (
     AgentSpec,
     Step,
@@ -213,7 +221,7 @@ class Scheduler:
         now = time.monotonic()
         for node in list(self.run.actions.values()):
             if node.status == "pending":
-                self._settle(node, "skipped", now, "not started: the run was stopped")
+                self._settle(node, "skipped", now, NOT_STARTED)
 
     def _end(self, status: str) -> None:
         if self.run.ended is not None:
@@ -269,6 +277,45 @@ class Scheduler:
         self._track(node)
         self._settle(node, "skipped", now, why)
         self._apply(self.graph.add(node))
+
+    # ---- picking a run up again (``Agent.resume``) ------------------------------------
+
+    def replay(self, event: Event) -> None:
+        """An event of a reply the run's record already holds, read again when the run is
+        resumed: its effect without recording it twice. An action that ended on its own
+        is restored (``kept``), one the stop caught runs again."""
+        self._require_tg("replay an event")
+        if isinstance(event, ActionReady):
+            self.pick_up(event.action, event.source)
+        elif isinstance(event, ActionStart):
+            self._starts[event.id] = event
+        elif isinstance(event, ContextFeedEvent):
+            self.feeds[event.id] = event.text
+        elif isinstance(event, ProtocolError) and event.id not in (None, *self.run.actions):
+            self.submit(event)  # a refusal the record lost
+
+    def pick_up(self, action: Action, source: str = "") -> None:
+        """The action ``action`` of the resumed run: its node restored when ``kept``
+        (its output bound again under its ``output_key``, its dependents released), else
+        run again with the tool as it is registered now."""
+        node = self.run.actions.get(action.id)
+        if node is None:  # the record lost it (its last moment): it is new
+            self._emit(ActionReady(action, source))
+        elif kept(node):
+            ok = node.status == "done" or (node.status == "failed" and action.on_error == "skip")
+            update = self.graph.add(
+                node, find_references(action.parameters), action.output_key, ok=ok
+            )
+            if ok:
+                self._bind_output(node)
+            self._apply(update)
+            return
+        else:  # its steps (a workflow's) are made again with it
+            for id in [
+                k for k, n in self.run.actions.items() if k == action.id or n.parent == action.id
+            ]:
+                del self.run.actions[id]
+        self._add_action(action, source)
 
     async def drain(self) -> None:
         """End of a turn: give up on ids that never came, wait for every action but
@@ -352,7 +399,7 @@ class Scheduler:
             self._settle(node, "skipped", now, reason)
         for node in update.ready:
             if self._stopping:
-                self._settle(node, "skipped", now, "not started: the run was stopped")
+                self._settle(node, "skipped", now, NOT_STARTED)
             else:
                 self._start(node)
 
@@ -372,7 +419,7 @@ class Scheduler:
             finally:
                 del self._background_scopes[node.id]
         if scope.cancelled_caught and node.status == "pending":
-            self._settle(node, "skipped", time.monotonic(), "not started: the run was stopped")
+            self._settle(node, "skipped", time.monotonic(), NOT_STARTED)
 
     async def _execute(self, node: ActionNode) -> None:
         if node.final:  # skipped while waiting for its turn to start
@@ -668,7 +715,12 @@ class Scheduler:
         messages: list[Message] = (
             [{"role": "user", "content": str(prompt)}] if not isinstance(prompt, list) else prompt
         )
-        return await complete(text_client(model, self.request), messages)
+        spend = self.spec.spend
+        why = spend.check_text(model, repr(messages))  # before the request, as a turn's is
+        if why is not None:
+            raise BudgetReached(why)
+        on_end = functools.partial(charge, spend, self.emit, model)
+        return await complete(text_client(model, self.request, on_end), messages)
 
     async def _run_workflow(
         self, parent: ActionNode, spec: WorkflowSpec, params: dict[str, Any]
@@ -719,14 +771,14 @@ class Scheduler:
         self._track(node)
         return node
 
-    async def _run_agent(self, parent: ActionNode, spec: AgentSpec, params: dict[str, Any]) -> str:
+    async def _run_agent(self, parent: ActionNode, spec: AgentSpec, params: dict[str, Any]) -> Any:
         if self.depth + 1 > self.max_depth:
             raise AgentDepthExceeded(spec.name, self.depth)
         task = str(params["task"])
         if params.get("context") is not None:
             task += f"\n\nContext:\n{params['context']}"
-        answer: str = await spec.agent.run_nested(task, scheduler=self, node=parent)
-        return answer
+        # Its answer text, or the validated object of an agent with an output_type.
+        return await spec.agent.run_nested(task, scheduler=self, node=parent)
 
     # ---- events ---------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from anyio.abc import TaskGroup
 
 from cortex_jupyter.protocol.events import Action
 from cortex_jupyter.runtime.core.chunks import StreamingModel
+from cortex_jupyter.runtime.core.cost import Spend
 from cortex_jupyter.runtime.core.errors import InternalActionRefused
 from cortex_jupyter.runtime.core.events import AnyEvent
 from cortex_jupyter.runtime.core.registry import Registry, default_registry
@@ -81,6 +82,9 @@ class RunSpec:
     retry: RetryPolicy = RetryPolicy()
     rules: Rules = field(default_factory=lambda: Rules.of("ask"))
     request: Mapping[str, Any] = field(default_factory=dict)
+    #: What the run spent, against its budget: one object shared by the runs nested in
+    #: it, so a nested agent's requests count against its caller's budget.
+    spend: Spend = field(default_factory=Spend, repr=False, compare=False)
     # the host's hooks
     on_event: EventCallback | None = field(default=None, repr=False)
     bind: BindCallback | None = field(default=None, repr=False)

@@ -7,44 +7,43 @@ conversation, so what is measured is what a user of that dialect gets; the figur
 read from the run record: its status, its protocol error events, its nodes' statuses,
 its usage, and the times of its events (``Turn`` and the first ``chunk`` of a reply).
 
-It sits above the runtime and the models, like ``session`` does, and imports no IPython:
-a result shows itself as an HTML table with a small bar chart (an ``<img>`` of an SVG,
-which sanitising front ends keep) in a notebook, and as a text table anywhere else.
+It sits above the runtime and the models, like ``session`` does, and imports no IPython.
+The tasks are in ``evaluation.tasks``; the result (``Try``, ``Row``, ``Evaluation``: a text
+table, or an HTML table with a bar chart in a notebook) in ``evaluation.table``.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import dataclasses
 import functools
-import html
 import math
 import numbers
-import re
-import statistics
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import anyio.from_thread
 import tqdm.auto  # type: ignore[import-untyped]  # tqdm ships no type hints
 
+from cortex_jupyter.evaluation.table import Evaluation, Row, Try
+from cortex_jupyter.evaluation.tasks import TASKS, TYPED_TASKS, Task
 from cortex_jupyter.protocol.events import ActionStart, ResponseDelta, TextDelta
 from cortex_jupyter.protocol.events import ThoughtDelta as _ThoughtDelta
-from cortex_jupyter.runtime import Agent, Registry, Run
-from cortex_jupyter.runtime.core.events import Chunk, Turn
-from cortex_jupyter.runtime.core.secrets import redact, shorten
+from cortex_jupyter.runtime import Agent, Run
+from cortex_jupyter.runtime.core.events import Chunk, OutputChecked, Turn
 
 __all__ = [
     "DIALECTS",
     "TASKS",
+    "TYPED_TASKS",
     "EndpointUnusable",
     "Evaluation",
     "Row",
     "Task",
     "Try",
     "evaluate",
+    "measure",
+    "supports_constrain",
 ]
 
 #: What ``dialects=`` may name: the text dialects, and ``native`` (the endpoint's own
@@ -77,378 +76,6 @@ class EndpointUnusable(RuntimeError):
         super().__init__(f"evaluate: {message}")
 
 
-# --------------------------------------------------------------------------- tasks
-
-
-@dataclass(frozen=True)
-class Task:
-    """One tool task: a ``prompt``, the ``tools`` it needs (functions, registered in a
-    registry of the task's own), and ``check``: a regex searched in the final answer
-    (case-insensitive) or a function ``(answer) -> bool``."""
-
-    prompt: str
-    tools: Sequence[Callable[..., Any]]
-    check: str | re.Pattern[str] | Callable[[str], bool]
-    name: str = ""
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.prompt, str) or not self.prompt.strip():
-            raise ValueError(f"a Task's prompt must be non-empty text; got {self.prompt!r}")
-        tools = tuple(self.tools) if not callable(self.tools) else (self.tools,)
-        for entry in tools:
-            if not callable(entry):
-                raise TypeError(f"a Task's tools must be functions; got {entry!r}")
-        object.__setattr__(self, "tools", tools)
-        check = self.check
-        if isinstance(check, str):
-            try:
-                check = re.compile(check, re.IGNORECASE)
-            except re.error as exc:
-                raise ValueError(f"a Task's check {self.check!r} is not a regex: {exc}") from None
-            object.__setattr__(self, "check", check)
-        elif not isinstance(check, re.Pattern) and not callable(check):
-            raise TypeError(f"a Task's check must be a regex or a function; got {check!r}")
-        if not self.name:
-            first = getattr(tools[0], "__name__", "task") if tools else "task"
-            object.__setattr__(self, "name", first)
-
-    def passes(self, answer: str) -> bool:
-        """Whether ``answer`` is right."""
-        if isinstance(self.check, re.Pattern):
-            return self.check.search(answer) is not None
-        assert callable(self.check)
-        return bool(self.check(answer))
-
-    def registry(self) -> Registry:
-        """A registry of this task's tools alone (no built-in entries)."""
-        registry = Registry(builtins=False)
-        for func in self.tools:
-            registry.register(func)
-        return registry
-
-
-def add(a: float, b: float) -> float:
-    """Add two numbers."""
-    return a + b
-
-
-def multiply(a: float, b: float) -> float:
-    """Multiply two numbers."""
-    return a * b
-
-
-_CAPITALS = {"kenya": "Nairobi", "peru": "Lima", "mongolia": "Ulaanbaatar", "canada": "Ottawa"}
-_POPULATIONS = {"lima": 10_092_000, "nairobi": 4_397_000, "ottawa": 1_017_000}
-
-
-def capital(country: str) -> str:
-    """The capital city of a country."""
-    return _CAPITALS.get(country.strip().lower(), f"unknown country {country!r}")
-
-
-def population(city: str) -> int:
-    """The number of people living in a city."""
-    found = _POPULATIONS.get(city.strip().lower())
-    if found is None:
-        raise ValueError(f"no population known for {city!r}")
-    return found
-
-
-def km_to_miles(km: float) -> float:
-    """Convert kilometres to miles (rounded to 2 decimals)."""
-    return round(km * 0.621371, 2)
-
-
-def celsius_to_fahrenheit(celsius: float) -> float:
-    """Convert degrees Celsius to degrees Fahrenheit."""
-    return round(celsius * 9 / 5 + 32, 1)
-
-
-def count_letter(word: str, letter: str) -> int:
-    """How many times a letter occurs in a word."""
-    return word.lower().count(letter.lower())
-
-
-def get_weather(city: str) -> str:
-    """The current weather in a city."""
-    return f"{city}: 13.4 °C, light rain"
-
-
-def reverse_text(text: str) -> str:
-    """The text written backwards."""
-    return text[::-1]
-
-
-def stock_price(symbol: str) -> float:
-    """The latest price of a stock, in dollars."""
-    return {"ACME": 187.25, "INITECH": 42.13}.get(symbol.strip().upper(), 1.0)
-
-
-#: The built-in tasks: small, deterministic, checkable (two need two dependent steps).
-TASKS: tuple[Task, ...] = (
-    Task("Use the add tool to add 1234 and 5678, then tell me the sum.", [add], r"6,?912\b"),
-    Task("Use the capital tool to find the capital of Kenya, then answer.", [capital], "nairobi"),
-    Task(
-        "Use km_to_miles to convert 42.195 km to miles, then give the result.",
-        [km_to_miles],
-        r"26\.22",
-    ),
-    Task(
-        "Use count_letter to count how many times the letter r occurs in 'strawberry', "
-        "then answer.",
-        [count_letter],
-        r"\b(3|three)\b",
-    ),
-    Task("Use get_weather for Oslo, then tell me the temperature.", [get_weather], r"13\.4"),
-    Task(
-        "Use celsius_to_fahrenheit to convert 37 degrees Celsius, then answer.",
-        [celsius_to_fahrenheit],
-        r"98\.6",
-    ),
-    Task("Use reverse_text to reverse the word 'cortex', then answer.", [reverse_text], "xetroc"),
-    Task("Use stock_price to get the price of ACME, then answer.", [stock_price], r"187\.25"),
-    Task(
-        "Use multiply to compute 12 times 34, then add 56 to the result with add, and "
-        "tell me the final number.",
-        [multiply, add],
-        r"\b464\b",
-        name="multiply_then_add",
-    ),
-    Task(
-        "Find the capital of Peru with the capital tool, then get that city's population "
-        "with the population tool, and tell me the population.",
-        [capital, population],
-        r"10[,. ]?092[,. ]?000|10\.09",
-        name="capital_then_population",
-    ),
-)
-
-
-# --------------------------------------------------------------------------- results
-
-
-@dataclass(frozen=True)
-class Try:
-    """One run of one task: what it did and what it cost.
-
-    ``runnable``: the model wrote at least one action and every action ran to ``done``;
-    ``malformed``: the run has protocol error events (text the runtime refused);
-    ``correct``: the run completed and its answer passes the task's check.
-    ``constrain``: a grammar went with its requests (asked for, and the model took one).
-    ``status`` is the run's, or ``"timeout"`` when the try was cut at the time limit.
-    ``first_token`` is the seconds from asking to the first text or call of the first
-    reply; ``generating`` the seconds from each reply's first to its last chunk, summed.
-    """
-
-    task: str
-    dialect: str
-    constrain: bool
-    status: str
-    actions: int
-    runnable: bool
-    malformed: bool
-    correct: bool
-    answer: str
-    completion_tokens: int
-    prompt_tokens: int
-    first_token: float | None
-    generating: float
-    turns: int
-    reason: str | None = None
-
-
-@dataclass(frozen=True)
-class Row:
-    """The tries of one dialect and constraint setting, summed up. Shares are 0..1;
-    ``first_token`` is the median over tries; ``tokens_per_second`` is completion
-    tokens over the seconds spent generating them. ``note`` says why a setting has no
-    tries (the Agent refused it), or that a grammar was asked for but none could be sent.
-    ``tries`` are the tries it sums up."""
-
-    dialect: str
-    constrain: bool
-    replies: int
-    runnable: float
-    malformed: float
-    correct: float
-    tokens: int
-    first_token: float | None
-    tokens_per_second: float | None
-    statuses: Mapping[str, int] = field(default_factory=dict)
-    note: str = ""
-    tries: tuple[Try, ...] = field(default=(), repr=False, compare=False)
-
-    @classmethod
-    def of(cls, dialect: str, constrain: bool, tries: Sequence[Try], note: str = "") -> Row:
-        """The row of ``tries`` made with ``constrain`` asked for: constrained only if a
-        grammar really went out (a model object may take none)."""
-        count = len(tries)
-        if constrain and tries and not any(t.constrain for t in tries):
-            constrain = False
-            note = note or "constrain asked, but the model takes no grammar: unconstrained"
-
-        def share(flag: str) -> float:
-            return sum(getattr(t, flag) for t in tries) / count if count else 0.0
-
-        firsts = [t.first_token for t in tries if t.first_token is not None]
-        tokens = sum(t.completion_tokens for t in tries)
-        seconds = sum(t.generating for t in tries)
-        statuses: dict[str, int] = {}
-        for t in tries:
-            statuses[t.status] = statuses.get(t.status, 0) + 1
-        return cls(
-            dialect, constrain, count, share("runnable"), share("malformed"), share("correct"),
-            tokens,
-            statistics.median(firsts) if firsts else None,
-            tokens / seconds if tokens and seconds > 0 else None,
-            statuses, note, tuple(tries),
-        )  # fmt: skip
-
-
-_COLUMNS = (
-    *("dialect", "constrain", "replies", "runnable", "malformed", "correct", "tokens"),
-    *("first token", "tok/s", "statuses"),
-)
-
-
-def _cells(row: Row) -> list[str]:
-    def pct(x: float) -> str:
-        return f"{x:.0%}" if row.replies else "-"
-
-    return [
-        row.dialect,
-        "yes" if row.constrain else "no",
-        str(row.replies),
-        pct(row.runnable),
-        pct(row.malformed),
-        pct(row.correct),
-        f"{row.tokens:,}",
-        "-" if row.first_token is None else f"{row.first_token:.2f} s",
-        "-" if row.tokens_per_second is None else f"{row.tokens_per_second:.1f}",
-        "; ".join(
-            part
-            for part in (", ".join(f"{k} {v}" for k, v in sorted(row.statuses.items())), row.note)
-            if part
-        ),
-    ]
-
-
-@dataclass
-class Evaluation:
-    """What ``evaluate()`` found: ``rows`` (one per dialect and constraint setting) and
-    every ``tries`` entry they sum up. ``summary()`` is a text table."""
-
-    model: str
-    tasks: int
-    n: int
-    rows: list[Row] = field(default_factory=list)
-    tries: list[Try] = field(default_factory=list)
-    #: The bounds each try ran under (``None``: none): most tokens per reply, seconds per try.
-    max_tokens: int | None = None
-    time_limit: float | None = None
-
-    @property
-    def caption(self) -> str:
-        """What was run, and under which bounds: the line above the table."""
-        tokens = "no token limit" if self.max_tokens is None else (
-            f"at most {self.max_tokens:,} tokens a reply"
-        )  # fmt: skip
-        seconds = "no time limit" if self.time_limit is None else (
-            f"{self.time_limit:g} s a try"
-        )  # fmt: skip
-        return f"model {self.model} · {self.tasks} tasks × {self.n} tries · {tokens}, {seconds}"
-
-    def summary(self) -> str:
-        """A text table: one line per row, under the caption."""
-        table = [list(_COLUMNS), *(_cells(row) for row in self.rows)]
-        widths = [max(len(line[i]) for line in table) for i in range(len(_COLUMNS))]
-        lines = [self.caption]
-        for line in table:
-            lines.append("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)))
-        return redact("\n".join(line.rstrip() for line in lines))  # notes may quote a key
-
-    def __repr__(self) -> str:
-        return f"<Evaluation of {self.model!r}: {len(self.rows)} rows, {len(self.tries)} tries>"
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(self.summary())
-
-    def _repr_html_(self) -> str:
-        """A table, a bar chart of the shares, and one wrong answer per row, all model
-        text escaped."""
-        esc = html.escape
-        head = "".join(f"<th>{esc(c)}</th>" for c in _COLUMNS)
-        body = "".join(
-            "<tr>" + "".join(f"<td>{esc(c)}</td>" for c in _cells(row)) + "</tr>"
-            for row in self.rows
-        )
-        wrong = []
-        for row in self.rows:
-            miss = next((t for t in row.tries if not t.correct), None)
-            if miss is not None:
-                shown = miss.answer.strip() or f"(no answer: {miss.reason or miss.status})"
-                wrong.append(
-                    f"<li><b>{esc(_label(row))}</b>, {esc(miss.task)}: "
-                    f"<code>{esc(shorten(shown, 300))}</code></li>"  # redacted, then cut
-                )
-        details = (
-            f"<details><summary>a wrong answer per setting</summary><ul>{''.join(wrong)}</ul>"
-            "</details>"
-            if wrong
-            else ""
-        )
-        chart = _chart(self.rows)
-        # Secrets redacted (model text and a try's reason may quote one), HTML-escaped too.
-        return redact(
-            f"<div class='cortex-eval'><table><caption>{esc(self.caption)}</caption>"
-            f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{chart}{details}</div>"
-        )
-
-
-def _label(row: Row) -> str:
-    return row.dialect + (" constrained" if row.constrain else "")
-
-
-_BARS = (("runnable", "#2e7d32"), ("malformed", "#c62828"), ("correct", "#1565c0"))
-
-
-def _chart(rows: Sequence[Row]) -> str:
-    """Grouped horizontal bars (runnable, malformed, correct) per row, as an SVG drawn
-    here (no plotting library) inside an ``<img>``, which sanitisers keep."""
-    if not rows:
-        return ""
-    bar, gap, left, width = 9, 8, 150, 240
-    height = len(rows) * (3 * bar + gap) + 24
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 50}" '
-        f'height="{height}" font-family="sans-serif" font-size="11">'
-    ]
-    y = 4
-    for row in rows:
-        label = html.escape(_label(row))
-        parts.append(f'<text x="4" y="{y + 1.8 * bar}">{label}</text>')
-        for name, colour in _BARS:
-            value = float(getattr(row, name))
-            parts.append(
-                f'<rect x="{left}" y="{y}" width="{value * width:.1f}" height="{bar - 1}" '
-                f'fill="{colour}"/><text x="{left + value * width + 3:.1f}" y="{y + bar - 1}">'
-                f"{value:.0%}</text>"
-            )
-            y += bar
-        y += gap
-    x = left
-    for name, colour in _BARS:
-        parts.append(
-            f'<rect x="{x}" y="{y + 4}" width="9" height="9" fill="{colour}"/>'
-            f'<text x="{x + 12}" y="{y + 12}">{name}</text>'
-        )
-        x += 80
-    parts.append("</svg>")
-    data = base64.b64encode("".join(parts).encode()).decode()
-    alt = "runnable, malformed and correct shares"
-    return f'<img alt="{alt}" src="data:image/svg+xml;base64,{data}"/>'
-
-
 # --------------------------------------------------------------------------- measuring
 
 
@@ -458,11 +85,12 @@ def measure(run: Run, task: Task, dialect: str, constrain: bool) -> Try:
     action_errors = [e for e in run.errors if e.id is not None]
     runnable = bool(nodes) and not action_errors and all(n.status == "done" for n in nodes)
     answer = run.answer
+    valid, attempts = _checked(run) if task.typed else (None, 0)
     correct = False
     reason = run.reason
-    if run.status == "completed":
+    if run.status == "completed" and valid is not False:
         try:
-            correct = task.passes(answer)
+            correct = task.passes(answer, run.output)
         except Exception as exc:  # the user's check failed: say so, keep the rest
             reason = f"the task's check raised {type(exc).__name__}: {exc}"
     usage = run.usage
@@ -470,8 +98,19 @@ def measure(run: Run, task: Task, dialect: str, constrain: bool) -> Try:
     return Try(
         task.name, dialect, constrain, run.status, len(nodes), runnable, bool(run.errors),
         correct, answer, usage["completion_tokens"], usage["prompt_tokens"], first,
-        generating, run.turns, reason,
+        generating, run.turns, reason, tool_task=bool(task.tools), valid=valid,
+        attempts=attempts, output=run.output,
     )  # fmt: skip
+
+
+def _checked(run: Run) -> tuple[bool, int]:
+    """(whether the typed answer fit, how many typed answers were checked), from the
+    run's ``OutputChecked`` events: the attempt that fit, or the last one tried."""
+    checks = [event for event in run.events if isinstance(event, OutputChecked)]
+    fit = next((check for check in checks if check.ok), None)
+    if fit is not None:
+        return True, fit.attempt
+    return False, max((check.attempt for check in checks), default=0)
 
 
 def _timings(run: Run) -> tuple[float | None, float]:
@@ -605,6 +244,8 @@ def _agent(
     }
     if supports_constrain():
         settings["constrain"] = constrain
+    if task.typed:
+        settings["output_type"] = task.output_type
     return Agent(**settings)
 
 
@@ -670,8 +311,10 @@ def evaluate(
     ``OPENAI_BASE_URL``) with ``api_key`` (default ``OPENAI_API_KEY``), or any model
     object (a ``ScriptModel`` is reset before each try). ``dialects`` are names from
     ``DIALECTS`` (``"native"``: the endpoint's own tool calls). ``tasks`` default to
-    ``TASKS``. ``constrain`` is a bool or both (``(False, True)``): one row per setting;
-    a model that takes no grammar gives an unconstrained row saying so.
+    ``TASKS`` and then ``TYPED_TASKS`` (answers typed with ``output_type``: their rows'
+    ``valid`` share says how many fit the type). ``constrain`` is a bool or both
+    (``(False, True)``): one row per setting; a model that takes no grammar gives an
+    unconstrained row saying so.
     Each reply is bounded to ``max_tokens`` (512) and each try to ``time_limit`` seconds
     (120; a try cut there counts as ``timeout``); ``None`` lifts a bound. The table's
     caption shows both. ``options`` are further ``Agent`` settings. ``progress`` is
@@ -682,7 +325,7 @@ def evaluate(
     tries = _whole(n)
     if tries is None or tries < 1:
         raise ValueError(f"evaluate: n must be a whole number, at least 1; got {n!r}")
-    chosen = list(TASKS if tasks is None else tasks)
+    chosen = list((*TASKS, *TYPED_TASKS) if tasks is None else tasks)
     if not chosen or not all(isinstance(t, Task) for t in chosen):
         raise TypeError("evaluate: tasks must be a non-empty list of cortex_jupyter.Task")
     settings = _settings(dialects, constrain)
@@ -741,10 +384,18 @@ def _setting(
             if type(watched.failure).__name__ in _FATAL:
                 result.rows.append(Row.of(dialect, constrained, tries))
                 raise EndpointUnusable(str(watched.failure), result)
-            ran = sum(t.runnable for t in tries)
-            label = dialect + (" constrained" if constrained else "")
-            tick(f"{label}: {ran}/{len(tries)} runnable")
+            tick(_progress_note(dialect, constrained, tries))
     result.rows.append(Row.of(dialect, constrained, tries))
+
+
+def _progress_note(dialect: str, constrained: bool, tries: Sequence[Try]) -> str:
+    """``cortex constrained: 7/10 runnable, 2/2 valid``: the setting's tries so far."""
+    tooled = [t for t in tries if t.tool_task]
+    typed = [t for t in tries if t.valid is not None]
+    counts = [f"{sum(t.runnable for t in tooled)}/{len(tooled)} runnable"] if tooled else []
+    if typed:
+        counts.append(f"{sum(bool(t.valid) for t in typed)}/{len(typed)} valid")
+    return dialect + (" constrained" if constrained else "") + ": " + ", ".join(counts)
 
 
 def _one(

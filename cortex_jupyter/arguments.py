@@ -1,0 +1,159 @@
+"""The values a ``%%cortex`` line and ``%cortex config`` give, checked: each one that is
+wrong is one sentence naming the option and what it takes (``UsageError``), never a
+traceback. Its own module so ``magic`` reads as the magics themselves."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic_arguments import MagicArgumentParser
+from traitlets import Bool, Dict, Float, Int, Union
+
+from cortex_jupyter.runtime.core.cost import Budget
+from cortex_jupyter.runtime.loop.grammar import CONSTRAIN_FORMS
+from cortex_jupyter.runtime.loop.request import check_request
+
+#: The approval policies a word may name (a function is the fourth kind).
+APPROVALS = ("ask", "allow", "deny")
+
+
+EVAL = MagicArgumentParser(
+    prog="%cortex eval",
+    add_help=False,
+    description="Score the model on the built-in tool tasks and typed-answer tasks.",
+)
+EVAL.add_argument("--model", metavar="NAME", help="Model (default: CortexMagics.model).")
+EVAL.add_argument(
+    "--dialects", default="cortex,sigil,cogency,hermes,native", help="Comma-separated."
+)
+EVAL.add_argument("--n", "-n", type=int, default=3, help="Tries per task (default 3).")
+EVAL.add_argument("--constrain", action="store_true", help="Constrained as well.")
+EVAL.add_argument(
+    "--tasks",
+    choices=("all", "tools", "typed"),
+    default="all",
+    help="The built-in tool tasks, the typed-answer tasks, or both (default).",
+)
+EVAL.add_argument("--max-turns", type=int, default=4, metavar="N", help="Default 4.")
+EVAL.add_argument("--max-tokens", type=int, metavar="N", help="Most tokens a reply (512).")
+EVAL.add_argument(
+    "--time-limit", type=float, metavar="SECONDS", help="Seconds a try may take (120)."
+)
+
+
+def unquote(text: str | None) -> str | None:
+    """A cell-line value as the user meant it: IPython's option parser keeps the quotes
+    around ``--replay "my run.jsonl"``."""
+    if text is not None and len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    return text
+
+
+def number(
+    raw: str | None,
+    flag: str,
+    kind: type[int] | type[float],
+    default: Any,
+    *,
+    low: float,
+    strict: bool = False,
+) -> Any:
+    """A numeric option, checked: a clear sentence for anything else."""
+    if raw is None:
+        return default
+    try:
+        value = kind(raw)
+    except ValueError:
+        noun = "whole number" if kind is int else "number"
+        raise UsageError(f"%%cortex: {flag} must be a {noun}, not {raw!r}.") from None
+    if value < low or (strict and value == low):
+        bound = f"more than {low:g}" if strict else f"{low:g} or more"
+        raise UsageError(f"%%cortex: {flag} must be {bound}, not {raw!r}.")
+    return value
+
+
+def request(raw: str | None) -> dict[str, Any]:
+    """``--request JSON``, checked: a clear sentence for anything else."""
+    if raw is None:
+        return {}
+    if len(raw) >= 2 and raw[0] == raw[-1] == "'":
+        raw = raw[1:-1]  # IPython's argument splitting keeps the quotes around JSON
+    try:
+        value = json.loads(raw)
+    except ValueError as error:
+        raise UsageError(
+            f"%%cortex: --request must be a JSON object such as "
+            f'\'{{"temperature": 0, "seed": 1}}\'; {raw!r} is not JSON ({error}).'
+        ) from None
+    try:
+        return check_request(value, "--request")
+    except ValueError as error:
+        raise UsageError(f"%%cortex: {error}.") from None
+
+
+_BOOLEANS = {"1": True, "true": True, "yes": True, "on": True}
+_BOOLEANS.update({"0": False, "false": False, "no": False, "off": False})
+
+
+def coerce(trait: Any, value: str) -> Any:
+    """The text of ``%cortex config name=value`` as the trait's type; ``ValueError``
+    saying what the trait takes."""
+    if getattr(trait, "allow_none", False) and value.lower() in ("", "none"):
+        return None
+    if isinstance(trait, Dict):
+        try:
+            return json.loads(value)
+        except ValueError:
+            raise ValueError(
+                """it takes a JSON object, e.g. request='{"temperature": 0}'"""
+            ) from None
+    if isinstance(trait, Bool):
+        if value.lower() not in _BOOLEANS:
+            raise ValueError("it takes true or false")
+        return _BOOLEANS[value.lower()]
+    if isinstance(trait, Union) and any(isinstance(t, Bool) for t in trait.trait_types):
+        return _BOOLEANS.get(value.lower(), value)  # constrain=true, or a grammar form
+    kind = int if isinstance(trait, Int) else float if isinstance(trait, Float) else None
+    if kind is None:
+        return value
+    try:
+        return kind(value)
+    except ValueError:
+        noun = "a whole number" if kind is int else "a number"
+        empty = " or none" if getattr(trait, "allow_none", False) else ""
+        raise ValueError(f"it takes {noun}{empty}") from None
+
+
+def approval(value: Any) -> Any:
+    """The approval policy, checked: a mistyped word must not quietly mean "ask"."""
+    if callable(value) or value in APPROVALS:
+        return value
+    raise UsageError(
+        f"CortexMagics.approve must be 'ask', 'allow', 'deny' or a function (node) -> bool, "
+        f"not {value!r}."
+    )
+
+
+def budget(given: str | None, default: Budget | None) -> Budget | None:
+    """``--budget USD|Ntok``, else ``CortexMagics.budget`` (checked when it was set)."""
+    if given is None:
+        return default
+    try:
+        return Budget.parse(unquote(given))
+    except ValueError as error:
+        raise UsageError(f"%%cortex: --budget: {error}.") from None
+
+
+def constrain(given: str | None, default: bool | str) -> bool | str:
+    """``--constrain [FORM]``, else ``CortexMagics.constrain`` (checked when it was set):
+    False, or a grammar form."""
+    value: bool | str = default if given is None else given.lower()
+    if value is True or value is False:
+        return "gbnf" if value else False
+    if value in CONSTRAIN_FORMS:
+        return str(value)
+    raise UsageError(
+        f"%%cortex: --constrain must be {' or '.join(CONSTRAIN_FORMS)}; got {value!r}."
+    )

@@ -1,0 +1,153 @@
+"""The run store: every run kept in one SQLite file as it happens, found and opened again.
+
+An observer of run events, like the display: the session (and ``Agent.run(store=...)``)
+hands it each run's events, and it never drives a run. Modules:
+
+- ``schema``: the tables, their version (``PRAGMA user_version``) and the migrations;
+- ``writer``: ``Store``, whose one thread commits what runs hand it (WAL, at most half a
+  second behind), and ``Recording``, what one run's events go to;
+- ``outputs``: how an action's output is kept (JSON, a pickle, or a marked repr) without
+  a secret ever reaching the disk;
+- ``read``: the stored runs (``runs``), FTS5 search, and a run rebuilt (``open_run``).
+
+Where: ``CortexMagics.store``, by default ``runs.db`` in the user data directory; the
+environment variable ``CORTEX_STORE`` overrides the default, and an empty one turns the
+store off.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from pathlib import Path
+
+import platformdirs
+
+from cortex_jupyter.runtime.core.record import user_path
+from cortex_jupyter.store.read import RunRow, StoredRun, Timeline, UnknownRun, fts_query
+from cortex_jupyter.store.read import load as _load
+from cortex_jupyter.store.read import rows as _rows
+from cortex_jupyter.store.schema import VERSION
+from cortex_jupyter.store.writer import Recording, Store, StoreUnavailable, connect
+
+__all__ = [
+    "ENVIRONMENT",
+    "VERSION",
+    "Recording",
+    "RunRow",
+    "Store",
+    "StoreUnavailable",
+    "StoredRun",
+    "Timeline",
+    "UnknownRun",
+    "configure",
+    "configure_default",
+    "current_path",
+    "default_path",
+    "fts_query",
+    "open_run",
+    "open_store",
+    "runs",
+    "take_problem",
+]
+
+#: The environment variable that says where the store is ("" or "none": nowhere).
+ENVIRONMENT = "CORTEX_STORE"
+_OFF = ("", "none", "off")
+
+_lock = threading.Lock()
+_stores: dict[str, Store] = {}
+#: What ``CortexMagics.store`` says (set by the magic); unset: ``default_path()``.
+_configured: list[str | None] = []
+
+
+def default_path() -> str | None:
+    """Where the store is unless configured: ``$CORTEX_STORE`` (empty or ``none``: no
+    store), else ``runs.db`` in the user data directory."""
+    given = os.environ.get(ENVIRONMENT)
+    if given is not None:
+        return None if given.strip().lower() in _OFF else os.fspath(user_path(given.strip()))
+    return os.fspath(Path(platformdirs.user_data_dir("cortex_jupyter")) / "runs.db")
+
+
+def configure(path: str | os.PathLike[str] | None) -> None:
+    """Use ``path`` as this process's store (``CortexMagics.store`` calls it; None: off)."""
+    _configured[:] = [None if path is None else _normal(path)]
+
+
+def configure_default() -> None:
+    """Forget ``configure``: the store is ``default_path()`` again (``%unload_ext``)."""
+    _configured.clear()
+
+
+def current_path() -> str | None:
+    """The store this process writes to and reads from (None: the store is off)."""
+    return _configured[0] if _configured else default_path()
+
+
+def _normal(path: str | os.PathLike[str]) -> str | None:
+    text = os.fspath(path).strip()
+    return None if text.lower() in _OFF else os.fspath(user_path(text))
+
+
+def open_store(path: str | os.PathLike[str] | None = None) -> Store:
+    """The ``Store`` at ``path`` (the current one when None), one per file in a process;
+    ``StoreUnavailable`` says why it cannot be used."""
+    where = current_path() if path is None else _normal(path)
+    if where is None:
+        raise StoreUnavailable("(none)", "the run store is off (CortexMagics.store is None)")
+    key = os.path.abspath(where)
+    with _lock:
+        store = _stores.get(key)
+        if store is None or not store.alive:
+            store = _stores[key] = Store(key)
+        return store
+
+
+def take_problem() -> str | None:
+    """The last write to the current store that failed, in a sentence (then forgotten)."""
+    where = current_path()
+    with _lock:
+        kept = None if where is None else _stores.get(os.path.abspath(where))
+    if kept is None or kept.problem is None:
+        return None
+    problem, kept.problem = kept.problem, None
+    return problem
+
+
+def runs(
+    query: str | None = None, limit: int = 20, *, store: str | os.PathLike[str] | None = None
+) -> list[RunRow]:
+    """The stored runs, newest first (at most ``limit``); with ``query``, those whose
+    prompt, answer, action names or outputs hold all of its words."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"limit must be a whole number, at least 1; got {limit!r}")
+    db = _reader(store)
+    try:
+        return _rows(db, query, limit)
+    finally:
+        db.close()
+
+
+def open_run(run_id: str, *, store: str | os.PathLike[str] | None = None) -> StoredRun:
+    """The stored run ``run_id`` (or the one run whose id starts with it), rebuilt: its
+    answer, actions with their outputs (the objects, for JSON and pickled ones), usage,
+    cost and ``timeline()``. ``UnknownRun`` when no run (or several) match."""
+    db = _reader(store)
+    try:
+        return _load(db, str(run_id))
+    finally:
+        db.close()
+
+
+def _reader(store: str | os.PathLike[str] | None) -> sqlite3.Connection:
+    """A connection to read the store (what this process wrote is committed first)."""
+    where = current_path() if store is None else _normal(store)
+    if where is None:
+        raise StoreUnavailable("(none)", "the run store is off (CortexMagics.store is None)")
+    with _lock:
+        writing = _stores.get(os.path.abspath(where))
+    if writing is not None:
+        writing.flush()
+    return connect(where, create=False)

@@ -1,0 +1,90 @@
+"""How an action's output is kept, and given back: JSON, a pickle, or a marked repr.
+
+An output that is JSON is kept as JSON. Anything else is pickled with cloudpickle (so a
+resumed run gets the object itself back), unless it cannot be (a lock, a generator): then
+its short repr is kept, marked ``repr``. A pickle is loaded only from the user's own store:
+loading a pickle runs code, so a store from someone else is a program from them.
+
+Secrets never reach the disk: an output that holds one, in any form the redaction knows
+(JSON-escaped, in a DataFrame's cells, in a pickled object's attributes), is kept as its
+redacted JSON or redacted short repr, marked ``redacted``: it is not the value any more,
+and resume runs that action again rather than restore it. A pickle is checked by looking
+for every form of every secret in its bytes (as UTF-8, and as numpy's UTF-32 and UTF-16
+strings write them) before it is written; when in doubt, the redacted repr is kept.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import cloudpickle  # type: ignore[import-untyped]  # 3.1 ships no py.typed or stubs
+
+from cortex_jupyter.runtime.core.record import OutputRepr, summarize, to_json_value
+from cortex_jupyter.runtime.core.secrets import redact, redact_value, secrets
+
+__all__ = ["MAX_PICKLE", "Kept", "keep", "restore"]
+
+#: Pickles larger than this are not kept (the short repr is): a store is not a data lake.
+MAX_PICKLE = 64 << 20
+#: Characters of an output's text that search indexes.
+SEARCH_TEXT = 20_000
+
+
+@dataclass(frozen=True)
+class Kept:
+    """An output as stored: ``kind`` (json, pickle, repr, redacted), ``value`` (JSON text
+    or the short repr), ``data`` (pickle bytes) and ``text`` (what search indexes)."""
+
+    kind: str
+    value: str | None
+    data: bytes | None
+    text: str
+
+
+def keep(output: Any) -> Kept:
+    """``output`` as it may be written to the store (see the module docstring)."""
+    shown, is_repr = to_json_value(output)
+    if not is_repr:
+        text = json.dumps(shown, ensure_ascii=False)
+        safe = redact(text)
+        if safe != text or _holds_secret(text.encode()):
+            value = json.dumps(redact_value(shown), ensure_ascii=False)
+            return Kept("redacted", redact(value), None, redact(value)[:SEARCH_TEXT])
+        return Kept("json", text, None, text[:SEARCH_TEXT])
+    brief = summarize(output)  # redacted before it is cut
+    try:
+        data = cloudpickle.dumps(output)
+    except Exception:  # not picklable (a lock, a generator, a socket...)
+        return Kept("repr", brief, None, brief)
+    if len(data) > MAX_PICKLE:
+        return Kept("repr", brief, None, brief)
+    if _holds_secret(data):
+        return Kept("redacted", brief, None, brief)
+    return Kept("pickle", brief, data, brief)
+
+
+def restore(kind: str, value: str | None, data: bytes | None) -> Any:
+    """The output a stored row stands for: the object for ``json`` and ``pickle``, the
+    kept text (an ``OutputRepr``) for ``repr`` and ``redacted``."""
+    if kind == "json" and value is not None:
+        return json.loads(value)
+    if kind == "pickle" and data is not None:
+        try:
+            return cloudpickle.loads(data)
+        except Exception:  # its class is gone or changed: what the view showed of it
+            return OutputRepr(value or "")
+    return OutputRepr(value or "")
+
+
+def _holds_secret(data: bytes) -> bool:
+    """Whether ``data`` holds any form of any secret, as UTF-8, UTF-16 or UTF-32 text."""
+    for form in secrets.forms():
+        for codec in ("utf-8", "utf-32-le", "utf-16-le"):
+            try:
+                if form.encode(codec) in data:
+                    return True
+            except UnicodeEncodeError:
+                continue
+    return False

@@ -1,0 +1,122 @@
+"""The store's tables, their version, and the steps from each older version to this one.
+
+The version is SQLite's ``PRAGMA user_version``. ``MIGRATIONS[n]`` takes a database at
+version ``n`` to ``n + 1``; a new database runs them all. A database written by a newer
+cortex_jupyter (a version past the last step) is refused whole, never touched: this
+version does not know what its tables mean.
+
+Version 1:
+
+- ``runs``: one row per run, updated as it goes: ``id``, ``started``/``ended`` (Unix
+  times), ``clock`` (the run's ``time.monotonic()`` start, which its events' times count
+  from), ``model``, ``status``, ``reason``, ``turns``, ``actions`` (top-level actions
+  seen), ``prompt_tokens``, ``completion_tokens``, ``cost`` (USD, NULL when unknown),
+  ``prompt``, ``answer``, ``options`` (JSON: the cell's or the agent's settings), ``host``
+  (``pid@hostname`` of the process that wrote it last).
+- ``events``: ``run``, ``seq``, ``t`` (monotonic seconds), ``kind``, ``body``: each event as
+  the transcript encodes it (``runtime.core.record.encode_event``), redacted. A nested
+  agent's events are its caller's ``nested`` events, inside its action.
+- ``nodes``: ``run``, ``id``, ``seq`` (the event that first named it: the actions'
+  order), ``body``: each action's latest state as the transcript's node line
+  (``encode_node``, without its output).
+- ``outputs``: ``run``, ``action``, ``kind`` (``json`` | ``pickle`` | ``repr`` |
+  ``redacted``), ``value`` (JSON text, or the short repr), ``data`` (cloudpickle bytes).
+- ``search``: FTS5 over prompts, answers, action names and outputs' text (``run``,
+  ``field``, ``text``).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+__all__ = ["MIGRATIONS", "VERSION", "NewerStore", "check", "migrate"]
+
+_V1 = """
+CREATE TABLE runs (
+    id TEXT PRIMARY KEY,
+    started REAL NOT NULL,
+    ended REAL,
+    clock REAL NOT NULL,
+    model TEXT,
+    status TEXT NOT NULL,
+    reason TEXT,
+    turns INTEGER NOT NULL DEFAULT 0,
+    actions INTEGER NOT NULL DEFAULT 0,
+    prompt_tokens INTEGER NOT NULL DEFAULT 0,
+    completion_tokens INTEGER NOT NULL DEFAULT 0,
+    cost REAL,
+    prompt TEXT NOT NULL DEFAULT '',
+    answer TEXT,
+    options TEXT NOT NULL DEFAULT '{}',
+    host TEXT
+);
+CREATE INDEX runs_started ON runs (started);
+CREATE TABLE events (
+    run TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    t REAL NOT NULL,
+    kind TEXT NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (run, seq)
+) WITHOUT ROWID;
+CREATE TABLE nodes (
+    run TEXT NOT NULL,
+    id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (run, id)
+) WITHOUT ROWID;
+CREATE TABLE outputs (
+    run TEXT NOT NULL,
+    action TEXT NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('json', 'pickle', 'repr', 'redacted')),
+    value TEXT,
+    data BLOB,
+    PRIMARY KEY (run, action)
+) WITHOUT ROWID;
+CREATE VIRTUAL TABLE search USING fts5 (run UNINDEXED, field UNINDEXED, text);
+"""
+
+#: ``MIGRATIONS[n]``: the SQL that takes a version-``n`` database to version ``n + 1``.
+MIGRATIONS: list[str] = [_V1]
+VERSION = len(MIGRATIONS)
+
+
+class NewerStore(Exception):
+    """Raised when a store was written by a newer cortex_jupyter (its schema version is
+    past this one's): it is left as it is."""
+
+    def __init__(self, path: str, found: int) -> None:
+        self.why = (
+            f"it has schema version {found}, newer than this cortex_jupyter's {VERSION}; "
+            "upgrade cortex_jupyter to use it (it was left as it is)"
+        )
+        super().__init__(f"the run store {path}: {self.why}")
+
+
+def check(db: sqlite3.Connection, path: str) -> int:
+    """``db``'s schema version; ``NewerStore`` when it is newer than this one (read only:
+    call it before anything that could write, even a journal mode)."""
+    found = int(db.execute("PRAGMA user_version").fetchone()[0])
+    if found > VERSION:
+        raise NewerStore(path, found)
+    return found
+
+
+def migrate(db: sqlite3.Connection, path: str) -> None:
+    """Bring ``db`` to ``VERSION``, one step a transaction; refuse a newer one."""
+    found = check(db, path)
+    for step in range(found, VERSION):
+        # BEGIN IMMEDIATE: two kernels opening a new store at once do not both migrate it.
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            now = int(db.execute("PRAGMA user_version").fetchone()[0])
+            if now == step:
+                for statement in MIGRATIONS[step].split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                db.execute(f"PRAGMA user_version = {step + 1}")
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise

@@ -1,0 +1,411 @@
+"""Writing runs as they happen: a queue, and one thread that commits it.
+
+A run's events are handed to its ``Recording`` on the thread the run emits them from;
+the recording only puts them on the store's queue (a microsecond), so the run never
+waits on the disk. The store's writer thread takes what was queued, encodes it as the
+transcript does (redacted), and commits it in one short transaction at most
+``INTERVAL`` seconds after the first of it arrived, and at once when a run ends: a
+killed kernel loses at most the last half second. SQLite in WAL mode, with a
+``busy_timeout``, lets several kernels write to one store at once.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import queue
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cortex_jupyter.protocol.events import ActionReady
+from cortex_jupyter.runtime.core.events import ActionStatus, AnyEvent, End, Metric, Nested, Turn
+from cortex_jupyter.runtime.core.graph import ActionNode
+from cortex_jupyter.runtime.core.joining import Joiner
+from cortex_jupyter.runtime.core.record import Run, encode_event, encode_node, summarize
+from cortex_jupyter.runtime.core.secrets import redact, redact_value
+from cortex_jupyter.store.outputs import keep
+from cortex_jupyter.store.schema import NewerStore, check, migrate
+
+__all__ = ["INTERVAL", "Store", "StoreUnavailable", "connect"]
+
+#: Most seconds between an event and its commit.
+INTERVAL = 0.5
+#: How long a write waits for another kernel's to end before it gives up.
+BUSY_MS = 10_000
+_NODE_TIMES = ("submitted", "started", "finished")
+
+
+class StoreUnavailable(Exception):
+    """Raised when a run store cannot be opened (its folder is read-only, the file is not
+    a database, it was written by a newer cortex_jupyter...): the message says why."""
+
+    def __init__(self, path: str, why: str) -> None:
+        super().__init__(f"the run store {path} cannot be used: {why}")
+        self.path = path
+
+
+def connect(path: str | os.PathLike[str], *, create: bool = True) -> sqlite3.Connection:
+    """A connection to the store at ``path``, migrated to this schema (created when
+    ``create``); ``StoreUnavailable`` says why one cannot be had."""
+    where = os.fspath(path)
+    try:
+        if create:
+            Path(where).parent.mkdir(parents=True, exist_ok=True)
+        elif not Path(where).exists():
+            raise StoreUnavailable(where, "there is no such file")
+        db = sqlite3.connect(
+            where, timeout=BUSY_MS / 1000, isolation_level=None, check_same_thread=False
+        )
+        try:
+            db.execute(f"PRAGMA busy_timeout = {BUSY_MS}")
+            check(db, where)  # a newer store is refused before anything could change it
+            db.execute("PRAGMA journal_mode = WAL")
+            db.execute("PRAGMA synchronous = NORMAL")
+            migrate(db, where)
+        except BaseException:
+            db.close()
+            raise
+    except NewerStore as exc:
+        raise StoreUnavailable(where, exc.why) from None
+    except (sqlite3.Error, OSError) as exc:
+        raise StoreUnavailable(where, str(exc) or type(exc).__name__) from None
+    return db
+
+
+@dataclass
+class _Kept:
+    """What the writer knows of a run it is writing (counted from its events)."""
+
+    seq: int = 0
+    shift: float = 0.0  # added to this process's monotonic times (a resumed run)
+    turns: int = 0
+    actions: set[str] = field(default_factory=set)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    model: str | None = None
+    status: str = "running"
+    node_seq: dict[str, int] = field(default_factory=dict)
+    joiner: Joiner = field(default_factory=Joiner)
+
+
+@dataclass(frozen=True)
+class _Start:
+    run: str
+    clock: float
+    wall: float
+    prompt: str
+    options: Mapping[str, Any]
+    model: str | None
+
+
+@dataclass(frozen=True)
+class _Event:
+    run: str
+    event: AnyEvent
+    t: float
+    node: ActionNode | None
+    output: Any = None
+    has_output: bool = False
+
+
+@dataclass(frozen=True)
+class _Finish:
+    run: str
+    status: str
+    reason: str | None
+    answer: str
+    cost: float | None
+    wall: float
+
+
+class _Flush:
+    def __init__(self) -> None:
+        self.done = threading.Event()
+
+
+_STOP = object()
+
+
+class Recording:
+    """One run being written (``RunStore.record``'s answer): call it with each event."""
+
+    def __init__(self, store: Store, run: Run) -> None:
+        self._store = store
+        self._run = run
+
+    def __call__(self, event: AnyEvent) -> None:
+        at = getattr(event, "time", None)
+        t = at if isinstance(at, float) else time.monotonic()
+        node = output = None
+        has_output = False
+        if isinstance(event, ActionStatus):
+            node = self._run.actions.get(event.id)
+            if node is not None and event.status == "done":
+                output, has_output = node.output, True  # the object now; encoded later
+        self._store.put(_Event(self._run.id, event, t, node, output, has_output))
+        if isinstance(event, End):
+            self._store.put(_Flush())  # the run's end is committed at once
+
+    def finish(self) -> None:
+        """The run ended: keep its status, reason, answer and cost, and commit."""
+        run = self._run
+        try:
+            answer = run.answer
+        except Exception as exc:  # a value's own str() may fail while the answer is filled
+            answer = summarize(exc)
+        cost = getattr(run, "cost", None)
+        self._store.put(
+            _Finish(
+                run.id, run.status, run.reason, answer,
+                cost if isinstance(cost, int | float) else None,
+                _wall(run.ended if run.ended is not None else time.monotonic()),
+            )
+        )  # fmt: skip
+        self._store.put(_Flush())
+
+
+class Store:
+    """A run store: one SQLite file, written by one thread of this process.
+
+    ``record(run, prompt, options)`` starts keeping a run (``runtime.core.observer``'s
+    ``RunStore``); ``flush()`` waits until everything handed over is committed.
+    ``problem`` is the last write that failed (a full disk...), in a sentence.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+        self._db = connect(self.path)
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._runs: dict[str, _Kept] = {}
+        self.problem: str | None = None
+        self._host = f"{os.getpid()}@{socket.gethostname()}"
+        self._thread = threading.Thread(target=self._work, name="cortex-store", daemon=True)
+        self._thread.start()
+        atexit.register(self.close)
+
+    def record(self, run: Run, prompt: str, options: Mapping[str, Any] | None = None) -> Recording:
+        """Start keeping ``run`` (asked ``prompt``; ``options``: its settings). A run
+        already in the store (resumed) goes on where its rows end."""
+        now = time.monotonic()
+        settings = dict(options or {})
+        model = run.model or settings.get("model")
+        self.put(_Start(run.id, run.started, _wall(run.started, now), prompt, settings,
+                        None if model is None else str(model)))  # fmt: skip
+        return Recording(self, run)
+
+    @property
+    def alive(self) -> bool:
+        """Whether its writer still runs (a closed store is opened again when asked for)."""
+        return self._thread.is_alive()
+
+    def put(self, item: Any) -> None:
+        self._queue.put(item)
+
+    def flush(self, timeout: float | None = 10.0) -> bool:
+        """Wait until everything handed over so far is committed; False on timeout."""
+        if not self._thread.is_alive():
+            return False
+        marker = _Flush()
+        self.put(marker)
+        return marker.done.wait(timeout)
+
+    def close(self) -> None:
+        """Commit what is queued and stop the writer (at exit, or when the store changes)."""
+        if self._thread.is_alive():
+            self.put(_STOP)
+            self._thread.join(timeout=10)
+        atexit.unregister(self.close)
+
+    # ---- the writer thread ---------------------------------------------------------
+
+    def _work(self) -> None:
+        batch: list[Any] = []
+        deadline: float | None = None
+        while True:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                item = self._queue.get(timeout=wait)
+            except queue.Empty:
+                item = None
+            if item is not None and not isinstance(item, _Flush) and item is not _STOP:
+                batch.append(item)
+                deadline = deadline or time.monotonic() + INTERVAL
+                if time.monotonic() < deadline:
+                    continue
+            self._commit(batch)
+            batch, deadline = [], None
+            if isinstance(item, _Flush):
+                item.done.set()
+            if item is _STOP:
+                self._db.close()
+                return
+
+    def _commit(self, batch: list[Any]) -> None:
+        if not batch:
+            return
+        db = self._db
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                touched = {self._write(db, item) for item in batch}
+                for run in touched:
+                    kept = self._runs.setdefault(run, _Kept())
+                    for event, t in kept.joiner.flush(cut=True):
+                        self._row(db, run, kept, event, t)  # a block still streaming
+                    self._update_counts(db, run)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        except Exception as exc:  # a full disk, a store locked too long: say so, go on
+            self.problem = redact(f"the run store {self.path} could not be written: {exc}")
+
+    def _write(self, db: sqlite3.Connection, item: Any) -> str:
+        if isinstance(item, _Start):
+            self._start(db, item)
+        elif isinstance(item, _Event):
+            self._event(db, item)
+        elif isinstance(item, _Finish):
+            self._finish(db, item)
+        return str(item.run)
+
+    def _start(self, db: sqlite3.Connection, item: _Start) -> None:
+        row = db.execute("SELECT started, clock FROM runs WHERE id = ?", (item.run,)).fetchone()
+        kept = self._runs[item.run] = _Kept(model=item.model)
+        options = json.dumps(redact_value(dict(item.options)), default=summarize)
+        if row is None:
+            db.execute(
+                "INSERT INTO runs (id, started, clock, model, status, prompt, options, host) "
+                "VALUES (?, ?, ?, ?, 'running', ?, ?, ?)",
+                (item.run, item.wall, item.clock, item.model, redact(item.prompt), options,
+                 self._host),
+            )  # fmt: skip
+            _index(db, item.run, "prompt", item.prompt)
+            return
+        # A resumed run: its rows go on, its times on the clock it started on.
+        started, clock = row
+        kept.shift = clock + (item.wall - started) - item.clock
+        kept.seq = int(db.execute(
+            "SELECT coalesce(max(seq) + 1, 0) FROM events WHERE run = ?", (item.run,)
+        ).fetchone()[0])  # fmt: skip
+        self._recount(db, item.run, kept)
+        db.execute(
+            "UPDATE runs SET status = 'running', ended = NULL, host = ? WHERE id = ?",
+            (self._host, item.run),
+        )
+
+    def _recount(self, db: sqlite3.Connection, run: str, kept: _Kept) -> None:
+        row = db.execute(
+            "SELECT turns, prompt_tokens, completion_tokens FROM runs WHERE id = ?", (run,)
+        ).fetchone()
+        kept.turns, kept.prompt_tokens, kept.completion_tokens = row
+        for node, seq in db.execute("SELECT id, seq FROM nodes WHERE run = ?", (run,)):
+            kept.node_seq[node] = seq
+            if "/" not in node:
+                kept.actions.add(node)
+
+    def _event(self, db: sqlite3.Connection, item: _Event) -> None:
+        kept = self._runs.setdefault(item.run, _Kept())
+        for event, t in kept.joiner.add(item.event, item.t):
+            self._row(db, item.run, kept, event, t)
+        if item.node is not None:
+            self._node(db, item, kept, kept.seq - 1)
+
+    def _row(
+        self, db: sqlite3.Connection, run: str, kept: _Kept, event: AnyEvent, t: float
+    ) -> None:
+        """Write one event as the transcript encodes it, redacted."""
+        seq = kept.seq
+        kept.seq += 1
+        body = json.dumps(redact_value(encode_event(event)), default=summarize)
+        db.execute(
+            "INSERT INTO events (run, seq, t, kind, body) VALUES (?, ?, ?, ?, ?)",
+            (run, seq, t + kept.shift, event.kind, body),
+        )
+        self._count(kept, event)
+        if isinstance(event, ActionReady):
+            _index(db, run, "action", event.action.name)
+
+    def _count(self, kept: _Kept, event: AnyEvent) -> None:
+        if isinstance(event, Turn):
+            kept.turns = max(kept.turns, event.number)
+            kept.model = event.model or kept.model
+        elif isinstance(event, Metric) and event.name in ("prompt_tokens", "completion_tokens"):
+            setattr(kept, event.name, getattr(kept, event.name) + int(event.value))
+        elif isinstance(event, ActionStatus):
+            kept.actions.add(event.id)
+        elif isinstance(event, End):
+            kept.status = event.status
+        elif isinstance(event, Nested):
+            inner = event.event
+            if isinstance(inner, Metric) and inner.name in ("prompt_tokens", "completion_tokens"):
+                setattr(kept, inner.name, getattr(kept, inner.name) + int(inner.value))
+
+    def _node(self, db: sqlite3.Connection, item: _Event, kept: _Kept, seq: int) -> None:
+        node = item.node
+        assert node is not None
+        line = encode_node(node, output=False)
+        for name in _NODE_TIMES:
+            if isinstance(line.get(name), float):
+                line[name] += kept.shift
+        first = kept.node_seq.setdefault(node.id, seq)
+        db.execute(
+            "INSERT OR REPLACE INTO nodes (run, id, seq, body) VALUES (?, ?, ?, ?)",
+            (item.run, node.id, first, json.dumps(redact_value(line), default=summarize)),
+        )
+        if item.has_output:
+            stored = keep(item.output)
+            db.execute(
+                "INSERT OR REPLACE INTO outputs (run, action, kind, value, data) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (item.run, node.id, stored.kind, stored.value, stored.data),
+            )
+            db.execute(
+                "DELETE FROM search WHERE run = ? AND field = ?", (item.run, f"output:{node.id}")
+            )
+            _index(db, item.run, f"output:{node.id}", stored.text)
+
+    def _finish(self, db: sqlite3.Connection, item: _Finish) -> None:
+        kept = self._runs.setdefault(item.run, _Kept())
+        kept.status = item.status
+        db.execute(
+            "UPDATE runs SET status = ?, reason = ?, answer = ?, cost = ?, ended = ? "
+            "WHERE id = ?",
+            (item.status, redact(item.reason or "") or None, redact(item.answer), item.cost,
+             item.wall, item.run),
+        )  # fmt: skip
+        db.execute("DELETE FROM search WHERE run = ? AND field = 'answer'", (item.run,))
+        _index(db, item.run, "answer", item.answer)
+
+    def _update_counts(self, db: sqlite3.Connection, run: str) -> None:
+        kept = self._runs.get(run)
+        if kept is None:
+            return
+        db.execute(
+            "UPDATE runs SET turns = ?, actions = ?, prompt_tokens = ?, completion_tokens = ?, "
+            "model = coalesce(?, model), status = CASE WHEN status = 'running' THEN ? "
+            "ELSE status END WHERE id = ?",
+            (kept.turns, len(kept.actions), kept.prompt_tokens, kept.completion_tokens,
+             kept.model, kept.status, run),
+        )  # fmt: skip
+
+
+def _index(db: sqlite3.Connection, run: str, what: str, text: str) -> None:
+    """Make ``text`` (redacted) findable as ``what`` of ``run``."""
+    if text:
+        db.execute(
+            "INSERT INTO search (run, field, text) VALUES (?, ?, ?)", (run, what, redact(text))
+        )
+
+
+def _wall(clock: float, now: float | None = None) -> float:
+    """The Unix time of a ``time.monotonic()`` reading ``clock``."""
+    now = time.monotonic() if now is None else now
+    return time.time() - (now - clock)

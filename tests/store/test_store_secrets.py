@@ -1,0 +1,131 @@
+"""Secrets never reach the store's files: its bytes (the WAL and shared memory too) are
+searched for every form of every secret a run met, in its prompt, parameters, answer
+and outputs of every shape."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import cortex_jupyter
+from cortex_jupyter import store
+from cortex_jupyter.models import ScriptModel
+from cortex_jupyter.runtime import Agent, Registry
+from cortex_jupyter.runtime.core.record import OutputRepr
+from cortex_jupyter.runtime.core.secrets import secrets
+
+KEY = 'sk-live-"quoted\\back-0123456789abcdef'  # JSON and repr escape it
+TOKEN = "tok_9f8e7d6c5b4a39281706"
+PASSWORD = "pässwörd-ünïcode-123456"  # JSON's ensure_ascii escapes it
+ALL = (KEY, TOKEN, PASSWORD)
+
+
+class Holder:
+    """An object that keeps a secret in an attribute (a client, a connection...)."""
+
+    def __init__(self, secret: str) -> None:
+        self.password = secret
+        self.host = "db.example"
+
+
+def tools() -> Registry:
+    registry = Registry()
+
+    @registry.tool
+    def as_json(text: str) -> dict[str, Any]:
+        return {"creds": text, "nested": [TOKEN, {"k": KEY}]}
+
+    @registry.tool
+    def frame() -> Any:
+        return pd.DataFrame({"user": ["ann", "bob"], "token": [TOKEN, "x" * 80 + KEY]})
+
+    @registry.tool
+    def holder() -> Any:
+        return Holder(PASSWORD)
+
+    @registry.tool
+    def strings() -> Any:
+        return np.array([TOKEN, "plain"])
+
+    @registry.tool
+    def clean() -> Any:
+        return Holder("nothing secret here")
+
+    return registry
+
+
+def script() -> str:
+    param = json.dumps({"name": "as_json", "parameters": {"text": KEY}, "output_key": "j"})
+    calls = [
+        f'<action id="j">{param}</action>',
+        '<action id="f">{"name": "frame", "parameters": {}}</action>',
+        '<action id="h">{"name": "holder", "parameters": {}}</action>',
+        '<action id="s">{"name": "strings", "parameters": {}}</action>',
+        '<action id="c">{"name": "clean", "parameters": {}}</action>',
+    ]
+    answer = f"<response>the token is {TOKEN} and the password {PASSWORD}</response>"
+    return "\n".join(calls) + "\n--- next turn ---\n" + answer
+
+
+def forms(secret: str) -> set[bytes]:
+    texts = {secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]}
+    texts.add(repr(secret)[1:-1])
+    out = {text.encode(codec) for text in texts for codec in ("utf-8", "utf-16-le", "utf-32-le")}
+    return out | {form.encode() for form in secrets.forms() if secret in form or form in secret}
+
+
+def leaks(path: Path) -> list[str]:
+    found = []
+    for suffix in ("", "-wal", "-shm"):
+        file = Path(f"{path}{suffix}")
+        if not file.exists():
+            continue
+        data = file.read_bytes()
+        found += [f"{file.name}: {form!r}" for s in ALL for form in forms(s) if form in data]
+    return found
+
+
+@pytest.fixture
+def secret_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MY_API_KEY", KEY)
+    monkeypatch.setenv("SERVICE_TOKEN", TOKEN)
+    monkeypatch.setenv("DB_PASSWORD", PASSWORD)
+
+
+def test_no_secret_reaches_the_store_files(tmp_path: Path, secret_env: None) -> None:
+    path = tmp_path / "runs.db"
+    kept = store.open_store(path)
+    agent = Agent(model=ScriptModel(script(), chunk_size=11), registry=tools())
+    run = agent.run_sync(f"use the key {KEY} and {TOKEN}", store=kept)
+    assert run.status == "completed" and TOKEN in run.answer  # the notebook's own: exact
+    assert isinstance(run.actions["f"].output, pd.DataFrame)
+    kept.flush()
+    assert (tmp_path / "runs.db-wal").stat().st_size > 0  # what was written is in the WAL
+    assert leaks(path) == []
+    kinds = dict(sqlite3.connect(path).execute("SELECT action, kind FROM outputs"))
+    assert kinds == {"j": "redacted", "f": "redacted", "h": "redacted", "s": "redacted",
+                     "c": "pickle"}  # fmt: skip
+    back = cortex_jupyter.open_run(run.id, store=path)
+    assert isinstance(back.actions["h"].output, OutputRepr)
+    assert back.actions["c"].output.password == "nothing secret here"  # a real pickle
+    assert "[redacted]" in back.answer and "[redacted]" in back.prompt
+    kept.close()  # a checkpoint moves the WAL into the database: still nothing
+    assert leaks(path) == []
+
+
+def test_a_cell_with_a_secret_in_its_prompt_leaves_none_in_the_store(
+    ip: Any, tmp_path: Path, secret_env: None
+) -> None:
+    path = tmp_path / "cells.db"
+    ip.run_line_magic("config", f"CortexMagics.store = {str(path)!r}")
+    body = f"<response>the key is {KEY}; the token {TOKEN}</response>"
+    ip.run_cell_magic("cortex", "--script --delay 0 --text", body)
+    store.open_store(path).flush()
+    assert cortex_jupyter.runs("token", store=path)[0].status == "completed"
+    assert leaks(path) == []
