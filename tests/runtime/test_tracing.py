@@ -23,6 +23,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
+from cortex_jupyter import default_registry
 from cortex_jupyter.models import OpenAIModel, ScriptModel
 from cortex_jupyter.runtime import Agent, Registry
 from cortex_jupyter.runtime.integrations.mcp import McpManager
@@ -142,7 +143,9 @@ def test_a_nested_agent_is_inside_its_action_span(traced_run: list[ReadableSpan]
     assert inner.end_time <= action.end_time
 
 
-def test_a_tool_span_starts_before_its_chat_span_ends(ip: object) -> None:
+def test_a_tool_span_starts_before_its_chat_span_ends(
+    ip: object, request: pytest.FixtureRequest
+) -> None:
     """Eager execution, as a trace shows it: the action starts while the model still
     writes the rest of its reply (a --script cell streamed slowly)."""
     ip.run_cell(  # type: ignore[attr-defined]
@@ -151,6 +154,7 @@ def test_a_tool_span_starts_before_its_chat_span_ends(ip: object) -> None:
         "def traced_count(text: str) -> int:\n"
         "    return len(text)\n"
     )
+    request.addfinalizer(lambda: default_registry.remove("tool", "traced_count"))
     cell = (
         '<action id="early">{"name": "traced_count", "parameters": {"text": "abc"}}</action>\n'
         "<response>" + "still writing " * 10 + "</response>\n"
