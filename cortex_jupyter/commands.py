@@ -319,6 +319,23 @@ def show_cluster() -> None:
     print(executors.cluster_info())
 
 
+def show_trace() -> None:
+    """Whether runs' spans go anywhere: the tracer provider and its exporters."""
+    from cortex_jupyter.runtime.integrations.tracing import setup
+
+    print(setup.describe())
+
+
+def trace_phoenix() -> None:
+    """Start a local Phoenix (or find one running) and send every run's spans to it."""
+    from cortex_jupyter.runtime.integrations.tracing import setup
+
+    try:
+        print(setup.start_phoenix())
+    except (setup.PhoenixMissing, setup.PhoenixDidNotStart) as exc:
+        complain(f"trace: {exc}")
+
+
 def local_start(session: Session, port: int | None) -> str | None:
     """Start the live model on this machine; its model name, or None if it did not start
     (one ``cortex:`` line says why). ``--model NAME`` asks it from now on."""

@@ -77,6 +77,7 @@ COMMANDS = (
     "mcp",
     "cluster",
     "local",
+    "trace",
     "eval",
     "help",
 )
@@ -621,6 +622,18 @@ class CortexMagics(Magics):
             raise UsageError(
                 f"%cortex local: {' '.join(args)!r} is not a command here; "
                 "use %cortex local start [--port N], stop or status."
+            )
+
+    def _cmd_trace(self, args: list[str]) -> None:
+        """Where runs' traces go: %cortex trace | trace phoenix (start a local Phoenix)."""
+        if args == ["phoenix"]:
+            commands.trace_phoenix()
+        elif not args:
+            commands.show_trace()
+        else:
+            raise UsageError(
+                f"%cortex trace: {' '.join(args)!r} is not a command here; "
+                "use %cortex trace (where spans go) or %cortex trace phoenix."
             )
 
     def _cmd_eval(self, args: list[str]) -> Any:

@@ -73,6 +73,7 @@ from cortex_jupyter.runtime.core.variables import (
     resolve,
 )
 from cortex_jupyter.runtime.integrations import executors as _executors  # noqa: F401 (plugs in)
+from cortex_jupyter.runtime.integrations import tracing as _tracing  # noqa: F401 (plugs in)
 from cortex_jupyter.runtime.loop.agent import Agent, RunHooks
 from cortex_jupyter.runtime.loop.conversation import Conversation
 from cortex_jupyter.runtime.loop.feeds import (

@@ -291,12 +291,14 @@ class Agent:
         names = variables
         if names is None:
             names = [n for n in find_references(prompt) if n in space and n not in feeds]
-        scheduler = self._scheduler(model, space, feeds, hooks or RunHooks(), run)
+        if conversation is None:
+            conversation = Conversation()
+        scheduler = self._scheduler(model, space, feeds, hooks or RunHooks(), run, conversation)
         scheduler.run.reach = ChainMap(feeds, space)  # type: ignore[arg-type]
         return Loop(
             self,
             model=model,
-            conversation=conversation if conversation is not None else Conversation(),
+            conversation=conversation,
             scheduler=scheduler,
             feeds=feeds,
             variables=describe_variables(space, names),
@@ -365,6 +367,7 @@ class Agent:
         (the validated object when it has an ``output_type``: a typed sub-agent hands
         its caller data, not text) and its run is ``node.subrun``."""
         model = self._model(scheduler.model, node.id)
+        conversation = Conversation()
         child = Run()
         node.subrun = child
         space = scheduler.namespace
@@ -384,12 +387,15 @@ class Agent:
                 node.id, self.approval, names=self.approve, timeout=self.approve_timeout
             ),
             request=request_fields(self, scheduler.request),
+            agent=self.name,
+            conversation=conversation.id,
+            sampling=self._sampling(),
         )
         nested = Scheduler(spec, run=child, limiter=scheduler.limiter)
         loop = Loop(
             self,
             model=model,
-            conversation=Conversation(),
+            conversation=conversation,
             scheduler=nested,
             feeds=feeds,
             variables=describe_variables(space, [n for n in find_references(task) if n in space]),
@@ -425,6 +431,7 @@ class Agent:
         feeds: FeedSet,
         hooks: RunHooks,
         run: Run | None,
+        conversation: Conversation,
     ) -> Scheduler:
         spec = RunSpec(
             registry=self.callable(),
@@ -441,9 +448,16 @@ class Agent:
             bind=hooks.bind,
             background=hooks.background,
             max_depth=self.max_depth,
+            agent=self.name,
+            conversation=conversation.id,
+            sampling=self._sampling(),
             spend=Spend(Budget.parse(self.budget)),
         )
         return Scheduler(spec, run=run)
+
+    def _sampling(self) -> dict[str, Any]:
+        settings = {"temperature": self.temperature, "max_tokens": self.max_tokens}
+        return {name: value for name, value in settings.items() if value is not None}
 
     def __repr__(self) -> str:
         shown = [repr(self.name)] if self.name is not None else []

@@ -4,6 +4,7 @@ transcripts, and read as text."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Iterator
 from typing import cast
 
@@ -27,6 +28,9 @@ class Conversation:
 
     def __init__(self, messages: Iterable[Message] = (), starts: Iterable[int] = ()) -> None:
         self._messages: list[ChatMessage] = [_copy(m) for m in messages]
+        #: Names this conversation in traces (``gen_ai.conversation.id``): the runs
+        #: that continue it share it.
+        self.id = uuid.uuid4().hex[:12]
         #: Where each run's prompt begins (an exchange: what the context budget keeps,
         #: condenses or summarises as a whole).
         self.starts: list[int] = sorted(set(starts))

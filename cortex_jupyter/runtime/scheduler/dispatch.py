@@ -23,6 +23,7 @@ from collections.abc import (
     Iterable,
     Mapping,
 )
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from types import TracebackType
 from typing import Any
@@ -57,6 +58,7 @@ from cortex_jupyter.runtime.core.errors import (
 from cortex_jupyter.runtime.core.events import ActionStatus, AnyEvent, End, Interrupt, Metric
 from cortex_jupyter.runtime.core.graph import NOT_STARTED, ActionNode, Graph, Update
 from cortex_jupyter.runtime.core.model import Message, complete
+from cortex_jupyter.runtime.core.observe import RunObserver, RunStart, acting, observers_for
 from cortex_jupyter.runtime.core.record import (
     Run,
     brief_json,
@@ -132,6 +134,9 @@ class Scheduler:
         self._captures: dict[str, Capture] = {}
         self._flush_scope: anyio.CancelScope | None = None
         self._loop_thread = threading.get_ident()
+        #: Who watches this run besides the host (tracing: ``runtime.core.observe``);
+        #: asked at the run's start.
+        self._observers: tuple[RunObserver, ...] = ()
         #: The status a run that is left normally ends with (the agent loop sets
         #: ``interrupted`` or ``turn_limit``).
         self.outcome = "completed"
@@ -142,6 +147,17 @@ class Scheduler:
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         self._loop_thread = threading.get_ident()
+        spec = self.spec
+        self._observers = observers_for(
+            RunStart(
+                self.run,
+                spec.agent,
+                spec.model,
+                {**spec.request, **spec.sampling},
+                spec.conversation,
+                spec.depth,
+            )
+        )
         return self
 
     async def __aexit__(
@@ -503,7 +519,7 @@ class Scheduler:
         self._want_flush()  # its thread may write at any time, and never wakes the loop
 
         async def invoke() -> Any:
-            with capturing(capture):
+            with capturing(capture), self._acting(node.id):
                 return await prepared()
 
         retries = self.retry.retries(action)
@@ -766,6 +782,11 @@ class Scheduler:
 
     # ---- events ---------------------------------------------------------------------
 
+    def _acting(self, action_id: str) -> AbstractContextManager[object]:
+        """What the observers keep current while the action's tool runs (a no-op when
+        nobody watches)."""
+        return acting(self._observers, action_id) if self._observers else nullcontext()
+
     def emit(self, event: AnyEvent) -> None:
         """Record a runtime event on the run and pass it on (the agent loop's turns)."""
         self._emit(event)
@@ -773,5 +794,7 @@ class Scheduler:
     def _emit(self, event: AnyEvent) -> None:
         at = getattr(event, "time", None)
         self.run.record(event, at if isinstance(at, float) else None)
+        for observer in self._observers:
+            observer.on_event(event)
         if self._on_event is not None:
             self._on_event(event)

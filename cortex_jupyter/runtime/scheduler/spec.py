@@ -92,6 +92,11 @@ class RunSpec:
     # limits
     depth: int = 0
     max_depth: int = 3
+    #: For the run's observers (traces): the agent's name, its conversation's id, and the
+    #: sampling settings it sends beside ``request`` (temperature, max_tokens).
+    agent: str | None = None
+    conversation: str | None = None
+    sampling: Mapping[str, Any] = field(default_factory=dict)
     max_threads: int = 32
 
     @classmethod

@@ -105,6 +105,8 @@ class _Call:
         self._cancelled = False
         #: Read here, on the run's loop: the worker thread has no loop to ask.
         self._cancelled_class = anyio.get_cancelled_exc_class()
+        #: The context the call was made in (a trace's current span), for a thread pool.
+        self._caller = _without_capture(contextvars.copy_context())
 
     # Both run in an empty context: what they start inside the Dask client or the
     # executor (tasks on the client's loop, its threads) must not inherit the action's
@@ -187,10 +189,17 @@ class _Call:
                     run_remote, blob, self.id, cluster.LIVE_TOPIC, key=self.id, pure=False
                 )
                 return self._future
+        call: Any = run_remote
+        args: tuple[Any, ...] = (blob, self.id, None)
+        if isinstance(self.executor, concurrent.futures.ThreadPoolExecutor):
+            # A thread of this process runs the tool in the caller's context (a trace's
+            # current span), as the run's own worker threads do; a process or a cluster
+            # cannot receive a context.
+            call, args = self._caller.run, (run_remote, *args)
         with self._lock:
             if self._cancelled:
                 return None
-            self._future = self.executor.submit(run_remote, blob, self.id, None)
+            self._future = self.executor.submit(call, *args)
             return self._future
 
     def _result(self, future: Any) -> bytes:
@@ -281,6 +290,16 @@ class _Sink:
         if partial is not None and partial != self.partial:
             self.partial = partial
             self.capture.partial(partial)
+
+
+def _without_capture(context: contextvars.Context) -> contextvars.Context:
+    """``context`` less the action's capture: ``run_remote`` records what the tool writes
+    itself, as a worker's side does, and a capture inherited would take it twice."""
+    kept = contextvars.Context()
+    for var, value in context.items():
+        if var.name != "cortex_capture":
+            kept.run(var.set, value)
+    return kept
 
 
 def _where(executor: Any) -> str:

@@ -1,0 +1,78 @@
+"""Observers of a run: what tracing plugs into, and the one hook the scheduler gives them.
+
+An observer reduces a run's events, as the display does, and never drives the run. The
+core defines the seam and imports no observer: an observer package registers a factory
+with ``add_observer`` (as integrations pass themselves into the registry), and each
+scheduler asks the factories at its run's start (``observers_for``) for the observers of
+that run. A factory that has nothing to do (tracing with no tracer provider configured)
+returns ``None``, so a run with no observer pays one call per factory at its start and
+nothing after.
+
+Besides the events, an observer may need something to be current while an action's tool
+runs (a trace's span, so the calls the tool makes nest inside it): ``acting`` is the
+context manager the scheduler enters around each attempt of an action, in the task that
+calls the tool, before the call reaches a worker thread, an executor or an MCP server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from cortex_jupyter.runtime.core.events import AnyEvent
+from cortex_jupyter.runtime.core.record import Run
+
+__all__ = ["RunObserver", "RunStart", "acting", "add_observer", "observers_for"]
+
+
+@dataclass(frozen=True)
+class RunStart:
+    """What an observer is told when a run starts: its record, the agent's name (None:
+    the session's default agent), the model object, the extra fields every request
+    sends, the conversation it continues, and how deep it is nested (0: a cell's run)."""
+
+    run: Run
+    agent: str | None = None
+    model: Any = field(default=None, repr=False)
+    request: Mapping[str, Any] = field(default_factory=dict)
+    conversation: str | None = None
+    depth: int = 0
+
+
+class RunObserver(Protocol):
+    """One run's observer: ``on_event`` gets each of the run's own events as it is
+    emitted (a nested agent's run has observers of its own); ``acting(id)`` is entered
+    around each attempt of the action ``id``, in the task that calls its tool."""
+
+    def on_event(self, event: AnyEvent) -> None: ...
+
+    def acting(self, action_id: str) -> AbstractContextManager[object]: ...
+
+
+ObserverFactory = Callable[[RunStart], "RunObserver | None"]
+
+_factories: list[ObserverFactory] = []
+
+
+def add_observer(factory: ObserverFactory) -> None:
+    """Register ``factory``: called at every run's start, it returns that run's observer
+    or ``None``. Registering the same factory twice keeps one."""
+    if factory not in _factories:
+        _factories.append(factory)
+
+
+def observers_for(start: RunStart) -> tuple[RunObserver, ...]:
+    """The observers of the run ``start`` describes (empty: nobody is watching)."""
+    found = (factory(start) for factory in _factories)
+    return tuple(observer for observer in found if observer is not None)
+
+
+@contextmanager
+def acting(observers: tuple[RunObserver, ...], action_id: str) -> Iterator[None]:
+    """Every observer's ``acting(action_id)`` entered, innermost last."""
+    with ExitStack() as stack:
+        for observer in observers:
+            stack.enter_context(observer.acting(action_id))
+        yield

@@ -1,0 +1,41 @@
+"""Every run as an OpenTelemetry trace (GenAI semantic conventions), sent wherever the
+process's tracer provider sends spans: Phoenix, Logfire, any OTLP collector.
+
+Tracing is an observer of run events, like the display: it reduces a run's events into
+spans and never drives the run. The core defines the seam (``runtime.core.observe``):
+this package registers a factory the scheduler asks at each run's start, and the hook the
+scheduler enters around an action's tool keeps that action's span current, so what the
+tool calls (MCP servers, executors, nested agents) nests inside it.
+
+- ``spans``: one run's trace (``RunTrace``), from its events; the only module with
+  ``setup`` that imports ``opentelemetry``;
+- ``setup``: where spans go (``describe``, for ``%cortex trace``) and a local Phoenix
+  started and registered in one call (``start_phoenix``).
+
+Off costs nothing: no tracer provider configured, no observer is made. The factory looks
+for a provider only once ``opentelemetry.trace`` has been imported by someone (a provider
+cannot be configured without importing it), so importing cortex_jupyter never imports
+OpenTelemetry, and a run with tracing off pays one dictionary lookup at its start. The
+tracer is taken from the global provider at each run's start, never at import, so a
+provider set after ``%load_ext`` is used from the next cell on.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from cortex_jupyter.runtime.core.observe import RunObserver, RunStart, add_observer
+
+__all__ = ["run_observer"]
+
+
+def run_observer(start: RunStart) -> RunObserver | None:
+    """The run's trace, or None when nothing would receive its spans."""
+    if "opentelemetry.trace" not in sys.modules:
+        return None
+    from cortex_jupyter.runtime.integrations.tracing.spans import observer
+
+    return observer(start)
+
+
+add_observer(run_observer)

@@ -1,0 +1,194 @@
+"""Where spans go, in words (``%cortex trace``), and a local Phoenix in one call
+(``%cortex trace phoenix``).
+
+Phoenix (``arize-phoenix``) is not a dependency: ``start_phoenix`` starts its server as a
+process of its own (so the kernel never imports the server) on 127.0.0.1, and registers
+it with ``phoenix.otel.register()``, the recipe its docs give. Without it installed,
+``PhoenixMissing`` says how to install it in one line.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from opentelemetry import trace
+
+from cortex_jupyter.runtime.core.errors import CortexError
+from cortex_jupyter.runtime.core.secrets import redact
+from cortex_jupyter.runtime.integrations.tracing.spans import (
+    CAPTURE_CONTENT,
+    capture_content,
+    configured,
+)
+
+__all__ = ["PhoenixDidNotStart", "PhoenixMissing", "PhoenixStarted", "describe", "start_phoenix"]
+
+#: Phoenix's own default port; another is taken when something else holds it.
+PHOENIX_PORT = 6006
+#: The project our spans go to in Phoenix.
+PROJECT = "cortex"
+#: How long a Phoenix server may take to start (it makes its database first).
+PATIENCE = 120.0
+
+
+@dataclass(eq=False, repr=False)
+class PhoenixMissing(CortexError):
+    """Raised when ``%cortex trace phoenix`` finds no Phoenix installed."""
+
+    template: ClassVar[str] = (
+        "Phoenix is not installed here; install it with: pip install arize-phoenix"
+    )
+
+
+@dataclass(eq=False, repr=False)
+class PhoenixDidNotStart(CortexError):
+    """Raised when a Phoenix server started for ``%cortex trace phoenix`` never answered."""
+
+    log: str
+    template: ClassVar[str] = (
+        "Phoenix did not start (its log: {e.log}); "
+        "try `python -m phoenix.server.main serve` in a terminal"
+    )
+
+
+@dataclass(frozen=True)
+class PhoenixStarted:
+    """A Phoenix server this process started (or found) and registered."""
+
+    url: str
+    project: str
+    started: bool
+
+    def __str__(self) -> str:
+        how = "started" if self.started else "already running"
+        return (
+            f"Phoenix {how} at {self.url}; spans of every run go to its project "
+            f"{self.project!r} from the next cell on."
+        )
+
+
+def describe() -> str:
+    """Whether spans go anywhere: the tracer provider, its span processors and their
+    exporters (endpoints redacted), and whether content is recorded."""
+    provider = trace.get_tracer_provider()
+    if not configured(provider):
+        return (
+            "tracing: off (no OpenTelemetry tracer provider is configured, so runs make no "
+            "spans).\nTo see traces: %cortex trace phoenix, logfire.configure(), or any "
+            "OTLP exporter (docs: Traces)."
+        )
+    lines = [f"tracing: on; tracer provider {_kind(provider)}"]
+    processors = _processors(provider)
+    if processors is None:
+        lines.append("  (its span processors are not visible from here)")
+    elif not processors:
+        lines.append("  no span processor: spans are made but go nowhere")
+    for processor in processors or ():
+        exporter = getattr(processor, "span_exporter", None)
+        shown = f"  {_kind(processor)}"
+        if exporter is not None:
+            shown += f" -> {_kind(exporter)}"
+            endpoint = getattr(exporter, "_endpoint", None)
+            if isinstance(endpoint, str):
+                shown += f" at {redact(endpoint)}"
+        lines.append(shown)
+    content = (
+        "recorded" if capture_content() else f"not recorded ({CAPTURE_CONTENT}=true records it)"
+    )
+    lines.append(f"content (prompts, replies, arguments, results): {content}")
+    return "\n".join(lines)
+
+
+def start_phoenix(port: int | None = None) -> PhoenixStarted:
+    """Start a local Phoenix (unless one answers at ``port`` already) and register it as
+    the tracer provider. Raises ``PhoenixMissing`` when Phoenix is not installed."""
+    if importlib.util.find_spec("phoenix") is None:
+        raise PhoenixMissing()
+    port = port or PHOENIX_PORT
+    url = f"http://127.0.0.1:{port}"
+    started = False
+    if not _answers(url):
+        if not _free(port):
+            port = _free_port()
+            url = f"http://127.0.0.1:{port}"
+        _serve(port)
+        started = True
+    from phoenix.otel import register
+
+    register(endpoint=f"{url}/v1/traces", project_name=PROJECT, batch=True, verbose=False)
+    return PhoenixStarted(url, PROJECT, started)
+
+
+# ---- helpers -------------------------------------------------------------------------------
+
+
+def _kind(obj: object) -> str:
+    kind = type(obj)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _processors(provider: object) -> tuple[object, ...] | None:
+    """The SDK provider's span processors (None: a provider that does not show them)."""
+    active = getattr(provider, "_active_span_processor", None)
+    found = getattr(active, "_span_processors", None)
+    return tuple(found) if isinstance(found, tuple | list) else None
+
+
+def _answers(url: str) -> bool:
+    with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1) as reply:
+        return bool(reply.status == 200)
+    return False
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _serve(port: int) -> None:
+    """Phoenix's server as a child process (stopped when this process exits), waited for."""
+    folder = Path(os.environ.get("PHOENIX_WORKING_DIR") or Path.home() / ".phoenix")
+    folder.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, PHOENIX_PORT=str(port), PHOENIX_HOST="127.0.0.1")
+    env.setdefault("PHOENIX_GRPC_PORT", str(_free_port()))
+    log = (folder / "cortex-phoenix.log").open("ab")
+    process = subprocess.Popen(
+        [sys.executable, "-W", "ignore", "-m", "phoenix.server.main", "serve"],
+        env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    atexit.register(_stop, process)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + PATIENCE
+    while not _answers(url):
+        if process.poll() is not None or time.monotonic() > deadline:
+            _stop(process)
+            raise PhoenixDidNotStart(str(folder / "cortex-phoenix.log"))
+        time.sleep(0.5)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=10)
