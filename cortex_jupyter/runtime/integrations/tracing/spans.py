@@ -137,6 +137,12 @@ def _attributes(values: Mapping[str, Any]) -> dict[str, Any]:
     return {key: _clean(value) for key, value in values.items() if value is not None}
 
 
+def _span_name(operation: str, name: object) -> str:
+    """A span's name as the conventions write it (``{operation} {name}``), redacted: a
+    tool's name is the model's text, and a viewer shows the name first."""
+    return redact(f"{operation} {name}") if name else operation
+
+
 def _text_message(role: str, text: str, **extra: Any) -> dict[str, Any]:
     return {"role": role, "parts": [{"type": "text", "content": text}], **extra}
 
@@ -163,7 +169,7 @@ class RunTrace:
         self.request = dict(start.request)
         name = start.agent
         self.root = tracer.start_span(
-            f"invoke_agent {name}" if name else "invoke_agent",
+            _span_name("invoke_agent", name),
             context=otel_context.get_current(),
             kind=trace.SpanKind.INTERNAL,
             start_time=epoch_ns(start.run.started),
@@ -246,7 +252,7 @@ class RunTrace:
                     {"type": "text", "content": self._system}
                 ]
         span = self.tracer.start_span(
-            f"chat {model}" if model else "chat",
+            _span_name("chat", model),
             context=self._root_context,
             kind=trace.SpanKind.CLIENT,
             start_time=epoch_ns(event.time),
@@ -327,7 +333,7 @@ class RunTrace:
         parent = self._tools.get(first.parent) if first.parent else None
         mcp = "." in name and first.type in (None, "tool")
         return self.tracer.start_span(
-            f"execute_tool {name}",
+            _span_name("execute_tool", name),
             context=trace.set_span_in_context(parent) if parent else self._root_context,
             kind=trace.SpanKind.INTERNAL,
             start_time=epoch_ns(event.time),
