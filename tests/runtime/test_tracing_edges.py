@@ -48,3 +48,36 @@ def test_a_tool_or_agent_the_model_names_with_a_secret_shows_no_secret_in_a_span
     names = sorted(s.name for s in spans if s.name.startswith("execute_tool"))
     assert names == ["execute_tool [redacted]", "execute_tool [redacted]"]
     assert KEY not in every_text(spans)
+
+
+# ---- tracing never breaks the run it watches -----------------------------------------------
+
+
+class Unprintable(Exception):
+    """An exception whose message cannot be read (its ``__str__`` raises)."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no message for you")
+
+
+def test_a_tool_failing_with_an_unprintable_exception_fails_as_that_exception() -> None:
+    """The action fails (the run goes on to its answer), its error and its span's
+    exception name the exception the tool raised, not the one its ``__str__`` raised."""
+    registry = Registry(builtins=False)
+
+    @registry.tool
+    def odd() -> None:
+        """Fails oddly."""
+        raise Unprintable()
+
+    script = '<action id="o">{"name": "odd"}</action><response>went on</response>'
+    with recorded() as spans:
+        run = Agent(registry=registry, model=ScriptModel(script)).run_sync("go")
+    assert run.status == "completed"
+    assert run.answer == "went on"
+    node = run.actions["o"]
+    assert node.status == "failed"
+    assert node.error is not None and node.error.startswith("Unprintable")
+    (span,) = [s for s in spans if s.name == "execute_tool odd"]
+    (exception,) = [e for e in span.events if e.name == "exception"]
+    assert (exception.attributes or {})["exception.type"].endswith("Unprintable")
