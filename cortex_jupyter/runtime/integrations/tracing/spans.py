@@ -35,6 +35,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from cortex_jupyter._version import __version__
+from cortex_jupyter.runtime.core.bounded import message
 from cortex_jupyter.runtime.core.events import (
     ActionStatus,
     AnyEvent,
@@ -417,6 +418,6 @@ def _exception_attributes(exc: BaseException) -> dict[str, Any]:
     stack = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return {
         "exception.type": _type_name(exc),
-        "exception.message": redact(str(exc)),
+        "exception.message": redact(message(exc)),
         "exception.stacktrace": redact(stack),
     }
