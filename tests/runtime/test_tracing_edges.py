@@ -8,14 +8,17 @@ read from the OpenTelemetry SDK's in-memory exporter (``tests/otel_spans``).
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from cortex_jupyter.models import ScriptModel
 from cortex_jupyter.runtime import Agent, Registry
 from cortex_jupyter.runtime.integrations.tracing.spans import CAPTURE_CONTENT
-from tests.otel_spans import recorded, strings
+from tests.otel_spans import recorded, sdk_provider, strings
 
 #: A key the environment holds under a credential's name (so a secret to cortex).
 KEY = "sk-edge-0123456789abcdefXYZ"
@@ -81,3 +84,67 @@ def test_a_tool_failing_with_an_unprintable_exception_fails_as_that_exception() 
     (span,) = [s for s in spans if s.name == "execute_tool odd"]
     (exception,) = [e for e in span.events if e.name == "exception"]
     assert (exception.attributes or {})["exception.type"].endswith("Unprintable")
+
+
+class Broken(SpanProcessor):
+    """A user's own span processor with a bug, while ``where`` is set: it raises when a
+    span starts or ends (the SDK calls processors without catching what they raise)."""
+
+    where: str | None = None
+    added = False
+
+    def on_start(self, span: Span, parent_context: Any = None) -> None:
+        if self.where == "start":
+            raise RuntimeError("the user's processor broke")
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if self.where == "end":
+            raise RuntimeError("the user's processor broke")
+
+
+_BROKEN = Broken()
+
+
+@pytest.fixture
+def broken() -> Iterator[Broken]:
+    """The broken processor on the process's provider (added once: the SDK cannot take
+    a processor away), quiet again after the test."""
+    if not _BROKEN.added:
+        sdk_provider().add_span_processor(_BROKEN)
+        _BROKEN.added = True
+    try:
+        yield _BROKEN
+    finally:
+        _BROKEN.where = None
+
+
+@pytest.mark.parametrize("where", ["start", "end"])
+def test_a_span_processor_that_raises_never_breaks_the_run(
+    broken: Broken, where: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Tracing watches a run and never drives it: a processor raising on every span's
+    start or end leaves the run as it would have been (its actions done, its answer),
+    and the failure is said once in the log."""
+    registry = Registry(builtins=False)
+
+    @registry.tool
+    def two() -> int:
+        """Two."""
+        return 2
+
+    script = [
+        '<action id="a">{"name": "two", "output_key": "n"}</action>'
+        '<action id="b">{"name": "two"}</action>',
+        "<response>both ran</response>",
+    ]
+    broken.where = where
+    with caplog.at_level(logging.WARNING):
+        run = Agent(registry=registry, model=ScriptModel(script)).run_sync("go")
+    broken.where = None
+    assert (run.status, run.answer) == ("completed", "both ran")
+    assert {n.id: (n.status, n.output) for n in run.actions.values()} == {
+        "a": ("done", 2),
+        "b": ("done", 2),
+    }
+    said = [r.getMessage() for r in caplog.records if "the user's processor broke" in r.getMessage()]
+    assert len(said) == 1, said
