@@ -22,10 +22,11 @@ true; every text that reaches a span, content or not, is redacted first.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 import traceback
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
@@ -49,6 +50,8 @@ from cortex_jupyter.runtime.core.observe import RunStart
 from cortex_jupyter.runtime.core.secrets import redact, redact_value
 
 __all__ = ["CAPTURE_CONTENT", "RunTrace", "capture_content", "configured", "observer"]
+
+_log = logging.getLogger("cortex_jupyter.tracing")
 
 #: The conventions' switch for recording prompts, replies, arguments and results.
 CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
@@ -106,7 +109,18 @@ def observer(start: RunStart) -> RunTrace | None:
     provider = trace.get_tracer_provider()
     if not configured(provider):
         return None
-    return RunTrace(provider.get_tracer("cortex_jupyter", __version__), start)
+    try:
+        return RunTrace(provider.get_tracer("cortex_jupyter", __version__), start)
+    except Exception as exc:  # a provider or processor that raises: the run goes on untraced
+        _gave_up(start.run.id, exc)
+        return None
+
+
+def _gave_up(run_id: str, exc: Exception) -> None:
+    _log.warning(
+        "cortex: run %s is not traced from here on: the tracer provider raised %s",
+        run_id, redact(f"{type(exc).__name__}: {message(exc)}"),
+    )  # fmt: skip
 
 
 def provider_name(model: object) -> str:
@@ -194,11 +208,27 @@ class RunTrace:
         self._failures: dict[str, str] = {}
         self._messages: list[dict[str, Any]] = []
         self._system: str | None = None
+        self.run_id = start.run.id
+        self._off = False
 
     # ---- the observer's two doors ----------------------------------------------------
 
     def on_event(self, event: AnyEvent) -> None:
-        """Reduce one of the run's events (a nested run's are its own trace's)."""
+        """Reduce one of the run's events (a nested run's are its own trace's). Tracing
+        never breaks the run it watches: when the SDK raises (a user's span processor
+        with a bug), the failure is logged once and the run is not traced further."""
+        self._safely(self._reduce, event)
+
+    def _safely(self, step: Callable[..., object], *args: object) -> None:
+        if self._off:
+            return
+        try:
+            step(*args)
+        except Exception as exc:
+            self._off = True
+            _gave_up(self.run_id, exc)
+
+    def _reduce(self, event: AnyEvent) -> None:
         if isinstance(event, ActionStatus):
             self._action(event)
         elif isinstance(event, Chunk):
@@ -227,7 +257,7 @@ class RunTrace:
                 yield
             except Exception as exc:
                 self._failures[action_id] = _type_name(exc)
-                span.add_event("exception", _exception_attributes(exc))
+                self._safely(span.add_event, "exception", _exception_attributes(exc))
                 raise
 
     # ---- turns -------------------------------------------------------------------------
