@@ -74,3 +74,32 @@ def test_phoenix_missing_says_how_to_install_it_in_one_line(
 def test_anything_else_is_a_usage_error(ip: InteractiveShell, line: str) -> None:
     with pytest.raises(UsageError, match=r"^%cortex trace: .* is not a command here; use "):
         ip.run_line_magic("cortex", line)
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "https://team:pa55-w0rd-XYZ@collector.example:4318/v1/traces",
+        "https://collector.example/v1/traces?api_key=pa55-w0rd-XYZ",
+        "https://collector.example/v1/traces#pa55-w0rd-XYZ",
+    ],
+)
+def test_the_exporter_endpoint_is_shown_without_its_credentials(
+    ip: InteractiveShell,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    endpoint: str,
+) -> None:
+    """An endpoint set as OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (a name that does not look
+    like a credential's) may carry a password or a key in its URL: `%cortex trace` names
+    the collector's host and path, never those."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", endpoint)
+    processor = BatchSpanProcessor(OTLPSpanExporter())
+    sdk_provider().add_span_processor(processor)
+    try:
+        ip.run_line_magic("cortex", "trace")
+    finally:
+        processor.shutdown()
+    out = capsys.readouterr().out
+    assert "OTLPSpanExporter at https://collector.example" in out
+    assert "pa55-w0rd-XYZ" not in out
