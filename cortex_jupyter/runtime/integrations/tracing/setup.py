@@ -21,6 +21,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
+from urllib.parse import urlsplit
 
 from opentelemetry import trace
 
@@ -101,7 +102,7 @@ def describe() -> str:
             shown += f" -> {_kind(exporter)}"
             endpoint = getattr(exporter, "_endpoint", None)
             if isinstance(endpoint, str):
-                shown += f" at {redact(endpoint)}"
+                shown += f" at {_where(endpoint)}"
         lines.append(shown)
     content = (
         "recorded" if capture_content() else f"not recorded ({CAPTURE_CONTENT}=true records it)"
@@ -136,6 +137,21 @@ def start_phoenix(port: int | None = None) -> PhoenixStarted:
 def _kind(obj: object) -> str:
     kind = type(obj)
     return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _where(endpoint: str) -> str:
+    """An exporter's endpoint as ``%cortex trace`` shows it: its scheme, host, port and
+    path, redacted; never its user and password, query or fragment (a collector's key
+    often travels there, under a variable whose name does not look like a credential)."""
+    try:
+        parts = urlsplit(endpoint)
+        host = parts.hostname or ""
+        host = f"[{host}]" if ":" in host else host  # an IPv6 address
+        port = f":{parts.port}" if parts.port is not None else ""
+    except ValueError:  # not a URL: its scheme at most
+        return redact(endpoint.split(":", 1)[0]) + ":…"
+    hidden = "?…" if parts.query or parts.fragment else ""
+    return redact(f"{parts.scheme}://{host}{port}{parts.path}") + hidden
 
 
 def _processors(provider: object) -> tuple[object, ...] | None:
