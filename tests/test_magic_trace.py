@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -10,6 +13,10 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from cortex_jupyter.runtime.integrations.tracing import setup
@@ -103,3 +110,129 @@ def test_the_exporter_endpoint_is_shown_without_its_credentials(
     out = capsys.readouterr().out
     assert "OTLPSpanExporter at https://collector.example" in out
     assert "pa55-w0rd-XYZ" not in out
+
+
+# ---- %cortex trace phoenix with a Phoenix (or something else) already on the port -----------
+
+
+class Listener(ThreadingHTTPServer):
+    """A local HTTP server: a Phoenix stand-in (it says its version and takes OTLP/HTTP
+    spans) or, when not ``phoenix``, something else that answers 200 to every GET (as
+    TensorBoard does on Phoenix's default port, 6006)."""
+
+    def __init__(self, phoenix: bool, port: int = 0) -> None:
+        super().__init__(("127.0.0.1", port), _Handler)
+        self.phoenix = phoenix
+        self.spans: list[str] = []
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: Listener
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def _reply(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        if self.path == "/arize_phoenix_version" and not self.server.phoenix:
+            self._reply(404, b"")
+        else:
+            self._reply(200, b"20.0.0" if self.server.phoenix else b"<html>TensorBoard</html>")
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        if not self.server.phoenix or self.path != "/v1/traces":
+            self._reply(404, b"")
+            return
+        request = ExportTraceServiceRequest()
+        request.ParseFromString(body)
+        self.server.spans.extend(
+            span.name
+            for resource in request.resource_spans
+            for scope in resource.scope_spans
+            for span in scope.spans
+        )
+        self._reply(200, ExportTraceServiceResponse().SerializeToString())
+
+
+@pytest.fixture
+def phoenix_processors() -> Iterator[None]:
+    """Processors a test's `%cortex trace phoenix` adds to the process's provider are shut
+    down afterwards (the SDK cannot take one away; shut down, it sends nothing more)."""
+    before = set(map(id, _processors()))
+    yield
+    for processor in _processors():
+        if id(processor) not in before:
+            processor.shutdown()
+
+
+def _processors() -> tuple[Any, ...]:
+    return tuple(sdk_provider()._active_span_processor._span_processors)
+
+
+def traced_cell(ip: InteractiveShell) -> None:
+    """A --script cell with an action, then every span sent on its way."""
+    ip.run_cell_magic("cortex", "--script", '<action id="p">{"name": "no_such_tool"}</action>\n<response>ok</response>')
+    sdk_provider().force_flush()
+
+
+# (before the fix, `phoenix.otel` was imported: its package imports the whole server and
+# libraries that warn as they load)
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.usefixtures("phoenix_processors")
+def test_phoenix_running_gets_the_spans_even_with_a_provider_already_set_and_asked_twice(
+    ip: InteractiveShell, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tracer provider is already set (another recipe, or a test's): OpenTelemetry
+    will not replace it, so Phoenix is added to it. Asked twice, the spans still reach
+    Phoenix once each."""
+    phoenix = Listener(phoenix=True)
+    monkeypatch.setattr(setup, "PHOENIX_PORT", phoenix.port)
+    try:
+        ip.run_line_magic("cortex", "trace phoenix")
+        ip.run_line_magic("cortex", "trace phoenix")
+        traced_cell(ip)
+    finally:
+        phoenix.stop()
+    out = capsys.readouterr().out
+    assert f"Phoenix already running at http://127.0.0.1:{phoenix.port}" in out
+    assert phoenix.spans.count("execute_tool no_such_tool") == 1, phoenix.spans
+    assert any(name.startswith("invoke_agent") for name in phoenix.spans)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.usefixtures("phoenix_processors")
+def test_something_else_on_phoenix_port_is_not_taken_for_phoenix(
+    ip: InteractiveShell, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TensorBoard answers on 6006 too: `%cortex trace phoenix` starts Phoenix on another
+    port (here a stand-in started where it is asked to serve) and sends the spans there."""
+    other = Listener(phoenix=False)
+    served: list[Listener] = []
+    monkeypatch.setattr(setup, "PHOENIX_PORT", other.port)
+    monkeypatch.setattr(setup, "_serve", lambda port: served.append(Listener(True, port)))
+    try:
+        ip.run_line_magic("cortex", "trace phoenix")
+        traced_cell(ip)
+    finally:
+        other.stop()
+        for listener in served:
+            listener.stop()
+    (phoenix,) = served
+    assert phoenix.port != other.port
+    assert f"Phoenix started at http://127.0.0.1:{phoenix.port}" in capsys.readouterr().out
+    assert "execute_tool no_such_tool" in phoenix.spans
