@@ -332,7 +332,7 @@ def trace_phoenix() -> None:
 
     try:
         print(setup.start_phoenix())
-    except (setup.PhoenixMissing, setup.PhoenixDidNotStart) as exc:
+    except (setup.PhoenixMissing, setup.PhoenixDidNotStart, setup.PhoenixCannotJoin) as exc:
         complain(f"trace: {exc}")
 
 

@@ -190,9 +190,8 @@ def traced_cell(ip: InteractiveShell) -> None:
     sdk_provider().force_flush()
 
 
-# (before the fix, `phoenix.otel` was imported: its package imports the whole server and
-# libraries that warn as they load)
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+# (No warning filter: `phoenix.otel`, whose package imports the whole Phoenix server into
+# the kernel, loads libraries that warn, and warnings fail a test.)
 @pytest.mark.usefixtures("phoenix_processors")
 def test_phoenix_running_gets_the_spans_even_with_a_provider_already_set_and_asked_twice(
     ip: InteractiveShell, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
@@ -214,7 +213,6 @@ def test_phoenix_running_gets_the_spans_even_with_a_provider_already_set_and_ask
     assert any(name.startswith("invoke_agent") for name in phoenix.spans)
 
 
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")
 @pytest.mark.usefixtures("phoenix_processors")
 def test_something_else_on_phoenix_port_is_not_taken_for_phoenix(
     ip: InteractiveShell, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
@@ -236,3 +234,29 @@ def test_something_else_on_phoenix_port_is_not_taken_for_phoenix(
     assert phoenix.port != other.port
     assert f"Phoenix started at http://127.0.0.1:{phoenix.port}" in capsys.readouterr().out
     assert "execute_tool no_such_tool" in phoenix.spans
+
+
+class Closed(trace.TracerProvider):
+    """A tracer provider of someone's own that takes no span processor."""
+
+    def get_tracer(self, *args: Any, **kwargs: Any) -> trace.Tracer:
+        return trace.NoOpTracer()
+
+
+def test_a_provider_that_takes_no_processor_is_said_in_one_line(
+    ip: InteractiveShell, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    phoenix = Listener(phoenix=True)
+    monkeypatch.setattr(setup, "PHOENIX_PORT", phoenix.port)
+    monkeypatch.setattr(setup.trace, "get_tracer_provider", Closed)
+    try:
+        ip.run_line_magic("cortex", "trace phoenix")
+    finally:
+        phoenix.stop()
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(
+        "cortex: trace: the tracer provider already set (tests.test_magic_trace.Closed) "
+        "takes no span processor"
+    )
+    assert captured.err.count("\n") == 1

@@ -2,9 +2,13 @@
 (``%cortex trace phoenix``).
 
 Phoenix (``arize-phoenix``) is not a dependency: ``start_phoenix`` starts its server as a
-process of its own (so the kernel never imports the server) on 127.0.0.1, and registers
-it with ``phoenix.otel.register()``, the recipe its docs give. Without it installed,
-``PhoenixMissing`` says how to install it in one line.
+process of its own on 127.0.0.1 and sends spans to it over OTLP/HTTP, as
+``phoenix.otel.register()`` does, but with the OpenTelemetry SDK and exporter Phoenix
+installs: importing ``phoenix.otel`` imports the whole ``phoenix`` package, the server
+with it (thousands of modules, half a minute on a busy machine), into the kernel. When a
+tracer provider is already set, OpenTelemetry will not replace it: Phoenix's processor
+is added to it instead. Without Phoenix installed, ``PhoenixMissing`` says how to install
+it in one line.
 """
 
 from __future__ import annotations
@@ -33,12 +37,21 @@ from cortex_jupyter.runtime.integrations.tracing.spans import (
     configured,
 )
 
-__all__ = ["PhoenixDidNotStart", "PhoenixMissing", "PhoenixStarted", "describe", "start_phoenix"]
+__all__ = [
+    "PhoenixCannotJoin",
+    "PhoenixDidNotStart",
+    "PhoenixMissing",
+    "PhoenixStarted",
+    "describe",
+    "start_phoenix",
+]
 
 #: Phoenix's own default port; another is taken when something else holds it.
 PHOENIX_PORT = 6006
 #: The project our spans go to in Phoenix.
 PROJECT = "cortex"
+#: The resource attribute Phoenix files spans under a project by (OpenInference's).
+PROJECT_ATTRIBUTE = "openinference.project.name"
 #: How long a Phoenix server may take to start (it makes its database first).
 PATIENCE = 120.0
 
@@ -63,19 +76,34 @@ class PhoenixDidNotStart(CortexError):
     )
 
 
+@dataclass(eq=False, repr=False)
+class PhoenixCannotJoin(CortexError):
+    """Raised when the tracer provider already set takes no span processor."""
+
+    provider: str
+    template: ClassVar[str] = (
+        "the tracer provider already set ({e.provider}) takes no span processor, and "
+        "OpenTelemetry lets a process set its provider once: send its spans to Phoenix "
+        "where it was configured"
+    )
+
+
 @dataclass(frozen=True)
 class PhoenixStarted:
-    """A Phoenix server this process started (or found) and registered."""
+    """A Phoenix server this process started (or found) and sends spans to; ``joined``:
+    its processor was added to a tracer provider already set."""
 
     url: str
     project: str
     started: bool
+    joined: bool = False
 
     def __str__(self) -> str:
         how = "started" if self.started else "already running"
+        also = " (beside the tracer provider's other processors)" if self.joined else ""
         return (
             f"Phoenix {how} at {self.url}; spans of every run go to its project "
-            f"{self.project!r} from the next cell on."
+            f"{self.project!r}{also} from the next cell on."
         )
 
 
@@ -119,16 +147,45 @@ def start_phoenix(port: int | None = None) -> PhoenixStarted:
     port = port or PHOENIX_PORT
     url = f"http://127.0.0.1:{port}"
     started = False
-    if not _answers(url):
+    if not _is_phoenix(url):  # (TensorBoard answers on 6006 too)
         if not _free(port):
             port = _free_port()
             url = f"http://127.0.0.1:{port}"
         _serve(port)
         started = True
-    from phoenix.otel import register
+    project, joined = _send_to(f"{url}/v1/traces")
+    return PhoenixStarted(url, project, started, joined)
 
-    register(endpoint=f"{url}/v1/traces", project_name=PROJECT, batch=True, verbose=False)
-    return PhoenixStarted(url, PROJECT, started)
+
+#: The endpoints this process sends spans to (``_send_to``), and their project.
+_sending: dict[str, tuple[str, bool]] = {}
+
+
+def _send_to(endpoint: str) -> tuple[str, bool]:
+    """Send every span to ``endpoint`` (once however often asked): through a new tracer
+    provider of project ``PROJECT`` when none is set, else through the one set (whose
+    resource names the project). Returns the project and whether it joined one."""
+    if endpoint in _sending:
+        return _sending[endpoint]
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    joined = configured(trace.get_tracer_provider())
+    if not joined:
+        trace.set_tracer_provider(
+            TracerProvider(resource=Resource.create({PROJECT_ATTRIBUTE: PROJECT}))
+        )
+    provider = trace.get_tracer_provider()  # (another thread may have set one first)
+    add = getattr(provider, "add_span_processor", None)
+    if add is None:
+        raise PhoenixCannotJoin(_kind(provider))
+    add(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
+    resource = getattr(provider, "resource", None)
+    project = getattr(resource, "attributes", {}).get(PROJECT_ATTRIBUTE) or "default"
+    _sending[endpoint] = (str(project), joined)
+    return _sending[endpoint]
 
 
 # ---- helpers -------------------------------------------------------------------------------
@@ -161,8 +218,12 @@ def _processors(provider: object) -> tuple[object, ...] | None:
     return tuple(found) if isinstance(found, tuple | list) else None
 
 
-def _answers(url: str) -> bool:
-    with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1) as reply:
+def _is_phoenix(url: str) -> bool:
+    """Whether a Phoenix server answers at ``url`` (it says its version there)."""
+    with (
+        contextlib.suppress(OSError, ValueError),
+        urllib.request.urlopen(f"{url}/arize_phoenix_version", timeout=1) as reply,
+    ):
         return bool(reply.status == 200)
     return False
 
@@ -196,7 +257,7 @@ def _serve(port: int) -> None:
     atexit.register(_stop, process)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + PATIENCE
-    while not _answers(url):
+    while not _is_phoenix(url):
         if process.poll() is not None or time.monotonic() > deadline:
             _stop(process)
             raise PhoenixDidNotStart(str(folder / "cortex-phoenix.log"))
