@@ -52,6 +52,24 @@ PHOENIX_PORT = 6006
 PROJECT = "cortex"
 #: The resource attribute Phoenix files spans under a project by (OpenInference's).
 PROJECT_ATTRIBUTE = "openinference.project.name"
+#: Phoenix's server, as ``python`` runs it (its arguments after the interpreter).
+SERVER: tuple[str, ...] = ("-W", "ignore", "-m", "phoenix.server.main", "serve")
+#: What runs the server for the kernel: it ends the server when the kernel ends, even
+#: killed (its end of the pipe on the server's stdin closes, whatever the platform), and
+#: ends itself when the server does (so a server that did not start is seen at once).
+_WATCH = """\
+import subprocess, sys, threading
+server = subprocess.Popen(sys.argv[1:], stdin=subprocess.DEVNULL)
+def kernel_gone():
+    sys.stdin.buffer.read()
+    server.terminate()
+    try:
+        server.wait(10)
+    except subprocess.TimeoutExpired:
+        server.kill()
+threading.Thread(target=kernel_gone, daemon=True).start()
+sys.exit(server.wait())
+"""
 #: How long a Phoenix server may take to start (it makes its database first).
 PATIENCE = 120.0
 
@@ -244,16 +262,17 @@ def _free_port() -> int:
 
 
 def _serve(port: int) -> None:
-    """Phoenix's server as a child process (stopped when this process exits), waited for."""
+    """Phoenix's server as a child process (it ends when this process does), waited for."""
     folder = Path(os.environ.get("PHOENIX_WORKING_DIR") or Path.home() / ".phoenix")
     folder.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PHOENIX_PORT=str(port), PHOENIX_HOST="127.0.0.1")
     env.setdefault("PHOENIX_GRPC_PORT", str(_free_port()))
     log = (folder / "cortex-phoenix.log").open("ab")
     process = subprocess.Popen(
-        [sys.executable, "-W", "ignore", "-m", "phoenix.server.main", "serve"],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
+        [sys.executable, "-c", _WATCH, sys.executable, *SERVER],
+        env=env, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
+    log.close()  # (the child has its own copy)
     atexit.register(_stop, process)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + PATIENCE
@@ -265,7 +284,11 @@ def _serve(port: int) -> None:
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=10)
+    """End the server: its watcher ends it when its stdin closes."""
+    if process.stdin is not None:
+        with contextlib.suppress(OSError):
+            process.stdin.close()
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        process.kill()
