@@ -148,3 +148,37 @@ def test_a_span_processor_that_raises_never_breaks_the_run(
     }
     said = [r.getMessage() for r in caplog.records if "the user's processor broke" in r.getMessage()]
     assert len(said) == 1, said
+
+
+# ---- a huge failure stays a readable span ---------------------------------------------------
+
+
+def test_a_tool_failing_with_a_huge_message_makes_a_bounded_span() -> None:
+    """A tool that fails with a 2 MB message (a dumped frame, a server's page): its span
+    says the start of the message and the end of the traceback, bounded (an OTLP
+    collector refuses a request over a few MB, and with it every span of the batch),
+    with the key at the message's end neither whole nor in part."""
+    registry = Registry(builtins=False)
+    message = "row " * 500_000 + KEY
+
+    @registry.tool
+    def dump() -> None:
+        """Fails loudly."""
+        raise ValueError(message)
+
+    script = '<action id="d">{"name": "dump"}</action><response>ok</response>'
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CORTEX_EDGE_API_KEY", KEY)
+        with recorded() as spans:
+            run = Agent(registry=registry, model=ScriptModel(script)).run_sync("go")
+    assert run.actions["d"].status == "failed"
+    (span,) = [s for s in spans if s.name == "execute_tool dump"]
+    texts = strings(span)
+    assert max(map(len, texts)) <= 20_000, sorted(map(len, texts))[-3:]
+    (exception,) = [e for e in span.events if e.name == "exception"]
+    attributes = exception.attributes or {}
+    assert str(attributes["exception.message"]).startswith("row row ")
+    assert str(attributes["exception.stacktrace"]).startswith("Traceback (most recent call last)")
+    assert "raise ValueError(message)" in str(attributes["exception.stacktrace"])
+    assert (span.status.description or "").startswith("ValueError: row row ")
+    assert not any(KEY[:8] in t or KEY[-8:] in t for t in texts)
