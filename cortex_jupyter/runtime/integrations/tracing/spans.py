@@ -47,7 +47,7 @@ from cortex_jupyter.runtime.core.events import (
     TurnEnd,
 )
 from cortex_jupyter.runtime.core.observe import RunStart
-from cortex_jupyter.runtime.core.secrets import redact, redact_value
+from cortex_jupyter.runtime.core.secrets import head, redact, redact_value, shorten, tail
 
 __all__ = ["CAPTURE_CONTENT", "RunTrace", "capture_content", "configured", "observer"]
 
@@ -84,6 +84,10 @@ _SAMPLING = {
     "presence_penalty": "gen_ai.request.presence_penalty",
     "stop": "gen_ai.request.stop_sequences",
 }
+#: The longest failure text a span holds (a status, an exception's message, an error);
+#: a traceback keeps a quarter of ``4 * TEXT_LIMIT`` from its start and the rest from
+#: its end. A huge one (a dumped frame) would make a collector refuse the whole batch.
+TEXT_LIMIT = 4096
 #: Final statuses of an action and the span status they end with.
 _FINAL = {"done", "failed", "skipped", "cancelled"}
 
@@ -119,7 +123,7 @@ def observer(start: RunStart) -> RunTrace | None:
 def _gave_up(run_id: str, exc: Exception) -> None:
     _log.warning(
         "cortex: run %s is not traced from here on: the tracer provider raised %s",
-        run_id, redact(f"{type(exc).__name__}: {message(exc)}"),
+        run_id, _short(f"{type(exc).__name__}: {message(exc)}"),
     )  # fmt: skip
 
 
@@ -152,10 +156,22 @@ def _attributes(values: Mapping[str, Any]) -> dict[str, Any]:
     return {key: _clean(value) for key, value in values.items() if value is not None}
 
 
+def _short(text: str | None) -> str | None:
+    """A failure text as a span holds it: redacted, then cut (``TEXT_LIMIT``)."""
+    return shorten(text, TEXT_LIMIT) if text else text
+
+
+def _stack(text: str) -> str:
+    """A traceback as a span holds it: its start and its end, redacted, then cut."""
+    if len(text) <= 4 * TEXT_LIMIT:
+        return redact(text)
+    return f"{head(text, TEXT_LIMIT)}\n…\n{tail(text, 3 * TEXT_LIMIT)}"
+
+
 def _span_name(operation: str, name: object) -> str:
     """A span's name as the conventions write it (``{operation} {name}``), redacted: a
     tool's name is the model's text, and a viewer shows the name first."""
-    return redact(f"{operation} {name}") if name else operation
+    return shorten(f"{operation} {name}", TEXT_LIMIT) if name else operation
 
 
 def _text_message(role: str, text: str, **extra: Any) -> dict[str, Any]:
@@ -329,7 +345,7 @@ class RunTrace:
     def _turn_end(self, event: TurnEnd) -> None:
         chat = self._chat
         if chat is not None and event.outcome in ("interrupted", "failed"):
-            chat.span.set_status(Status(StatusCode.ERROR, redact(event.reason)))
+            chat.span.set_status(Status(StatusCode.ERROR, _short(event.reason)))
             chat.span.set_attribute("error.type", event.outcome)
         self._end_chat(None)
 
@@ -360,7 +376,7 @@ class RunTrace:
 
     def _start_tool(self, event: ActionStatus) -> Span:
         first = self._nodes.get(event.id, event)
-        name = first.name or event.id
+        name = shorten(first.name or event.id, TEXT_LIMIT)  # the model's text: any length
         parent = self._tools.get(first.parent) if first.parent else None
         mcp = "." in name and first.type in (None, "tool")
         return self.tracer.start_span(
@@ -391,7 +407,7 @@ class RunTrace:
                     {
                         "cortex.attempt": event.attempt,
                         "cortex.retry_in": event.retry_in,
-                        "error.message": event.error,
+                        "error.message": _short(event.error),
                     }
                 ),
                 timestamp=at,
@@ -407,9 +423,9 @@ class RunTrace:
                 span.set_attribute("gen_ai.tool.call.result", redact(event.output))
             span.set_status(Status(StatusCode.OK))
         elif event.status == "skipped":  # denied when asked
-            span.add_event("cortex.approval.denied", _attributes({"reason": event.error}), at)
+            span.add_event("cortex.approval.denied", _attributes({"reason": _short(event.error)}), at)
         else:
-            why = redact(event.error or event.status)
+            why = _short(event.error) or event.status
             span.set_status(Status(StatusCode.ERROR, why))
             span.set_attribute("error.type", self._failures.get(event.id, event.status))
             if event.id not in self._failures:
@@ -448,6 +464,6 @@ def _exception_attributes(exc: BaseException) -> dict[str, Any]:
     stack = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return {
         "exception.type": _type_name(exc),
-        "exception.message": redact(message(exc)),
-        "exception.stacktrace": redact(stack),
+        "exception.message": _short(message(exc)),
+        "exception.stacktrace": _stack(stack),
     }
