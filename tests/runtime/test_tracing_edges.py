@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from cortex_jupyter.models import ScriptModel
 from cortex_jupyter.runtime import Agent, Registry
+from cortex_jupyter.runtime.loop.conversation import Conversation
 from cortex_jupyter.runtime.integrations.tracing.spans import CAPTURE_CONTENT
 from tests.otel_spans import recorded, sdk_provider, strings
 
@@ -182,3 +183,45 @@ def test_a_tool_failing_with_a_huge_message_makes_a_bounded_span() -> None:
     assert "raise ValueError(message)" in str(attributes["exception.stacktrace"])
     assert (span.status.description or "").startswith("ValueError: row row ")
     assert not any(KEY[:8] in t or KEY[-8:] in t for t in texts)
+
+
+# ---- the exporter's own credentials -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, value, key",
+    [
+        ("OTEL_EXPORTER_OTLP_HEADERS", "x-honeycomb-team=hcK3y0123456789abc", "hcK3y0123456789abc"),
+        (
+            "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+            "Authorization=Bearer%20eyJhbGciOi.J9abcdef,x-other=1",
+            "eyJhbGciOi.J9abcdef",
+        ),
+    ],
+)
+def test_the_collector_key_in_the_otlp_headers_is_a_secret(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, key: str
+) -> None:
+    """The OTLP recipe's collectors take their key in OTEL_EXPORTER_OTLP_HEADERS (a name
+    that does not look like a credential's): a tool that reads it back (a debug dump)
+    shows it in no span, even with content on, nor in what goes back to the model."""
+    monkeypatch.setenv(name, value)
+    monkeypatch.setenv(CAPTURE_CONTENT, "true")
+    registry = Registry(builtins=False)
+
+    @registry.tool
+    def settings() -> str:
+        """The exporter's settings."""
+        return f"headers: {value}"
+
+    script = ['<action id="s">{"name": "settings"}</action>', "<response>ok</response>"]
+    conversation = Conversation()
+    agent = Agent(registry=registry, model=ScriptModel(script))
+    with recorded() as spans:
+        run = agent.run_sync("go", conversation=conversation)
+    assert run.actions["s"].status == "done"
+    shown = every_text(spans)
+    assert "headers: " in shown  # the result is there, as content
+    assert key not in shown
+    sent = [m for m in conversation.history if "headers: " in str(m)]
+    assert sent and not any(key in str(m) for m in sent)
