@@ -186,7 +186,8 @@ def _processors() -> tuple[Any, ...]:
 
 def traced_cell(ip: InteractiveShell) -> None:
     """A --script cell with an action, then every span sent on its way."""
-    ip.run_cell_magic("cortex", "--script", '<action id="p">{"name": "no_such_tool"}</action>\n<response>ok</response>')
+    cell = '<action id="p">{"name": "no_such_tool"}</action>\n<response>ok</response>'
+    ip.run_cell_magic("cortex", "--script", cell)
     sdk_provider().force_flush()
 
 

@@ -423,7 +423,8 @@ class RunTrace:
                 span.set_attribute("gen_ai.tool.call.result", redact(event.output))
             span.set_status(Status(StatusCode.OK))
         elif event.status == "skipped":  # denied when asked
-            span.add_event("cortex.approval.denied", _attributes({"reason": _short(event.error)}), at)
+            denied = _attributes({"reason": _short(event.error)})
+            span.add_event("cortex.approval.denied", denied, at)
         else:
             why = _short(event.error) or event.status
             span.set_status(Status(StatusCode.ERROR, why))
