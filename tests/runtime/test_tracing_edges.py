@@ -7,16 +7,22 @@ read from the OpenTelemetry SDK's in-memory exporter (``tests/otel_spans``).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
+import anyio
+import anyio.to_thread
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from cortex_jupyter.models import ScriptModel
 from cortex_jupyter.runtime import Agent, Registry
+from cortex_jupyter.runtime.core.record import Run
 from cortex_jupyter.runtime.integrations.tracing.spans import CAPTURE_CONTENT
 from cortex_jupyter.runtime.loop.conversation import Conversation
 from tests.otel_spans import recorded, sdk_provider, strings
@@ -226,3 +232,63 @@ def test_the_collector_key_in_the_otlp_headers_is_a_secret(
     assert key not in shown
     sent = [m for m in conversation.history if "headers: " in str(m)]
     assert sent and not any(key in str(m) for m in sent)
+
+
+# ---- a resumed run --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("clock", ["this process", "another boot"])
+def test_a_resumed_run_is_a_trace_of_its_own_from_when_it_resumed(clock: str) -> None:
+    """Stop a run in its second action, resume it: the resume is a trace of its own
+    (the same run id), rooted when the resume began, after the first trace ended, even
+    when the record's times come from another clock (a store written before a reboot:
+    ``time.monotonic`` readings of another boot mean nothing here)."""
+    registry = Registry(builtins=False)
+    gate, release = threading.Event(), threading.Event()
+
+    @registry.tool
+    def step(n: int = 0) -> int:
+        """Waits for the test the first time it is asked for 2."""
+        if n == 2 and not gate.is_set():
+            gate.set()
+            release.wait(30)  # stopped here
+        return n
+
+    agent = Agent(
+        registry=registry,
+        model=ScriptModel(
+            [
+                '<action id="a">{"name": "step", "parameters": {"n": 1}, "output_key": "x"}</action>'
+                '<action id="b">{"name": "step", "parameters": {"n": 2}, "depends_on": ["a"]}</action>',
+                "<response>done</response>",
+            ]
+        ),
+    )
+    run = Run()
+
+    async def stopped() -> None:
+        with anyio.move_on_after(60) as scope:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(functools.partial(agent.run, "go", run=run))
+                await anyio.to_thread.run_sync(gate.wait)
+                tg.cancel_scope.cancel()
+        assert not scope.cancelled_caught
+
+    with recorded() as first:
+        anyio.run(stopped)
+    release.set()
+    assert run.status == "cancelled"
+    if clock == "another boot":
+        run.started -= 5_000_000.0
+    resumed_at = time.time_ns()
+    with recorded() as second:
+        anyio.run(agent.resume, run)
+    assert run.status == "completed"
+    (before,) = [s for s in first if s.name == "invoke_agent"]
+    (after,) = [s for s in second if s.name == "invoke_agent"]
+    assert before.attributes and after.attributes
+    assert before.attributes["cortex.run.id"] == after.attributes["cortex.run.id"] == run.id
+    assert after.context.trace_id != before.context.trace_id
+    assert before.end_time is not None and after.start_time is not None
+    assert after.start_time >= resumed_at > before.end_time
+    assert all(s.start_time is not None and s.start_time >= after.start_time for s in second)
