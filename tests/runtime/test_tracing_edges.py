@@ -289,6 +289,8 @@ def test_a_resumed_run_is_a_trace_of_its_own_from_when_it_resumed(clock: str) ->
     assert before.attributes and after.attributes
     assert before.attributes["cortex.run.id"] == after.attributes["cortex.run.id"] == run.id
     assert after.context.trace_id != before.context.trace_id
+    assert after.attributes["cortex.run.resumed"] is True
+    assert "cortex.run.resumed" not in before.attributes
     assert before.end_time is not None and after.start_time is not None
     assert after.start_time >= resumed_at > before.end_time
     assert all(s.start_time is not None and s.start_time >= after.start_time for s in second)

@@ -203,7 +203,7 @@ class RunTrace:
             _span_name("invoke_agent", name),
             context=otel_context.get_current(),
             kind=trace.SpanKind.INTERNAL,
-            start_time=epoch_ns(start.run.started),
+            start_time=epoch_ns(_started(start)),
             attributes=_attributes(
                 {
                     "gen_ai.operation.name": "invoke_agent",
@@ -213,6 +213,7 @@ class RunTrace:
                     "gen_ai.request.model": self.model,
                     "cortex.run.id": start.run.id,
                     "cortex.run.depth": start.depth,
+                    "cortex.run.resumed": True if start.run.events else None,
                 }
             ),
         )
@@ -448,6 +449,13 @@ class RunTrace:
             self.root.set_attribute("error.type", event.status)
         self.root.set_attribute("cortex.run.status", event.status)
         self.root.end(end_time=epoch_ns(event.time))
+
+
+def _started(start: RunStart) -> float:
+    """When the run's trace starts: the run's start, or now for a run resumed (its record
+    holds events already: its first part was a trace of its own, and its times may be
+    another boot's ``time.monotonic`` readings, read back from the store)."""
+    return time.monotonic() if start.run.events else start.run.started
 
 
 def _type_name(exc: BaseException) -> str:
