@@ -20,11 +20,19 @@ import anyio.to_thread
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
-from cortex_jupyter.models import ScriptModel
+from cortex_jupyter.models import OpenAIModel, ScriptModel
 from cortex_jupyter.runtime import Agent, Registry
 from cortex_jupyter.runtime.core.record import Run
 from cortex_jupyter.runtime.integrations.tracing.spans import CAPTURE_CONTENT
 from cortex_jupyter.runtime.loop.conversation import Conversation
+from tests.models.fake_openai_server import (
+    FakeOpenAIServer,
+    Stream,
+    finish,
+    role,
+    texts,
+    tool_call,
+)
 from tests.otel_spans import recorded, sdk_provider, strings
 
 #: A key the environment holds under a credential's name (so a secret to cortex).
@@ -294,3 +302,40 @@ def test_a_resumed_run_is_a_trace_of_its_own_from_when_it_resumed(clock: str) ->
     assert before.end_time is not None and after.start_time is not None
     assert after.start_time >= resumed_at > before.end_time
     assert all(s.start_time is not None and s.start_time >= after.start_time for s in second)
+
+
+# ---- native tool calls, as content --------------------------------------------------------------
+
+
+def test_native_tool_calls_are_in_the_recorded_messages(
+    server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With content on and native tool calling, the reply that called a tool says so in
+    the chat span's output messages and in the next request's input messages (as the
+    conventions' ``tool_call`` parts), beside the tool's response."""
+    monkeypatch.setenv(CAPTURE_CONTENT, "true")
+    server.script(
+        Stream([role(), *tool_call(0, "call_1", "double", '{"x": 21}'), finish("tool_calls")]),
+        Stream([role(), *texts("<response>42</response>", 5), finish("stop")]),
+    )
+    registry = Registry(builtins=False)
+
+    @registry.tool
+    def double(x: int) -> int:
+        """Twice x."""
+        return 2 * x
+
+    agent = Agent(registry=registry, model=OpenAIModel("gpt-4o-mini"), native_tools=True)
+    with recorded() as spans:
+        run = agent.run_sync("double 21")
+    assert run.actions["call_1"].output == 42
+    first, second = sorted(
+        (s for s in spans if s.name == "chat gpt-4o-mini"), key=lambda s: s.start_time or 0
+    )
+    call = {"type": "tool_call", "id": "call_1", "name": "double", "arguments": {"x": 21}}
+    (reply,) = json.loads(str((first.attributes or {})["gen_ai.output.messages"]))
+    assert call in reply["parts"]
+    asked = json.loads(str((second.attributes or {})["gen_ai.input.messages"]))
+    assert [m["role"] for m in asked] == ["user", "assistant", "tool"]
+    assert call in asked[1]["parts"]
+    assert asked[2]["parts"] == [{"type": "tool_call_response", "id": "call_1", "response": "42"}]
