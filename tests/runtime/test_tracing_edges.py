@@ -262,16 +262,11 @@ def test_a_resumed_run_is_a_trace_of_its_own_from_when_it_resumed(clock: str) ->
             release.wait(30)  # stopped here
         return n
 
-    agent = Agent(
-        registry=registry,
-        model=ScriptModel(
-            [
-                '<action id="a">{"name": "step", "parameters": {"n": 1}, "output_key": "x"}</action>'
-                '<action id="b">{"name": "step", "parameters": {"n": 2}, "depends_on": ["a"]}</action>',
-                "<response>done</response>",
-            ]
-        ),
-    )
+    a = json.dumps({"name": "step", "parameters": {"n": 1}, "output_key": "x"})
+    b = json.dumps({"name": "step", "parameters": {"n": 2}, "depends_on": ["a"]})
+    first = f'<action id="a">{a}</action><action id="b">{b}</action>'
+    script = [first, "<response>done</response>"]
+    agent = Agent(registry=registry, model=ScriptModel(script))
     run = Run()
 
     async def stopped() -> None:

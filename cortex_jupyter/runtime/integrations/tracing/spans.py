@@ -21,6 +21,7 @@ true; every text that reaches a span, content or not, is redacted first.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -172,10 +173,6 @@ def _span_name(operation: str, name: object) -> str:
     """A span's name as the conventions write it (``{operation} {name}``), redacted: a
     tool's name is the model's text, and a viewer shows the name first."""
     return shorten(f"{operation} {name}", TEXT_LIMIT) if name else operation
-
-
-def _text_message(role: str, text: str, **extra: Any) -> dict[str, Any]:
-    return {"role": role, "parts": [{"type": "text", "content": text}], **extra}
 
 
 class _Chat:
@@ -332,15 +329,11 @@ class RunTrace:
         if event.role == "system":
             self._system = event.content
             return
-        message = _text_message(event.role, event.content)
-        if event.tool_call_id is not None:
-            message["parts"] = [
-                {"type": "tool_call_response", "id": event.tool_call_id, "response": event.content}
-            ]
+        message = {"role": event.role, "parts": _parts(event)}
         self._messages.append(message)
         chat = self._chat
         if chat is not None and event.role == "assistant" and self.content:
-            reply = _text_message("assistant", event.content, finish_reason=chat.finish or "stop")
+            reply = {**message, "finish_reason": chat.finish or "stop"}
             chat.span.set_attribute("gen_ai.output.messages", _clean([reply]))
 
     def _turn_end(self, event: TurnEnd) -> None:
@@ -456,6 +449,26 @@ def _started(start: RunStart) -> float:
     holds events already: its first part was a trace of its own, and its times may be
     another boot's ``time.monotonic`` readings, read back from the store)."""
     return time.monotonic() if start.run.events else start.run.started
+
+
+def _parts(entry: ChatEntry) -> list[dict[str, Any]]:
+    """A message's parts as the conventions write them: its text, the tool calls it made
+    (native tool calling), or the response to one."""
+    if entry.tool_call_id is not None:
+        return [{"type": "tool_call_response", "id": entry.tool_call_id, "response": entry.content}]
+    parts: list[dict[str, Any]] = []
+    if entry.content or not entry.tool_calls:
+        parts.append({"type": "text", "content": entry.content})
+    for call in entry.tool_calls or ():
+        function = call["function"]
+        arguments: Any = function["arguments"]
+        with contextlib.suppress(TypeError, ValueError):
+            arguments = json.loads(arguments)
+        parts.append(
+            {"type": "tool_call", "id": call["id"], "name": function["name"],
+             "arguments": arguments}
+        )  # fmt: skip
+    return parts
 
 
 def _type_name(exc: BaseException) -> str:
