@@ -261,3 +261,34 @@ def test_a_provider_that_takes_no_processor_is_said_in_one_line(
         "takes no span processor"
     )
     assert captured.err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "endpoint, shown",
+    [
+        ("https://team:pa55-w0rd-XYZ@collector.example:4317", "collector.example:4317"),
+        ("collector.example:4317", "collector.example:4317"),
+        ("http://[::1]:4317", "[::1]:4317"),
+    ],
+)
+def test_a_grpc_exporter_endpoint_is_shown_as_host_and_port(
+    ip: InteractiveShell,
+    capsys: pytest.CaptureFixture[str],
+    endpoint: str,
+    shown: str,
+) -> None:
+    """The gRPC exporter keeps its endpoint without its scheme (``user:pw@host:port``):
+    `%cortex trace` still shows the host and port, and never the password."""
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+        OTLPSpanExporter as GrpcExporter,
+    )
+
+    processor = BatchSpanProcessor(GrpcExporter(endpoint=endpoint))
+    sdk_provider().add_span_processor(processor)
+    try:
+        ip.run_line_magic("cortex", "trace")
+    finally:
+        processor.shutdown()
+    out = capsys.readouterr().out
+    assert f"trace_exporter.OTLPSpanExporter at {shown}\n" in out
+    assert "pa55-w0rd-XYZ" not in out
