@@ -218,15 +218,17 @@ def _where(endpoint: str) -> str:
     """An exporter's endpoint as ``%cortex trace`` shows it: its scheme, host, port and
     path, redacted; never its user and password, query or fragment (a collector's key
     often travels there, under a variable whose name does not look like a credential)."""
+    schemeless = "://" not in endpoint  # the gRPC exporter keeps ``[user@]host:port``
     try:
-        parts = urlsplit(endpoint)
+        parts = urlsplit(f"//{endpoint}" if schemeless else endpoint)
         host = parts.hostname or ""
         host = f"[{host}]" if ":" in host else host  # an IPv6 address
         port = f":{parts.port}" if parts.port is not None else ""
-    except ValueError:  # not a URL: its scheme at most
-        return redact(endpoint.split(":", 1)[0]) + ":…"
+    except ValueError:  # not a URL
+        return "(an endpoint that is not a URL)"
     hidden = "?…" if parts.query or parts.fragment else ""
-    return redact(f"{parts.scheme}://{host}{port}{parts.path}") + hidden
+    scheme = "" if schemeless else f"{parts.scheme}://"
+    return redact(f"{scheme}{host}{port}{parts.path}") + hidden
 
 
 def _processors(provider: object) -> tuple[object, ...] | None:
