@@ -6,6 +6,7 @@ import importlib.util
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -292,3 +293,27 @@ def test_a_grpc_exporter_endpoint_is_shown_as_host_and_port(
     out = capsys.readouterr().out
     assert f"trace_exporter.OTLPSpanExporter at {shown}\n" in out
     assert "pa55-w0rd-XYZ" not in out
+
+
+def test_a_phoenix_folder_that_cannot_be_made_is_said_in_one_line(
+    ip: InteractiveShell,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """PHOENIX_WORKING_DIR names a file (a typo, a stale setting): one `cortex:` line
+    names the folder and the error, and nothing is registered."""
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x", encoding="utf-8")
+    monkeypatch.setenv("PHOENIX_WORKING_DIR", str(blocker / "phoenix"))
+    nobody = Listener(phoenix=False)  # a port that answers, but not as Phoenix
+    monkeypatch.setattr(setup, "PHOENIX_PORT", nobody.port)
+    try:
+        ip.run_line_magic("cortex", "trace phoenix")
+    finally:
+        nobody.stop()
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("cortex: trace: Phoenix could not start: ")
+    assert str(blocker / "phoenix") in captured.err
+    assert captured.err.count("\n") == 1
