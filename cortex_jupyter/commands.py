@@ -332,7 +332,12 @@ def trace_phoenix() -> None:
 
     try:
         print(setup.start_phoenix())
-    except (setup.PhoenixMissing, setup.PhoenixDidNotStart, setup.PhoenixCannotJoin) as exc:
+    except (
+        setup.PhoenixMissing,
+        setup.PhoenixDidNotStart,
+        setup.PhoenixCouldNotStart,
+        setup.PhoenixCannotJoin,
+    ) as exc:
         complain(f"trace: {exc}")
 
 

@@ -39,6 +39,7 @@ from cortex_jupyter.runtime.integrations.tracing.spans import (
 
 __all__ = [
     "PhoenixCannotJoin",
+    "PhoenixCouldNotStart",
     "PhoenixDidNotStart",
     "PhoenixMissing",
     "PhoenixStarted",
@@ -92,6 +93,14 @@ class PhoenixDidNotStart(CortexError):
         "Phoenix did not start (its log: {e.log}); "
         "try `python -m phoenix.server.main serve` in a terminal"
     )
+
+
+@dataclass(eq=False, repr=False)
+class PhoenixCouldNotStart(CortexError):
+    """Raised when the Phoenix server's folder, log or process cannot be made."""
+
+    why: str
+    template: ClassVar[str] = "Phoenix could not start: {e.why}"
 
 
 @dataclass(eq=False, repr=False)
@@ -266,15 +275,17 @@ def _free_port() -> int:
 def _serve(port: int) -> None:
     """Phoenix's server as a child process (it ends when this process does), waited for."""
     folder = Path(os.environ.get("PHOENIX_WORKING_DIR") or Path.home() / ".phoenix")
-    folder.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PHOENIX_PORT=str(port), PHOENIX_HOST="127.0.0.1")
     env.setdefault("PHOENIX_GRPC_PORT", str(_free_port()))
-    log = (folder / "cortex-phoenix.log").open("ab")
-    process = subprocess.Popen(
-        [sys.executable, "-c", _WATCH, sys.executable, *SERVER],
-        env=env, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    log.close()  # (the child has its own copy)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with (folder / "cortex-phoenix.log").open("ab") as log:  # the child has its own copy
+            process = subprocess.Popen(
+                [sys.executable, "-c", _WATCH, sys.executable, *SERVER],
+                env=env, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+    except OSError as exc:
+        raise PhoenixCouldNotStart(f"{type(exc).__name__}: {exc}") from exc
     atexit.register(_stop, process)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + PATIENCE
