@@ -334,3 +334,39 @@ def test_native_tool_calls_are_in_the_recorded_messages(
     assert [m["role"] for m in asked] == ["user", "assistant", "tool"]
     assert call in asked[1]["parts"]
     assert asked[2]["parts"] == [{"type": "tool_call_response", "id": "call_1", "response": "42"}]
+
+
+def test_a_retried_action_ends_with_its_last_attempts_error() -> None:
+    """Its first attempt raises, its second times out: the span's error is the timeout
+    (its status, error.type and last exception event), and each attempt's failure is
+    there once, in order."""
+    registry = Registry(builtins=False)
+    calls: list[int] = []
+    release = threading.Event()
+
+    @registry.tool
+    def shaky() -> str:
+        """Fails, then hangs."""
+        calls.append(1)
+        if len(calls) == 1:
+            raise ConnectionError("reset by peer")
+        release.wait(30)
+        return "late"
+
+    body = json.dumps({"name": "shaky", "retry": 1, "timeout": 0.3})
+    script = f'<action id="s">{body}</action><response>ok</response>'
+    with recorded() as spans:
+        run = Agent(registry=registry, model=ScriptModel(script)).run_sync("go")
+    release.set()
+    node = run.actions["s"]
+    assert node.status == "failed" and "timed out" in (node.error or "")
+    (span,) = [s for s in spans if s.name == "execute_tool shaky"]
+    assert "timed out" in (span.status.description or "")
+    assert (span.attributes or {})["error.type"] != "ConnectionError"
+    failures = [
+        (e.attributes or {}).get("exception.message") or (e.attributes or {}).get("error.message")
+        for e in span.events
+        if e.name in ("exception", "cortex.retry")
+    ]
+    assert len(failures) == 3, failures  # the raise, the retry, the timeout
+    assert "reset by peer" in str(failures[0]) and "timed out" in str(failures[2])
