@@ -395,6 +395,7 @@ class RunTrace:
             self._awaited.discard(event.id)
             span.add_event("cortex.approval.granted", timestamp=at)
         if event.retry_in is not None:
+            self._failures.pop(event.id, None)  # the next attempt's failure is its own
             span.add_event(
                 "cortex.retry",
                 _attributes(
