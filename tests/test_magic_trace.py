@@ -125,6 +125,7 @@ class Listener(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", port), _Handler)
         self.phoenix = phoenix
         self.spans: list[str] = []
+        self.authorizations: list[str | None] = []
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
     @property
@@ -161,6 +162,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         request = ExportTraceServiceRequest()
         request.ParseFromString(body)
+        self.server.authorizations.append(self.headers.get("authorization"))
         self.server.spans.extend(
             span.name
             for resource in request.resource_spans
@@ -317,3 +319,24 @@ def test_a_phoenix_folder_that_cannot_be_made_is_said_in_one_line(
     assert captured.err.startswith("cortex: trace: Phoenix could not start: ")
     assert str(blocker / "phoenix") in captured.err
     assert captured.err.count("\n") == 1
+
+
+@pytest.mark.usefixtures("phoenix_processors")
+def test_a_phoenix_with_authentication_gets_the_key_phoenix_reads(
+    ip: InteractiveShell, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PHOENIX_API_KEY set (a Phoenix with authentication on): the spans are sent with
+    it, as Phoenix's own register() sends them; `%cortex trace` never shows it."""
+    key = "phx-key-0123456789abcdef"
+    monkeypatch.setenv("PHOENIX_API_KEY", key)
+    phoenix = Listener(phoenix=True)
+    monkeypatch.setattr(setup, "PHOENIX_PORT", phoenix.port)
+    try:
+        ip.run_line_magic("cortex", "trace phoenix")
+        traced_cell(ip)
+        ip.run_line_magic("cortex", "trace")
+    finally:
+        phoenix.stop()
+    assert "execute_tool no_such_tool" in phoenix.spans
+    assert set(phoenix.authorizations) == {f"Bearer {key}"}
+    assert key not in capsys.readouterr().out
