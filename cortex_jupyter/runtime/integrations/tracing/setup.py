@@ -208,7 +208,9 @@ def _send_to(endpoint: str) -> tuple[str, bool]:
     add = getattr(provider, "add_span_processor", None)
     if add is None:
         raise PhoenixCannotJoin(_kind(provider))
-    add(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
+    key = os.environ.get("PHOENIX_API_KEY")  # a Phoenix with authentication on
+    headers = {"authorization": f"Bearer {key}"} if key else None
+    add(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, headers=headers)))
     resource = getattr(provider, "resource", None)
     project = getattr(resource, "attributes", {}).get(PROJECT_ATTRIBUTE) or "default"
     _sending[endpoint] = (str(project), joined)
