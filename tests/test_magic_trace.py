@@ -340,3 +340,25 @@ def test_a_phoenix_with_authentication_gets_the_key_phoenix_reads(
     assert "execute_tool no_such_tool" in phoenix.spans
     assert set(phoenix.authorizations) == {f"Bearer {key}"}
     assert key not in capsys.readouterr().out
+
+
+@pytest.mark.usefixtures("phoenix_processors")
+def test_a_proxy_in_the_environment_does_not_hide_the_local_phoenix(
+    ip: InteractiveShell, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """http_proxy set (a company network): Phoenix on 127.0.0.1 is asked directly, so the
+    one running is found and not started again behind the proxy's back."""
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    phoenix = Listener(phoenix=True)
+    monkeypatch.setattr(setup, "PHOENIX_PORT", phoenix.port)
+    monkeypatch.setattr(setup, "_serve", lambda port: pytest.fail(f"started another on {port}"))
+    try:
+        ip.run_line_magic("cortex", "trace phoenix")
+        traced_cell(ip)
+    finally:
+        phoenix.stop()
+    assert f"Phoenix already running at http://127.0.0.1:{phoenix.port}" in capsys.readouterr().out
+    assert "execute_tool no_such_tool" in phoenix.spans  # sent directly too
