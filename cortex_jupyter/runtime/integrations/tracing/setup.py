@@ -194,6 +194,7 @@ def _send_to(endpoint: str) -> tuple[str, bool]:
     resource names the project). Returns the project and whether it joined one."""
     if endpoint in _sending:
         return _sending[endpoint]
+    import requests
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
@@ -210,7 +211,10 @@ def _send_to(endpoint: str) -> tuple[str, bool]:
         raise PhoenixCannotJoin(_kind(provider))
     key = os.environ.get("PHOENIX_API_KEY")  # a Phoenix with authentication on
     headers = {"authorization": f"Bearer {key}"} if key else None
-    add(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, headers=headers)))
+    direct = requests.Session()
+    direct.trust_env = False  # Phoenix is on 127.0.0.1: never through an http_proxy
+    exporter = OTLPSpanExporter(endpoint=endpoint, headers=headers, session=direct)
+    add(BatchSpanProcessor(exporter))
     resource = getattr(provider, "resource", None)
     project = getattr(resource, "attributes", {}).get(PROJECT_ATTRIBUTE) or "default"
     _sending[endpoint] = (str(project), joined)
@@ -251,9 +255,10 @@ def _processors(provider: object) -> tuple[object, ...] | None:
 
 def _is_phoenix(url: str) -> bool:
     """Whether a Phoenix server answers at ``url`` (it says its version there)."""
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # 127.0.0.1
     with (
         contextlib.suppress(OSError, ValueError),
-        urllib.request.urlopen(f"{url}/arize_phoenix_version", timeout=1) as reply,
+        direct.open(f"{url}/arize_phoenix_version", timeout=1) as reply,
     ):
         return bool(reply.status == 200)
     return False
