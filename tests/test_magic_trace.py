@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -362,3 +363,23 @@ def test_a_proxy_in_the_environment_does_not_hide_the_local_phoenix(
         phoenix.stop()
     assert f"Phoenix already running at http://127.0.0.1:{phoenix.port}" in capsys.readouterr().out
     assert "execute_tool no_such_tool" in phoenix.spans  # sent directly too
+
+
+def test_phoenix_without_the_otlp_exporter_says_what_to_install(
+    ip: InteractiveShell, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Phoenix's server installed but not the OTLP/HTTP exporter it sends spans with (an
+    import that fails): one line says what to install, nothing is registered."""
+    phoenix = Listener(phoenix=True)
+    monkeypatch.setattr(setup, "PHOENIX_PORT", phoenix.port)
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)
+    try:
+        ip.run_line_magic("cortex", "trace phoenix")
+    finally:
+        phoenix.stop()
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        "cortex: trace: sending spans to Phoenix needs the OpenTelemetry SDK and its OTLP/HTTP "
+        "exporter; install them with: pip install arize-phoenix-otel\n"
+    )
