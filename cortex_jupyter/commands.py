@@ -337,6 +337,7 @@ def trace_phoenix() -> None:
         setup.PhoenixDidNotStart,
         setup.PhoenixCouldNotStart,
         setup.PhoenixCannotJoin,
+        setup.PhoenixNeedsExporter,
     ) as exc:
         complain(f"trace: {exc}")
 

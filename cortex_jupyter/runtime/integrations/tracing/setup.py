@@ -42,6 +42,7 @@ __all__ = [
     "PhoenixCouldNotStart",
     "PhoenixDidNotStart",
     "PhoenixMissing",
+    "PhoenixNeedsExporter",
     "PhoenixStarted",
     "describe",
     "start_phoenix",
@@ -101,6 +102,16 @@ class PhoenixCouldNotStart(CortexError):
 
     why: str
     template: ClassVar[str] = "Phoenix could not start: {e.why}"
+
+
+@dataclass(eq=False, repr=False)
+class PhoenixNeedsExporter(CortexError):
+    """Raised when the OpenTelemetry SDK or its OTLP/HTTP exporter cannot be imported."""
+
+    template: ClassVar[str] = (
+        "sending spans to Phoenix needs the OpenTelemetry SDK and its OTLP/HTTP exporter; "
+        "install them with: pip install arize-phoenix-otel"
+    )
 
 
 @dataclass(eq=False, repr=False)
@@ -194,11 +205,14 @@ def _send_to(endpoint: str) -> tuple[str, bool]:
     resource names the project). Returns the project and whether it joined one."""
     if endpoint in _sending:
         return _sending[endpoint]
-    import requests
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    try:
+        import requests
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError as exc:
+        raise PhoenixNeedsExporter() from exc
 
     joined = configured(trace.get_tracer_provider())
     if not joined:
