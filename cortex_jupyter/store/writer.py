@@ -20,6 +20,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,13 +135,14 @@ _STOP = object()
 
 
 class Recording:
-    """One run being written (``RunStore.record``'s answer): call it with each event."""
+    """One run being written (``RunStore.record``'s answer): an observer of the run
+    (``runtime.core.observer``) that queues each event for the writer thread."""
 
     def __init__(self, store: Store, run: Run) -> None:
         self._store = store
         self._run = run
 
-    def __call__(self, event: AnyEvent) -> None:
+    def on_event(self, event: AnyEvent) -> None:
         at = getattr(event, "time", None)
         t = at if isinstance(at, float) else time.monotonic()
         node = output = None
@@ -152,6 +154,10 @@ class Recording:
         self._store.put(_Event(self._run.id, event, t, node, output, has_output))
         if isinstance(event, End):
             self._store.put(_Flush())  # the run's end is committed at once
+
+    def acting(self, action_id: str) -> AbstractContextManager[object]:
+        """Nothing is current while a tool runs: the store only keeps events."""
+        return nullcontext()
 
     def finish(self) -> None:
         """The run ended: keep its status, reason, answer and cost, and commit."""

@@ -1,7 +1,7 @@
 """One run's trace: its events reduced to OpenTelemetry GenAI spans.
 
 The only module (with ``tracing.setup``) that imports ``opentelemetry``. A ``RunTrace``
-is a run's observer (``runtime.core.observe``): it never drives the run, it reduces the
+is a run's observer (``runtime.core.observer``): it never drives the run, it reduces the
 run's events, each stamped with a ``time.monotonic()`` reading, into spans started and
 ended at those times (converted once per process to the epoch nanoseconds OpenTelemetry
 wants, so spans of nested runs line up):
@@ -44,7 +44,7 @@ from cortex_jupyter.runtime.core.events import (
     Turn,
     TurnEnd,
 )
-from cortex_jupyter.runtime.core.observe import RunStart
+from cortex_jupyter.runtime.core.observer import RunStart
 from cortex_jupyter.runtime.core.secrets import redact, redact_value
 
 __all__ = ["CAPTURE_CONTENT", "RunTrace", "capture_content", "configured", "observer"]
