@@ -35,6 +35,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from cortex_jupyter._version import __version__
+from cortex_jupyter.runtime.core.errors import type_label
 from cortex_jupyter.runtime.core.events import (
     ActionStatus,
     AnyEvent,
@@ -219,7 +220,7 @@ class RunTrace:
             try:
                 yield
             except Exception as exc:
-                self._failures[action_id] = _type_name(exc)
+                self._failures[action_id] = type_label(exc)
                 span.add_event("exception", _exception_attributes(exc))
                 raise
 
@@ -396,21 +397,12 @@ class RunTrace:
         self.root.end(end_time=epoch_ns(event.time))
 
 
-def _type_name(exc: BaseException) -> str:
-    kind = type(exc)
-    return (
-        kind.__qualname__
-        if kind.__module__ == "builtins"
-        else f"{kind.__module__}.{kind.__qualname__}"
-    )
-
-
 def _exception_attributes(exc: BaseException) -> dict[str, Any]:
     """The conventions' exception event, every text redacted (a message or a traceback
     may quote a key)."""
     stack = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return {
-        "exception.type": _type_name(exc),
+        "exception.type": type_label(exc),
         "exception.message": redact(str(exc)),
         "exception.stacktrace": redact(stack),
     }
