@@ -12,6 +12,7 @@ killed kernel loses at most the last half second. SQLite in WAL mode, with a
 from __future__ import annotations
 
 import atexit
+import copy
 import json
 import os
 import queue
@@ -149,8 +150,12 @@ class Recording:
         has_output = False
         if isinstance(event, ActionStatus):
             node = self._run.actions.get(event.id)
-            if node is not None and event.status == "done":
-                output, has_output = node.output, True  # the object now; encoded later
+            if node is not None:
+                # As the event leaves it (status, error, times), not as the writer would
+                # find it later: the row and the events it is committed with agree.
+                node = copy.copy(node)
+                if event.status == "done":
+                    output, has_output = node.output, True  # the object now; encoded later
         self._store.put(_Event(self._run.id, event, t, node, output, has_output))
         if isinstance(event, End):
             self._store.put(_Flush())  # the run's end is committed at once
