@@ -41,15 +41,19 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any
 
 import anyio
-from pydantic import BaseModel
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cortex_jupyter.models import OpenAIModel
 from cortex_jupyter.runtime import Agent, Registry, Run
 from cortex_jupyter.runtime.loop import grammar
+from tests.live import typed_prompts
 
 #: What every run gets besides its model, dialect and ``constrain``.
 LIMITS: dict[str, Any] = {"max_turns": 4, "max_tokens": 120, "temperature": 0.0}
@@ -62,38 +66,9 @@ PROMPTS = {
 }
 
 
-class Weather(BaseModel):
-    city: str
-    temp_c: int
-
-
-class Person(BaseModel):
-    name: str
-    age: int
-
-
-#: The ``typed`` task: ten questions and their answers' types.
-TYPED: list[tuple[str, Any]] = [
-    ("The report says it is 21 degrees in Paris. Give the city and its temperature.", Weather),
-    ("It is 15 degrees in Tokyo today. Give the city and its temperature.", Weather),
-    ("Anna is 34 years old. Give her name and age.", Person),
-    ("Is this review positive or negative? 'I loved every minute of it.'",
-     Literal["positive", "negative"]),
-    ("What colour is a clear sky: red, green or blue?", Literal["red", "green", "blue"]),
-    ("List the first five even numbers.", list[int]),
-    ("What is 2 + 3?", int),
-    ("Is water wet? Answer true or false.", bool),
-    ("Name three fruits.", list[str]),
-    ("How many legs do a cat and a bird have? Give each animal and its number of legs.",
-     dict[str, int]),
-]  # fmt: skip
-#: What a typed run gets: one reply, no retry (the first answer is what is measured).
-TYPED_LIMITS: dict[str, Any] = {
-    "max_turns": 1,
-    "output_retries": 0,
-    "max_tokens": 60,
-    "temperature": 0.0,
-}
+#: The ``typed`` task: the live typed test's ten questions and their answers' types, and
+#: what a typed run gets (one reply, no retry: the first answer is what is measured).
+TYPED, TYPED_LIMITS = typed_prompts.PROMPTS, typed_prompts.LIMITS
 
 
 def temperature_of(city: str) -> int:

@@ -16,7 +16,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 
@@ -47,13 +46,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder, phoenix_server(Path(folder)) as phoenix:
         print(f"Phoenix up in {phoenix.seconds_to_start:.1f} s at {phoenix.url}")
-        run_script("phoenix_cell.py", phoenix.traces, PROJECT)
-        spans: list[dict[str, object]] = []
-        for _ in range(60):
-            spans = json.loads(run_script("phoenix_spans.py", phoenix.url, PROJECT, "11"))
-            if len(spans) >= 11:
-                break
-            time.sleep(1)
+        spans = json.loads(run_script("phoenix_cell.py", phoenix.url, PROJECT, "11"))["spans"]
         root = next(s for s in spans if s["name"] == "invoke_agent weather")
         trace_id = root["context"]["trace_id"]  # type: ignore[index]
         with urllib.request.urlopen(f"{phoenix.url}/v1/projects") as reply:

@@ -8,11 +8,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import comm
 import pytest
-from comm.base_comm import BaseComm
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from IPython.core.interactiveshell import InteractiveShell
@@ -24,6 +21,7 @@ from cortex_jupyter.runtime import Run
 from cortex_jupyter.runtime.core.secrets import secrets
 from cortex_jupyter.session.approvals import Approvals
 from cortex_jupyter.session.views import TextOutput
+from tests.display.helpers import comm_messages
 from tests.models.fake_openai_server import FakeOpenAIServer, Stream, finish, text, texts
 
 SIZE = 6
@@ -36,14 +34,7 @@ def fragments(text: str) -> set[str]:
 
 @pytest.fixture
 def wire(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    sent: list[str] = []
-
-    class WireComm(BaseComm):  # type: ignore[misc]
-        def publish_msg(self, msg_type: str, data: Any = None, *args: Any, **kw: Any) -> None:
-            sent.append(json.dumps(data, ensure_ascii=False))
-
-    monkeypatch.setattr(comm, "create_comm", WireComm)
-    return sent
+    return comm_messages(monkeypatch)
 
 
 @pytest.fixture

@@ -287,15 +287,10 @@ class Session:
         overwrite: bool,
         recording: Recording | None = None,
     ) -> RunHooks:
-        on_event = emit
-        if recording is not None:
-
-            def on_event(event: AnyEvent) -> None:
-                recording(event)  # only queued: the store writes on its own thread
-                emit(event)
-
         return RunHooks(
-            on_event=on_event,
+            on_event=emit,
+            # The store only queues each event: it writes on its own thread.
+            observers=(recording,) if recording is not None else (),
             bind=lambda name, value: self.names.bind(run.id, name, value, overwrite),
             background=background,
             ask=self.approvals.asker(run.id),

@@ -12,6 +12,7 @@ killed kernel loses at most the last half second. SQLite in WAL mode, with a
 from __future__ import annotations
 
 import atexit
+import copy
 import json
 import os
 import queue
@@ -20,6 +21,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,24 +136,33 @@ _STOP = object()
 
 
 class Recording:
-    """One run being written (``RunStore.record``'s answer): call it with each event."""
+    """One run being written (``RunStore.record``'s answer): an observer of the run
+    (``runtime.core.observer``) that queues each event for the writer thread."""
 
     def __init__(self, store: Store, run: Run) -> None:
         self._store = store
         self._run = run
 
-    def __call__(self, event: AnyEvent) -> None:
+    def on_event(self, event: AnyEvent) -> None:
         at = getattr(event, "time", None)
         t = at if isinstance(at, float) else time.monotonic()
         node = output = None
         has_output = False
         if isinstance(event, ActionStatus):
             node = self._run.actions.get(event.id)
-            if node is not None and event.status == "done":
-                output, has_output = node.output, True  # the object now; encoded later
+            if node is not None:
+                # As the event leaves it (status, error, times), not as the writer would
+                # find it later: the row and the events it is committed with agree.
+                node = copy.copy(node)
+                if event.status == "done":
+                    output, has_output = node.output, True  # the object now; encoded later
         self._store.put(_Event(self._run.id, event, t, node, output, has_output))
         if isinstance(event, End):
             self._store.put(_Flush())  # the run's end is committed at once
+
+    def acting(self, action_id: str) -> AbstractContextManager[object]:
+        """Nothing is current while a tool runs: the store only keeps events."""
+        return nullcontext()
 
     def finish(self) -> None:
         """The run ended: keep its status, reason, answer and cost, and commit."""

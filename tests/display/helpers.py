@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
+import comm
+import pytest
+from comm.base_comm import BaseComm
+
 from cortex_jupyter.display import ViewState
+from cortex_jupyter.display.widget import WidgetView
 from cortex_jupyter.protocol import Parser
 from cortex_jupyter.runtime import ActionStatus, End
 
@@ -70,3 +76,32 @@ def finished_run() -> ViewState:
         ],
     )
     return state
+
+
+def comm_messages(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every comm message the widgets will send from now on, as the JSON the kernel would
+    send (for the ``wire`` fixtures)."""
+    sent: list[str] = []
+
+    class WireComm(BaseComm):  # type: ignore[misc]
+        def publish_msg(self, msg_type: str, data: Any = None, *args: Any, **kw: Any) -> None:
+            sent.append(json.dumps(data, ensure_ascii=False))
+
+    monkeypatch.setattr(comm, "create_comm", WireComm)
+    return sent
+
+
+def stream(
+    view: WidgetView, clock: Any, text: str, chunk: int = 40, *, finish: bool = True
+) -> None:
+    """``text`` as the model streams it, a delta every 1/25 s on ``clock`` (a fake clock
+    with ``step``), redrawn as the session does; then (``finish``) the final frame, which
+    does not wait for the redraw budget."""
+    parser = Parser("cortex")
+    for start in range(0, len(text), chunk):
+        clock.step(0.04)
+        view.apply(parser.feed(text[start : start + chunk]))
+        view.redraw()
+    view.apply(parser.close())
+    if finish:
+        view.finish()

@@ -23,6 +23,7 @@ from cortex_jupyter.runtime import End
 from cortex_jupyter.runtime.core.events import OutputChecked, OutputExpected, Turn
 
 from .helpers import status
+from .helpers import stream as stream_view
 from .test_widget import (  # noqa: F401 (the fixtures)
     KEY,
     Clock,
@@ -347,17 +348,6 @@ def typed_view(clock: Clock) -> WidgetView:  # noqa: F811 (test_widget's fixture
     return view
 
 
-def stream_view(view: WidgetView, clock: Clock, text: str, chunk: int = 40) -> None:  # noqa: F811
-    """``text`` as the model streams it, a delta every 1/25 s, redrawn as the session
-    does (once per batch, at most ~25 times a second)."""
-    parser = Parser("cortex")
-    for start in range(0, len(text), chunk):
-        clock.step(0.04)
-        view.apply(parser.feed(text[start : start + chunk]))
-        view.redraw()
-    view.apply(parser.close())
-
-
 def test_the_live_view_draws_the_object_filling_in(clock: Clock, recorder: Recorder) -> None:  # noqa: F811
     view = typed_view(clock)
     seen: list[str] = []
@@ -396,7 +386,7 @@ def test_a_large_answer_is_redrawn_at_a_bounded_rate(clock: Clock, recorder: Rec
     view = typed_view(clock)
     start = clock.now
     changes = []
-    stream_view(view, clock, f"<response>{answer}", chunk=200)
+    stream_view(view, clock, f"<response>{answer}", chunk=200, finish=False)
     output = part(view, "cortex-output")
     changes = [m for m in recorder.since(start) if m.comm_id == output.comm.comm_id]
     seconds = clock.now - start
@@ -415,7 +405,8 @@ def test_the_live_view_sends_no_part_of_a_secret_in_the_object(
 ) -> None:
     view = typed_view(clock)
     answer = json.dumps({"note": f"the key is {KEY}", KEY: [KEY]})
-    stream_view(view, clock, f"<response>Using {KEY}:\n```json\n{answer}\n```</response>", 5)
+    text = f"<response>Using {KEY}:\n```json\n{answer}\n```</response>"
+    stream_view(view, clock, text, 5, finish=False)
     view.apply([End("completed", clock.now)])
     saved = view.finish()
     shown = [*wire, *html_values(view.widget), *saved.static[0].values()]

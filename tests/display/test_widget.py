@@ -36,7 +36,7 @@ from cortex_jupyter.protocol import ActionStart, Parser
 from cortex_jupyter.runtime import ActionStatus, End, Interrupt, Nested
 from cortex_jupyter.runtime.core.events import ActionOutput, Progress
 
-from .helpers import parse, status
+from .helpers import comm_messages, parse, status, stream
 from .test_xss import (
     HTML_ELEMENTS,
     PAYLOADS,
@@ -393,16 +393,6 @@ def test_a_broken_namespace_does_not_stop_the_answer(clock: Clock) -> None:
 
 
 # ----------------------------------------------------------------------------- pieces
-
-
-def stream(view: WidgetView, clock: Clock, text: str, chunk: int = 40) -> None:
-    parser = Parser("cortex")
-    for start in range(0, len(text), chunk):
-        clock.step(0.04)
-        view.apply(parser.feed(text[start : start + chunk]))
-        view.redraw()
-    view.apply(parser.close())
-    view.finish()  # the last redraws may wait for the budget; the final frame does not
 
 
 def inner(value: str) -> str:
@@ -1100,14 +1090,7 @@ def wire(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every comm message the widgets would send, as the JSON the kernel would send."""
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
-    sent: list[str] = []
-
-    class WireComm(BaseComm):  # type: ignore[misc]
-        def publish_msg(self, msg_type: str, data: Any = None, *args: Any, **kw: Any) -> None:
-            sent.append(json.dumps(data, ensure_ascii=False))
-
-    monkeypatch.setattr(comm, "create_comm", WireComm)
-    return sent
+    return comm_messages(monkeypatch)
 
 
 def secret_run(view: WidgetView, clock: Clock) -> None:

@@ -83,3 +83,18 @@ def test_a_cut_block_is_closed_in_its_dialect_before_another_block() -> None:
         "§RESPOND: so far",
         " and on",
     )
+
+
+@pytest.mark.parametrize(
+    ("head", "continuation"),
+    [(" $b.</response>", "$b.</response>"), ("<response> $b.", "$b."), ("\nmore", "\nmore")],
+)
+def test_a_cut_ending_in_a_space_is_not_followed_by_a_second_one(
+    head: str, continuation: str
+) -> None:
+    # The model is shown the cut text without its trailing space and writes its own:
+    # "Got $a " + " $b." would answer "Got 1  2." (a property test of resume found it).
+    resume = Resume("<response>Got $a ")
+    assert resume.decided(head)
+    assert resume.join(head) == ("<response>Got $a ", continuation)
+    assert Resume("<response>Got $a").join(" $b.") == ("<response>Got $a", " $b.")

@@ -14,6 +14,7 @@ again for a turn it had finished.
 from __future__ import annotations
 
 import tempfile
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -192,10 +193,13 @@ class Dies(Store):
         written = [0]
 
         class Cut:
-            def __call__(self, event: AnyEvent) -> None:
+            def on_event(self, event: AnyEvent) -> None:
                 written[0] += 1
                 if written[0] <= self_after:
-                    real(event)
+                    real.on_event(event)
+
+            def acting(self, action_id: str) -> AbstractContextManager[object]:
+                return nullcontext()
 
             def finish(self) -> None:
                 pass

@@ -382,7 +382,7 @@ def test_with_no_provider_a_run_has_no_observer_and_imports_no_opentelemetry() -
         import sys
         from cortex_jupyter.models import ScriptModel
         from cortex_jupyter.runtime import Agent
-        from cortex_jupyter.runtime.core import observe
+        from cortex_jupyter.runtime.core import observer as observe
         from cortex_jupyter.runtime.core.record import Run
         print("imported", "opentelemetry" in sys.modules)
         made = []

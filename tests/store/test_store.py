@@ -311,3 +311,25 @@ def test_a_nested_agents_run_is_kept_inside_its_action(db: Path) -> None:
     inner = [e.event for e in back.events if e.kind == "nested" and e.parent == "n1"]
     assert any(e.kind == "action_status" and e.id == "h1" for e in inner)
     assert [row.id for row in cortex_jupyter.runs("albatrosses", store=db)] == [run.id]
+
+
+def test_an_action_row_is_as_its_event_left_it_not_as_the_node_is_later(db: Path) -> None:
+    # The row was written from the live node when the writer got to it: a kernel killed
+    # after the node turned done (output not yet kept) left a row saying "done" with no
+    # output, while the events said "running".
+    from cortex_jupyter.runtime import ActionStatus, Run
+    from cortex_jupyter.runtime.core.graph import ActionNode
+
+    run = Run()
+    node = ActionNode(id="a1", name="slow", status="running")
+    run.actions["a1"] = node
+    kept = store.open_store(db)
+    recording = kept.record(run, "go")
+    event = ActionStatus("a1", "running", 1.0)
+    run.record(event)
+    recording.on_event(event)
+    node.status, node.output = "done", 42  # later, with no event yet: the kernel dies
+    kept.flush()
+    back = cortex_jupyter.open_run(run.id, store=db)
+    assert back.actions["a1"].status == "running"
+    assert back.actions["a1"].output is None

@@ -1,11 +1,13 @@
-"""A traced run sent to a Phoenix server, as the docs' recipe does it (run as a script).
+"""A traced run sent to a Phoenix server, as the docs' recipe does it, and its spans read
+back with Phoenix's client (run as a script).
 
-    python tests/traces/phoenix_cell.py ENDPOINT PROJECT
+    python tests/traces/phoenix_cell.py BASE_URL PROJECT AT_LEAST
 
 ``phoenix.otel.register(endpoint=..., project_name=...)`` is the recipe's one line; then
-an agent runs a reply with a dependent pair of actions, a failed one and a nested agent.
-Prints the run as JSON (its id, its actions' ids and statuses) for the caller to find
-its spans by; the spans are flushed before it exits.
+an agent runs a reply with a dependent pair of actions, a failed one and a nested agent;
+its spans are flushed. Then, in the same process (Phoenix's import is paid once),
+``phoenix_spans.spans`` waits for ``AT_LEAST`` of the project's spans. Prints one JSON
+object: ``run`` (its id, status, its actions' statuses) and ``spans``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from phoenix.otel import register
 
 from cortex_jupyter.models import ScriptModel
 from cortex_jupyter.runtime import Agent, Registry
+from tests.traces.phoenix_spans import spans
 
 SCRIPT = """\
 <thought>look it up, then check it</thought>
@@ -34,7 +37,8 @@ SCRIPT = """\
 """
 
 
-def main(endpoint: str, project: str) -> None:
+def main(base_url: str, project: str, at_least: int) -> None:
+    endpoint = f"{base_url}/v1/traces"
     provider = register(endpoint=endpoint, project_name=project, batch=True, verbose=False)
     registry = Registry(builtins=False)
 
@@ -61,9 +65,10 @@ def main(endpoint: str, project: str) -> None:
     run = agent.run_sync("How cold is Oslo?")
     provider.force_flush()
     provider.shutdown()
-    print(json.dumps({"id": run.id, "status": run.status,
-                      "actions": {k: n.status for k, n in run.actions.items()}}))  # fmt: skip
+    ran = {"id": run.id, "status": run.status,
+           "actions": {k: n.status for k, n in run.actions.items()}}  # fmt: skip
+    print(json.dumps({"run": ran, "spans": spans(base_url, project, at_least)}, default=str))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]))

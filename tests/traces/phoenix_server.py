@@ -1,8 +1,10 @@
 """A local Phoenix server for the trace tests and the docs' screenshot: its working
 directory in a temp folder, free ports for HTTP and gRPC, bound to 127.0.0.1.
 
-Start-up is slow (it creates its SQLite database and runs its migrations; ~10 s on an
-idle 2-core machine, 30 s on a busy one): one server is shared by a test module.
+Start-up is slow (its import alone takes ~30 s on a 2-core machine, then it creates its
+SQLite database and runs its migrations): one server is shared by a test module, and
+``tests/traces/conftest.py`` starts it (``start``) as soon as the session has collected
+the Phoenix test, so it comes up while the tests before it run.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 #: The longest start-up waited for before the server counts as broken.
 PATIENCE = 600.0
@@ -45,9 +48,30 @@ class Phoenix:
         return f"{self.url}/v1/traces"
 
 
-@contextlib.contextmanager
-def phoenix_server(folder: Path) -> Iterator[Phoenix]:
-    """A Phoenix server working in ``folder``, stopped (and waited for) afterwards."""
+@dataclass
+class Starting:
+    """A Phoenix server process on its way up (``start``)."""
+
+    process: subprocess.Popen[bytes]
+    url: str
+    folder: Path
+    started: float
+    log: IO[bytes]
+
+    def stop(self) -> None:
+        """Stop the server and wait for it (a second stop does nothing)."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log.close()
+
+
+def start(folder: Path) -> Starting:
+    """Start a Phoenix server working in ``folder``, without waiting for it."""
     port, grpc = free_port(), free_port()
     env = dict(
         os.environ,
@@ -62,18 +86,19 @@ def phoenix_server(folder: Path) -> Iterator[Phoenix]:
         [sys.executable, "-W", "ignore", "-m", "phoenix.server.main", "serve"],
         env=env, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
+    return Starting(process, f"http://127.0.0.1:{port}", folder, started, log)
+
+
+@contextlib.contextmanager
+def phoenix_server(folder: Path, early: Starting | None = None) -> Iterator[Phoenix]:
+    """A Phoenix server working in ``folder`` (or the one ``early`` started), once it
+    answers; stopped (and waited for) afterwards."""
+    server = early if early is not None else start(folder)
     try:
-        _wait_until_up(process, url, folder / "server.log")
-        yield Phoenix(url, time.monotonic() - started)
+        _wait_until_up(server.process, server.url, server.folder / "server.log")
+        yield Phoenix(server.url, time.monotonic() - server.started)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
+        server.stop()
 
 
 def _wait_until_up(process: subprocess.Popen[bytes], url: str, log: Path) -> None:

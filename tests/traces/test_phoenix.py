@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests.traces.conftest import EARLY
 from tests.traces.phoenix_server import INSTALL, Phoenix, installed, phoenix_server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,12 +32,15 @@ def on_ci() -> bool:
 
 
 @pytest.fixture(scope="module")
-def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Phoenix]:
+def phoenix(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Phoenix]:
     if not installed():
         if on_ci():
             pytest.fail(f"Phoenix is not installed; CI must run this test ({INSTALL})")
         pytest.skip(f"Phoenix is not installed ({INSTALL})")
-    with phoenix_server(tmp_path_factory.mktemp("phoenix")) as server:
+    early = request.config.stash.get(EARLY, None)  # started at collection (conftest.py)
+    with phoenix_server(tmp_path_factory.mktemp("phoenix"), early) as server:
         print(f"Phoenix started in {server.seconds_to_start:.1f} s")
         yield server
 
@@ -51,23 +55,15 @@ def script(name: str, *args: str) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
-def spans_of(phoenix: Phoenix, project: str, at_least: int) -> list[dict[str, Any]]:
-    """The project's spans once Phoenix has ingested ``at_least`` of them (or a minute
-    has passed)."""
-    found: list[dict[str, Any]] = json.loads(
-        script("phoenix_spans.py", phoenix.url, project, str(at_least))
-    )
-    return found
-
-
-# Phoenix's start-up (its database and migrations) and its imports are slow: 10-30 s on an
-# idle 2-core machine, 160 s on one shared by seven test runs.
+# Phoenix's imports (~30 s a process) and start-up are slow: the server starts at collection
+# (conftest.py); 160 s on a machine shared by seven test runs.
 @pytest.mark.timeout(900)
 def test_phoenix_holds_the_run_as_one_trace_with_the_right_parents(phoenix: Phoenix) -> None:
-    run = json.loads(script("phoenix_cell.py", phoenix.traces, "cortex-test"))
+    # the run, its 2 chats, 4 tools; the nested run, its 2 chats, 1 tool: 11 spans, read
+    # back in the run's own process (one import of Phoenix)
+    sent = json.loads(script("phoenix_cell.py", phoenix.url, "cortex-test", "11"))
+    run, spans = sent["run"], sent["spans"]
     assert run["actions"] == {"look": "done", "check": "done", "oops": "failed", "ask": "done"}
-    # the run, its 2 chats, 4 tools; the nested run, its 2 chats, 1 tool
-    spans = spans_of(phoenix, "cortex-test", 11)
     by_id = {s["context"]["span_id"]: s for s in spans}
     names = sorted(s["name"] for s in spans)
     assert names == sorted(

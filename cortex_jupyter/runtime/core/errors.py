@@ -388,3 +388,12 @@ class BadOutputType(CortexRuntimeError, TypeError):
     type_name: str
     why: str
     template = "the answer type {e.type_name} cannot be used: {e.why}"
+
+
+def type_label(value: object) -> str:
+    """The type of ``value`` as a person names it: ``int``, ``sqlite3.Connection``,
+    ``numpy.float64`` (a builtin by its name, any other class with its module)."""
+    kind = type(value)
+    module = getattr(kind, "__module__", "") or ""
+    name = getattr(kind, "__qualname__", kind.__name__)
+    return name if module == "builtins" else f"{module}.{name}"

@@ -1,35 +1,113 @@
-"""Where a run may be kept as it happens: the interface the loop knows a store by.
+"""Observers of a run: what the store and tracing plug into, and the one hook the
+scheduler gives them.
 
-A run store (``cortex_jupyter.store``) is an observer of run events, like the display:
-it is handed every event as it happens and never drives the run. The loop must not
-import it (it sits above the loop, beside the session), so the core says here what one
-looks like: ``Agent.run(..., store=...)`` takes any object of this shape.
+An observer reduces a run's events, as the display does, and never drives the run. The
+scheduler hands each of its run's events to every observer of that run as it happens
+(after the run's record has it). A run has observers of two kinds, through the one
+interface ``RunObserver``:
+
+- those its host passes in (``RunHooks.observers``): a store keeping the run is one
+  (``RunStore.record`` returns a ``Recording``, an observer the host tells when the run
+  has ended);
+- those registered for every run: an observer package registers a factory with
+  ``add_observer`` (as integrations pass themselves into the registry), and each
+  scheduler asks the factories at its run's start (``observers_for``). A factory with
+  nothing to do (tracing with no tracer provider configured) returns ``None``, so a run
+  with no observer pays one call per factory at its start and nothing after.
+
+Besides the events, an observer may need something to be current while an action's tool
+runs (a trace's span, so the calls the tool makes nest inside it): ``acting`` is the
+context manager the scheduler enters around each attempt of an action, in the task that
+calls the tool, before the call reaches a worker thread, an executor or an MCP server.
+
+The core imports no observer: the store sits above the loop, beside the session, and
+tracing is an integration; the loop knows them only by these shapes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from cortex_jupyter.runtime.core.events import AnyEvent
-    from cortex_jupyter.runtime.core.record import Run
+from cortex_jupyter.runtime.core.events import AnyEvent
+from cortex_jupyter.runtime.core.record import Run
 
-__all__ = ["Recording", "RunStore"]
+__all__ = [
+    "Recording",
+    "RunObserver",
+    "RunStart",
+    "RunStore",
+    "acting",
+    "add_observer",
+    "observers_for",
+]
 
 
-class Recording(Protocol):
-    """One run being kept: called with each event as it happens (cheap: it only queues
-    the event), then ``finish()`` once the run has ended (its answer, status, cost)."""
+@dataclass(frozen=True)
+class RunStart:
+    """What an observer is told when a run starts: its record, the agent's name (None:
+    the session's default agent), the model object, the extra fields every request
+    sends, the conversation it continues, and how deep it is nested (0: a cell's run)."""
 
-    def __call__(self, event: AnyEvent) -> None: ...
+    run: Run
+    agent: str | None = None
+    model: Any = field(default=None, repr=False)
+    request: Mapping[str, Any] = field(default_factory=dict)
+    conversation: str | None = None
+    depth: int = 0
+
+
+class RunObserver(Protocol):
+    """One run's observer: ``on_event`` gets each of the run's own events as it is
+    emitted (a nested agent's run has observers of its own); ``acting(id)`` is entered
+    around each attempt of the action ``id``, in the task that calls its tool."""
+
+    def on_event(self, event: AnyEvent) -> None: ...
+
+    def acting(self, action_id: str) -> AbstractContextManager[object]: ...
+
+
+ObserverFactory = Callable[[RunStart], "RunObserver | None"]
+
+_factories: list[ObserverFactory] = []
+
+
+def add_observer(factory: ObserverFactory) -> None:
+    """Register ``factory``: called at every run's start, it returns that run's observer
+    or ``None``. Registering the same factory twice keeps one."""
+    if factory not in _factories:
+        _factories.append(factory)
+
+
+def observers_for(start: RunStart) -> tuple[RunObserver, ...]:
+    """The observers of the run ``start`` describes (empty: nobody is watching)."""
+    found = (factory(start) for factory in _factories)
+    return tuple(observer for observer in found if observer is not None)
+
+
+@contextmanager
+def acting(observers: tuple[RunObserver, ...], action_id: str) -> Iterator[None]:
+    """Every observer's ``acting(action_id)`` entered, innermost last."""
+    with ExitStack() as stack:
+        for observer in observers:
+            stack.enter_context(observer.acting(action_id))
+        yield
+
+
+class Recording(RunObserver, Protocol):
+    """One run being kept (``RunStore.record``'s answer): an observer of the run (cheap:
+    it only queues each event), then ``finish()`` once the run has ended (its answer,
+    status, cost)."""
 
     def finish(self) -> None: ...
 
 
 class RunStore(Protocol):
     """Somewhere runs are kept: ``record`` starts keeping ``run`` (asked ``prompt``, with
-    the settings in ``options``) and returns what its events are given to."""
+    the settings in ``options``) and returns the observer its events go to.
+    ``Agent.run(..., store=...)`` takes any object of this shape."""
 
     def record(
         self, run: Run, prompt: str, options: Mapping[str, Any] | None = None

@@ -33,7 +33,7 @@ from cortex_jupyter.runtime.core.chunks import StreamingModel
 from cortex_jupyter.runtime.core.cost import Budget, Spend
 from cortex_jupyter.runtime.core.errors import AgentDidNotAnswer, NoModelConfigured
 from cortex_jupyter.runtime.core.events import AnyEvent, Nested
-from cortex_jupyter.runtime.core.observer import RunStore
+from cortex_jupyter.runtime.core.observer import RunObserver, RunStore
 from cortex_jupyter.runtime.core.record import Run
 from cortex_jupyter.runtime.core.registry import AgentSpec, Registry, default_registry
 from cortex_jupyter.runtime.core.typed import OutputType
@@ -76,6 +76,8 @@ class RunHooks:
     #: How the host asks a person to approve an action (buttons, a prompt); ``None``: the
     #: terminal's ``input()``. Used when the agent's ``approval`` is ``"ask"``.
     ask: Approver | None = None
+    #: Who else watches the run (``runtime.core.observer``): a store's ``Recording``.
+    observers: tuple[RunObserver, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -227,7 +229,7 @@ class Agent:
         if store is not None:
             run = run if run is not None else Run()
             recording = store.record(run, prompt, self.settings())
-            hooks = _tee(hooks or RunHooks(), recording)
+            hooks = _observed(hooks or RunHooks(), recording)
             try:
                 return await self.run(
                     prompt, namespace=namespace, conversation=conversation, hooks=hooks,
@@ -264,7 +266,7 @@ class Agent:
             try:
                 return await self.resume(
                     run, prompt=prompt, namespace=namespace, conversation=conversation,
-                    hooks=_tee(hooks or RunHooks(), recording),
+                    hooks=_observed(hooks or RunHooks(), recording),
                 )  # fmt: skip
             finally:
                 recording.finish()
@@ -447,6 +449,7 @@ class Agent:
             on_event=hooks.on_event,
             bind=hooks.bind,
             background=hooks.background,
+            observers=hooks.observers,
             max_depth=self.max_depth,
             agent=self.name,
             conversation=conversation.id,
@@ -525,16 +528,9 @@ def _check(agent: Agent) -> None:
 Registry.make_agent = Agent  # ``Registry.add_agent`` makes agents of this loop
 
 
-def _tee(hooks: RunHooks, recording: Callable[[AnyEvent], None]) -> RunHooks:
-    """``hooks`` whose events also go to ``recording`` (a store keeping the run)."""
-    first = hooks.on_event
-
-    def both(event: AnyEvent) -> None:
-        recording(event)
-        if first is not None:
-            first(event)
-
-    return dataclasses.replace(hooks, on_event=both)
+def _observed(hooks: RunHooks, recording: RunObserver) -> RunHooks:
+    """``hooks`` with ``recording`` (a store keeping the run) among the run's observers."""
+    return dataclasses.replace(hooks, observers=(*hooks.observers, recording))
 
 
 def _tool_name(entry: str | Callable[..., Any]) -> str:

@@ -22,7 +22,7 @@ ones after them. The record says where it stood (``plan``):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from cortex_jupyter.protocol.events import ProtocolError
 from cortex_jupyter.runtime.core.chunks import ChatMessage, ModelChunk
@@ -34,7 +34,7 @@ from cortex_jupyter.runtime.core.events import (
     Turn,
     TurnEnd,
 )
-from cortex_jupyter.runtime.core.graph import ActionNode, Status
+from cortex_jupyter.runtime.core.graph import ActionNode
 from cortex_jupyter.runtime.core.record import Run
 from cortex_jupyter.runtime.loop.transcript import entry_message
 
@@ -82,7 +82,6 @@ def event_key(event: AnyEvent) -> tuple[Any, ...]:
 def plan(run: Run) -> PickUp:
     """Where ``run`` stands, from its events (see the module docstring)."""
     events = run.events
-    _as_recorded(run)
     last = max((i for i, e in enumerate(events) if isinstance(e, Turn)), default=len(events))
     head, tail = events[:last], events[last:]
     out = PickUp()
@@ -104,20 +103,3 @@ def plan(run: Run) -> PickUp:
         out.known = [event_key(e) for e in tail if isinstance(e, ChatEntry | TurnEnd)]
         out.limit = any(isinstance(e, TurnEnd) and e.outcome == "limit" for e in tail)
     return out
-
-
-def _as_recorded(run: Run) -> None:
-    """Each action as its last recorded status event left it: the events are the record.
-    A store keeps an action's state as a snapshot written after its event (a kernel
-    killed in between leaves a node that says ``done`` with no output kept and no event
-    saying so); such an action is not restored but runs again."""
-    last: dict[str, ActionStatus] = {}
-    for event in run.events:
-        if isinstance(event, ActionStatus):
-            last[event.id] = event
-    for id, node in run.actions.items():
-        status = last.get(id)
-        if status is not None and status.status != node.status:
-            node.status, node.error = cast(Status, status.status), status.error
-            if status.status != "done":
-                node.output = None

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from cortex_jupyter.protocol.events import ProtocolError
+from cortex_jupyter.runtime.core.errors import type_label
 from cortex_jupyter.runtime.core.graph import ActionNode
 from cortex_jupyter.runtime.core.registry import Registry
 from cortex_jupyter.runtime.core.secrets import (
@@ -370,13 +371,6 @@ def _entry(schema: Mapping[str, Any]) -> str:
 #: is bounded, never made whole and then cut).
 
 
-def _type_name(value: Any) -> str:
-    cls = type(value)
-    module = getattr(cls, "__module__", "")
-    name = getattr(cls, "__qualname__", cls.__name__)
-    return name if module in ("builtins", "", None) else f"{module}.{name}"
-
-
 def _shape(value: Any) -> str:
     """``shape (3, 2)`` or ``length 12``, or "" when the value has neither (or they fail)."""
     try:
@@ -395,7 +389,7 @@ def _shape(value: Any) -> str:
 def describe_value(value: Any, limit: int = _REPR_LIMIT) -> str:
     """Type, shape or length, and a short repr of ``value`` (never the whole value)."""
     size = _shape(value)
-    kind = _type_name(value) + (f", {size}" if size else "")
+    kind = type_label(value) + (f", {size}" if size else "")
     shown = safe_repr(value, limit=limit)
     if len(shown) > limit:
         shown = head(shown, limit) + " ..."

@@ -154,14 +154,23 @@ class Resume:
         block = self.cut[open_.start :]
         lead = _lead(head)
         if not isinstance(lead, tuple) or lead[0] not in _FAMILIES:
-            return block, head
+            return block, self._after_space(head)
         if not self._same_family(lead[0]):  # another block: the cut one ends where it stopped
             return block + open_.close, head
         inner = head[lead[1] :]
         before = self._before()
         if before and inner.lstrip().startswith(before[:_SAME_START]):
             return "", head  # written again from the start: the new block replaces it
-        return block, inner  # re-opened to go on: the repeated opener is dropped
+        return block, self._after_space(inner)  # re-opened to go on: the opener dropped
+
+    def _after_space(self, continuation: str) -> str:
+        """``continuation`` as it follows the cut text. The model was shown that text
+        without its trailing space (``cut_note``) and writes a space of its own to go on:
+        after a cut that ended in one (kept: a resumed run's record holds it), that
+        second space is dropped."""
+        if self.cut[-1:].isspace():
+            return continuation.lstrip(" \t")
+        return continuation
 
     def _same_family(self, name: str) -> bool:
         assert self._open is not None

@@ -58,7 +58,7 @@ from cortex_jupyter.runtime.core.errors import (
 from cortex_jupyter.runtime.core.events import ActionStatus, AnyEvent, End, Interrupt, Metric
 from cortex_jupyter.runtime.core.graph import NOT_STARTED, ActionNode, Graph, Update
 from cortex_jupyter.runtime.core.model import Message, complete
-from cortex_jupyter.runtime.core.observe import RunObserver, RunStart, acting, observers_for
+from cortex_jupyter.runtime.core.observer import RunObserver, RunStart, acting, observers_for
 from cortex_jupyter.runtime.core.record import (
     Run,
     brief_json,
@@ -134,8 +134,9 @@ class Scheduler:
         self._captures: dict[str, Capture] = {}
         self._flush_scope: anyio.CancelScope | None = None
         self._loop_thread = threading.get_ident()
-        #: Who watches this run besides the host (tracing: ``runtime.core.observe``);
-        #: asked at the run's start.
+        #: Who watches this run besides the host's ``on_event``: the host's observers (a
+        #: store) and those every run gets (tracing: ``runtime.core.observer``), asked at
+        #: the run's start.
         self._observers: tuple[RunObserver, ...] = ()
         #: The status a run that is left normally ends with (the agent loop sets
         #: ``interrupted`` or ``turn_limit``).
@@ -148,7 +149,7 @@ class Scheduler:
         await self._tg.__aenter__()
         self._loop_thread = threading.get_ident()
         spec = self.spec
-        self._observers = observers_for(
+        self._observers = spec.observers + observers_for(
             RunStart(
                 self.run,
                 spec.agent,

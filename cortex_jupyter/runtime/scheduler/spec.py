@@ -21,6 +21,7 @@ from cortex_jupyter.runtime.core.chunks import StreamingModel
 from cortex_jupyter.runtime.core.cost import Spend
 from cortex_jupyter.runtime.core.errors import InternalActionRefused
 from cortex_jupyter.runtime.core.events import AnyEvent
+from cortex_jupyter.runtime.core.observer import RunObserver
 from cortex_jupyter.runtime.core.registry import Registry, default_registry
 from cortex_jupyter.runtime.scheduler.approval import Approver, Rules
 
@@ -89,6 +90,9 @@ class RunSpec:
     on_event: EventCallback | None = field(default=None, repr=False)
     bind: BindCallback | None = field(default=None, repr=False)
     background: TaskGroup | None = field(default=None, repr=False)
+    #: The host's observers of the run (a store's ``Recording``), beside those every run
+    #: gets (``runtime.core.observer.observers_for``).
+    observers: tuple[RunObserver, ...] = field(default=(), repr=False)
     # limits
     depth: int = 0
     max_depth: int = 3
@@ -127,5 +131,7 @@ class RunSpec:
     def nested(self, **changes: Any) -> RunSpec:
         """The spec of a run nested one level deeper (an ``agent`` action's), with
         ``changes``: the names it reaches and its limit on depth stay the caller's
-        unless changed, and the host's bind and background hooks are never inherited."""
-        return replace(self, depth=self.depth + 1, bind=None, background=None, **changes)
+        unless changed, and the host's bind and background hooks and its observers are
+        never inherited (the nested run's events reach them through the caller's run)."""
+        changes = {"bind": None, "background": None, "observers": (), **changes}
+        return replace(self, depth=self.depth + 1, **changes)

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from cortex_jupyter.runtime.core.errors import type_label
+
 __all__ = [
     "Outcome",
     "RemoteTraceback",
@@ -69,16 +71,6 @@ def dumps_or_why(value: Any) -> bytes | str:
         return dumps(value)
     except Exception as exc:
         return str(exc) or type(exc).__name__
-
-
-def type_label(value: Any) -> str:
-    """The type of ``value`` as a person names it (``sqlite3.Connection``, ``int``)."""
-    kind = type(value)
-    return (
-        kind.__qualname__
-        if kind.__module__ == "builtins"
-        else f"{kind.__module__}.{kind.__qualname__}"
-    )
 
 
 def exception_label(exc: BaseException) -> str:

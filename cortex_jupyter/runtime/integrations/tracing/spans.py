@@ -1,7 +1,7 @@
 """One run's trace: its events reduced to OpenTelemetry GenAI spans.
 
 The only module (with ``tracing.setup``) that imports ``opentelemetry``. A ``RunTrace``
-is a run's observer (``runtime.core.observe``): it never drives the run, it reduces the
+is a run's observer (``runtime.core.observer``): it never drives the run, it reduces the
 run's events, each stamped with a ``time.monotonic()`` reading, into spans started and
 ended at those times (converted once per process to the epoch nanoseconds OpenTelemetry
 wants, so spans of nested runs line up):
@@ -38,6 +38,7 @@ from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from cortex_jupyter._version import __version__
 from cortex_jupyter.runtime.core.bounded import message
+from cortex_jupyter.runtime.core.errors import type_label
 from cortex_jupyter.runtime.core.events import (
     ActionStatus,
     AnyEvent,
@@ -47,7 +48,7 @@ from cortex_jupyter.runtime.core.events import (
     Turn,
     TurnEnd,
 )
-from cortex_jupyter.runtime.core.observe import RunStart
+from cortex_jupyter.runtime.core.observer import RunStart
 from cortex_jupyter.runtime.core.secrets import head, redact, redact_value, shorten, tail
 
 __all__ = ["CAPTURE_CONTENT", "RunTrace", "capture_content", "configured", "observer"]
@@ -270,7 +271,7 @@ class RunTrace:
             try:
                 yield
             except Exception as exc:
-                self._failures[action_id] = _type_name(exc)
+                self._failures[action_id] = type_label(exc)
                 self._safely(span.add_event, "exception", _exception_attributes(exc))
                 raise
 
@@ -472,21 +473,12 @@ def _parts(entry: ChatEntry) -> list[dict[str, Any]]:
     return parts
 
 
-def _type_name(exc: BaseException) -> str:
-    kind = type(exc)
-    return (
-        kind.__qualname__
-        if kind.__module__ == "builtins"
-        else f"{kind.__module__}.{kind.__qualname__}"
-    )
-
-
 def _exception_attributes(exc: BaseException) -> dict[str, Any]:
     """The conventions' exception event, every text redacted (a message or a traceback
     may quote a key)."""
     stack = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return {
-        "exception.type": _type_name(exc),
+        "exception.type": type_label(exc),
         "exception.message": _short(message(exc)),
         "exception.stacktrace": _stack(stack),
     }
