@@ -214,6 +214,7 @@ def test_phoenix_running_gets_the_spans_even_with_a_provider_already_set_and_ask
         phoenix.stop()
     out = capsys.readouterr().out
     assert f"Phoenix already running at http://127.0.0.1:{phoenix.port}" in out
+    assert "project 'default' (beside the tracer provider's other processors)" in out
     assert phoenix.spans.count("execute_tool no_such_tool") == 1, phoenix.spans
     assert any(name.startswith("invoke_agent") for name in phoenix.spans)
 
