@@ -332,7 +332,13 @@ def trace_phoenix() -> None:
 
     try:
         print(setup.start_phoenix())
-    except (setup.PhoenixMissing, setup.PhoenixDidNotStart) as exc:
+    except (
+        setup.PhoenixMissing,
+        setup.PhoenixDidNotStart,
+        setup.PhoenixCouldNotStart,
+        setup.PhoenixCannotJoin,
+        setup.PhoenixNeedsExporter,
+    ) as exc:
         complain(f"trace: {exc}")
 
 

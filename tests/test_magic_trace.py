@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,6 +15,10 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from cortex_jupyter.runtime.integrations.tracing import setup
@@ -47,7 +56,7 @@ def test_with_a_provider_it_names_its_processors_and_exporters(
     assert "  tests.otel_spans._Listening -> " in out  # the tests' own in-memory exporter
     assert (
         "  opentelemetry.sdk.trace.export.BatchSpanProcessor -> opentelemetry.exporter.otlp."
-        "proto.http.trace_exporter.OTLPSpanExporter at http://127.0.0.1:4318/v1/traces?token=[redacted]"
+        "proto.http.trace_exporter.OTLPSpanExporter at http://127.0.0.1:4318/v1/traces?…"
     ) in lines
     assert secret not in out
     assert lines[-1].startswith("content (prompts, replies, arguments, results): not recorded")
@@ -74,3 +83,304 @@ def test_phoenix_missing_says_how_to_install_it_in_one_line(
 def test_anything_else_is_a_usage_error(ip: InteractiveShell, line: str) -> None:
     with pytest.raises(UsageError, match=r"^%cortex trace: .* is not a command here; use "):
         ip.run_line_magic("cortex", line)
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "https://team:pa55-w0rd-XYZ@collector.example:4318/v1/traces",
+        "https://collector.example/v1/traces?api_key=pa55-w0rd-XYZ",
+        "https://collector.example/v1/traces#pa55-w0rd-XYZ",
+    ],
+)
+def test_the_exporter_endpoint_is_shown_without_its_credentials(
+    ip: InteractiveShell,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    endpoint: str,
+) -> None:
+    """An endpoint set as OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (a name that does not look
+    like a credential's) may carry a password or a key in its URL: `%cortex trace` names
+    the collector's host and path, never those."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", endpoint)
+    processor = BatchSpanProcessor(OTLPSpanExporter())
+    sdk_provider().add_span_processor(processor)
+    try:
+        ip.run_line_magic("cortex", "trace")
+    finally:
+        processor.shutdown()
+    out = capsys.readouterr().out
+    assert "OTLPSpanExporter at https://collector.example" in out
+    assert "pa55-w0rd-XYZ" not in out
+
+
+# ---- %cortex trace phoenix with a Phoenix (or something else) already on the port -----------
+
+
+class Listener(ThreadingHTTPServer):
+    """A local HTTP server: a Phoenix stand-in (it says its version and takes OTLP/HTTP
+    spans) or, when not ``phoenix``, something else that answers 200 to every GET (as
+    TensorBoard does on Phoenix's default port, 6006)."""
+
+    def __init__(self, phoenix: bool, port: int = 0) -> None:
+        super().__init__(("127.0.0.1", port), _Handler)
+        self.phoenix = phoenix
+        self.spans: list[str] = []
+        self.authorizations: list[str | None] = []
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: Listener
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def _reply(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        if self.path == "/arize_phoenix_version" and not self.server.phoenix:
+            self._reply(404, b"")
+        else:
+            self._reply(200, b"20.0.0" if self.server.phoenix else b"<html>TensorBoard</html>")
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        if not self.server.phoenix or self.path != "/v1/traces":
+            self._reply(404, b"")
+            return
+        request = ExportTraceServiceRequest()
+        request.ParseFromString(body)
+        self.server.authorizations.append(self.headers.get("authorization"))
+        self.server.spans.extend(
+            span.name
+            for resource in request.resource_spans
+            for scope in resource.scope_spans
+            for span in scope.spans
+        )
+        self._reply(200, ExportTraceServiceResponse().SerializeToString())
+
+
+@pytest.fixture
+def phoenix_processors() -> Iterator[None]:
+    """Processors a test's `%cortex trace phoenix` adds to the process's provider are shut
+    down afterwards (the SDK cannot take one away; shut down, it sends nothing more)."""
+    before = set(map(id, _processors()))
+    yield
+    for processor in _processors():
+        if id(processor) not in before:
+            processor.shutdown()
+
+
+def _processors() -> tuple[Any, ...]:
+    return tuple(sdk_provider()._active_span_processor._span_processors)
+
+
+def traced_cell(ip: InteractiveShell) -> None:
+    """A --script cell with an action, then every span sent on its way."""
+    cell = '<action id="p">{"name": "no_such_tool"}</action>\n<response>ok</response>'
+    ip.run_cell_magic("cortex", "--script", cell)
+    sdk_provider().force_flush()
+
+
+# (No warning filter: `phoenix.otel`, whose package imports the whole Phoenix server into
+# the kernel, loads libraries that warn, and warnings fail a test.)
+@pytest.mark.usefixtures("phoenix_processors")
+def test_phoenix_running_gets_the_spans_even_with_a_provider_already_set_and_asked_twice(
+    ip: InteractiveShell, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tracer provider is already set (another recipe, or a test's): OpenTelemetry
+    will not replace it, so Phoenix is added to it. Asked twice, the spans still reach
+    Phoenix once each."""
+    phoenix = Listener(phoenix=True)
+    monkeypatch.setattr(setup, "PHOENIX_PORT", phoenix.port)
+    try:
+        ip.run_line_magic("cortex", "trace phoenix")
+        ip.run_line_magic("cortex", "trace phoenix")
+        traced_cell(ip)
+    finally:
+        phoenix.stop()
+    out = capsys.readouterr().out
+    assert f"Phoenix already running at http://127.0.0.1:{phoenix.port}" in out
+    assert "project 'default' (beside the tracer provider's other processors)" in out
+    assert phoenix.spans.count("execute_tool no_such_tool") == 1, phoenix.spans
+    assert any(name.startswith("invoke_agent") for name in phoenix.spans)
+
+
+@pytest.mark.usefixtures("phoenix_processors")
+def test_something_else_on_phoenix_port_is_not_taken_for_phoenix(
+    ip: InteractiveShell, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TensorBoard answers on 6006 too: `%cortex trace phoenix` starts Phoenix on another
+    port (here a stand-in started where it is asked to serve) and sends the spans there."""
+    other = Listener(phoenix=False)
+    served: list[Listener] = []
+    monkeypatch.setattr(setup, "PHOENIX_PORT", other.port)
+    monkeypatch.setattr(setup, "_serve", lambda port: served.append(Listener(True, port)))
+    try:
+        ip.run_line_magic("cortex", "trace phoenix")
+        traced_cell(ip)
+    finally:
+        other.stop()
+        for listener in served:
+            listener.stop()
+    (phoenix,) = served
+    assert phoenix.port != other.port
+    assert f"Phoenix started at http://127.0.0.1:{phoenix.port}" in capsys.readouterr().out
+    assert "execute_tool no_such_tool" in phoenix.spans
+
+
+class Closed(trace.TracerProvider):
+    """A tracer provider of someone's own that takes no span processor."""
+
+    def get_tracer(self, *args: Any, **kwargs: Any) -> trace.Tracer:
+        return trace.NoOpTracer()
+
+
+def test_a_provider_that_takes_no_processor_is_said_in_one_line(
+    ip: InteractiveShell, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    phoenix = Listener(phoenix=True)
+    monkeypatch.setattr(setup, "PHOENIX_PORT", phoenix.port)
+    monkeypatch.setattr(setup.trace, "get_tracer_provider", Closed)
+    try:
+        ip.run_line_magic("cortex", "trace phoenix")
+    finally:
+        phoenix.stop()
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(
+        "cortex: trace: the tracer provider already set (tests.test_magic_trace.Closed) "
+        "takes no span processor"
+    )
+    assert captured.err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "endpoint, shown",
+    [
+        ("https://team:pa55-w0rd-XYZ@collector.example:4317", "collector.example:4317"),
+        ("collector.example:4317", "collector.example:4317"),
+        ("http://[::1]:4317", "[::1]:4317"),
+    ],
+)
+def test_a_grpc_exporter_endpoint_is_shown_as_host_and_port(
+    ip: InteractiveShell,
+    capsys: pytest.CaptureFixture[str],
+    endpoint: str,
+    shown: str,
+) -> None:
+    """The gRPC exporter keeps its endpoint without its scheme (``user:pw@host:port``):
+    `%cortex trace` still shows the host and port, and never the password."""
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+        OTLPSpanExporter as GrpcExporter,
+    )
+
+    processor = BatchSpanProcessor(GrpcExporter(endpoint=endpoint))
+    sdk_provider().add_span_processor(processor)
+    try:
+        ip.run_line_magic("cortex", "trace")
+    finally:
+        processor.shutdown()
+    out = capsys.readouterr().out
+    assert f"trace_exporter.OTLPSpanExporter at {shown}\n" in out
+    assert "pa55-w0rd-XYZ" not in out
+
+
+def test_a_phoenix_folder_that_cannot_be_made_is_said_in_one_line(
+    ip: InteractiveShell,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """PHOENIX_WORKING_DIR names a file (a typo, a stale setting): one `cortex:` line
+    names the folder and the error, and nothing is registered."""
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x", encoding="utf-8")
+    monkeypatch.setenv("PHOENIX_WORKING_DIR", str(blocker / "phoenix"))
+    nobody = Listener(phoenix=False)  # a port that answers, but not as Phoenix
+    monkeypatch.setattr(setup, "PHOENIX_PORT", nobody.port)
+    try:
+        ip.run_line_magic("cortex", "trace phoenix")
+    finally:
+        nobody.stop()
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("cortex: trace: Phoenix could not start: ")
+    assert str(blocker / "phoenix") in captured.err
+    assert captured.err.count("\n") == 1
+
+
+@pytest.mark.usefixtures("phoenix_processors")
+def test_a_phoenix_with_authentication_gets_the_key_phoenix_reads(
+    ip: InteractiveShell, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PHOENIX_API_KEY set (a Phoenix with authentication on): the spans are sent with
+    it, as Phoenix's own register() sends them; `%cortex trace` never shows it."""
+    key = "phx-key-0123456789abcdef"
+    monkeypatch.setenv("PHOENIX_API_KEY", key)
+    phoenix = Listener(phoenix=True)
+    monkeypatch.setattr(setup, "PHOENIX_PORT", phoenix.port)
+    try:
+        ip.run_line_magic("cortex", "trace phoenix")
+        traced_cell(ip)
+        ip.run_line_magic("cortex", "trace")
+    finally:
+        phoenix.stop()
+    assert "execute_tool no_such_tool" in phoenix.spans
+    assert set(phoenix.authorizations) == {f"Bearer {key}"}
+    assert key not in capsys.readouterr().out
+
+
+@pytest.mark.usefixtures("phoenix_processors")
+def test_a_proxy_in_the_environment_does_not_hide_the_local_phoenix(
+    ip: InteractiveShell, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """http_proxy set (a company network): Phoenix on 127.0.0.1 is asked directly, so the
+    one running is found and not started again behind the proxy's back."""
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    phoenix = Listener(phoenix=True)
+    monkeypatch.setattr(setup, "PHOENIX_PORT", phoenix.port)
+    monkeypatch.setattr(setup, "_serve", lambda port: pytest.fail(f"started another on {port}"))
+    try:
+        ip.run_line_magic("cortex", "trace phoenix")
+        traced_cell(ip)
+    finally:
+        phoenix.stop()
+    assert f"Phoenix already running at http://127.0.0.1:{phoenix.port}" in capsys.readouterr().out
+    assert "execute_tool no_such_tool" in phoenix.spans  # sent directly too
+
+
+def test_phoenix_without_the_otlp_exporter_says_what_to_install(
+    ip: InteractiveShell, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Phoenix's server installed but not the OTLP/HTTP exporter it sends spans with (an
+    import that fails): one line says what to install, nothing is registered."""
+    phoenix = Listener(phoenix=True)
+    monkeypatch.setattr(setup, "PHOENIX_PORT", phoenix.port)
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)
+    try:
+        ip.run_line_magic("cortex", "trace phoenix")
+    finally:
+        phoenix.stop()
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        "cortex: trace: sending spans to Phoenix needs the OpenTelemetry SDK and its OTLP/HTTP "
+        "exporter; install them with: pip install arize-phoenix-otel\n"
+    )

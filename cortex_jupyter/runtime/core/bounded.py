@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["BoundedRepr", "bounded_repr", "bounded_str", "failed", "whole_repr"]
+__all__ = ["BoundedRepr", "bounded_repr", "bounded_str", "failed", "message", "whole_repr"]
 
 
 class BoundedRepr(reprlib.Repr):
@@ -81,14 +81,19 @@ _CONTAINERS: tuple[tuple[type, str], ...] = (
 )
 
 
+def message(exc: BaseException) -> str:
+    """``str(exc)``, or ``<unprintable Name>`` when its ``__str__`` raises (an exception
+    a tool raised is untrusted: reading it never raises another)."""
+    try:
+        return str(exc)
+    except Exception:
+        return f"<unprintable {type(exc).__name__}>"
+
+
 def failed(value: Any, what: str, exc: BaseException) -> str:
     """``<Name: repr failed: ValueError: message>``, the message itself bounded."""
-    try:
-        message = str(exc)
-    except Exception:
-        message = ""
-    message = " ".join(message[:200].split())
-    detail = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    text = " ".join(message(exc)[:200].split())
+    detail = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     return f"<{type(value).__name__}: {what} failed: {detail}>"
 
 

@@ -78,6 +78,10 @@ REDACTED = "[redacted]"
 #: Environment variable names whose values are treated as secrets.
 CREDENTIAL_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 MIN_SECRET = 8
+#: Environment variables holding an OTLP exporter's headers (``name=value,...``, values
+#: percent-encoded): a collector's key travels there (``x-honeycomb-team=KEY``,
+#: ``Authorization=Bearer KEY``), under a name that does not look like a credential's.
+HEADERS_NAME = re.compile(r"OTEL_EXPORTER_OTLP(_[A-Z]+)?_HEADERS", re.IGNORECASE)
 #: The shortest part of a secret a cut may leave at its edge that is still hidden.
 MIN_FRAGMENT = 4
 # What others write where they cut a text (pandas, numpy, reprlib, cortex itself).
@@ -121,11 +125,13 @@ class Secrets:
 
     @staticmethod
     def _read(environ: Mapping[str, str]) -> set[str]:
-        return {
-            value
-            for name, value in list(environ.items())
-            if len(value) >= MIN_SECRET and CREDENTIAL_NAME.search(name)
-        }
+        found: set[str] = set()
+        for name, value in list(environ.items()):
+            if CREDENTIAL_NAME.search(name):
+                found.add(value)
+            elif HEADERS_NAME.fullmatch(name):
+                found |= _header_values(value)
+        return {value for value in found if len(value) >= MIN_SECRET}
 
     def _compiled(self) -> _Compiled:
         """Every form of every secret (longest first), one pattern matching them, and
@@ -325,6 +331,22 @@ def _spaced(values: tuple[str, ...]) -> re.Pattern[str] | None:
         if len(words := base.split()) > 1
     ]
     return re.compile("|".join(spaced)) if spaced else None
+
+
+def _header_values(headers: str) -> set[str]:
+    """The values of OTLP headers (``HEADERS_NAME``): each as written and decoded, and
+    the credential after an authorization scheme (``Bearer``, ``Basic``...)."""
+    found = {headers}
+    for pair in headers.split(","):
+        _, equals, value = pair.partition("=")
+        if not equals:
+            continue
+        for written in {value.strip(), urllib.parse.unquote(value).strip()}:
+            found.add(written)
+            scheme, space, credential = written.partition(" ")
+            if space and scheme.isalpha():
+                found.add(credential.strip())
+    return found
 
 
 def _parts(value: str) -> set[str]:

@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
+from cortex_jupyter.runtime.core.bounded import message
 from cortex_jupyter.runtime.core.errors import CortexRuntimeError, ToolExited
 from cortex_jupyter.runtime.core.record import summarize
 from cortex_jupyter.runtime.core.registry import Registry, ToolSpec
@@ -31,8 +32,8 @@ def error_text(exc: BaseException) -> str:
             break
         exc = inner[0]
     if isinstance(exc, CortexRuntimeError):
-        return redact(str(exc))
-    text = redact(str(exc))
+        return redact(message(exc))
+    text = redact(message(exc))
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 

@@ -21,11 +21,13 @@ true; every text that reaches a span, content or not, is redacted first.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import time
 import traceback
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
@@ -35,6 +37,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from cortex_jupyter._version import __version__
+from cortex_jupyter.runtime.core.bounded import message
 from cortex_jupyter.runtime.core.errors import type_label
 from cortex_jupyter.runtime.core.events import (
     ActionStatus,
@@ -46,9 +49,11 @@ from cortex_jupyter.runtime.core.events import (
     TurnEnd,
 )
 from cortex_jupyter.runtime.core.observer import RunStart
-from cortex_jupyter.runtime.core.secrets import redact, redact_value
+from cortex_jupyter.runtime.core.secrets import head, redact, redact_value, shorten, tail
 
 __all__ = ["CAPTURE_CONTENT", "RunTrace", "capture_content", "configured", "observer"]
+
+_log = logging.getLogger("cortex_jupyter.tracing")
 
 #: The conventions' switch for recording prompts, replies, arguments and results.
 CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
@@ -81,6 +86,10 @@ _SAMPLING = {
     "presence_penalty": "gen_ai.request.presence_penalty",
     "stop": "gen_ai.request.stop_sequences",
 }
+#: The longest failure text a span holds (a status, an exception's message, an error);
+#: a traceback keeps a quarter of ``4 * TEXT_LIMIT`` from its start and the rest from
+#: its end. A huge one (a dumped frame) would make a collector refuse the whole batch.
+TEXT_LIMIT = 4096
 #: Final statuses of an action and the span status they end with.
 _FINAL = {"done", "failed", "skipped", "cancelled"}
 
@@ -106,7 +115,18 @@ def observer(start: RunStart) -> RunTrace | None:
     provider = trace.get_tracer_provider()
     if not configured(provider):
         return None
-    return RunTrace(provider.get_tracer("cortex_jupyter", __version__), start)
+    try:
+        return RunTrace(provider.get_tracer("cortex_jupyter", __version__), start)
+    except Exception as exc:  # a provider or processor that raises: the run goes on untraced
+        _gave_up(start.run.id, exc)
+        return None
+
+
+def _gave_up(run_id: str, exc: Exception) -> None:
+    _log.warning(
+        "cortex: run %s is not traced from here on: the tracer provider raised %s",
+        run_id, _short(f"{type(exc).__name__}: {message(exc)}"),
+    )  # fmt: skip
 
 
 def provider_name(model: object) -> str:
@@ -138,8 +158,22 @@ def _attributes(values: Mapping[str, Any]) -> dict[str, Any]:
     return {key: _clean(value) for key, value in values.items() if value is not None}
 
 
-def _text_message(role: str, text: str, **extra: Any) -> dict[str, Any]:
-    return {"role": role, "parts": [{"type": "text", "content": text}], **extra}
+def _short(text: str | None) -> str | None:
+    """A failure text as a span holds it: redacted, then cut (``TEXT_LIMIT``)."""
+    return shorten(text, TEXT_LIMIT) if text else text
+
+
+def _stack(text: str) -> str:
+    """A traceback as a span holds it: its start and its end, redacted, then cut."""
+    if len(text) <= 4 * TEXT_LIMIT:
+        return redact(text)
+    return f"{head(text, TEXT_LIMIT)}\n…\n{tail(text, 3 * TEXT_LIMIT)}"
+
+
+def _span_name(operation: str, name: object) -> str:
+    """A span's name as the conventions write it (``{operation} {name}``), redacted: a
+    tool's name is the model's text, and a viewer shows the name first."""
+    return shorten(f"{operation} {name}", TEXT_LIMIT) if name else operation
 
 
 class _Chat:
@@ -164,10 +198,10 @@ class RunTrace:
         self.request = dict(start.request)
         name = start.agent
         self.root = tracer.start_span(
-            f"invoke_agent {name}" if name else "invoke_agent",
+            _span_name("invoke_agent", name),
             context=otel_context.get_current(),
             kind=trace.SpanKind.INTERNAL,
-            start_time=epoch_ns(start.run.started),
+            start_time=epoch_ns(_started(start)),
             attributes=_attributes(
                 {
                     "gen_ai.operation.name": "invoke_agent",
@@ -177,6 +211,7 @@ class RunTrace:
                     "gen_ai.request.model": self.model,
                     "cortex.run.id": start.run.id,
                     "cortex.run.depth": start.depth,
+                    "cortex.run.resumed": True if start.run.events else None,
                 }
             ),
         )
@@ -188,11 +223,27 @@ class RunTrace:
         self._failures: dict[str, str] = {}
         self._messages: list[dict[str, Any]] = []
         self._system: str | None = None
+        self.run_id = start.run.id
+        self._off = False
 
     # ---- the observer's two doors ----------------------------------------------------
 
     def on_event(self, event: AnyEvent) -> None:
-        """Reduce one of the run's events (a nested run's are its own trace's)."""
+        """Reduce one of the run's events (a nested run's are its own trace's). Tracing
+        never breaks the run it watches: when the SDK raises (a user's span processor
+        with a bug), the failure is logged once and the run is not traced further."""
+        self._safely(self._reduce, event)
+
+    def _safely(self, step: Callable[..., object], *args: object) -> None:
+        if self._off:
+            return
+        try:
+            step(*args)
+        except Exception as exc:
+            self._off = True
+            _gave_up(self.run_id, exc)
+
+    def _reduce(self, event: AnyEvent) -> None:
         if isinstance(event, ActionStatus):
             self._action(event)
         elif isinstance(event, Chunk):
@@ -221,7 +272,7 @@ class RunTrace:
                 yield
             except Exception as exc:
                 self._failures[action_id] = type_label(exc)
-                span.add_event("exception", _exception_attributes(exc))
+                self._safely(span.add_event, "exception", _exception_attributes(exc))
                 raise
 
     # ---- turns -------------------------------------------------------------------------
@@ -247,7 +298,7 @@ class RunTrace:
                     {"type": "text", "content": self._system}
                 ]
         span = self.tracer.start_span(
-            f"chat {model}" if model else "chat",
+            _span_name("chat", model),
             context=self._root_context,
             kind=trace.SpanKind.CLIENT,
             start_time=epoch_ns(event.time),
@@ -279,21 +330,17 @@ class RunTrace:
         if event.role == "system":
             self._system = event.content
             return
-        message = _text_message(event.role, event.content)
-        if event.tool_call_id is not None:
-            message["parts"] = [
-                {"type": "tool_call_response", "id": event.tool_call_id, "response": event.content}
-            ]
+        message = {"role": event.role, "parts": _parts(event)}
         self._messages.append(message)
         chat = self._chat
         if chat is not None and event.role == "assistant" and self.content:
-            reply = _text_message("assistant", event.content, finish_reason=chat.finish or "stop")
+            reply = {**message, "finish_reason": chat.finish or "stop"}
             chat.span.set_attribute("gen_ai.output.messages", _clean([reply]))
 
     def _turn_end(self, event: TurnEnd) -> None:
         chat = self._chat
         if chat is not None and event.outcome in ("interrupted", "failed"):
-            chat.span.set_status(Status(StatusCode.ERROR, redact(event.reason)))
+            chat.span.set_status(Status(StatusCode.ERROR, _short(event.reason)))
             chat.span.set_attribute("error.type", event.outcome)
         self._end_chat(None)
 
@@ -324,11 +371,11 @@ class RunTrace:
 
     def _start_tool(self, event: ActionStatus) -> Span:
         first = self._nodes.get(event.id, event)
-        name = first.name or event.id
+        name = shorten(first.name or event.id, TEXT_LIMIT)  # the model's text: any length
         parent = self._tools.get(first.parent) if first.parent else None
         mcp = "." in name and first.type in (None, "tool")
         return self.tracer.start_span(
-            f"execute_tool {name}",
+            _span_name("execute_tool", name),
             context=trace.set_span_in_context(parent) if parent else self._root_context,
             kind=trace.SpanKind.INTERNAL,
             start_time=epoch_ns(event.time),
@@ -349,13 +396,14 @@ class RunTrace:
             self._awaited.discard(event.id)
             span.add_event("cortex.approval.granted", timestamp=at)
         if event.retry_in is not None:
+            self._failures.pop(event.id, None)  # the next attempt's failure is its own
             span.add_event(
                 "cortex.retry",
                 _attributes(
                     {
                         "cortex.attempt": event.attempt,
                         "cortex.retry_in": event.retry_in,
-                        "error.message": event.error,
+                        "error.message": _short(event.error),
                     }
                 ),
                 timestamp=at,
@@ -371,9 +419,10 @@ class RunTrace:
                 span.set_attribute("gen_ai.tool.call.result", redact(event.output))
             span.set_status(Status(StatusCode.OK))
         elif event.status == "skipped":  # denied when asked
-            span.add_event("cortex.approval.denied", _attributes({"reason": event.error}), at)
+            denied = _attributes({"reason": _short(event.error)})
+            span.add_event("cortex.approval.denied", denied, at)
         else:
-            why = redact(event.error or event.status)
+            why = _short(event.error) or event.status
             span.set_status(Status(StatusCode.ERROR, why))
             span.set_attribute("error.type", self._failures.get(event.id, event.status))
             if event.id not in self._failures:
@@ -397,12 +446,39 @@ class RunTrace:
         self.root.end(end_time=epoch_ns(event.time))
 
 
+def _started(start: RunStart) -> float:
+    """When the run's trace starts: the run's start, or now for a run resumed (its record
+    holds events already: its first part was a trace of its own, and its times may be
+    another boot's ``time.monotonic`` readings, read back from the store)."""
+    return time.monotonic() if start.run.events else start.run.started
+
+
+def _parts(entry: ChatEntry) -> list[dict[str, Any]]:
+    """A message's parts as the conventions write them: its text, the tool calls it made
+    (native tool calling), or the response to one."""
+    if entry.tool_call_id is not None:
+        return [{"type": "tool_call_response", "id": entry.tool_call_id, "response": entry.content}]
+    parts: list[dict[str, Any]] = []
+    if entry.content or not entry.tool_calls:
+        parts.append({"type": "text", "content": entry.content})
+    for call in entry.tool_calls or ():
+        function = call["function"]
+        arguments: Any = function["arguments"]
+        with contextlib.suppress(TypeError, ValueError):
+            arguments = json.loads(arguments)
+        parts.append(
+            {"type": "tool_call", "id": call["id"], "name": function["name"],
+             "arguments": arguments}
+        )  # fmt: skip
+    return parts
+
+
 def _exception_attributes(exc: BaseException) -> dict[str, Any]:
     """The conventions' exception event, every text redacted (a message or a traceback
     may quote a key)."""
     stack = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return {
         "exception.type": type_label(exc),
-        "exception.message": redact(str(exc)),
-        "exception.stacktrace": redact(stack),
+        "exception.message": _short(message(exc)),
+        "exception.stacktrace": _stack(stack),
     }
