@@ -26,6 +26,7 @@ tracing is an integration; the loop knows them only by these shapes.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -41,8 +42,12 @@ __all__ = [
     "RunStore",
     "acting",
     "add_observer",
+    "notify",
     "observers_for",
 ]
+
+
+log = logging.getLogger("cortex_jupyter.observers")
 
 
 @dataclass(frozen=True)
@@ -82,9 +87,36 @@ def add_observer(factory: ObserverFactory) -> None:
 
 
 def observers_for(start: RunStart) -> tuple[RunObserver, ...]:
-    """The observers of the run ``start`` describes (empty: nobody is watching)."""
-    found = (factory(start) for factory in _factories)
-    return tuple(observer for observer in found if observer is not None)
+    """The observers of the run ``start`` describes (empty: nobody is watching). A
+    factory that raises is logged and gives none: watching never breaks a run."""
+    found = []
+    for factory in _factories:
+        try:
+            observer = factory(start)
+        except Exception:
+            log.warning("a run observer could not start; the run goes on without it", exc_info=True)
+            continue
+        if observer is not None:
+            found.append(observer)
+    return tuple(found)
+
+
+def notify(observers: tuple[RunObserver, ...], event: AnyEvent) -> tuple[RunObserver, ...]:
+    """Give ``event`` to each of ``observers``; returns those still watching. One that
+    raises is logged once and dropped for the rest of the run (its record or trace of
+    the run stops there), and the run goes on."""
+    failed = []
+    for observer in observers:
+        try:
+            observer.on_event(event)
+        except Exception:
+            log.warning(
+                "a run observer (%s) failed and stops watching this run",
+                type(observer).__name__,
+                exc_info=True,
+            )
+            failed.append(observer)
+    return tuple(o for o in observers if o not in failed) if failed else observers
 
 
 @contextmanager

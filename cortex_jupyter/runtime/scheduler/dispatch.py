@@ -58,7 +58,13 @@ from cortex_jupyter.runtime.core.errors import (
 from cortex_jupyter.runtime.core.events import ActionStatus, AnyEvent, End, Interrupt, Metric
 from cortex_jupyter.runtime.core.graph import NOT_STARTED, ActionNode, Graph, Update
 from cortex_jupyter.runtime.core.model import Message, complete
-from cortex_jupyter.runtime.core.observer import RunObserver, RunStart, acting, observers_for
+from cortex_jupyter.runtime.core.observer import (
+    RunObserver,
+    RunStart,
+    acting,
+    notify,
+    observers_for,
+)
 from cortex_jupyter.runtime.core.record import (
     Run,
     brief_json,
@@ -795,7 +801,7 @@ class Scheduler:
     def _emit(self, event: AnyEvent) -> None:
         at = getattr(event, "time", None)
         self.run.record(event, at if isinstance(at, float) else None)
-        for observer in self._observers:
-            observer.on_event(event)
+        if self._observers:
+            self._observers = notify(self._observers, event)
         if self._on_event is not None:
             self._on_event(event)
