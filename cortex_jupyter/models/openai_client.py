@@ -19,6 +19,9 @@ import json
 import math
 import os
 import re
+import ssl
+import sys
+import threading
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Literal, cast
 from urllib.parse import urlsplit
@@ -106,6 +109,42 @@ class _Secret:
 
     def __repr__(self) -> str:
         return "<hidden>"
+
+
+# --------------------------------------------------------------------------- TLS
+
+_TLS_LOCK = threading.Lock()
+_TLS: dict[tuple[str | None, str | None], ssl.SSLContext] = {}
+
+
+def _tls_key() -> tuple[str | None, str | None]:
+    return os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR")
+
+
+def http_library() -> Any:
+    """The HTTP library under the SDK's client (``httpx2``; ``httpx`` in older SDKs)."""
+    base = next(c for c in openai.DefaultAsyncHttpxClient.__mro__ if c.__name__ == "AsyncClient")
+    return sys.modules[base.__module__.split(".")[0]]
+
+
+def tls_context() -> ssl.SSLContext:
+    """The TLS context every client verifies servers with, built as the SDK's own client
+    builds it (its HTTP library's ``create_ssl_context()``: the system's store, or
+    ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``) but once a process (again only when those
+    variables change): loading the store takes 30-100 ms, and every request has a client
+    of its own (see the module docstring). An ``SSLContext`` is safe to share between
+    threads and event loops."""
+    key = _tls_key()
+    with _TLS_LOCK:
+        context = _TLS.get(key)
+        if context is None:
+            context = _TLS[key] = http_library().create_ssl_context()
+        return cast(ssl.SSLContext, context)
+
+
+def tls_context_ready() -> bool:
+    """Whether ``tls_context()`` would return at once."""
+    return _tls_key() in _TLS
 
 
 # --------------------------------------------------------------------------- the model
@@ -214,9 +253,13 @@ class OpenAIModel:
                 "constrain: a grammar cannot go with native tools= (servers refuse the "
                 "pair); use one or the other"
             )
-        # Building a client loads the TLS certificate store (~50 ms of blocking file I/O):
-        # done in a thread so running actions and the display are not held up meanwhile.
-        client = await anyio.to_thread.run_sync(self._new_client)
+        # The first client of a process loads the TLS certificate store (30-100 ms of
+        # blocking file I/O): in a thread, so running actions and the display go on
+        # meanwhile. Later clients reuse it and take well under a millisecond.
+        if tls_context_ready():
+            client = self._new_client()
+        else:
+            client = await anyio.to_thread.run_sync(self._new_client)
         response: openai.AsyncStream[Any] | None = None
         self._call_ids |= call_ids_in(cast(Sequence[Mapping[str, Any]], messages))
         assembler = ReplyAssembler(self._call_ids)
@@ -258,6 +301,7 @@ class OpenAIModel:
             base_url=self._base_url,
             max_retries=self.max_retries,
             timeout=openai.Timeout(self.timeout, connect=min(self.timeout, _CONNECT_TIMEOUT)),
+            http_client=openai.DefaultAsyncHttpxClient(verify=tls_context()),
         )
 
     async def _next(self, response: openai.AsyncStream[Any], assembler: ReplyAssembler) -> Any:
