@@ -6,7 +6,8 @@ Both sides talk to the same paced OpenAI-compatible server on 127.0.0.1 (the tes
 ``FakeOpenAIServer`` with absolute-time pacing): one token (4 characters) a chunk, one
 chunk every ``GAP`` seconds (100 tokens/s). The tools sleep a fixed time. Our side runs
 through a real IPython ``InteractiveShell`` (``%load_ext cortex_jupyter``, then
-``run_cell_magic("cortex", ...)``: text view, the store on, in a temporary file); the peer
+``run_cell_magic("cortex", "--fresh --model ...", ...)``: text view, the store on, in a
+temporary file; ``--fresh`` so each run starts a new conversation, as the peer's do); the peer
 is ``openai-agents`` (``Runner.run_streamed`` over ``OpenAIChatCompletionsModel``, its own
 tracing off). The server records each request's arrival (``time.monotonic`` in this
 process), so the latencies are seen from the server's side:
@@ -28,8 +29,8 @@ The tasks:
 **The limit** of a run is what the server and the tools cannot go below: the time the
 paced server needs to stream the reply(ies) (``(chunks - 1) × GAP`` a reply) plus the
 tools' sleep on the critical path, where a tool starts no earlier than the chunk that
-completes its call (``</action>``, or for a native call the next call's first chunk or
-the finish chunk) and than the tools it needs, and a turn begins when its predecessor's
+completes its call (``</action>``, or for a native call the last fragment of its
+arguments: a whole JSON object) and than the tools it needs, and a turn begins when its predecessor's
 reply has ended and its tools are done. HTTP, parsing, prompts and our bookkeeping are
 the overhead above it. The one-level goal is a ratio (the peer's time / ours: 1.27×);
 the three-level goal is ours within 2% of its limit.
@@ -124,18 +125,14 @@ def native_chunks(turn: Turn) -> tuple[list[Any], dict[str, int]]:
     """The turn as native tool calls (or its answer), and the chunk completing each call."""
     chunks: list[Any] = [fake.role(), *fake.texts(turn.preamble, TOKEN)]
     closes: dict[str, int] = {}
-    previous: str | None = None
     for index, call in enumerate(turn.calls):
         arguments = json.dumps(call.args)
         pieces = -(-len(arguments) // TOKEN)
-        if previous:
-            closes[previous] = len(chunks)
         chunks += fake.tool_call(index, f"call_{call.id}", call.name, arguments, pieces)
-        previous = call.id
+        # Complete once its arguments are a whole JSON object: at their last fragment.
+        closes[call.id] = len(chunks) - 1
     if turn.answer:
         chunks += fake.texts(turn.answer, TOKEN)
-    if previous:
-        closes[previous] = len(chunks)
     chunks.append(fake.finish("tool_calls" if turn.calls else "stop"))
     return chunks, closes
 
@@ -257,7 +254,9 @@ def run_ours(ip: Any, server: PacedServer, replies: list[list[Any]], native: boo
     server.requests.clear()
     ENDS.clear()
     server.script(*[fake.Stream(chunks, gap=GAP) for chunks in replies])
-    line = f"--model {MODEL}" + (" --native-tools" if native else "")
+    # --fresh: each run starts a new conversation, as each of the peer's runs does (a
+    # session's cells otherwise carry their history into the next request).
+    line = f"--fresh --model {MODEL}" + (" --native-tools" if native else "")
     start = time.monotonic()
     with contextlib.redirect_stdout(io.StringIO()):  # the text view's lines
         ip.run_cell_magic("cortex", line, "Do the task with the tools.")
