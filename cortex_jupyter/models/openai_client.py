@@ -19,9 +19,6 @@ import json
 import math
 import os
 import re
-import ssl
-import sys
-import threading
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Literal, cast
 from urllib.parse import urlsplit
@@ -37,6 +34,7 @@ from cortex_jupyter.runtime.core.secrets import secrets
 
 from ._redact import endpoint_of, host_port, redact
 from ._reply import ReplyAssembler, ServerFailure, call_ids_in, failure_of
+from ._tls import tls_context, tls_context_ready
 from ._window import known_window, server_window
 from .errors import (
     AuthenticationFailed,
@@ -109,42 +107,6 @@ class _Secret:
 
     def __repr__(self) -> str:
         return "<hidden>"
-
-
-# --------------------------------------------------------------------------- TLS
-
-_TLS_LOCK = threading.Lock()
-_TLS: dict[tuple[str | None, str | None], ssl.SSLContext] = {}
-
-
-def _tls_key() -> tuple[str | None, str | None]:
-    return os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR")
-
-
-def http_library() -> Any:
-    """The HTTP library under the SDK's client (``httpx2``; ``httpx`` in older SDKs)."""
-    base = next(c for c in openai.DefaultAsyncHttpxClient.__mro__ if c.__name__ == "AsyncClient")
-    return sys.modules[base.__module__.split(".")[0]]
-
-
-def tls_context() -> ssl.SSLContext:
-    """The TLS context every client verifies servers with, built as the SDK's own client
-    builds it (its HTTP library's ``create_ssl_context()``: the system's store, or
-    ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``) but once a process (again only when those
-    variables change): loading the store takes 30-100 ms, and every request has a client
-    of its own (see the module docstring). An ``SSLContext`` is safe to share between
-    threads and event loops."""
-    key = _tls_key()
-    with _TLS_LOCK:
-        context = _TLS.get(key)
-        if context is None:
-            context = _TLS[key] = http_library().create_ssl_context()
-        return cast(ssl.SSLContext, context)
-
-
-def tls_context_ready() -> bool:
-    """Whether ``tls_context()`` would return at once."""
-    return _tls_key() in _TLS
 
 
 # --------------------------------------------------------------------------- the model

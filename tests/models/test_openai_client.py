@@ -687,9 +687,9 @@ async def test_the_tls_store_is_loaded_once_a_process_not_once_a_request(
 ) -> None:
     """Loading the certificate store took 30-100 ms before every request (each request has
     a client of its own): it is built once, and again only when SSL_CERT_FILE changes."""
-    from cortex_jupyter.models import openai_client
+    from cortex_jupyter.models import _tls
 
-    library = openai_client.http_library()  # httpx2 under openai 3, httpx under 1 and 2
+    library = _tls.http_library()  # httpx2 under openai 3, httpx under 1 and 2
     built: list[str | None] = []
     real = library.create_ssl_context
 
@@ -700,7 +700,7 @@ async def test_the_tls_store_is_loaded_once_a_process_not_once_a_request(
         return real(*args, **kwargs)
 
     monkeypatch.setattr(library, "create_ssl_context", counting)
-    monkeypatch.setattr(openai_client, "_TLS", {})
+    monkeypatch.setattr(_tls, "_CONTEXTS", {})
     monkeypatch.delenv("SSL_CERT_FILE", raising=False)
     monkeypatch.delenv("SSL_CERT_DIR", raising=False)
     for _ in range(3):
