@@ -30,8 +30,8 @@ The tasks:
 paced server needs to stream the reply(ies) (``(chunks - 1) × GAP`` a reply) plus the
 tools' sleep on the critical path, where a tool starts no earlier than the chunk that
 completes its call (``</action>``, or for a native call the last fragment of its
-arguments: a whole JSON object) and than the tools it needs, and a turn begins when its predecessor's
-reply has ended and its tools are done. HTTP, parsing, prompts and our bookkeeping are
+arguments: a whole JSON object) and than the tools it needs, and a turn begins when its
+predecessor's reply has ended and its tools are done. HTTP, parsing, prompts and our bookkeeping are
 the overhead above it. The one-level goal is a ratio (the peer's time / ours: 1.27×);
 the three-level goal is ours within 2% of its limit.
 
@@ -188,11 +188,13 @@ _FETCHES = [
     Call(f"f{i}", "fetch", {"url": f"result {i}", "seconds": 0.6}, 0.6, ("s",)) for i in (1, 2, 3)
 ]
 _PLAN = "First a search, then the three pages it finds, then a summary of the three."
+_SEARCH = Call("s", "search", {"query": "eager tool dispatch", "seconds": 0.4}, 0.4)
+_PAGES = ["page 1", "page 2", "page 3"]
+_SUMMARY = Call("m", "summarize", {"pages": _PAGES, "seconds": 0.4}, 0.4, ("f1", "f2", "f3"))
 THREE_LEVEL_PEER = [
-    Turn([Call("s", "search", {"query": "eager tool dispatch", "seconds": 0.4}, 0.4)], preamble=_PLAN),
+    Turn([_SEARCH], preamble=_PLAN),
     Turn(_FETCHES, preamble="The search found three pages; fetching all three now."),
-    Turn([Call("m", "summarize", {"pages": ["page 1", "page 2", "page 3"], "seconds": 0.4}, 0.4, ("f1", "f2", "f3"))],
-         preamble="All three pages are here; summarizing them."),
+    Turn([_SUMMARY], preamble="All three pages are here; summarizing them."),
     Turn(answer="Here is the summary of the three pages the search found."),
 ]  # fmt: skip
 THREE_LEVEL_OURS = Turn(
@@ -366,7 +368,8 @@ def plans() -> list[tuple[str, bool, list[list[Any]], float, list[list[Any]], fl
         ("one-level, native tools", True, [c for c, _ in peer_one], eager(peer_one, ONE_LEVEL),
          [c for c, _ in peer_one], after_reply(peer_one, ONE_LEVEL)),
         ("one-level, cortex protocol", False, [c for c, _ in ours_cortex_one],
-         eager(ours_cortex_one, ONE_LEVEL), [c for c, _ in peer_one], after_reply(peer_one, ONE_LEVEL)),
+         eager(ours_cortex_one, ONE_LEVEL), [c for c, _ in peer_one],
+         after_reply(peer_one, ONE_LEVEL)),
         ("three-level, one cortex turn", False, [c for c, _ in ours_three],
          eager(ours_three, [THREE_LEVEL_OURS]), [c for c, _ in peer_three],
          after_reply(peer_three, THREE_LEVEL_PEER)),
@@ -399,7 +402,8 @@ def report(rows: list[Row], tracing: str) -> str:
             goal, ok = "≤ 1.02× limit", ours <= 1.02 * row.our_limit
         out.append([row.task, f"{ours:.3f} s", f"{peer:.3f} s", f"{ratio:.2f}×",
                     f"{row.our_limit:.3f} s ({ours / row.our_limit:.3f}×)",
-                    f"{row.peer_limit:.3f} s ({peer / row.peer_limit:.3f}×)", goal, verdict(ok)])  # fmt: skip
+                    f"{row.peer_limit:.3f} s ({peer / row.peer_limit:.3f}×)", goal,
+                    verdict(ok)])  # fmt: skip
     firsts = [r.first for row in rows for r in row.ours]
     peer_firsts = [r.first for row in rows for r in row.peer]
     gaps = [g for row in rows for r in row.ours for g in r.gaps]
