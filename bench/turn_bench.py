@@ -151,8 +151,10 @@ def cortex_chunks(
             if refer is None
             else {"name": call.name, "parameters": refer(call), "output_key": call.id}
         )
-        chunks += fake.texts(f'<action id="{call.id}">{body}</action>\n', TOKEN)
-        closes[call.id] = len(chunks) - 1
+        piece = f'<action id="{call.id}">{body}</action>'
+        first = len(chunks)
+        chunks += fake.texts(piece + "\n", TOKEN)
+        closes[call.id] = first + (len(piece) - 1) // TOKEN  # the chunk with its last ">"
     if turn.answer:
         chunks += fake.texts(f"<response>{turn.answer}</response>", TOKEN)
     chunks.append(fake.finish("stop"))
