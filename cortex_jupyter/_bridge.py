@@ -31,6 +31,9 @@ Emit = Callable[[Any], None]
 CANCEL_GRACE = 5.0
 #: How often an async cell's pump looks for events (it cannot block on the queue).
 ASYNC_STEP = 0.01
+#: Put on the queue when the job ends, so a pump waiting for events wakes at once
+#: (rather than when its wait runs out: up to ``1/hz`` late, at the end of every cell).
+_WAKE = object()
 
 
 class Interrupted(Exception):
@@ -110,6 +113,7 @@ class Bridge(Generic[T]):
 
     def _run_on(self, portal: BlockingPortal) -> T:
         future = portal.start_task_soon(self._guarded)
+        future.add_done_callback(lambda _: self._queue.put(_WAKE))
         try:
             self._pump(future.done)
         except KeyboardInterrupt:
@@ -168,6 +172,8 @@ class Bridge(Generic[T]):
                 pump.batch.append(self._queue.get_nowait())
         except queue.Empty:
             pass
+        if _WAKE in pump.batch:  # the job ended: the next step sees it done, at once
+            pump.batch = [event for event in pump.batch if event is not _WAKE]
         now = time.monotonic()
         if pump.batch and (finished or now - pump.last >= self._interval):
             events, pump.batch = pump.batch, []
@@ -209,6 +215,7 @@ class Bridge(Generic[T]):
                     events.append(self._queue.get_nowait())
             except queue.Empty:
                 pass
+        events = [event for event in events if event is not _WAKE]
         if events:
             self._deliver(events)
 

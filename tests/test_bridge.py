@@ -57,6 +57,31 @@ def test_a_slow_trickle_is_delivered_without_waiting_for_the_end() -> None:
     assert len(times) >= 3  # each event was shown while the job was still running
 
 
+def test_the_cell_ends_when_the_job_ends_not_when_the_pumps_wait_runs_out() -> None:
+    """The pump waits up to 1/hz for events; when the job ends it is woken, not left to
+    wait its time out (it was up to 40 ms at the end of every cell). With hz so low the
+    wait would be an hour, the run still returns, with every event delivered."""
+    seen: list[Any] = []
+    job_ended = threading.Event()
+
+    async def job(emit: Emit) -> str:
+        emit("first")  # delivered at once: the first batch is always due
+        await anyio.sleep(0.05)  # the pump is now waiting for the next event
+        emit("last")
+        await anyio.sleep(0.05)  # taken: the pump waits again, and nothing more comes
+        job_ended.set()
+        return "done"
+
+    bridge = Bridge(job, lambda events: seen.extend(events), hz=1 / 3600, idle=3600)
+    finished: list[str] = []
+    thread = threading.Thread(target=lambda: finished.append(bridge.run()), daemon=True)
+    thread.start()
+    assert job_ended.wait(60)
+    thread.join(60)
+    assert finished == ["done"], "the pump was still waiting after the job ended"
+    assert seen == ["first", "last"]
+
+
 def test_an_idle_run_still_gets_empty_batches_so_clocks_move() -> None:
     batches: list[list[Any]] = []
 

@@ -371,6 +371,29 @@ def test_without_a_kernel_the_cell_waits_for_fire_and_forget_actions(
     assert capsys.readouterr().out == "No fire_and_forget action is running.\n"
 
 
+def test_cells_run_on_the_sessions_loop_not_a_new_one_each(ip: InteractiveShell) -> None:
+    """A loop and its thread made at every cell's start and stopped at its end cost 4-8 ms
+    a cell (bench/turn_bench.py): the session keeps one, in a terminal as in a kernel."""
+    loops: list[tuple[int, int]] = []
+
+    @default_registry.tool(name="magic_where")
+    async def where() -> str:
+        """Which loop runs me."""
+        import asyncio
+
+        loops.append((threading.get_ident(), id(asyncio.get_running_loop())))
+        return "here"
+
+    try:
+        for _ in range(2):
+            run(ip, "--script --delay 0", '<action id="w">{"name": "magic_where"}</action>')
+            assert ip.user_ns["_cortex"].actions["w"].output == "here"
+    finally:
+        default_registry.remove("tool", "magic_where")
+    assert len(loops) == 2 and loops[0] == loops[1]
+    assert loops[0][0] != threading.get_ident()  # still not the cell's own thread
+
+
 def test_the_timeline_is_a_picture(ip: InteractiveShell, tools: None) -> None:
     run(
         ip,

@@ -18,7 +18,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import anyio
+import anyio.to_thread
 import httpx
+
+from ._tls import tls_context
 
 __all__ = ["PROBE_TIMEOUT", "known_window", "server_window"]
 
@@ -53,7 +57,12 @@ async def server_window(base_url: str, model: str, api_key: str) -> int | None:
 async def _ask(base: str, model: str, api_key: str) -> int | None:
     root = base[: -len("/v1")] if base.endswith("/v1") else base
     headers = {"Authorization": f"Bearer {api_key}"}
-    async with httpx.AsyncClient(timeout=PROBE_TIMEOUT / 2, headers=headers) as client:
+    # The requests' own TLS context, built here in a thread (not on the loop) the first
+    # time: the cell's first request then finds it ready.
+    verify = await anyio.to_thread.run_sync(tls_context)
+    async with httpx.AsyncClient(
+        timeout=PROBE_TIMEOUT / 2, headers=headers, verify=verify
+    ) as client:
         props = await client.get(f"{root}/props")
         if props.status_code == 200:
             window = _n_ctx(props.json())

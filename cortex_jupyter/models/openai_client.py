@@ -34,6 +34,7 @@ from cortex_jupyter.runtime.core.secrets import secrets
 
 from ._redact import endpoint_of, host_port, redact
 from ._reply import ReplyAssembler, ServerFailure, call_ids_in, failure_of
+from ._tls import tls_context, tls_context_ready
 from ._window import known_window, server_window
 from .errors import (
     AuthenticationFailed,
@@ -214,9 +215,13 @@ class OpenAIModel:
                 "constrain: a grammar cannot go with native tools= (servers refuse the "
                 "pair); use one or the other"
             )
-        # Building a client loads the TLS certificate store (~50 ms of blocking file I/O):
-        # done in a thread so running actions and the display are not held up meanwhile.
-        client = await anyio.to_thread.run_sync(self._new_client)
+        # The first client of a process loads the TLS certificate store (30-100 ms of
+        # blocking file I/O): in a thread, so running actions and the display go on
+        # meanwhile. Later clients reuse it and take well under a millisecond.
+        if tls_context_ready():
+            client = self._new_client()
+        else:
+            client = await anyio.to_thread.run_sync(self._new_client)
         response: openai.AsyncStream[Any] | None = None
         self._call_ids |= call_ids_in(cast(Sequence[Mapping[str, Any]], messages))
         assembler = ReplyAssembler(self._call_ids)
@@ -258,6 +263,7 @@ class OpenAIModel:
             base_url=self._base_url,
             max_retries=self.max_retries,
             timeout=openai.Timeout(self.timeout, connect=min(self.timeout, _CONNECT_TIMEOUT)),
+            http_client=openai.DefaultAsyncHttpxClient(verify=tls_context()),
         )
 
     async def _next(self, response: openai.AsyncStream[Any], assembler: ReplyAssembler) -> Any:

@@ -676,3 +676,41 @@ async def test_a_consumer_that_stops_early_closes_the_response(server: FakeOpenA
 async def test_text_client_gives_the_runtime_only_the_text(server: FakeOpenAIServer) -> None:
     server.script(Stream([reasoning("hmm"), text("<response>"), text("hi</response>"), finish()]))
     assert await complete(text_client(model_for(server)), HELLO) == "<response>hi</response>"
+
+
+# --------------------------------------------------------------------------- TLS store
+
+
+@pytest.mark.anyio
+async def test_the_tls_store_is_loaded_once_a_process_not_once_a_request(
+    server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """Loading the certificate store took 30-100 ms before every request (each request has
+    a client of its own): it is built once, and again only when SSL_CERT_FILE changes."""
+    from cortex_jupyter.models import _tls
+
+    library = _tls.http_library()  # httpx2 under openai 3, httpx under 1 and 2
+    built: list[str | None] = []
+    real = library.create_ssl_context
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        import os
+
+        built.append(os.environ.get("SSL_CERT_FILE"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(library, "create_ssl_context", counting)
+    monkeypatch.setattr(_tls, "_CONTEXTS", {})
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    for _ in range(3):
+        server.script(Stream([text("ok"), finish()]))
+        assert joined(await collect(model_for(server))) == "ok"
+    assert built == [None]
+    import certifi
+
+    monkeypatch.setenv("SSL_CERT_FILE", certifi.where())
+    server.script(Stream([text("ok"), finish()]))
+    assert joined(await collect(model_for(server))) == "ok"
+    assert built == [None, certifi.where()]
+    assert len(server.requests) == 4
