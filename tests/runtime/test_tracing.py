@@ -96,6 +96,7 @@ def test_a_run_is_one_trace_rooted_in_invoke_agent(traced_run: list[ReadableSpan
         assert attrs(chat)["gen_ai.operation.name"] == "chat"
         assert attrs(chat)["gen_ai.request.model"] == "script"
         assert attrs(chat)["gen_ai.provider.name"] == "cortex.script"
+        assert "gen_ai.response.model" not in attrs(chat)  # no server named one: none made up
         assert [e.name for e in chat.events] == ["gen_ai.first_token"]
 
 
@@ -250,10 +251,15 @@ def test_an_mcp_call_nests_inside_its_tool_span() -> None:
 # ---- a real model server: the chat span's attributes ------------------------------------------
 
 
+def answered_by(name: str, chunks: list[dict[str, object]]) -> list[dict[str, object]]:
+    """The chunks as a server sends them when ``name`` is the model that answered."""
+    return [{**c, "model": name} for c in chunks]
+
+
 def test_a_chat_span_says_what_was_asked_and_answered(server: object) -> None:
-    server.script(  # type: ignore[attr-defined]
-        Stream([role(), *texts("<response>four</response>", 5), finish("stop"), usage(31, 7)])
-    )
+    # Asked for gpt-4o-mini, the server says a dated snapshot of it answered (as OpenAI does).
+    reply = [role(), *texts("<response>four</response>", 5), finish("stop"), usage(31, 7)]
+    server.script(Stream(answered_by("gpt-4o-mini-2024-07-18", reply)))  # type: ignore[attr-defined]
     model = OpenAIModel("gpt-4o-mini")
     agent = Agent(model=model, temperature=0.25, request={"seed": 7, "top_p": 0.5})
     with recorded() as spans:
@@ -263,6 +269,7 @@ def test_a_chat_span_says_what_was_asked_and_answered(server: object) -> None:
     assert got["gen_ai.operation.name"] == "chat"
     assert got["gen_ai.provider.name"] == "127.0.0.1"  # a local OpenAI-compatible server
     assert got["gen_ai.request.model"] == "gpt-4o-mini"
+    assert got["gen_ai.response.model"] == "gpt-4o-mini-2024-07-18"
     assert got["gen_ai.usage.input_tokens"] == 31
     assert got["gen_ai.usage.output_tokens"] == 7
     assert got["gen_ai.response.finish_reasons"] == ("stop",)

@@ -370,3 +370,19 @@ def test_a_retried_action_ends_with_its_last_attempts_error() -> None:
     ]
     assert len(failures) == 3, failures  # the raise, the retry, the timeout
     assert "reset by peer" in str(failures[0]) and "timed out" in str(failures[2])
+
+
+# ---- the model a server says answered is its text ----------------------------------------------
+
+
+@pytest.mark.usefixtures("secret_env")
+def test_a_response_model_naming_a_secret_is_redacted(server: FakeOpenAIServer) -> None:
+    """A hostile server names the answering model with the key the environment holds: the
+    chat span says the name, the key redacted."""
+    reply = [role(), *texts("<response>ok</response>", 8), finish()]
+    server.script(Stream([{**c, "model": f"router/{KEY}"} for c in reply]))
+    with recorded() as spans:
+        Agent(model=OpenAIModel("gpt-4o-mini")).run_sync("hi")
+    (chat,) = [s for s in spans if s.name.startswith("chat")]
+    assert (chat.attributes or {})["gen_ai.response.model"] == "router/[redacted]"
+    assert KEY not in every_text(spans) and KEY[:12] not in every_text(spans)

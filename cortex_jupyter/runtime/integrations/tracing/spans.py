@@ -322,9 +322,12 @@ class RunTrace:
         if event.type == "usage":
             chat.span.set_attribute("gen_ai.usage.input_tokens", event.prompt_tokens or 0)
             chat.span.set_attribute("gen_ai.usage.output_tokens", event.completion_tokens or 0)
-        elif event.type == "finish" and event.reason:
-            chat.finish = event.reason
-            chat.span.set_attribute("gen_ai.response.finish_reasons", [redact(event.reason)])
+        elif event.type == "finish":
+            if event.reason:
+                chat.finish = event.reason
+                chat.span.set_attribute("gen_ai.response.finish_reasons", [redact(event.reason)])
+            if event.model:  # the server's text: redacted, and only when it said one
+                chat.span.set_attribute("gen_ai.response.model", shorten(event.model, 256))
 
     def _entry(self, event: ChatEntry) -> None:
         if event.role == "system":
