@@ -67,6 +67,8 @@ _REASONING_CHANNELS = frozenset({"analysis", "thinking", "reasoning"})
 _THINKING_PARTS = frozenset({"thinking", "reasoning"})
 # Content parts nested deeper than this are not read (no server nests more than 3).
 _MAX_DEPTH = 8
+# The longest model name a reply keeps (real ones are tens of characters).
+_MAX_MODEL_NAME = 256
 # The characters that matter when watching JSON text for the end of an object.
 _JSON_SPECIAL = re.compile(r'["\\{}]')
 
@@ -261,6 +263,7 @@ class ReplyAssembler:
     characters: int = 0
     finish_reason: str | None = None
     usage: Usage | None = None
+    model: str | None = None  # the model the server says answered (its chunks' ``model``)
     failure: ServerFailure | None = None
     _calls: list[_Call] = field(default_factory=list)
     _by_index: dict[int, _Call] = field(default_factory=dict)  # by the server's index
@@ -268,6 +271,7 @@ class ReplyAssembler:
     def feed(self, chunk: object) -> list[ModelChunk]:
         self.chunks += 1
         self.count_usage(chunk)
+        self._note_model(chunk)
         out: list[ModelChunk] = []
         for choice in _items(_field(chunk, "choices")):
             if (_field(choice, "index") or 0) != 0:
@@ -294,12 +298,20 @@ class ReplyAssembler:
         if usage is not None:
             self.usage = Usage(_tokens(usage, "prompt_tokens"), _tokens(usage, "completion_tokens"))
 
+    def _note_model(self, chunk: object) -> None:
+        """Keep the first model name the server gives (every chunk repeats it); a name
+        that is not text, or too long to be one, is not kept: no name beats a made-up one."""
+        if self.model is None:
+            name = _field(chunk, "model")
+            if isinstance(name, str) and 0 < len(name.strip()) <= _MAX_MODEL_NAME:
+                self.model = name.strip()
+
     def close(self) -> list[ModelChunk]:
         """What the end of a clean stream adds: the last calls, usage, ``Finish``."""
         out = self._ready_all()
         if self.usage is not None:
             out.append(self.usage)
-        out.append(Finish(self.finish_reason or "unknown"))
+        out.append(Finish(self.finish_reason or "unknown", self.model))
         return out
 
     # ----------------------------------------------------------------------- text

@@ -194,6 +194,27 @@ async def test_a_server_that_never_says_why_it_stopped_finishes_unknown(
     assert await collect(model_for(server)) == [TextChunk("a"), Finish("unknown")]
 
 
+@pytest.mark.anyio
+async def test_finish_names_the_model_the_server_says_answered(server: FakeOpenAIServer) -> None:
+    # Asked for one name, answered by a more exact one (OpenAI, OpenRouter, proxies).
+    server.script(Stream([{**c, "model": "fake-model-2024-07-18"} for c in [text("a"), finish()]]))
+    chunks = await collect(model_for(server))
+    assert server.requests[-1].json["model"] == "fake-model"
+    assert isinstance(chunks[-1], Finish) and chunks[-1].model == "fake-model-2024-07-18"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("named", [None, "", "   ", 42, {"id": "x"}, "m" * 10_000])
+async def test_finish_names_no_model_when_the_server_gives_none_that_is_a_name(
+    server: FakeOpenAIServer, named: object
+) -> None:
+    # Missing, blank, not text, or too long to be a name: none is made up.
+    server.script(Stream([{**c, "model": named} for c in [text("a"), finish()]]))
+    chunks = await collect(model_for(server))
+    assert chunks == [TextChunk("a"), Finish("stop")]
+    assert isinstance(chunks[-1], Finish) and chunks[-1].model is None
+
+
 # --------------------------------------------------------------------------- tool calls
 
 

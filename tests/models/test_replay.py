@@ -16,7 +16,14 @@ import pytest
 from cortex_jupyter.models import OpenAIModel, ScriptModel, StreamDropped
 from cortex_jupyter.models.replay import ReplayExhausted, ReplayModel
 from cortex_jupyter.runtime import Registry, Run
-from cortex_jupyter.runtime.core.chunks import ModelChunk, TextChunk, ToolCallReady, Usage
+from cortex_jupyter.runtime.core.chunks import (
+    Finish,
+    ModelChunk,
+    TextChunk,
+    ToolCallReady,
+    Usage,
+)
+from cortex_jupyter.runtime.core.record import decode_event
 from cortex_jupyter.runtime.loop.conversation import Conversation
 from cortex_jupyter.runtime.loop.transcript import turns_of
 from tests.agents import run_agent
@@ -88,6 +95,9 @@ async def test_a_real_run_replays_chunk_for_chunk(server: FakeOpenAIServer) -> N
     first = [chunk for _, chunk in turns_of(run)[0].chunks]
     assert ToolCallReady(0, "call_a", "add", '{"a": 2, "b": 3}') in first
     assert Usage(50, 9) in first
+    # the model the server said answered is in the transcript, and replayed with its Finish
+    replayed = await collect(ReplayModel(saved, speed=math.inf).stream([]))
+    assert isinstance(replayed[-1], Finish) and replayed[-1].model == "fake-model"
 
     again = await run_agent("2 + 3?", model=ReplayModel(saved, speed=math.inf),
                             registry=make_registry(), native_tools=True)  # fmt: skip
@@ -161,3 +171,10 @@ async def test_speed_must_be_positive(speed: Any) -> None:
 async def test_a_run_without_model_turns_cannot_be_replayed() -> None:
     with pytest.raises(ValueError, match="no model turns to replay"):
         ReplayModel(Run())
+
+
+def test_a_transcript_from_before_response_models_still_replays_its_finish() -> None:
+    """A chunk event saved before ``model`` was recorded decodes, with no model."""
+    event = decode_event({"kind": "chunk", "type": "finish", "time": 1.5, "reason": "length"})
+    finished = event.to_chunk()  # type: ignore[union-attr]
+    assert finished == Finish("length") and finished.model is None  # type: ignore[union-attr]

@@ -8,12 +8,14 @@ the spans are read from the OpenTelemetry SDK's in-memory exporter (``tests/otel
 from __future__ import annotations
 
 import json
+import multiprocessing
 import subprocess
 import sys
 import textwrap
 import time
+import types
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,7 @@ from opentelemetry.trace import StatusCode
 from cortex_jupyter import default_registry
 from cortex_jupyter.models import OpenAIModel, ScriptModel
 from cortex_jupyter.runtime import Agent, Registry
+from cortex_jupyter.runtime.integrations import executors
 from cortex_jupyter.runtime.integrations.mcp import McpManager
 from cortex_jupyter.runtime.integrations.tracing.spans import CAPTURE_CONTENT
 from tests.mcp_servers.harness import DEMO
@@ -33,14 +36,25 @@ from tests.models.fake_openai_server import Stream, finish, role, texts, usage
 from tests.otel_spans import by_name, one, parent_of, recorded, strings
 
 ROOT = Path(__file__).resolve().parents[2]
+#: Process pools here spawn: this process runs threads (a Dask cluster's, anyio's).
+SPAWN = multiprocessing.get_context("spawn")
 
 
 def attrs(span: ReadableSpan) -> dict[str, object]:
     return dict(span.attributes or {})
 
 
-def registry_with_tools() -> Registry:
+def registry_with_tools(dask: bool = False) -> Registry:
     registry = Registry(builtins=False)
+
+    if dask:
+
+        @registry.tool(executor="dask")
+        def crunch(x: int) -> int:
+            """x + 1, on the Dask cluster, traced by the tool itself."""
+            with trace.get_tracer("a user's own code").start_as_current_span("inside crunch"):
+                time.sleep(0.02)
+                return x + 1
 
     @registry.tool
     def double(x: int) -> int:
@@ -62,6 +76,7 @@ SCRIPT = """\
 <action id="a2">{"name": "double", "parameters": {"x": "$y"}}</action>
 <action id="bad">{"name": "explode", "parameters": {"why": "on purpose"}}</action>
 <action type="agent" id="h">{"name": "helper", "parameters": {"task": "help"}}</action>
+<action id="d">{"name": "crunch", "parameters": {"x": 41}}</action>
 --- next turn ---
 <response final="true">all done</response>
 --- reply to h ---
@@ -72,14 +87,38 @@ SCRIPT = """\
 
 
 @pytest.fixture(scope="module")
-def traced_run() -> Iterator[list[ReadableSpan]]:
-    """One run with a dependent pair, a failed action and a nested agent."""
-    registry = registry_with_tools()
+def dask_cluster() -> Iterator[str]:
+    """A real local Dask cluster the session's ``executor="dask"`` tools go to: one worker
+    thread in this process (``processes=False``: its tool shares this test's tracer
+    provider, and it starts in a second instead of spawning processes)."""
+    from distributed import LocalCluster
+
+    with LocalCluster(
+        n_workers=1,
+        threads_per_worker=1,
+        processes=False,
+        protocol="tcp",
+        host="127.0.0.1",
+        dashboard_address=None,
+    ) as cluster:
+        executors.set_dask_address(cluster.scheduler_address)
+        try:
+            yield cluster.scheduler_address
+        finally:
+            executors.close_all()
+            executors.set_dask_address(None)
+
+
+@pytest.fixture(scope="module")
+def traced_run(dask_cluster: str) -> Iterator[list[ReadableSpan]]:
+    """One run with a dependent pair, a failed action, a nested agent and a Dask tool."""
+    registry = registry_with_tools(dask=True)
     Agent("helper", registry=registry, tools=["double"])
     agent = Agent("planner", registry=registry, model=ScriptModel(SCRIPT, chunk_size=40))
     with recorded() as spans:
         run = agent.run_sync("go")
     assert run.status == "completed"
+    assert run.actions["d"].output == 42
     return spans
 
 
@@ -96,6 +135,7 @@ def test_a_run_is_one_trace_rooted_in_invoke_agent(traced_run: list[ReadableSpan
         assert attrs(chat)["gen_ai.operation.name"] == "chat"
         assert attrs(chat)["gen_ai.request.model"] == "script"
         assert attrs(chat)["gen_ai.provider.name"] == "cortex.script"
+        assert "gen_ai.response.model" not in attrs(chat)  # no server named one: none made up
         assert [e.name for e in chat.events] == ["gen_ai.first_token"]
 
 
@@ -141,6 +181,24 @@ def test_a_nested_agent_is_inside_its_action_span(traced_run: list[ReadableSpan]
     assert action.start_time <= inner.start_time
     assert inner.end_time is not None and action.end_time is not None
     assert inner.end_time <= action.end_time
+
+
+def test_a_dask_tool_is_an_execute_tool_span_covering_its_call_on_the_cluster(
+    traced_run: list[ReadableSpan],
+) -> None:
+    tool = one(traced_run, "execute_tool crunch")
+    assert parent_of(tool, traced_run) is one(traced_run, "invoke_agent planner")
+    assert attrs(tool)["cortex.executor"] == "dask"
+    assert tool.status.status_code is StatusCode.OK
+    # what the tool traced on the Dask worker's thread is inside its action's span
+    inside = one(traced_run, "inside crunch")
+    assert parent_of(inside, traced_run) is tool
+    assert inside.context.trace_id == tool.context.trace_id
+    assert tool.start_time is not None and inside.start_time is not None
+    assert inside.end_time is not None and tool.end_time is not None
+    assert tool.start_time <= inside.start_time and inside.end_time <= tool.end_time
+    # a local tool runs where it was called: no executor to name
+    assert "cortex.executor" not in attrs(one(traced_run, "execute_tool explode"))
 
 
 def test_a_tool_span_starts_before_its_chat_span_ends(
@@ -229,6 +287,31 @@ def test_what_a_tool_traces_in_its_worker_thread_or_executor_nests_inside() -> N
     assert parent_of(one(spans, "inside pooled"), spans) is one(spans, "execute_tool pooled")
 
 
+def current_trace() -> bool:
+    """Whether a trace's span is current (a tool for a spawned process: no provider there)."""
+    return trace.get_current_span().get_span_context().is_valid
+
+
+def test_a_tool_in_a_process_pool_without_a_tracer_provider_runs_untraced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The span's context is sent along; the spawned process has OpenTelemetry but no
+    tracer provider, so nothing is attached there, and the tool runs as it would."""
+    # An IPython shell made by an earlier test leaves its own __main__ (no __spec__),
+    # which spawning a process cannot read: a plain script's __main__ instead.
+    monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))
+    registry = Registry(builtins=False)
+    script = '<action id="p">{"name": "current_trace"}</action>'
+    with ProcessPoolExecutor(1, mp_context=SPAWN) as pool, recorded() as spans:
+        registry.register(current_trace, executor=pool)
+        run = Agent(registry=registry, model=ScriptModel(script)).run_sync("go")
+    node = run.actions["p"]
+    assert (node.status, node.output) == ("done", False), node.error
+    tool = one(spans, "execute_tool current_trace")
+    assert attrs(tool)["cortex.executor"] == "ProcessPoolExecutor"
+    assert tool.status.status_code is StatusCode.OK
+
+
 def test_an_mcp_call_nests_inside_its_tool_span() -> None:
     manager = McpManager(Registry(builtins=False))
     try:
@@ -250,10 +333,15 @@ def test_an_mcp_call_nests_inside_its_tool_span() -> None:
 # ---- a real model server: the chat span's attributes ------------------------------------------
 
 
+def answered_by(name: str, chunks: list[dict[str, object]]) -> list[dict[str, object]]:
+    """The chunks as a server sends them when ``name`` is the model that answered."""
+    return [{**c, "model": name} for c in chunks]
+
+
 def test_a_chat_span_says_what_was_asked_and_answered(server: object) -> None:
-    server.script(  # type: ignore[attr-defined]
-        Stream([role(), *texts("<response>four</response>", 5), finish("stop"), usage(31, 7)])
-    )
+    # Asked for gpt-4o-mini, the server says a dated snapshot of it answered (as OpenAI does).
+    reply = [role(), *texts("<response>four</response>", 5), finish("stop"), usage(31, 7)]
+    server.script(Stream(answered_by("gpt-4o-mini-2024-07-18", reply)))  # type: ignore[attr-defined]
     model = OpenAIModel("gpt-4o-mini")
     agent = Agent(model=model, temperature=0.25, request={"seed": 7, "top_p": 0.5})
     with recorded() as spans:
@@ -263,6 +351,7 @@ def test_a_chat_span_says_what_was_asked_and_answered(server: object) -> None:
     assert got["gen_ai.operation.name"] == "chat"
     assert got["gen_ai.provider.name"] == "127.0.0.1"  # a local OpenAI-compatible server
     assert got["gen_ai.request.model"] == "gpt-4o-mini"
+    assert got["gen_ai.response.model"] == "gpt-4o-mini-2024-07-18"
     assert got["gen_ai.usage.input_tokens"] == 31
     assert got["gen_ai.usage.output_tokens"] == 7
     assert got["gen_ai.response.finish_reasons"] == ("stop",)

@@ -10,6 +10,9 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from collections.abc import Iterator
@@ -22,7 +25,9 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from cortex_jupyter.models import OpenAIModel, ScriptModel
 from cortex_jupyter.runtime import Agent, Registry
+from cortex_jupyter.runtime.core.observer import Carried, carried, carrying, entered
 from cortex_jupyter.runtime.core.record import Run
+from cortex_jupyter.runtime.integrations.tracing.remote import ATTACHED
 from cortex_jupyter.runtime.integrations.tracing.spans import CAPTURE_CONTENT
 from cortex_jupyter.runtime.loop.conversation import Conversation
 from tests.models.fake_openai_server import (
@@ -37,6 +42,8 @@ from tests.otel_spans import recorded, sdk_provider, strings
 
 #: A key the environment holds under a credential's name (so a secret to cortex).
 KEY = "sk-edge-0123456789abcdefXYZ"
+#: A W3C trace context as a trace sends it with a tool to another process.
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 
 @pytest.fixture
@@ -370,3 +377,58 @@ def test_a_retried_action_ends_with_its_last_attempts_error() -> None:
     ]
     assert len(failures) == 3, failures  # the raise, the retry, the timeout
     assert "reset by peer" in str(failures[0]) and "timed out" in str(failures[2])
+
+
+# ---- the model a server says answered is its text ----------------------------------------------
+
+
+@pytest.mark.usefixtures("secret_env")
+def test_a_response_model_naming_a_secret_is_redacted(server: FakeOpenAIServer) -> None:
+    """A hostile server names the answering model with the key the environment holds: the
+    chat span says the name, the key redacted."""
+    reply = [role(), *texts("<response>ok</response>", 8), finish()]
+    server.script(Stream([{**c, "model": f"router/{KEY}"} for c in reply]))
+    with recorded() as spans:
+        Agent(model=OpenAIModel("gpt-4o-mini")).run_sync("hi")
+    (chat,) = [s for s in spans if s.name.startswith("chat")]
+    assert (chat.attributes or {})["gen_ai.response.model"] == "router/[redacted]"
+    assert KEY not in every_text(spans) and KEY[:12] not in every_text(spans)
+
+
+# ---- what travels with a tool to another process -------------------------------------------------
+
+
+def test_a_worker_without_opentelemetry_runs_the_tool_it_was_sent_with_a_trace_context() -> None:
+    """A process that cannot import OpenTelemetry (not installed on a Dask worker) gets
+    a tool with its action's trace context: the context is left out, the tool runs."""
+    code = textwrap.dedent(
+        f"""
+        import pickle, sys
+        sys.modules["opentelemetry"] = None  # an import of it fails, as when not installed
+        from cortex_jupyter.runtime.core.observer import Carried
+        from cortex_jupyter.runtime.integrations.executors.wire import dumps, loads
+        from cortex_jupyter.runtime.integrations.executors.worker import run_remote
+        carried = (Carried({ATTACHED!r}, {{"traceparent": {TRACEPARENT!r}}}),)
+        outcome = pickle.loads(run_remote(dumps((pow, [2, 10], {{}})), "c", None, carried))
+        print(outcome.kind, loads(outcome.blob), "opentelemetry.trace" in sys.modules)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["ok", "1024", "False"]
+
+
+def test_a_carrier_that_raises_sends_nothing_and_one_that_works_is_sent() -> None:
+    """An observer's bug while a tool leaves for another process never fails the tool."""
+
+    def broken(executor: str) -> Carried:
+        raise RuntimeError("a bug in an observer")
+
+    sent = Carried("json:dumps", {"traceparent": TRACEPARENT})
+    with carrying(broken), carrying(lambda executor: sent):
+        assert carried("dask") == (sent,)
+    assert carried("dask") == ()  # outside an action, nothing is carried
+    with entered([Carried("no_such_package_here:attached", {}), sent]):
+        pass  # neither an unimportable function nor one that is no context manager stops it

@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol, TypedDict, Union
 
 from cortex_jupyter.runtime.core.model import Message, ModelClient
@@ -212,9 +212,16 @@ class Finish:
     ``reason`` is the server's ``finish_reason`` (``stop``, ``length``, ``tool_calls``,
     ``content_filter``...), or ``unknown`` when a server ended without saying. A server's
     ``error`` finish is not a clean end: it is raised as a ``ModelError`` instead.
+
+    ``model`` is the model the server says answered (the ``model`` of its chunks), when
+    it said one: often a more exact name than the one asked for (``gpt-4o-mini`` is
+    answered by ``gpt-4o-mini-2024-07-18``; a router names the model it chose). It is
+    the server's text, untrusted: redact it before showing it. It is not part of a
+    ``Finish``'s equality (two replies that end the same way are equal, whoever answered).
     """
 
     reason: str
+    model: str | None = field(default=None, compare=False)
     kind: ClassVar[str] = "finish"
 
 

@@ -279,6 +279,7 @@ class Chunk:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     reason: str | None = None
+    model: str | None = None
     kind: ClassVar[str] = "chunk"
 
     @classmethod
@@ -298,7 +299,7 @@ class Chunk:
                 chunk.kind, time, prompt_tokens=chunk.prompt_tokens,
                 completion_tokens=chunk.completion_tokens,
             )  # fmt: skip
-        return cls(chunk.kind, time, reason=chunk.reason)
+        return cls(chunk.kind, time, reason=chunk.reason, model=chunk.model)
 
     def to_chunk(self) -> ModelChunk:
         """The ``ModelChunk`` this event recorded."""
@@ -316,7 +317,7 @@ class Chunk:
             )
         if self.type == "usage":
             return Usage(self.prompt_tokens or 0, self.completion_tokens or 0)
-        return Finish(self.reason or "unknown")
+        return Finish(self.reason or "unknown", self.model)
 
 
 RunEvent = (

@@ -20,15 +20,25 @@ runs (a trace's span, so the calls the tool makes nest inside it): ``acting`` is
 context manager the scheduler enters around each attempt of an action, in the task that
 calls the tool, before the call reaches a worker thread, an executor or an MCP server.
 
+An action whose tool runs in another process (a Dask worker, a process pool's) cannot
+take what is current with it. While acting, an observer may be ``carrying`` a function
+the executors ask, with the executor's name, for a ``Carried``: opaque text (a trace's
+W3C ``traceparent``) and the import path of a function that, on the process that runs
+the tool, makes a context manager of it (``entered``). The executors send it along and
+never know what it holds; a process that cannot import the function runs the tool
+without it.
+
 The core imports no observer: the store sits above the loop, beside the session, and
 tracing is an integration; the loop knows them only by these shapes.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -36,12 +46,16 @@ from cortex_jupyter.runtime.core.events import AnyEvent
 from cortex_jupyter.runtime.core.record import Run
 
 __all__ = [
+    "Carried",
     "Recording",
     "RunObserver",
     "RunStart",
     "RunStore",
     "acting",
     "add_observer",
+    "carried",
+    "carrying",
+    "entered",
     "notify",
     "observers_for",
 ]
@@ -125,6 +139,63 @@ def acting(observers: tuple[RunObserver, ...], action_id: str) -> Iterator[None]
     with ExitStack() as stack:
         for observer in observers:
             stack.enter_context(observer.acting(action_id))
+        yield
+
+
+@dataclass(frozen=True)
+class Carried:
+    """What an observer sends with a tool to the process that runs it: ``enter`` names a
+    function (``"package.module:name"``) that the process imports and calls with
+    ``values`` (opaque text) for a context manager to enter around the tool."""
+
+    enter: str
+    values: dict[str, str]
+
+
+#: Asked, with the executor's name, for what to send with the tool (None: nothing).
+Carrier = Callable[[str], "Carried | None"]
+
+_carriers: ContextVar[tuple[Carrier, ...]] = ContextVar("cortex_carriers", default=())
+
+
+@contextmanager
+def carrying(carrier: Carrier) -> Iterator[None]:
+    """Within the block (an observer's ``acting``), a tool sent to another process asks
+    ``carrier`` what to send with it (``carried``)."""
+    token = _carriers.set((*_carriers.get(), carrier))
+    try:
+        yield
+    finally:
+        _carriers.reset(token)
+
+
+def carried(executor: str) -> tuple[Carried, ...]:
+    """What the observers of the acting action send with its tool to ``executor`` (empty
+    when none watch). An observer that raises sends nothing: its bug never fails a tool."""
+    out: list[Carried] = []
+    for carrier in _carriers.get():
+        try:
+            found = carrier(executor)
+        except Exception:
+            continue
+        if found is not None:
+            out.append(found)
+    return tuple(out)
+
+
+@contextmanager
+def entered(carried: Sequence[Carried]) -> Iterator[None]:
+    """On the process that runs a tool: each ``Carried``'s context entered around it.
+    One whose function cannot be imported here (its package is not installed) or fails
+    to make or enter its context is left out; the tool runs all the same."""
+    with ExitStack() as stack:
+        for item in carried:
+            try:
+                module, _, name = item.enter.partition(":")
+                make = getattr(importlib.import_module(module), name)
+                stack.enter_context(make(item.values))
+            except Exception:
+                continue
         yield
 
 

@@ -7,6 +7,10 @@ Why a module of its own: it is where a call meets the run. One call travels like
   argument is tried alone and ``NotSendable`` names the one that cannot be sent.
 - It is submitted to the session's Dask cluster (``cluster``) or to the given
   ``concurrent.futures.Executor``, to run ``worker.run_remote`` there.
+- What the run's observers carry to another process (``runtime.core.observer``: a
+  trace's context, so the tool's own spans nest inside its action's) is sent with it and
+  entered around the tool there; a thread pool's call already runs in the caller's
+  context.
 - The run's task waits without blocking its loop: a worker thread of the run waits on an
   inbox that the future's done-callback and the live events fill, so Dask's own threads
   never wait for the run's loop. Live messages reach the action's capture as they come;
@@ -36,6 +40,7 @@ import anyio
 import anyio.to_thread
 
 from cortex_jupyter.runtime.core.errors import ToolExited
+from cortex_jupyter.runtime.core.observer import Carried, carried
 from cortex_jupyter.runtime.integrations.executors import cluster
 from cortex_jupyter.runtime.integrations.executors.errors import NotSendable, WorkerDied
 from cortex_jupyter.runtime.integrations.executors.wire import (
@@ -49,7 +54,7 @@ from cortex_jupyter.runtime.integrations.executors.wire import (
 from cortex_jupyter.runtime.integrations.executors.worker import run_remote
 from cortex_jupyter.runtime.scheduler.capture import Capture, current
 
-__all__ = ["CANCEL_TIMEOUT", "run_elsewhere"]
+__all__ = ["CANCEL_TIMEOUT", "executor_name", "run_elsewhere"]
 
 #: Seconds a cancellation may take to reach the cluster before the run stops waiting.
 CANCEL_TIMEOUT = 5.0
@@ -65,7 +70,7 @@ async def run_elsewhere(
     task cancels the call's future. Raises the tool's own exception, ``NotSendable``,
     ``WorkerDied`` or ``ClusterUnavailable``.
     """
-    call = _Call(executor, func, args, kwargs, current())
+    call = _Call(executor, func, args, kwargs, current(), carried(executor_name(executor)))
     try:
         # Its own limiter: waiting calls must not hold the tokens sync tools run on.
         return await anyio.to_thread.run_sync(
@@ -90,6 +95,7 @@ class _Call:
         args: list[Any],
         kwargs: dict[str, Any],
         capture: Capture | None,
+        carried: tuple[Carried, ...] = (),
     ) -> None:
         self.executor = executor
         self.func = func
@@ -98,6 +104,8 @@ class _Call:
         self.name = getattr(func, "__name__", "tool")
         self.where = _where(executor)
         self.id = f"cortex-{self.name}-{uuid.uuid4().hex}"
+        #: What the run's observers send with the tool (entered around it on the worker).
+        self.carried = carried
         self._sink = _Sink(capture)
         self._inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._lock = threading.Lock()
@@ -186,16 +194,17 @@ class _Call:
                 if self._cancelled:
                     return None
                 self._future = client.submit(
-                    run_remote, blob, self.id, cluster.LIVE_TOPIC, key=self.id, pure=False
-                )
+                    run_remote, blob, self.id, cluster.LIVE_TOPIC, self.carried,
+                    key=self.id, pure=False,
+                )  # fmt: skip
                 return self._future
         call: Any = run_remote
-        args: tuple[Any, ...] = (blob, self.id, None)
+        args: tuple[Any, ...] = (blob, self.id, None, self.carried)
         if isinstance(self.executor, concurrent.futures.ThreadPoolExecutor):
             # A thread of this process runs the tool in the caller's context (a trace's
-            # current span), as the run's own worker threads do; a process or a cluster
-            # cannot receive a context.
-            call, args = self._caller.run, (run_remote, *args)
+            # current span), as the run's own worker threads do: nothing to carry. A
+            # process or a cluster cannot receive a context: it gets what is carried.
+            call, args = self._caller.run, (run_remote, blob, self.id, None)
         with self._lock:
             if self._cancelled:
                 return None
@@ -302,7 +311,17 @@ def _without_capture(context: contextvars.Context) -> contextvars.Context:
     return kept
 
 
+def _is_dask(executor: Any) -> bool:
+    return executor == "dask" or type(executor).__module__.startswith("distributed")
+
+
+def executor_name(executor: Any) -> str:
+    """What a trace calls ``executor``: ``dask`` for the session's cluster or a Dask
+    client's executor, else its class's name (``ProcessPoolExecutor``)."""
+    return "dask" if _is_dask(executor) else type(executor).__name__
+
+
 def _where(executor: Any) -> str:
-    if executor == "dask" or type(executor).__module__.startswith("distributed"):
+    if _is_dask(executor):
         return "the dask cluster"
     return f"a {type(executor).__name__}"

@@ -21,10 +21,11 @@ import pickle
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 from cortex_jupyter.runtime.core.graph import ActionNode
+from cortex_jupyter.runtime.core.observer import Carried, entered
 from cortex_jupyter.runtime.core.record import summarize
 from cortex_jupyter.runtime.integrations.executors.wire import (
     Outcome,
@@ -51,10 +52,11 @@ class _Cancelled(BaseException):
     through)."""
 
 
-def run_remote(blob: bytes, call: str, topic: str | None) -> bytes:
-    """Runs on the worker: the tool, with what it writes recorded; the pickled outcome."""
+def run_remote(blob: bytes, call: str, topic: str | None, carried: Sequence[Carried] = ()) -> bytes:
+    """Runs on the worker: the tool, with what it writes recorded, inside what the run's
+    observers ``carried`` (a trace's context); the pickled outcome."""
     recorder = _Recorder(call, _live_sender(topic), _cancellation_check())
-    outcome = recorder.call(blob)
+    outcome = recorder.call(blob, carried)
     node = recorder.capture.node
     if node.progress is not None:
         outcome.progress = (node.progress.done, node.progress.total, node.progress.note)
@@ -90,13 +92,14 @@ class _Recorder:
         self._closed = False
         self._thread: threading.Thread | None = None
 
-    def call(self, blob: bytes) -> Outcome:
+    def call(self, blob: bytes, carried: Sequence[Carried] = ()) -> Outcome:
         try:
             with capturing(self.capture), _Watchdog(self._cancelled):
                 func, args, kwargs = loads(blob)
-                result = func(*args, **kwargs)
-                if inspect.isgenerator(result):
-                    result = self._drain(result)
+                with entered(carried):
+                    result = func(*args, **kwargs)
+                    if inspect.isgenerator(result):
+                        result = self._drain(result)
         except _Cancelled:
             return Outcome("cancelled")
         except BaseException as exc:  # everything the tool raises goes back to the caller

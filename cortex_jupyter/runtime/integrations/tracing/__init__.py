@@ -7,8 +7,10 @@ this package registers a factory the scheduler asks at each run's start, and the
 scheduler enters around an action's tool keeps that action's span current, so what the
 tool calls (MCP servers, executors, nested agents) nests inside it.
 
-- ``spans``: one run's trace (``RunTrace``), from its events; the only module with
-  ``setup`` that imports ``opentelemetry``;
+- ``spans``: one run's trace (``RunTrace``), from its events; with ``setup`` and
+  ``remote`` the only modules that import ``opentelemetry``;
+- ``remote``: the side of a trace in the process that runs a tool sent elsewhere (a Dask
+  worker): the action's span context attached around the tool;
 - ``setup``: where spans go (``describe``, for ``%cortex trace``) and a local Phoenix
   started and registered in one call (``start_phoenix``).
 

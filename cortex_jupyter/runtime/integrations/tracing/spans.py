@@ -11,8 +11,10 @@ wants, so spans of nested runs line up):
 - ``chat {model}``: one model request, from its ``turn`` event to the reply's last chunk;
 - ``execute_tool {tool}``: one action, from the moment it starts (so inside its turn's
   chat span when the model was still writing) to its final status; an action's span is
-  current while its tool runs (``acting``), so what the tool calls (an MCP server, an
-  executor, a nested agent) nests inside it.
+  current while its tool runs (``acting``), so what the tool calls (an MCP server, a
+  thread-pool executor, a nested agent) nests inside it; a tool sent to another process
+  (a Dask worker, a process pool) takes the span's context along (``tracing.remote``),
+  and the span says where it ran (``cortex.executor``).
 
 Names and attributes follow the GenAI semantic conventions. Content (messages, arguments,
 results) is recorded only when ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` is
@@ -22,6 +24,7 @@ true; every text that reaches a span, content or not, is redacted first.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -48,7 +51,7 @@ from cortex_jupyter.runtime.core.events import (
     Turn,
     TurnEnd,
 )
-from cortex_jupyter.runtime.core.observer import RunStart
+from cortex_jupyter.runtime.core.observer import Carried, RunStart, carrying
 from cortex_jupyter.runtime.core.secrets import head, redact, redact_value, shorten, tail
 
 __all__ = ["CAPTURE_CONTENT", "RunTrace", "capture_content", "configured", "observer"]
@@ -265,8 +268,11 @@ class RunTrace:
         if span is None:
             yield
             return
-        with trace.use_span(
-            span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+        with (
+            trace.use_span(
+                span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+            ),
+            carrying(functools.partial(self._carry, span)),
         ):
             try:
                 yield
@@ -274,6 +280,14 @@ class RunTrace:
                 self._failures[action_id] = type_label(exc)
                 self._safely(span.add_event, "exception", _exception_attributes(exc))
                 raise
+
+    def _carry(self, span: Span, executor: str) -> Carried:
+        """What a tool sent to ``executor`` takes along: the span's context, so the tool's
+        own spans there are its children (``tracing.remote``); the span says where."""
+        from cortex_jupyter.runtime.integrations.tracing.remote import ATTACHED, inject
+
+        span.set_attribute("cortex.executor", shorten(executor, 256))
+        return Carried(ATTACHED, inject(span))
 
     # ---- turns -------------------------------------------------------------------------
 
@@ -322,9 +336,12 @@ class RunTrace:
         if event.type == "usage":
             chat.span.set_attribute("gen_ai.usage.input_tokens", event.prompt_tokens or 0)
             chat.span.set_attribute("gen_ai.usage.output_tokens", event.completion_tokens or 0)
-        elif event.type == "finish" and event.reason:
-            chat.finish = event.reason
-            chat.span.set_attribute("gen_ai.response.finish_reasons", [redact(event.reason)])
+        elif event.type == "finish":
+            if event.reason:
+                chat.finish = event.reason
+                chat.span.set_attribute("gen_ai.response.finish_reasons", [redact(event.reason)])
+            if event.model:  # the server's text: redacted, and only when it said one
+                chat.span.set_attribute("gen_ai.response.model", shorten(event.model, 256))
 
     def _entry(self, event: ChatEntry) -> None:
         if event.role == "system":
