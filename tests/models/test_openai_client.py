@@ -735,3 +735,28 @@ async def test_the_tls_store_is_loaded_once_a_process_not_once_a_request(
     assert joined(await collect(model_for(server))) == "ok"
     assert built == [None, certifi.where()]
     assert len(server.requests) == 4
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("variable", ["SSL_CERT_FILE", "SSL_CERT_DIR"])
+async def test_a_bad_certificate_variable_is_named_and_the_next_request_after_fixing_it_works(
+    server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Any, variable: str
+) -> None:
+    """A mistyped SSL_CERT_FILE read "FileNotFoundError: [Errno 2] No such file or
+    directory", naming neither the variable nor the path; the failure is not kept."""
+    from cortex_jupyter.models import BadCertificates, _tls
+
+    monkeypatch.setattr(_tls, "_CONTEXTS", {})
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    missing = str(tmp_path / "missing.pem")
+    monkeypatch.setenv(variable, missing)
+    with pytest.raises(BadCertificates) as failed:
+        await collect(model_for(server))
+    said = str(failed.value)
+    assert variable in said and repr(missing) in said and "\n" not in said
+    assert failed.value.continuable is False
+    assert server.requests == []
+    monkeypatch.delenv(variable)
+    server.script(Stream([text("ok"), finish()]))
+    assert joined(await collect(model_for(server))) == "ok"
