@@ -42,6 +42,12 @@ def tls_context() -> ssl.SSLContext:
         return cast(ssl.SSLContext, context)
 
 
+def certificate_file() -> str | None:
+    """The file ``SSL_CERT_FILE`` names, the one the context loads when it is set (a
+    directory in ``SSL_CERT_DIR`` is only read at a handshake, so it cannot fail here)."""
+    return os.environ.get("SSL_CERT_FILE") or None
+
+
 def tls_context_ready() -> bool:
     """Whether ``tls_context()`` would return at once."""
     return _key() in _CONTEXTS

@@ -738,9 +738,9 @@ async def test_the_tls_store_is_loaded_once_a_process_not_once_a_request(
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("variable", ["SSL_CERT_FILE", "SSL_CERT_DIR"])
-async def test_a_bad_certificate_variable_is_named_and_the_next_request_after_fixing_it_works(
-    server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Any, variable: str
+@pytest.mark.parametrize("content", [None, "not a certificate\n"], ids=["missing", "no-pem"])
+async def test_a_bad_certificate_file_is_named_and_the_next_request_after_fixing_it_works(
+    server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Any, content: Any
 ) -> None:
     """A mistyped SSL_CERT_FILE read "FileNotFoundError: [Errno 2] No such file or
     directory", naming neither the variable nor the path; the failure is not kept."""
@@ -749,7 +749,10 @@ async def test_a_bad_certificate_variable_is_named_and_the_next_request_after_fi
     monkeypatch.setattr(_tls, "_CONTEXTS", {})
     monkeypatch.delenv("SSL_CERT_FILE", raising=False)
     monkeypatch.delenv("SSL_CERT_DIR", raising=False)
-    missing = str(tmp_path / "missing.pem")
+    variable = "SSL_CERT_FILE"
+    missing = str(tmp_path / "ca.pem")
+    if content is not None:
+        (tmp_path / "ca.pem").write_text(content)
     monkeypatch.setenv(variable, missing)
     with pytest.raises(BadCertificates) as failed:
         await collect(model_for(server))
