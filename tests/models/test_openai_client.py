@@ -763,3 +763,22 @@ async def test_a_bad_certificate_file_is_named_and_the_next_request_after_fixing
     monkeypatch.delenv(variable)
     server.script(Stream([text("ok"), finish()]))
     assert joined(await collect(model_for(server))) == "ok"
+
+
+@pytest.mark.anyio
+async def test_the_window_is_learned_once_a_bad_certificate_file_is_fixed(
+    server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """A mistyped SSL_CERT_FILE made the context-window probe fail, and its "unknown" was
+    kept for the process: after the fix the gauge never learned the server's window."""
+    from cortex_jupyter.models import _tls, _window
+
+    monkeypatch.setattr(_tls, "_CONTEXTS", {})
+    monkeypatch.setattr(_window, "_CACHE", {})
+    server.props = {"default_generation_settings": {"n_ctx": 8192}}
+    model = model_for(server)
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "missing.pem"))
+    assert await model.learn_context_window() is None
+    monkeypatch.delenv("SSL_CERT_FILE")
+    assert await model.learn_context_window() == 8192
+    assert model.context_window == 8192
