@@ -782,3 +782,29 @@ async def test_the_window_is_learned_once_a_bad_certificate_file_is_fixed(
     monkeypatch.delenv("SSL_CERT_FILE")
     assert await model.learn_context_window() == 8192
     assert model.context_window == 8192
+
+
+def test_a_process_forked_while_the_tls_context_is_being_built_can_build_its_own() -> None:
+    """A process-pool tool forked while another thread held the TLS context's lock (a
+    first request building it) inherited the lock held, and hung at its first request."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        """
+        import os, signal
+        from cortex_jupyter.models import _tls
+        with _tls._LOCK:  # as while another thread builds the context
+            pid = os.fork()
+            if pid == 0:
+                signal.alarm(20)  # a hung child ends itself (exit code -14), never lingers
+                _tls.tls_context()
+                os._exit(7)
+        print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.stdout.split() == ["7"], done.stderr
