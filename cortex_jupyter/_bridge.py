@@ -246,6 +246,10 @@ class Loop:
         except FutureTimeout:
             raise RuntimeError("the cortex event loop did not start within 10 s") from None
 
+    def is_current(self) -> bool:
+        """Whether the caller runs on this loop's thread (an async tool of a run on it)."""
+        return threading.current_thread() is self._thread
+
     @property
     def background(self) -> TaskGroup:
         assert self._background is not None

@@ -394,6 +394,27 @@ def test_cells_run_on_the_sessions_loop_not_a_new_one_each(ip: InteractiveShell)
     assert loops[0][0] != threading.get_ident()  # still not the cell's own thread
 
 
+def test_a_cortex_cell_run_from_an_async_tool_still_runs(ip: InteractiveShell) -> None:
+    """An async tool runs on the session's loop: a %%cortex cell it runs (a nested agent)
+    failed with "This method cannot be called from the event loop thread" once every
+    cell went on that loop (it ran on a loop of its own before)."""
+
+    answers: list[str] = []
+
+    @default_registry.tool(name="magic_nested")
+    async def nested() -> str:
+        """Run a cell inside this tool."""
+        ip.run_cell_magic("cortex", "--script --delay 0", "<response>nested</response>")
+        answers.append(str(ip.user_ns["_cortex"].response))
+        return answers[-1]
+
+    try:
+        run(ip, "--script --delay 0", '<action id="n">{"name": "magic_nested"}</action>')
+    finally:
+        default_registry.remove("tool", "magic_nested")
+    assert answers == ["nested"]
+
+
 def test_the_timeline_is_a_picture(ip: InteractiveShell, tools: None) -> None:
     run(
         ip,

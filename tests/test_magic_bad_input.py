@@ -331,3 +331,29 @@ def test_a_request_field_holding_nan_is_refused_before_it_reaches_the_server(
     ):
         ip.run_cell_magic("cortex", "--model m --request '{\"temperature\": NaN}'", "Hi.")
     assert server.requests == []
+
+
+def test_a_missing_ssl_cert_file_is_one_line_naming_it_and_the_kernel_stays_usable(
+    ip: InteractiveShell,
+    server: FakeOpenAIServer,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    from cortex_jupyter.models import _tls
+    from tests.models.fake_openai_server import Stream, text
+
+    monkeypatch.setattr(_tls, "_CONTEXTS", {})
+    missing = str(tmp_path / "ca.pem")
+    monkeypatch.setenv("SSL_CERT_FILE", missing)
+    result = ip.run_cell("%%cortex --model m\nHi.")
+    assert result.error_in_exec is not None
+    shown = capsys.readouterr()
+    failure = [line for line in (shown.out + shown.err).splitlines() if line.startswith("cortex:")]
+    assert len(failure) == 1
+    assert "SSL_CERT_FILE" in failure[0] and missing in failure[0]
+    assert "FileNotFoundError" not in failure[0]
+    monkeypatch.delenv("SSL_CERT_FILE")
+    server.script(Stream([text("<response>fine</response>")]))
+    ip.run_cell("%%cortex --model m\nHi.")
+    assert ip.user_ns["_cortex"].response == "fine"

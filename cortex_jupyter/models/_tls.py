@@ -19,6 +19,17 @@ _LOCK = threading.Lock()
 _CONTEXTS: dict[tuple[str | None, str | None], ssl.SSLContext] = {}
 
 
+def _after_fork_in_child() -> None:
+    # A process forked while another thread held the lock (building the context; a
+    # process-pool tool under the fork start method) would inherit it held for ever.
+    global _LOCK
+    _LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _key() -> tuple[str | None, str | None]:
     return os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR")
 
@@ -40,6 +51,12 @@ def tls_context() -> ssl.SSLContext:
         if context is None:
             context = _CONTEXTS[key] = http_library().create_ssl_context()
         return cast(ssl.SSLContext, context)
+
+
+def certificate_file() -> str | None:
+    """The file ``SSL_CERT_FILE`` names, the one the context loads when it is set (a
+    directory in ``SSL_CERT_DIR`` is only read at a handshake, so it cannot fail here)."""
+    return os.environ.get("SSL_CERT_FILE") or None
 
 
 def tls_context_ready() -> bool:

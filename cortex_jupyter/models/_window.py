@@ -15,6 +15,7 @@ short timeout; anything unexpected means "unknown", never a failed run.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Mapping
 from typing import Any
 
@@ -46,20 +47,25 @@ async def server_window(base_url: str, model: str, api_key: str) -> int | None:
         return _CACHE[key]
     window = None
     if not any(host in base_url for host in _SILENT_HOSTS):
+        # The requests' own TLS context, built here in a thread (not on the loop) the
+        # first time: the cell's first request then finds it ready. When it cannot be
+        # built (a bad SSL_CERT_FILE: this machine's fault, not the server's answer),
+        # nothing is kept, so the window is asked again once that is fixed.
         try:
-            window = await _ask(key[0], model, api_key)
+            verify = await anyio.to_thread.run_sync(tls_context)
+        except OSError:
+            return None
+        try:
+            window = await _ask(key[0], model, api_key, verify)
         except Exception:  # any failure only means "unknown"
             window = None
     _CACHE[key] = window
     return window
 
 
-async def _ask(base: str, model: str, api_key: str) -> int | None:
+async def _ask(base: str, model: str, api_key: str, verify: ssl.SSLContext) -> int | None:
     root = base[: -len("/v1")] if base.endswith("/v1") else base
     headers = {"Authorization": f"Bearer {api_key}"}
-    # The requests' own TLS context, built here in a thread (not on the loop) the first
-    # time: the cell's first request then finds it ready.
-    verify = await anyio.to_thread.run_sync(tls_context)
     async with httpx.AsyncClient(
         timeout=PROBE_TIMEOUT / 2, headers=headers, verify=verify
     ) as client:

@@ -17,6 +17,7 @@ from cortex_jupyter.runtime.core.errors import CortexError, count
 
 __all__ = [
     "AuthenticationFailed",
+    "BadCertificates",
     "BadRequest",
     "CannotConnect",
     "ContextTooLong",
@@ -284,6 +285,23 @@ class CannotConnect(ModelError):
     @property
     def detail(self) -> str:
         return f" ({self.reason})" if self.reason else ""
+
+
+@dataclass(eq=False, repr=False)
+class BadCertificates(ModelError):
+    """Raised when the certificates ``SSL_CERT_FILE`` names cannot be loaded (a missing
+    or unreadable file, or one holding no certificate): no request is sent."""
+
+    continuable = False
+    model: str
+    variable: str
+    path: str
+    reason: str
+    template = (
+        "Cannot load the TLS certificates {e.variable}={e.path!r} names, for model "
+        "{e.model!r} ({e.reason}). Point {e.variable} at a PEM file of CA certificates, "
+        "or unset it (in a notebook: %env {e.variable}=) to use the system's."
+    )
 
 
 @dataclass(eq=False, repr=False)

@@ -34,10 +34,11 @@ from cortex_jupyter.runtime.core.secrets import secrets
 
 from ._redact import endpoint_of, host_port, redact
 from ._reply import ReplyAssembler, ServerFailure, call_ids_in, failure_of
-from ._tls import tls_context, tls_context_ready
+from ._tls import certificate_file, tls_context, tls_context_ready
 from ._window import known_window, server_window
 from .errors import (
     AuthenticationFailed,
+    BadCertificates,
     BadRequest,
     CannotConnect,
     ContextTooLong,
@@ -258,12 +259,19 @@ class OpenAIModel:
                 await client.close()
 
     def _new_client(self) -> _Client:
+        try:
+            verify = tls_context()
+        except OSError as err:  # ssl.SSLError is one: a file holding no certificate
+            if (path := certificate_file()) is None:
+                raise
+            reason = err.strerror or str(err) or type(err).__name__
+            raise BadCertificates(self.model, "SSL_CERT_FILE", path, reason) from None
         return _Client(
             api_key=self._key.reveal(),
             base_url=self._base_url,
             max_retries=self.max_retries,
             timeout=openai.Timeout(self.timeout, connect=min(self.timeout, _CONNECT_TIMEOUT)),
-            http_client=openai.DefaultAsyncHttpxClient(verify=tls_context()),
+            http_client=openai.DefaultAsyncHttpxClient(verify=verify),
         )
 
     async def _next(self, response: openai.AsyncStream[Any], assembler: ReplyAssembler) -> Any:

@@ -323,9 +323,12 @@ class Session:
         # each cell's start and end: 4-8 ms a cell). When the view can show late events,
         # fire_and_forget actions belong to that loop's task group and the cell ends with
         # the run, not with them; otherwise they are the run's own and the cell waits.
-        loop = self._background_loop()
-        background = loop.background if view.late is not None else None
-        if background is not None:
+        # A cell run by an async tool, on that loop's thread, cannot wait for the loop
+        # it blocks: it gets a loop of its own (as every cell once did).
+        session_loop = self._background_loop()
+        loop = None if session_loop.is_current() else session_loop
+        background = loop.background if loop is not None and view.late is not None else None
+        if loop is not None and background is not None:
             self._background_runs = [*self._still_running(), run]
             portal = loop.portal
             run._barrier = lambda: portal.call(nothing)

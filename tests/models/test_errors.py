@@ -26,6 +26,7 @@ CASES: list[tuple[errors.ModelError, str]] = [
     (errors.ContextTooLong("m", E, "too long"), "Start afresh with %cortex reset"),
     (errors.CannotConnect("m", "127.0.0.1:8000", "refused"), "Check the server is running"),
     (errors.ModelTimeout("m", E, 30.0), "did not answer within 30 s"),
+    (errors.BadCertificates("m", "SSL_CERT_FILE", "/ca.pem", "missing"), "unset it"),
     (errors.StreamDropped("m", E, 4, 120), "after 4 chunks (120 characters)"),
     (errors.UnexpectedReply("m", E, "no events"), "is the API root"),
     (errors.ScriptExhausted(2, 1), "it has only 1 turn"),

@@ -735,3 +735,76 @@ async def test_the_tls_store_is_loaded_once_a_process_not_once_a_request(
     assert joined(await collect(model_for(server))) == "ok"
     assert built == [None, certifi.where()]
     assert len(server.requests) == 4
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("content", [None, "not a certificate\n"], ids=["missing", "no-pem"])
+async def test_a_bad_certificate_file_is_named_and_the_next_request_after_fixing_it_works(
+    server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Any, content: Any
+) -> None:
+    """A mistyped SSL_CERT_FILE read "FileNotFoundError: [Errno 2] No such file or
+    directory", naming neither the variable nor the path; the failure is not kept."""
+    from cortex_jupyter.models import BadCertificates, _tls
+
+    monkeypatch.setattr(_tls, "_CONTEXTS", {})
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    variable = "SSL_CERT_FILE"
+    missing = str(tmp_path / "ca.pem")
+    if content is not None:
+        (tmp_path / "ca.pem").write_text(content)
+    monkeypatch.setenv(variable, missing)
+    with pytest.raises(BadCertificates) as failed:
+        await collect(model_for(server))
+    said = str(failed.value)
+    assert variable in said and repr(missing) in said and "\n" not in said
+    assert failed.value.continuable is False
+    assert server.requests == []
+    monkeypatch.delenv(variable)
+    server.script(Stream([text("ok"), finish()]))
+    assert joined(await collect(model_for(server))) == "ok"
+
+
+@pytest.mark.anyio
+async def test_the_window_is_learned_once_a_bad_certificate_file_is_fixed(
+    server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """A mistyped SSL_CERT_FILE made the context-window probe fail, and its "unknown" was
+    kept for the process: after the fix the gauge never learned the server's window."""
+    from cortex_jupyter.models import _tls, _window
+
+    monkeypatch.setattr(_tls, "_CONTEXTS", {})
+    monkeypatch.setattr(_window, "_CACHE", {})
+    server.props = {"default_generation_settings": {"n_ctx": 8192}}
+    model = model_for(server)
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "missing.pem"))
+    assert await model.learn_context_window() is None
+    monkeypatch.delenv("SSL_CERT_FILE")
+    assert await model.learn_context_window() == 8192
+    assert model.context_window == 8192
+
+
+def test_a_process_forked_while_the_tls_context_is_being_built_can_build_its_own() -> None:
+    """A process-pool tool forked while another thread held the TLS context's lock (a
+    first request building it) inherited the lock held, and hung at its first request."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        """
+        import os, signal
+        from cortex_jupyter.models import _tls
+        with _tls._LOCK:  # as while another thread builds the context
+            pid = os.fork()
+            if pid == 0:
+                signal.alarm(20)  # a hung child ends itself (exit code -14), never lingers
+                _tls.tls_context()
+                os._exit(7)
+        print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.stdout.split() == ["7"], done.stderr

@@ -7,6 +7,7 @@ read from the OpenTelemetry SDK's in-memory exporter (``tests/otel_spans``).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -432,3 +433,35 @@ def test_a_carrier_that_raises_sends_nothing_and_one_that_works_is_sent() -> Non
     assert carried("dask") == ()  # outside an action, nothing is carried
     with entered([Carried("no_such_package_here:attached", {}), sent]):
         pass  # neither an unimportable function nor one that is no context manager stops it
+
+
+@contextlib.contextmanager
+def _fails_on_leaving(values: dict[str, str]) -> Iterator[None]:
+    yield
+    raise RuntimeError("a bug in an observer's context, on leaving")
+
+
+class _Swallows:
+    def __init__(self, values: dict[str, str]) -> None:
+        pass
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> bool:
+        return True  # a context that swallows whatever was raised inside it
+
+
+def test_a_carried_context_that_fails_or_swallows_on_leaving_never_changes_the_tools_outcome() -> (
+    None
+):
+    """``entered`` left out a context that failed to enter, but one failing on leaving
+    failed the tool that had just succeeded, and one swallowing exceptions turned a
+    tool's failure into a success with no result."""
+    here = __name__
+    leaving = [Carried(f"{here}:_fails_on_leaving", {}), Carried(f"{here}:_Swallows", {})]
+    with entered(leaving):
+        result = 2**10
+    assert result == 1024
+    with pytest.raises(ZeroDivisionError), entered(leaving):
+        1 / 0  # noqa: B018

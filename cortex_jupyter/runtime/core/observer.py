@@ -34,6 +34,7 @@ tracing is an integration; the loop knows them only by these shapes.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -187,16 +188,29 @@ def carried(executor: str) -> tuple[Carried, ...]:
 def entered(carried: Sequence[Carried]) -> Iterator[None]:
     """On the process that runs a tool: each ``Carried``'s context entered around it.
     One whose function cannot be imported here (its package is not installed) or fails
-    to make or enter its context is left out; the tool runs all the same."""
+    to make or enter its context is left out; the tool runs all the same. Leaving a
+    context never changes the tool's outcome: an error there is dropped, and a context
+    cannot swallow the tool's own exception."""
     with ExitStack() as stack:
         for item in carried:
             try:
                 module, _, name = item.enter.partition(":")
                 make = getattr(importlib.import_module(module), name)
-                stack.enter_context(make(item.values))
+                context = make(item.values)
+                context.__enter__()
             except Exception:
                 continue
+            stack.push(functools.partial(_leave, context))
         yield
+
+
+def _leave(context: Any, *exc_info: Any) -> bool:
+    """Leave ``context``; False: whatever the tool raised goes on (never swallowed)."""
+    try:
+        context.__exit__(*exc_info)
+    except Exception:
+        log.debug("leaving a carried context failed", exc_info=True)
+    return False
 
 
 class Recording(RunObserver, Protocol):
