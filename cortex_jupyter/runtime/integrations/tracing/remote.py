@@ -16,12 +16,16 @@ from contextlib import contextmanager
 
 from opentelemetry import context, propagate, trace
 
-from cortex_jupyter.runtime.integrations.tracing.spans import configured
-
-__all__ = ["ATTACHED", "attached", "inject"]
+__all__ = ["ATTACHED", "attached", "configured", "inject"]
 
 #: How a ``Carried`` names ``attached`` (imported by the process that runs the tool).
 ATTACHED = f"{__name__}:attached"
+
+
+def configured(provider: object) -> bool:
+    """Whether ``provider`` sends spans anywhere: not the API's no-op or its proxy (the
+    stand-in the API returns while no provider is set)."""
+    return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
 
 
 def inject(span: trace.Span) -> dict[str, str]:

@@ -31,11 +31,8 @@ from opentelemetry import trace
 
 from cortex_jupyter.runtime.core.errors import CortexError
 from cortex_jupyter.runtime.core.secrets import redact
-from cortex_jupyter.runtime.integrations.tracing.spans import (
-    CAPTURE_CONTENT,
-    capture_content,
-    configured,
-)
+from cortex_jupyter.runtime.integrations.tracing.remote import configured
+from cortex_jupyter.runtime.integrations.tracing.spans import CAPTURE_CONTENT, capture_content
 
 __all__ = [
     "PhoenixCannotJoin",

@@ -53,6 +53,7 @@ from cortex_jupyter.runtime.core.events import (
 )
 from cortex_jupyter.runtime.core.observer import Carried, RunStart, carrying
 from cortex_jupyter.runtime.core.secrets import head, redact, redact_value, shorten, tail
+from cortex_jupyter.runtime.integrations.tracing.remote import ATTACHED, configured, inject
 
 __all__ = ["CAPTURE_CONTENT", "RunTrace", "capture_content", "configured", "observer"]
 
@@ -105,12 +106,6 @@ def epoch_ns(monotonic: float) -> int:
 def capture_content() -> bool:
     """Whether the conventions' switch asks for content (read at each run's start)."""
     return os.environ.get(CAPTURE_CONTENT, "").strip().lower() == "true"
-
-
-def configured(provider: object) -> bool:
-    """Whether ``provider`` sends spans anywhere: not the API's no-op or its proxy (the
-    stand-in the API returns while no provider is set)."""
-    return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
 
 
 def observer(start: RunStart) -> RunTrace | None:
@@ -284,8 +279,6 @@ class RunTrace:
     def _carry(self, span: Span, executor: str) -> Carried:
         """What a tool sent to ``executor`` takes along: the span's context, so the tool's
         own spans there are its children (``tracing.remote``); the span says where."""
-        from cortex_jupyter.runtime.integrations.tracing.remote import ATTACHED, inject
-
         span.set_attribute("cortex.executor", shorten(executor, 256))
         return Carried(ATTACHED, inject(span))
 
