@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import copy
+import dataclasses
 import json
 import os
 import queue
@@ -42,6 +43,8 @@ INTERVAL = 0.5
 #: How long a write waits for another kernel's to end before it gives up.
 BUSY_MS = 10_000
 _NODE_TIMES = ("submitted", "started", "finished")
+#: Most seconds between two tries of a write that failed and may succeed later.
+_MOST_BETWEEN_TRIES = 8.0
 
 
 class StoreUnavailable(Exception):
@@ -67,10 +70,7 @@ def connect(path: str | os.PathLike[str], *, create: bool = True) -> sqlite3.Con
         )
         try:
             db.execute(f"PRAGMA busy_timeout = {BUSY_MS}")
-            check(db, where)  # a newer store is refused before anything could change it
-            db.execute("PRAGMA journal_mode = WAL")
-            db.execute("PRAGMA synchronous = NORMAL")
-            migrate(db, where)
+            _open(db, where)
         except BaseException:
             db.close()
             raise
@@ -79,6 +79,50 @@ def connect(path: str | os.PathLike[str], *, create: bool = True) -> sqlite3.Con
     except (sqlite3.Error, OSError) as exc:
         raise StoreUnavailable(where, str(exc) or type(exc).__name__) from None
     return db
+
+
+def _open(db: sqlite3.Connection, where: str) -> None:
+    """Check, switch to WAL and migrate ``db``, waiting out other kernels doing the same.
+
+    Switching a new store to WAL needs it to itself, and SQLite answers "database is
+    locked" at once, without its busy wait, when another connection holds it meanwhile
+    (two kernels opening a new store together): so that answer is waited out here, for as
+    long as a write would wait.
+    """
+    deadline = time.monotonic() + BUSY_MS / 1000
+    while True:
+        try:
+            check(db, where)  # a newer store is refused before anything could change it
+            db.execute("PRAGMA journal_mode = WAL")
+            db.execute("PRAGMA synchronous = NORMAL")
+            migrate(db, where)
+            return
+        except sqlite3.OperationalError as exc:
+            if not _busy(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
+_BUSY = {5: "database is locked", 6: "database table is locked"}  # SQLITE_BUSY, _LOCKED
+_FULL = {13: "database or disk is full"}  # SQLITE_FULL
+
+
+def _busy(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` is another connection holding the store (it passes: try again)."""
+    return _coded(exc, _BUSY)
+
+
+def _passing(exc: sqlite3.Error) -> bool:
+    """Whether a write that failed with ``exc`` may succeed later: the store was held
+    by another kernel, or the disk was full."""
+    return _coded(exc, {**_BUSY, **_FULL})
+
+
+def _coded(exc: sqlite3.Error, codes: Mapping[int, str]) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+
+    if isinstance(code, int):
+        return (code & 0xFF) in codes
+    return str(exc).startswith(tuple(codes.values()))
 
 
 @dataclass
@@ -95,6 +139,13 @@ class _Kept:
     status: str = "running"
     node_seq: dict[str, int] = field(default_factory=dict)
     joiner: Joiner = field(default_factory=Joiner)
+
+    def copy(self) -> _Kept:
+        """A copy that later writes leave as it is (kept while a commit is tried)."""
+        return dataclasses.replace(
+            self, actions=set(self.actions), node_seq=dict(self.node_seq),
+            joiner=self.joiner.copy(),
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -130,6 +181,7 @@ class _Finish:
 class _Flush:
     def __init__(self) -> None:
         self.done = threading.Event()
+        self.written = True  # False: what came before it is still to be written
 
 
 _STOP = object()
@@ -196,6 +248,7 @@ class Store:
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._runs: dict[str, _Kept] = {}
         self.problem: str | None = None
+        self._retrying: str | None = None  # the problem said while a write is tried again
         self._host = f"{os.getpid()}@{socket.gethostname()}"
         self._thread = threading.Thread(target=self._work, name="cortex-store", daemon=True)
         self._thread.start()
@@ -220,12 +273,13 @@ class Store:
         self._queue.put(item)
 
     def flush(self, timeout: float | None = 10.0) -> bool:
-        """Wait until everything handed over so far is committed; False on timeout."""
+        """Wait until everything handed over so far is committed; False on timeout, or
+        when it could not be written yet (``problem`` says why; it is tried again)."""
         if not self._thread.is_alive():
             return False
         marker = _Flush()
         self.put(marker)
-        return marker.done.wait(timeout)
+        return marker.done.wait(timeout) and marker.written
 
     def close(self) -> None:
         """Commit what is queued and stop the writer (at exit, or when the store changes)."""
@@ -239,6 +293,7 @@ class Store:
     def _work(self) -> None:
         batch: list[Any] = []
         deadline: float | None = None
+        failures = 0
         while True:
             wait = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
@@ -250,18 +305,29 @@ class Store:
                 deadline = deadline or time.monotonic() + INTERVAL
                 if time.monotonic() < deadline:
                     continue
-            self._commit(batch)
-            batch, deadline = [], None
+            written = self._commit(batch)
+            if written or item is _STOP:
+                batch, deadline, failures = [], None, 0
+            else:  # kept, and tried again a little later, with what comes meanwhile
+                failures += 1
+                deadline = time.monotonic() + min(INTERVAL * 2**failures, _MOST_BETWEEN_TRIES)
             if isinstance(item, _Flush):
+                item.written = written
                 item.done.set()
             if item is _STOP:
                 self._db.close()
                 return
 
-    def _commit(self, batch: list[Any]) -> None:
+    def _commit(self, batch: list[Any]) -> bool:
+        """Write ``batch`` in one transaction; False when it must be tried again (the
+        store was held by another kernel past the busy wait, the disk was full): what
+        the writer knows of its runs is then as it was before, so nothing is lost or
+        written twice."""
         if not batch:
-            return
+            return True
         db = self._db
+        runs = {str(item.run) for item in batch}
+        before = {run: self._runs[run].copy() for run in runs if run in self._runs}
         try:
             db.execute("BEGIN IMMEDIATE")
             try:
@@ -273,10 +339,23 @@ class Store:
                     self._update_counts(db, run)
                 db.execute("COMMIT")
             except BaseException:
-                db.execute("ROLLBACK")
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
                 raise
         except Exception as exc:  # a full disk, a store locked too long: say so, go on
-            self.problem = redact(f"the run store {self.path} could not be written: {exc}")
+            said = f"the run store {self.path} could not be written: {exc}"
+            if not (isinstance(exc, sqlite3.Error) and _passing(exc)):
+                self.problem = redact(said)
+                return True  # never going to fit: dropped, not retried forever
+            for run in runs:
+                self._runs.pop(run, None)
+            self._runs.update(before)
+            self.problem = self._retrying = redact(f"{said} (still trying)")
+            return False
+        if self._retrying is not None and self.problem == self._retrying:
+            self.problem = None  # it was written in the end: nothing to say
+        self._retrying = None
+        return True
 
     def _write(self, db: sqlite3.Connection, item: Any) -> str:
         if isinstance(item, _Start):

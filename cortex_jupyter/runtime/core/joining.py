@@ -75,6 +75,13 @@ class Joiner:
         self._parts.append(_text(event))
         return out
 
+    def copy(self) -> Joiner:
+        """A copy that later deltas leave as it is."""
+        twin = Joiner()
+        twin._key, twin._first, twin._after_cut = self._key, self._first, self._after_cut
+        twin._parts = list(self._parts)
+        return twin
+
     def flush(self, *, cut: bool = False) -> list[tuple[AnyEvent, float]]:
         """The joined delta waiting, if any; ``cut``: the block may go on after it."""
         if not self._parts or self._first is None:

@@ -1,0 +1,168 @@
+"""The store while another connection holds it: opening waits, a write waits or is kept.
+
+Two kernels opening a new store at once met SQLite's "database is locked", which it
+answers at once (no busy wait) to a connection switching the file to WAL while another
+holds it: the second kernel's runs were not kept at all. And a write that waited out the
+busy timeout was dropped, its events gone. Both are waited out now, or tried again.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+import cortex_jupyter
+from cortex_jupyter import store
+from cortex_jupyter.models import ScriptModel
+from cortex_jupyter.runtime import Agent, Registry
+from cortex_jupyter.store import writer
+
+SCRIPT = """<action id="a1">{"name": "sea", "parameters": {"n": 3}, "output_key": "sea"}</action>
+--- next turn ---
+<response final="true">The sea holds $sea fish.</response>"""
+
+
+@contextmanager
+def held(path: Path) -> Iterator[threading.Event]:
+    """Another connection holds ``path`` for writing until the event is set."""
+    ready, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        other.execute("CREATE TABLE IF NOT EXISTS other_kernel (x)")
+        ready.set()
+        release.wait(30)
+        other.execute("COMMIT")
+        other.close()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    assert ready.wait(10)
+    try:
+        yield release
+    finally:
+        release.set()
+        thread.join(10)
+
+
+def test_a_new_store_held_by_another_connection_is_opened_once_it_is_let_go(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "runs.db"
+    with held(path) as release:
+        threading.Timer(0.3, release.set).start()
+        db = writer.connect(path)  # failed at once with "database is locked"
+    try:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert db.execute("PRAGMA user_version").fetchone()[0] == store.schema.VERSION
+    finally:
+        db.close()
+
+
+def _open(path: str, barrier: object, out: object) -> None:
+    barrier.wait()  # type: ignore[attr-defined]
+    try:
+        writer.connect(path).close()
+        out.put("opened")  # type: ignore[attr-defined]
+    except store.StoreUnavailable as exc:
+        out.put(str(exc))  # type: ignore[attr-defined]
+
+
+def test_kernels_opening_a_new_store_at_the_same_moment_all_open_it(tmp_path: Path) -> None:
+    context = multiprocessing.get_context("fork")
+    answers: list[str] = []
+    for trial in range(20):  # each trial failed about one time in five
+        path = str(tmp_path / f"runs-{trial}.db")
+        barrier, out = context.Barrier(3), context.Queue()
+        processes = [context.Process(target=_open, args=(path, barrier, out)) for _ in range(3)]
+        for process in processes:
+            process.start()
+        answers += [out.get(timeout=60) for _ in processes]
+        for process in processes:
+            process.join(30)
+    assert set(answers) == {"opened"}
+
+
+def tools() -> Registry:
+    registry = Registry()
+
+    @registry.tool
+    def sea(n: int) -> int:
+        """Count fish."""
+        return n * 7
+
+    return registry
+
+
+@pytest.fixture
+def impatient(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write gives up on a held store after 0.2 s (not 10 s)."""
+    monkeypatch.setattr(writer, "BUSY_MS", 200)
+
+
+def test_a_write_to_a_store_held_too_long_is_kept_and_written_once_it_is_let_go(
+    tmp_path: Path, impatient: None
+) -> None:
+    path = tmp_path / "runs.db"
+    kept = writer.Store(path)
+    try:
+        with held(path):
+            run = Agent(model=ScriptModel(SCRIPT), registry=tools()).run_sync(
+                "how many fish?", store=kept
+            )
+            assert not kept.flush()  # not written: the store is held
+            assert kept.problem is not None and "still trying" in kept.problem
+            assert "database is locked" in kept.problem
+        assert kept.flush()  # let go: written now, and nothing to say any more
+        assert kept.problem is None
+        back = cortex_jupyter.open_run(run.id, store=path)
+        assert back.status == "completed" and back.answer == "The sea holds 21 fish."
+        assert back.actions["a1"].output == 21
+        calm = writer.Store(tmp_path / "calm.db")  # the same run, kept with no one in the way
+        try:
+            twin = Agent(model=ScriptModel(SCRIPT), registry=tools()).run_sync(
+                "how many fish?", store=calm
+            )
+            assert calm.flush()
+        finally:
+            calm.close()
+        like = cortex_jupyter.open_run(twin.id, store=tmp_path / "calm.db")
+        assert [e.kind for e in back.events] == [e.kind for e in like.events]
+        seqs = [seq for (seq,) in sqlite3.connect(path).execute(
+            "SELECT seq FROM events WHERE run = ? ORDER BY seq", (run.id,))]  # fmt: skip
+        assert seqs == list(range(len(seqs)))  # each event once, none skipped
+    finally:
+        kept.close()
+
+
+def test_a_write_that_can_never_succeed_is_said_and_later_runs_are_still_kept(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "runs.db"
+    kept = writer.Store(path)
+    try:
+        sqlite3.connect(path).execute("DROP TABLE nodes")  # not a passing problem
+        first = Agent(model=ScriptModel(SCRIPT), registry=tools()).run_sync("one", store=kept)
+        kept.flush()
+        assert kept.problem is not None and "nodes" in kept.problem
+        assert "still trying" not in kept.problem
+        kept.problem = None
+        db = sqlite3.connect(path)
+        db.executescript(
+            "CREATE TABLE nodes (run TEXT NOT NULL, id TEXT NOT NULL, seq INTEGER NOT NULL, "
+            "body TEXT NOT NULL, PRIMARY KEY (run, id)) WITHOUT ROWID;"
+        )
+        db.close()
+        second = Agent(model=ScriptModel(SCRIPT), registry=tools()).run_sync("two", store=kept)
+        assert kept.flush() and kept.problem is None
+        ids = {row.id for row in cortex_jupyter.runs(store=path)}
+        assert second.id in ids and first.id != second.id
+    finally:
+        kept.close()
