@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -98,6 +98,7 @@ def test_the_exporter_endpoint_is_shown_without_its_credentials(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
     endpoint: str,
+    listen: Callable[..., Listener],
 ) -> None:
     """An endpoint set as OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (a name that does not look
     like a credential's) may carry a password or a key in its URL: `%cortex trace` names
@@ -174,6 +175,24 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
+def listen(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Listener]]:
+    """Start a listener (stopped after the test): on ``port``, or on a free port that
+    `%cortex trace phoenix` then looks for Phoenix at."""
+    started: list[Listener] = []
+
+    def start(phoenix: bool, port: int | None = None) -> Listener:
+        listener = Listener(phoenix, port or 0)
+        started.append(listener)
+        if port is None:
+            monkeypatch.setattr(setup, "PHOENIX_PORT", listener.port)
+        return listener
+
+    yield start
+    for listener in started:
+        listener.stop()
+
+
+@pytest.fixture
 def phoenix_processors() -> Iterator[None]:
     """Processors a test's `%cortex trace phoenix` adds to the process's provider are shut
     down afterwards (the SDK cannot take one away; shut down, it sends nothing more)."""
@@ -199,19 +218,17 @@ def traced_cell(ip: InteractiveShell) -> None:
 # the kernel, loads libraries that warn, and warnings fail a test.)
 @pytest.mark.usefixtures("phoenix_processors")
 def test_phoenix_running_gets_the_spans_even_with_a_provider_already_set_and_asked_twice(
-    ip: InteractiveShell, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    ip: InteractiveShell,
+    capsys: pytest.CaptureFixture[str],
+    listen: Callable[..., Listener],
 ) -> None:
     """A tracer provider is already set (another recipe, or a test's): OpenTelemetry
     will not replace it, so Phoenix is added to it. Asked twice, the spans still reach
     Phoenix once each."""
-    phoenix = Listener(phoenix=True)
-    monkeypatch.setattr(setup, "PHOENIX_PORT", phoenix.port)
-    try:
-        ip.run_line_magic("cortex", "trace phoenix")
-        ip.run_line_magic("cortex", "trace phoenix")
-        traced_cell(ip)
-    finally:
-        phoenix.stop()
+    phoenix = listen(True)
+    ip.run_line_magic("cortex", "trace phoenix")
+    ip.run_line_magic("cortex", "trace phoenix")
+    traced_cell(ip)
     out = capsys.readouterr().out
     assert f"Phoenix already running at http://127.0.0.1:{phoenix.port}" in out
     assert "project 'default' (beside the tracer provider's other processors)" in out
@@ -221,21 +238,18 @@ def test_phoenix_running_gets_the_spans_even_with_a_provider_already_set_and_ask
 
 @pytest.mark.usefixtures("phoenix_processors")
 def test_something_else_on_phoenix_port_is_not_taken_for_phoenix(
-    ip: InteractiveShell, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    ip: InteractiveShell,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    listen: Callable[..., Listener],
 ) -> None:
     """TensorBoard answers on 6006 too: `%cortex trace phoenix` starts Phoenix on another
     port (here a stand-in started where it is asked to serve) and sends the spans there."""
-    other = Listener(phoenix=False)
+    other = listen(False)
     served: list[Listener] = []
-    monkeypatch.setattr(setup, "PHOENIX_PORT", other.port)
-    monkeypatch.setattr(setup, "_serve", lambda port: served.append(Listener(True, port)))
-    try:
-        ip.run_line_magic("cortex", "trace phoenix")
-        traced_cell(ip)
-    finally:
-        other.stop()
-        for listener in served:
-            listener.stop()
+    monkeypatch.setattr(setup, "_serve", lambda port: served.append(listen(True, port)))
+    ip.run_line_magic("cortex", "trace phoenix")
+    traced_cell(ip)
     (phoenix,) = served
     assert phoenix.port != other.port
     assert f"Phoenix started at http://127.0.0.1:{phoenix.port}" in capsys.readouterr().out
@@ -250,15 +264,14 @@ class Closed(trace.TracerProvider):
 
 
 def test_a_provider_that_takes_no_processor_is_said_in_one_line(
-    ip: InteractiveShell, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    ip: InteractiveShell,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    listen: Callable[..., Listener],
 ) -> None:
-    phoenix = Listener(phoenix=True)
-    monkeypatch.setattr(setup, "PHOENIX_PORT", phoenix.port)
+    listen(True)
     monkeypatch.setattr(setup.trace, "get_tracer_provider", Closed)
-    try:
-        ip.run_line_magic("cortex", "trace phoenix")
-    finally:
-        phoenix.stop()
+    ip.run_line_magic("cortex", "trace phoenix")
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.startswith(
@@ -304,18 +317,15 @@ def test_a_phoenix_folder_that_cannot_be_made_is_said_in_one_line(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
+    listen: Callable[..., Listener],
 ) -> None:
     """PHOENIX_WORKING_DIR names a file (a typo, a stale setting): one `cortex:` line
     names the folder and the error, and nothing is registered."""
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("x", encoding="utf-8")
     monkeypatch.setenv("PHOENIX_WORKING_DIR", str(blocker / "phoenix"))
-    nobody = Listener(phoenix=False)  # a port that answers, but not as Phoenix
-    monkeypatch.setattr(setup, "PHOENIX_PORT", nobody.port)
-    try:
-        ip.run_line_magic("cortex", "trace phoenix")
-    finally:
-        nobody.stop()
+    listen(False)  # a port that answers, but not as Phoenix
+    ip.run_line_magic("cortex", "trace phoenix")
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.startswith("cortex: trace: Phoenix could not start: ")
@@ -325,20 +335,19 @@ def test_a_phoenix_folder_that_cannot_be_made_is_said_in_one_line(
 
 @pytest.mark.usefixtures("phoenix_processors")
 def test_a_phoenix_with_authentication_gets_the_key_phoenix_reads(
-    ip: InteractiveShell, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    ip: InteractiveShell,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    listen: Callable[..., Listener],
 ) -> None:
     """PHOENIX_API_KEY set (a Phoenix with authentication on): the spans are sent with
     it, as Phoenix's own register() sends them; `%cortex trace` never shows it."""
     key = "phx-key-0123456789abcdef"
     monkeypatch.setenv("PHOENIX_API_KEY", key)
-    phoenix = Listener(phoenix=True)
-    monkeypatch.setattr(setup, "PHOENIX_PORT", phoenix.port)
-    try:
-        ip.run_line_magic("cortex", "trace phoenix")
-        traced_cell(ip)
-        ip.run_line_magic("cortex", "trace")
-    finally:
-        phoenix.stop()
+    phoenix = listen(True)
+    ip.run_line_magic("cortex", "trace phoenix")
+    traced_cell(ip)
+    ip.run_line_magic("cortex", "trace")
     assert "execute_tool no_such_tool" in phoenix.spans
     assert set(phoenix.authorizations) == {f"Bearer {key}"}
     assert key not in capsys.readouterr().out
@@ -346,7 +355,10 @@ def test_a_phoenix_with_authentication_gets_the_key_phoenix_reads(
 
 @pytest.mark.usefixtures("phoenix_processors")
 def test_a_proxy_in_the_environment_does_not_hide_the_local_phoenix(
-    ip: InteractiveShell, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    ip: InteractiveShell,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    listen: Callable[..., Listener],
 ) -> None:
     """http_proxy set (a company network): Phoenix on 127.0.0.1 is asked directly, so the
     one running is found and not started again behind the proxy's back."""
@@ -354,30 +366,25 @@ def test_a_proxy_in_the_environment_does_not_hide_the_local_phoenix(
     monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
     monkeypatch.delenv("no_proxy", raising=False)
     monkeypatch.delenv("NO_PROXY", raising=False)
-    phoenix = Listener(phoenix=True)
-    monkeypatch.setattr(setup, "PHOENIX_PORT", phoenix.port)
+    phoenix = listen(True)
     monkeypatch.setattr(setup, "_serve", lambda port: pytest.fail(f"started another on {port}"))
-    try:
-        ip.run_line_magic("cortex", "trace phoenix")
-        traced_cell(ip)
-    finally:
-        phoenix.stop()
+    ip.run_line_magic("cortex", "trace phoenix")
+    traced_cell(ip)
     assert f"Phoenix already running at http://127.0.0.1:{phoenix.port}" in capsys.readouterr().out
     assert "execute_tool no_such_tool" in phoenix.spans  # sent directly too
 
 
 def test_phoenix_without_the_otlp_exporter_says_what_to_install(
-    ip: InteractiveShell, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    ip: InteractiveShell,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    listen: Callable[..., Listener],
 ) -> None:
     """Phoenix's server installed but not the OTLP/HTTP exporter it sends spans with (an
     import that fails): one line says what to install, nothing is registered."""
-    phoenix = Listener(phoenix=True)
-    monkeypatch.setattr(setup, "PHOENIX_PORT", phoenix.port)
+    listen(True)
     monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)
-    try:
-        ip.run_line_magic("cortex", "trace phoenix")
-    finally:
-        phoenix.stop()
+    ip.run_line_magic("cortex", "trace phoenix")
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err == (
