@@ -291,7 +291,7 @@ def test_cached_prompt_tokens_cost_the_cache_read_price_and_show_in_the_usage(
 def test_a_nonsense_cached_count_in_a_run_prices_as_if_absent(
     ip: InteractiveShell, server: FakeOpenAIServer
 ) -> None:
-    for cached in ("1024", True, -1, 5000, None):
+    for cached in ("lots", -1, 5000, None, [3]):
         server.script(
             Stream(
                 [*texts("<response>Hi.</response>", 9), finish(), openai_usage(1200, 80, cached)]

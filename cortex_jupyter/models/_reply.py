@@ -2,10 +2,11 @@
 
 Servers that call themselves OpenAI-compatible each stream a little differently (see
 NOTES.md, "Real servers' SSE"). Everything here reads fields defensively - ``getattr`` or
-``Mapping.get``, with defaults - because each chunk is the server's JSON as it was sent
-(``openai_client._Client`` keeps the SDK from coercing it): extra fields (``reasoning``,
-``channel``, ``error``...) arrive as they were sent, fields OpenAI always sends may be
-missing, and a count may be a string or a bool. What each server does, and where it is read:
+``Mapping.get``, with defaults - because the SDK builds chunks without validating them:
+extra fields (``reasoning``, ``channel``, ``error``...) arrive as they were sent, and
+fields OpenAI always sends may be missing. (It does coerce a known field of the wrong
+JSON type where it can: a count of ``"12"`` arrives as 12.) What each server does, and
+where it is read:
 
 - reasoning in ``reasoning_content`` (DeepSeek, Z.ai, older vLLM), ``reasoning`` (newer
   vLLM, Ollama, Groq, OpenRouter), ``thinking``, ``reasoning_details`` (OpenRouter, a list

@@ -27,7 +27,6 @@ import anyio
 import anyio.to_thread
 import openai
 from openai._models import FinalRequestOptions
-from openai.types.chat import ChatCompletionChunk
 
 from cortex_jupyter.runtime.core.chunks import Message, ModelChunk, ToolDefinition, Usage
 from cortex_jupyter.runtime.core.cost import Price
@@ -439,14 +438,6 @@ class _Client(openai.AsyncOpenAI):
         if hasattr(options, "stream_mode"):  # an older SDK raises (see _mid_reply_error)
             options.stream_mode = "events"
         return options
-
-    def _process_response_data(self, *, data: object, cast_to: Any, response: Any) -> Any:
-        """A streamed chunk as the server sent it (its JSON): ``ReplyAssembler`` reads
-        every field defensively. The SDK's lax validation would make a token count of
-        ``true`` a 1 and ``"12"`` a 12: server bytes a price must not be made of."""
-        if cast_to is ChatCompletionChunk:
-            return data
-        return super()._process_response_data(data=data, cast_to=cast_to, response=response)
 
 
 async def _read_tail(response: openai.AsyncStream[Any], assembler: ReplyAssembler) -> None:

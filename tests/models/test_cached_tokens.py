@@ -93,15 +93,16 @@ async def test_a_model_with_no_cache_read_price_prices_cached_tokens_as_input_an
 
 
 # What a server may put where the cached count goes (it is its bytes, not a promise).
+# Not here: ``"1024"`` and ``true``, which the openai SDK itself reads as 1024 and 1 before
+# we see them (a known field is coerced where it can be); the property test below feeds
+# the assembler such values directly.
 HOSTILE_DETAILS: list[Any] = [
     None,
     {},
     {"cached_tokens": None},
-    {"cached_tokens": "1024"},
+    {"cached_tokens": "lots"},
     {"cached_tokens": -5},
     {"cached_tokens": 1201},  # more than the prompt
-    {"cached_tokens": True},
-    {"cached_tokens": 1024.0},
     {"cached_tokens": [1024]},
     {"cached_tokens": {"n": 1024}},
     {"cached_tokens": 10**30},
