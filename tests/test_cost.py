@@ -17,16 +17,29 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
-from cortex_jupyter import Agent, default_registry, store
+from cortex_jupyter import Agent, default_registry, open_run, runs, store
 from cortex_jupyter.display.state import from_run
 from cortex_jupyter.display.static import header_html
+from cortex_jupyter.display.theme import fmt_count
 from cortex_jupyter.magic import CortexMagics
 from cortex_jupyter.models import OpenAIModel
 from cortex_jupyter.runtime import Run
+from cortex_jupyter.runtime.core.chunks import Usage
+from cortex_jupyter.runtime.core.events import Chunk, Cost
+from cortex_jupyter.runtime.core.record import decode_event
+from cortex_jupyter.runtime.loop.context import DEFAULT_REPLY_ROOM, MESSAGE_OVERHEAD
 from cortex_jupyter.session import CortexRunError, session_for
 from cortex_jupyter.session.cell import LOCAL_KEY
 from tests.conftest import SECRET
-from tests.models.fake_openai_server import FakeOpenAIServer, Stream, finish, texts, usage
+from tests.models.fake_openai_server import (
+    FakeOpenAIServer,
+    Stream,
+    finish,
+    openai_usage,
+    text,
+    texts,
+    usage,
+)
 
 
 def reply(text: str, prompt: int, completion: int) -> Stream:
@@ -34,9 +47,13 @@ def reply(text: str, prompt: int, completion: int) -> Stream:
     return Stream([*texts(text, 9), finish(), usage(prompt, completion)])
 
 
-def price(prompt: int, completion: int, model: str, **where: Any) -> float:
-    """genai-prices' own price of that usage."""
-    tokens = genai_prices.Usage(input_tokens=prompt, output_tokens=completion)
+def price(
+    prompt: int, completion: int, model: str, cached: int | None = None, **where: Any
+) -> float:
+    """genai-prices' own price of that usage (``cached``: prompt tokens read from cache)."""
+    tokens = genai_prices.Usage(
+        input_tokens=prompt, output_tokens=completion, cache_read_tokens=cached
+    )
     return float(genai_prices.calc_price(tokens, model_ref=model, **where).total_price)
 
 
@@ -250,6 +267,66 @@ def test_the_cost_survives_the_transcript(ip: InteractiveShell, server: FakeOpen
     assert again.cost == pytest.approx(record.cost) and again.cost_note == record.cost_note
 
 
+def test_cached_prompt_tokens_cost_the_cache_read_price_and_show_in_the_usage(
+    ip: InteractiveShell, server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # OpenAI's usage chunk says 1024 of the 1200 prompt tokens were read from its cache:
+    # gpt-4o-mini bills those at half its input price.
+    server.script(
+        Stream([*texts("<response>Hi.</response>", 9), finish(), openai_usage(1200, 80, 1024)])
+    )
+    record = run(ip, "--model gpt-4o-mini")
+    expected = price(1200, 80, "gpt-4o-mini", cached=1024)
+    assert expected < price(1200, 80, "gpt-4o-mini")
+    assert record.cost == pytest.approx(expected)
+    assert record.usage == {"prompt_tokens": 1200, "completion_tokens": 80, "cached_tokens": 1024}
+    assert "(1.2k in, 1.0k cached)" in last_line(capsys.readouterr().out, "[end]")
+    again = Run.from_jsonl(record.to_jsonl())
+    assert again.cost == pytest.approx(expected) and again.usage == record.usage
+    store.open_store().flush()
+    stored = open_run(record.id)
+    assert stored.cost == pytest.approx(expected) and stored.usage == record.usage
+
+
+def test_a_nonsense_cached_count_in_a_run_prices_as_if_absent(
+    ip: InteractiveShell, server: FakeOpenAIServer
+) -> None:
+    for cached in ("lots", -1, 5000, None, [3]):
+        server.script(
+            Stream(
+                [*texts("<response>Hi.</response>", 9), finish(), openai_usage(1200, 80, cached)]
+            )
+        )
+        record = run(ip, "--model gpt-4o-mini")
+        assert record.cost == pytest.approx(price(1200, 80, "gpt-4o-mini")), cached
+        assert record.usage == {"prompt_tokens": 1200, "completion_tokens": 80}
+
+
+def test_transcripts_from_before_cached_counts_and_nonsense_in_one_still_read() -> None:
+    # A usage chunk and a price as transcripts and stores kept them before cached counts.
+    old = {
+        "kind": "chunk",
+        "type": "usage",
+        "time": 1.0,
+        "prompt_tokens": 9,
+        "completion_tokens": 4,
+    }
+
+    def read(line: dict[str, Any]) -> Any:
+        event = decode_event(line)
+        assert isinstance(event, Chunk)
+        return event.to_chunk()
+
+    assert read(old) == Usage(9, 4)
+    assert read({**old, "cached_tokens": 5}) == Usage(9, 4, 5)
+    for bad in ("lots", True, -1, 10, [3], 2.5):  # a file edited by hand: not trusted either
+        assert read({**old, "cached_tokens": bad}) == Usage(9, 4)
+    cost = decode_event(
+        {"kind": "cost", "model": "gpt-4o-mini", "time": 1.0, "usd": 0.25, "prompt_tokens": 9}
+    )
+    assert isinstance(cost, Cost) and cost.cached_tokens is None and cost.usd == 0.25
+
+
 # ---- budgets ------------------------------------------------------------------------
 
 
@@ -414,3 +491,96 @@ def test_the_budget_setting_holds_for_a_named_agent_without_its_own(
     with pytest.raises(CortexRunError, match="budget of 10 tokens"):
         run(ip, "--agent cost_helper")
     assert server.requests == []
+
+
+# ---- the context summary is a request too -------------------------------------------
+
+
+SUMMARY_TEXT = "They talked about a long zeppelin report."
+
+
+class Summarising(FakeOpenAIServer):
+    """Answers each request from what it asks: a request for a summary of older turns
+    with one, anything else with a short answer; its usage counts the prompt at about
+    four characters a token (as the context module does), the replies as given."""
+
+    def next_reply(self) -> Any:
+        with self._lock:
+            request = self.requests[-1]
+        messages = request.json["messages"]
+        prompt = prompt_tokens(messages)
+        if messages[-1]["content"].startswith("Summarise this conversation"):
+            return Stream([text(SUMMARY_TEXT), finish(), usage(prompt, 30)])
+        return Stream([text("<response>Noted.</response>"), finish(), usage(prompt, 10)])
+
+
+def prompt_tokens(messages: list[dict[str, Any]]) -> int:
+    return sum(MESSAGE_OVERHEAD + round(len(m.get("content") or "") / 4) for m in messages)
+
+
+def is_summary(request: Any) -> bool:
+    return bool(request.json["messages"][-1]["content"].startswith("Summarise this"))
+
+
+@pytest.fixture
+def summarising(monkeypatch: pytest.MonkeyPatch, magics: CortexMagics) -> Iterator[Summarising]:
+    with Summarising() as running:
+        monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+        monkeypatch.setenv("OPENAI_BASE_URL", running.url)
+        yield running
+
+
+def crowded(ip: InteractiveShell, server: Summarising) -> None:
+    """A first cell with a long prompt, then a context budget that leaves no room for it
+    beside the system prompt and a short new prompt: the next cell must summarise it."""
+    run(ip, "--model gpt-4o-mini", "Read this report: " + "the zeppelin flew on. " * 550)
+    assert len(server.requests) == 1 and not is_summary(server.requests[0])
+    system = prompt_tokens(server.requests[0].json["messages"][:1])
+    ip.run_line_magic(
+        "config", f"CortexMagics.context_tokens = {system + DEFAULT_REPLY_ROOM + 400}"
+    )
+
+
+def test_a_summary_request_that_would_pass_the_budget_is_not_sent(
+    ip: InteractiveShell, summarising: Summarising, capsys: pytest.CaptureFixture[str]
+) -> None:
+    crowded(ip, summarising)
+    # The summary's reply alone may take 400 tokens ($0.00024 at gpt-4o-mini's price):
+    # the request would pass a $0.0001 budget, so it is not sent and the run ends
+    # `budget` (before, the summary was asked unchecked, and only the turn was stopped).
+    with pytest.raises(CortexRunError) as caught:
+        run(ip, "--model gpt-4o-mini --budget 0.0001", "And what came next?")
+    message = str(caught.value)
+    assert "stopped the run before its request for a summary of the older conversation" in message
+    assert "\n" not in message
+    assert len(summarising.requests) == 1  # neither the summary nor the turn was sent
+    record = ip.user_ns["_cortex"]
+    assert record.status == "budget" and record.cost == 0
+    assert "budget" in last_line(capsys.readouterr().out, "[end]")
+
+    # Everything is kept: a larger budget goes on from there, summary first.
+    ip.run_line_magic("cortex", "continue --budget 1")
+    again = ip.user_ns["_cortex"]
+    assert (again.status, again.answer) == ("completed", "Noted.")
+    summary, turn = summarising.requests[1:]
+    assert is_summary(summary) and not is_summary(turn)
+    assert SUMMARY_TEXT in turn.json["messages"][1]["content"]
+
+
+def test_a_summary_requests_tokens_count_in_the_runs_cost_and_usage(
+    ip: InteractiveShell, summarising: Summarising, capsys: pytest.CaptureFixture[str]
+) -> None:
+    crowded(ip, summarising)
+    capsys.readouterr()
+    record = run(ip, "--model gpt-4o-mini", "And what came next?")
+    summary, turn = summarising.requests[1:]
+    assert is_summary(summary) and not is_summary(turn)
+    asked = prompt_tokens(summary.json["messages"])
+    sent = prompt_tokens(turn.json["messages"])
+    assert record.usage == {"prompt_tokens": asked + sent, "completion_tokens": 30 + 10}
+    expected = price(asked, 30, "gpt-4o-mini") + price(sent, 10, "gpt-4o-mini")
+    assert record.cost == pytest.approx(expected)
+    assert f"({fmt_count(asked + sent)} in)" in last_line(capsys.readouterr().out, "[end]")
+    store.open_store().flush()
+    row = next(r for r in runs(limit=5) if r.id == record.id)
+    assert (row.prompt_tokens, row.completion_tokens) == (asked + sent, 40)

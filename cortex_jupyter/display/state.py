@@ -116,6 +116,8 @@ class ViewState:
     metrics: dict[str, float] = field(default_factory=dict)
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    #: The part of ``prompt_tokens`` the server read from its prompt cache (None: none).
+    cached_tokens: int | None = None
     #: What the run's requests cost in US dollars, nested agents' included (None: a
     #: price is not known); ``priced`` counts them, ``free`` says why they cost nothing.
     cost: float | None = 0.0
@@ -157,6 +159,7 @@ class ViewState:
     _turn_span: list[float] = field(default_factory=list, repr=False)
     _turn_chars: int = field(default=0, repr=False)
     _turn_usage: int | None = field(default=None, repr=False)
+    _in_turn: bool = field(default=True, repr=False)  # False from a turn's end to the next
 
     # ---- text ---------------------------------------------------------------------
 
@@ -567,7 +570,10 @@ class ViewState:
             self.prompt_tokens = (self.prompt_tokens or 0) + int(value)
         elif name == "completion_tokens":
             self.completion_tokens = (self.completion_tokens or 0) + int(value)
-            self._turn_usage = (self._turn_usage or 0) + int(value)
+            if self._in_turn:  # a turn's reply (not a summary asked between turns)
+                self._turn_usage = (self._turn_usage or 0) + int(value)
+        elif name == "cached_tokens":
+            self.cached_tokens = (self.cached_tokens or 0) + int(value)
         elif name == "context_tokens":  # the server's count of what this turn sent
             self.context_tokens, self.context_counted = int(value), True
         self.metrics[name] = value
@@ -629,7 +635,7 @@ class ViewState:
             self.model = model
         self._close_turn_rate()
         self._next_answer(self.turn)
-        self.stream_open = True
+        self.stream_open = self._in_turn = True
         self._block_open.clear()
         self._touch("header")
 
@@ -637,6 +643,7 @@ class ViewState:
         """The model finished a turn's reply; with ``results`` another turn follows."""
         if scope.parent is None:
             self._close_answer()
+            self._in_turn = False
         if scope.parent is None and self.stream_open:
             self.stream_open = False
             self._touch("header")

@@ -507,6 +507,7 @@ def run_metadata(state: ViewState, endpoint: str | None = None) -> dict[str, Any
         "elapsed": round(state.elapsed(), 3),
         "tokens": {
             "prompt": state.prompt_tokens,
+            "cached": state.cached_tokens,
             "completion": state.completion_tokens,
             "estimated_completion": state.tokens if state.estimated else None,
         },

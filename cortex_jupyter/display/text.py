@@ -42,7 +42,8 @@ def header_parts(state: ViewState, now: float | None = None) -> list[str]:
     parts.append(fmt_duration(state.elapsed(now)))
     tokens = f"{'~' if state.estimated else ''}{fmt_count(state.tokens)} tokens"
     if state.prompt_tokens is not None:
-        tokens += f" ({fmt_count(state.prompt_tokens)} in)"
+        cached = f", {fmt_count(state.cached_tokens)} cached" if state.cached_tokens else ""
+        tokens += f" ({fmt_count(state.prompt_tokens)} in{cached})"
     parts.append(tokens)
     if state.priced:
         parts.append(cost_text(state))

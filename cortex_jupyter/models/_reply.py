@@ -4,7 +4,9 @@ Servers that call themselves OpenAI-compatible each stream a little differently 
 NOTES.md, "Real servers' SSE"). Everything here reads fields defensively - ``getattr`` or
 ``Mapping.get``, with defaults - because the SDK builds chunks without validating them:
 extra fields (``reasoning``, ``channel``, ``error``...) arrive as they were sent, and
-fields OpenAI always sends may be missing. What each server does, and where it is read:
+fields OpenAI always sends may be missing. (It does coerce a known field of the wrong
+JSON type where it can: a count of ``"12"`` arrives as 12.) What each server does, and
+where it is read:
 
 - reasoning in ``reasoning_content`` (DeepSeek, Z.ai, older vLLM), ``reasoning`` (newer
   vLLM, Ollama, Groq, OpenRouter), ``thinking``, ``reasoning_details`` (OpenRouter, a list
@@ -16,7 +18,10 @@ fields OpenAI always sends may be missing. What each server does, and where it i
   no ``index`` or no ``id`` (llama.cpp, some vLLM), or with the same id in every reply:
   ``ReplyAssembler._tool_call``;
 - usage in a last chunk with ``"choices": []``, after ``finish_reason``, in every chunk, or
-  in the chunk that carries an error (OpenRouter): ``ReplyAssembler.count_usage``;
+  in the chunk that carries an error (OpenRouter): ``ReplyAssembler.count_usage``; the
+  prompt tokens read from a cache in ``prompt_tokens_details.cached_tokens`` (OpenAI,
+  OpenRouter, vLLM and llama.cpp with prompt caching) or ``prompt_cache_hit_tokens``
+  (DeepSeek): ``_cached``;
 - errors inside an ordinary chunk (OpenRouter, vLLM), as an ``event: error`` frame (Groq)
   or as ``finish_reason: "error"``: ``ReplyAssembler.failure``, classified by
   ``failure_of``. An error after a ``finish_reason`` is the reply's tail, not its failure
@@ -296,7 +301,11 @@ class ReplyAssembler:
         every chunk). Also for a chunk that is not fed: the stream's tail after an error."""
         usage = _field(chunk, "usage")
         if usage is not None:
-            self.usage = Usage(_tokens(usage, "prompt_tokens"), _tokens(usage, "completion_tokens"))
+            prompt, completion = (
+                _tokens(usage, "prompt_tokens"),
+                _tokens(usage, "completion_tokens"),
+            )
+            self.usage = Usage(prompt, completion, _cached(usage))
 
     def _note_model(self, chunk: object) -> None:
         """Keep the first model name the server gives (every chunk repeats it); a name
@@ -420,6 +429,17 @@ def _whole_number(value: object) -> int | None:
 def _tokens(usage: object, name: str) -> int:
     count = _whole_number(_field(usage, name))
     return count if count is not None and count > 0 else 0  # a count is never negative
+
+
+def _cached(usage: object) -> int:
+    """The prompt tokens the server read from its cache: ``prompt_tokens_details.
+    cached_tokens`` (OpenAI, OpenRouter, vLLM, llama.cpp), else DeepSeek's
+    ``prompt_cache_hit_tokens``; 0 when neither is a whole number (``Usage`` also drops a
+    count larger than the prompt's)."""
+    count = _whole_number(_field(_field(usage, "prompt_tokens_details"), "cached_tokens"))
+    if count is None:
+        count = _whole_number(_field(usage, "prompt_cache_hit_tokens"))
+    return count or 0
 
 
 def _arguments(value: object) -> str:

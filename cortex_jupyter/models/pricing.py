@@ -10,8 +10,13 @@ then priced by its name alone, and a name genai-prices does not know has no pric
 (``None``, shown as unknown). What is known to cost nothing says so itself (the model
 ``cortex_jupyter.local`` serves, a script).
 
-Cached prompt tokens are priced as ordinary input tokens (the chunks do not carry the
-cached count): for a provider that discounts them, the cost shown is an upper bound.
+Prompt tokens the server read from its cache (``Usage.cached_tokens``: OpenAI's
+``prompt_tokens_details.cached_tokens``) are passed to genai-prices as
+``cache_read_tokens`` and priced at the provider's cache-read price. Where genai-prices
+knows no cache-read price for the model, they are priced as ordinary input tokens (what
+genai-prices does with them too), and the note says so: for a provider that does
+discount them the cost shown is then an upper bound, never less than the bill. A server
+that reports no cached count (or nonsense: ``Usage`` drops it) is priced the same way.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from decimal import Decimal
 
 import genai_prices
 from genai_prices.data_snapshot import get_snapshot
+from genai_prices.types import PriceCalculation
 
 from cortex_jupyter.runtime.core.chunks import Usage
 from cortex_jupyter.runtime.core.cost import Price
@@ -46,7 +52,9 @@ def price(model: str, base_url: str | None, usage: Usage | None) -> Price:
     if usage is None:
         return Price(None, f"{model}{where}: the server reported no token usage")
     tokens = genai_prices.Usage(
-        input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens
+        input_tokens=usage.prompt_tokens,
+        output_tokens=usage.completion_tokens,
+        cache_read_tokens=usage.cached_tokens or None,  # a part of the input's
     )
     try:
         calc = genai_prices.calc_price(tokens, model_ref=model, provider_id=provider)
@@ -60,13 +68,22 @@ def price(model: str, base_url: str | None, usage: Usage | None) -> Price:
             calc = genai_prices.calc_price(tokens, model_ref=rest, provider_id=named)
         except LookupError:
             return Price(None, f"no price is known for the model {model!r}{where} (genai-prices)")
+    return Price(float(calc.total_price), _note(calc, usage.cached_tokens))
+
+
+def _note(calc: PriceCalculation, cached: int) -> str:
+    """Whose prices, per million tokens, of which date (and how cached tokens went)."""
     rates = vars(calc.model_price)
-    return Price(
-        float(calc.total_price),
-        f"{calc.provider.name} {calc.model.id}: {_per_m(rates.get('input_mtok'))} in, "
+    cache_read = rates.get("cache_read_mtok")
+    note = (
+        f"{calc.provider.name} {calc.model.id}: {_per_m(rates.get('input_mtok'))} in"
+        f"{f' ({_per_m(cache_read)} cached)' if cache_read is not None else ''}, "
         f"{_per_m(rates.get('output_mtok'))} out per million tokens (genai-prices "
-        f"{genai_prices.__version__}, the prices of {datetime.date.today().isoformat()})",
+        f"{genai_prices.__version__}, the prices of {datetime.date.today().isoformat()})"
     )
+    if cached and cache_read is None:
+        note += "; cached prompt tokens priced as input: no cache-read price is known"
+    return note
 
 
 def _per_m(rate: object) -> str:

@@ -20,8 +20,8 @@ them (a 404 otherwise); their paths go to ``gets``. A
 request with nothing scripted gets a 500 saying so, which the test then reports.
 
 The chunk helpers build the SSE payloads servers send: text, reasoning (under either
-field name), refusals, tool-call fragments, usage (alone or on any chunk), finish, and
-the frames around them.
+field name), refusals, tool-call fragments, usage (alone or on any chunk; OpenAI's with
+its cached and reasoning token details), finish, and the frames around them.
 """
 
 from __future__ import annotations
@@ -110,16 +110,41 @@ def finish(reason: str = "stop") -> dict[str, Any]:
     return chunk({}, finish=reason)
 
 
-def usage(prompt: int, completion: int) -> dict[str, Any]:
-    """The extra chunk ``stream_options.include_usage`` asks for: no choices, usage."""
+def usage(prompt: int, completion: int, **details: Any) -> dict[str, Any]:
+    """The extra chunk ``stream_options.include_usage`` asks for: no choices, usage
+    (with ``details``, as given, beside the counts)."""
     return {
         "id": "chatcmpl-fake",
         "object": "chat.completion.chunk",
         "created": 1700000000,
         "model": "fake-model",
         "choices": [],
-        "usage": _usage(prompt, completion),
+        "usage": {**_usage(prompt, completion), **details},
     }
+
+
+def openai_usage(prompt: int, completion: int, cached: Any, reasoning: int = 0) -> dict[str, Any]:
+    """The usage chunk as OpenAI streams it: ``cached`` prompt tokens (sent as given:
+    tests put nonsense there too) in ``prompt_tokens_details``, ``reasoning`` tokens
+    in ``completion_tokens_details``, and the fields around them."""
+    out = usage(
+        prompt,
+        completion,
+        prompt_tokens_details={"cached_tokens": cached, "audio_tokens": 0},
+        completion_tokens_details={
+            "reasoning_tokens": reasoning,
+            "audio_tokens": 0,
+            "accepted_prediction_tokens": 0,
+            "rejected_prediction_tokens": 0,
+        },
+    )
+    out.update(
+        model="gpt-4o-mini-2024-07-18",
+        service_tier="default",
+        system_fingerprint="fp_fake",
+        obfuscation="x1y2",
+    )
+    return out
 
 
 def _usage(prompt: int, completion: int) -> dict[str, int]:

@@ -198,11 +198,25 @@ class Usage:
     """Token counts of the reply, when the server reports them; just before ``Finish``.
 
     Servers that report usage in every chunk give running totals: the last one is kept.
+
+    ``cached_tokens`` is the part of ``prompt_tokens`` the server read from its prompt
+    cache (OpenAI's ``prompt_tokens_details.cached_tokens``), which providers bill at a
+    lower price; 0 when it reported none. The counts are the server's, untrusted: a
+    cached count that is not a whole number from 1 to ``prompt_tokens`` (a string, a
+    bool, a negative, more than the prompt) is taken as not reported, so it can never
+    make a price wrong.
     """
 
     prompt_tokens: int
     completion_tokens: int
+    cached_tokens: int = 0
     kind: ClassVar[str] = "usage"
+
+    def __post_init__(self) -> None:
+        cached, prompt = self.cached_tokens, self.prompt_tokens
+        whole = isinstance(cached, int) and not isinstance(cached, bool)
+        if not (whole and isinstance(prompt, int) and 0 < cached <= prompt):
+            object.__setattr__(self, "cached_tokens", 0)
 
 
 @dataclass(frozen=True, slots=True)

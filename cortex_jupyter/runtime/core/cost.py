@@ -165,10 +165,17 @@ class Spend:
         tokens = estimate_tokens(text)
         return self.check(price_request(model, Usage(tokens, 0)), tokens, 0)
 
-    def check(self, estimate: Price, prompt_tokens: int, reply_tokens: int) -> str | None:
+    def check(
+        self,
+        estimate: Price,
+        prompt_tokens: int,
+        reply_tokens: int,
+        request: str = "its next request",
+    ) -> str | None:
         """Why the next request must not be sent (None: it may be): its ``estimate``
         (its prompt, and ``reply_tokens`` of reply when a limit says so) on top of what
-        was spent would pass the budget, or either is not known."""
+        was spent would pass the budget, or either is not known. ``request`` names the
+        request in the reason."""
         budget = self.budget
         if budget is None:
             return None
@@ -188,8 +195,8 @@ class Spend:
         if spent + next_one <= budget.limit:
             return None
         return (
-            f"the budget of {budget} stopped the run before its next request: "
-            f"{budget.show(spent)} spent, and the next request would take about "
+            f"the budget of {budget} stopped the run before {request}: "
+            f"{budget.show(spent)} spent, and that request would take about "
             f"{budget.show(next_one)} more"
         )
 
@@ -217,6 +224,7 @@ def charge(
             None if usage is None else usage.completion_tokens,
             price.note,
             price.free,
+            None if usage is None else usage.cached_tokens or None,
         )
     )
 

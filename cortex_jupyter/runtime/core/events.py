@@ -129,8 +129,10 @@ class Metric:
 @dataclass(frozen=True, slots=True)
 class Cost:
     """One request to ``model`` was priced (``runtime.core.cost``): ``usd`` (None: not
-    known), the tokens the server reported (None: it reported none), ``note`` saying whose
-    prices of which date, or why there is none, and ``free`` why it cost nothing."""
+    known), the tokens the server reported (None: it reported none; ``cached_tokens``,
+    the part of the prompt read from the server's cache, None when it reported none),
+    ``note`` saying whose prices of which date, or why there is none, and ``free`` why it
+    cost nothing."""
 
     model: str
     time: float
@@ -139,6 +141,7 @@ class Cost:
     completion_tokens: int | None = None
     note: str = ""
     free: str = ""
+    cached_tokens: int | None = None
     kind: ClassVar[str] = "cost"
 
 
@@ -280,6 +283,7 @@ class Chunk:
     completion_tokens: int | None = None
     reason: str | None = None
     model: str | None = None
+    cached_tokens: int | None = None
     kind: ClassVar[str] = "chunk"
 
     @classmethod
@@ -298,6 +302,7 @@ class Chunk:
             return cls(
                 chunk.kind, time, prompt_tokens=chunk.prompt_tokens,
                 completion_tokens=chunk.completion_tokens,
+                cached_tokens=chunk.cached_tokens or None,
             )  # fmt: skip
         return cls(chunk.kind, time, reason=chunk.reason, model=chunk.model)
 
@@ -316,7 +321,10 @@ class Chunk:
                 self.index or 0, self.id or "", self.name or "", self.arguments or ""
             )
         if self.type == "usage":
-            return Usage(self.prompt_tokens or 0, self.completion_tokens or 0)
+            # (a record from before cached counts has none: 0, priced as input)
+            return Usage(
+                self.prompt_tokens or 0, self.completion_tokens or 0, self.cached_tokens or 0
+            )
         return Finish(self.reason or "unknown", self.model)
 
 

@@ -261,8 +261,8 @@ class Loop:
         turn = TurnState(number, set(self.run.actions), len(self.run.errors))
         if replay is None:
             await self.feeds.refresh_due()
-            messages, fit = await self._messages()
-            budget = over_budget(
+            messages, fit, budget = await self._messages(words["budget"])
+            budget = budget or over_budget(
                 self.scheduler, self.model, fit.tokens, self.agent.max_tokens, words["budget"]
             )
             if budget is not None:  # the request is not sent
@@ -349,9 +349,11 @@ class Loop:
 
     # ---- messages ---------------------------------------------------------------
 
-    async def _messages(self) -> tuple[list[Message], Fit]:
+    async def _messages(self, go_on: str) -> tuple[list[Message], Fit, str | None]:
         """What this turn sends: the system prompt and the conversation, fitted into the
-        context budget (``runtime.loop.context``); recorded as a ``ContextUse`` event."""
+        context budget (``runtime.loop.context``); recorded as a ``ContextUse`` event.
+        The third is why the run must stop before it (None: it need not): the summary
+        of older turns it needs would pass the run's budget (``go_on`` says how to go on)."""
         text = system_prompt(
             dialect=self.dialect,
             registry=self.scheduler.registry,
@@ -369,11 +371,13 @@ class Loop:
         fit = self._fit({"role": "system", "content": text})
         folded = fit.summarised
         if folded is not None and (folded.start, folded.stop) not in self.conversation.summaries:
-            await self._summarise(folded)
+            budget = await self._summarise(folded, go_on)
+            if budget is not None:
+                return [], fit, budget
             fit = self._fit({"role": "system", "content": text})
         self.conversation.marks = fit.marks
         self._sent = list(fit.messages)
-        return self._sent, fit
+        return self._sent, fit, None
 
     def _report_fit(self, turn: int, fit: Fit) -> None:
         marks = list(fit.marks.values())
@@ -400,10 +404,12 @@ class Loop:
             summaries=conversation.summaries,
         )
 
-    async def _summarise(self, folded: range) -> None:
+    async def _summarise(self, folded: range, go_on: str) -> str | None:
         """Ask the model for a summary of the messages in ``folded`` (an ``llm`` call; a
         script answers from its ``--- reply to context-summary ---`` section). When that
-        fails the fit falls back to a plain cut; the run goes on either way."""
+        fails the fit falls back to a plain cut; the run goes on either way. It is a
+        request like a turn's: checked against the run's budget before it is sent (the
+        reason it was not, returned: the run stops), priced, its tokens counted."""
         history = self.conversation.history
         earlier = [
             text
@@ -416,21 +422,32 @@ class Loop:
         prompt = summary_prompt(messages, words=200)
         model: Any = self.model
         sub = getattr(model, "for_action", None)
-        try:
-            if sub is not None:
+        if sub is not None:
+            try:
                 model = sub("context-summary")
-            # The reply is capped: a small model may otherwise write until its context is
-            # full (minutes on a CPU), for a summary asked to be 200 words.
-            request = {**self.scheduler.request, "max_tokens": SUMMARY_TOKENS}
+            except Exception:
+                return None
+        # The reply is capped: a small model may otherwise write until its context is
+        # full (minutes on a CPU), for a summary asked to be 200 words.
+        budget = over_budget(
+            self.scheduler, model,
+            self.conversation.counter.count({"role": "user", "content": prompt}), SUMMARY_TOKENS,
+            go_on, "its request for a summary of the older conversation",
+        )  # fmt: skip
+        if budget is not None:
+            return budget
+        request = {**self.scheduler.request, "max_tokens": SUMMARY_TOKENS}
+        try:
             with anyio.fail_after(120):
                 text = await complete(
                     text_client(model, request, payer(self.scheduler, model)),
                     [{"role": "user", "content": prompt}],
                 )
         except Exception:
-            return
+            return None
         if text.strip():
             self.conversation.summaries[(folded.start, folded.stop)] = redact(text.strip())
+        return None
 
     def _say(self, message: ChatMessage) -> None:
         # What goes into the conversation is sent to the model and kept in transcripts:
@@ -578,6 +595,8 @@ class Loop:
                 self.scheduler.emit(Metric("context_tokens", chunk.prompt_tokens, now, "tokens"))
             self.scheduler.emit(Metric("prompt_tokens", chunk.prompt_tokens, now, "tokens"))
             self.scheduler.emit(Metric("completion_tokens", chunk.completion_tokens, now, "tokens"))
+            if chunk.cached_tokens:  # (of the prompt's: read from the server's cache)
+                self.scheduler.emit(Metric("cached_tokens", chunk.cached_tokens, now, "tokens"))
         elif isinstance(chunk, Finish):
             turn.finish = chunk.reason
         return False
