@@ -9,10 +9,11 @@ a second time (tools with side effects called twice, two writers appending to on
 ``take`` decides and takes in one transaction: the run is refused when it is finished,
 or when it is ``running`` and its process on this machine still lives and is the one
 that took it (a pid reused by a process started later, or a zombie, is dead); a process
-on another machine cannot be checked, so it is refused unless ``force``. Otherwise a compare-and-set on ``runs.host`` takes the run: of two
-kernels resuming one dead run at once, exactly one goes on, and the other reads the
-winner's host, alive, and is refused. A run going on in this very process is refused
-before that (``here``): the store's writer knows the runs it is recording.
+on another machine cannot be checked, so it is refused unless ``force``. Otherwise a
+compare-and-set on ``runs.host`` takes the run: of two kernels resuming one dead run at
+once, exactly one goes on, and the other reads the winner's host, alive, and is refused.
+A run going on in this very process is refused before that (``here``): the store's
+writer knows the runs it is recording.
 """
 
 from __future__ import annotations

@@ -70,7 +70,8 @@ def registry() -> Registry:
 
 CELL = """<action id="a1" mode="sync">{"name": "rt_first", "parameters": {"x": 3},
   "output_key": "rt_one"}</action>
-<action id="a2">{"name": "rt_second", "parameters": {"x": "$rt_one"}, "output_key": "rt_two"}</action>
+<action id="a2">{"name": "rt_second", "parameters": {"x": "$rt_one"},
+  "output_key": "rt_two"}</action>
 --- next turn ---
 <response>First $rt_one, then $rt_two.</response>"""
 #: What a run of ``CELL`` answers, however often it was stopped and resumed.

@@ -91,13 +91,14 @@ def calls(directory: Path) -> list[str]:
 
 
 def row(run_id: str) -> tuple[Any, ...]:
+    """The run's status, host, whole row and number of events, as committed."""
+    store.open_store().flush()
     with sqlite3.connect(store.current_path() or "") as db:
-        found: tuple[Any, ...] = db.execute(
-            "SELECT status, host, claimed, (SELECT count(*) FROM events WHERE run = id) "
-            "FROM runs WHERE id = ?",
-            (run_id,),
-        ).fetchone()
-    return found
+        db.row_factory = sqlite3.Row
+        found = db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+        (events,) = db.execute("SELECT count(*) FROM events WHERE run = ?", (run_id,)).fetchone()
+    db.close()
+    return found["status"], found["host"], tuple(found), events
 
 
 def set_row(run_id: str, **values: Any) -> None:
@@ -150,7 +151,6 @@ def test_a_run_going_on_in_another_live_kernel_is_refused_and_left_as_it_is(
     run = resumed(ip, run_id)
     assert run is not None and (run.status, run.answer) == ("completed", ANSWER)
     assert calls(here) == ["first holder", "second holder", "second here"]
-    store.open_store().flush()
     assert row(run_id)[:2] == ("completed", f"{os.getpid()}@{HOSTNAME}")
 
 
@@ -190,7 +190,6 @@ def test_a_run_going_on_in_a_thread_of_this_kernel_is_refused(
     try:
         while calls(here) != ["first here", "second here"]:
             time.sleep(0.01)
-        store.open_store().flush()
         assert row(run.id)[0] == "running"
         capsys.readouterr()
         assert resumed(ip, run.id) is None
@@ -258,7 +257,7 @@ def test_a_run_marked_running_on_another_machine_takes_force(
 
 @pytest.mark.parametrize("line", ["", "a b", "--force", "ID --force --force", "ID --forse"])
 def test_resume_takes_one_id_and_force_only(ip: InteractiveShell, line: str) -> None:
-    with pytest.raises(UsageError, match="give one run id.*--force only to take a run marked"):
+    with pytest.raises(UsageError, match=r"give one run id.*--force only to take a run marked"):
         ip.run_line_magic("cortex", f"resume {line}")
 
 
@@ -279,3 +278,108 @@ def test_a_resume_stopped_before_the_run_went_on_leaves_it_resumable(
     ip.user_ns["RtAnswer"] = str
     run = resumed(ip, run_id)
     assert run is not None and (run.status, run.answer) == ("completed", ANSWER)
+
+
+# ---- the writer and the claim ---------------------------------------------------------
+
+
+def stopped_run(path: Path) -> tuple[store.Store, Run]:
+    """A run of this process stopped before its end (``cancelled``), kept at ``path``."""
+    kept = store.Store(path)
+    run = Run()
+    recording = kept.record(run, "go")
+    run.status = "cancelled"
+    recording.finish()
+    kept.flush()
+    return kept, run
+
+
+def host_of(path: Path, run_id: str) -> tuple[Any, ...]:
+    with sqlite3.connect(path) as db:
+        found: tuple[Any, ...] = db.execute(
+            "SELECT status, host, claimed FROM runs WHERE id = ?", (run_id,)
+        ).fetchone()
+    db.close()
+    return found
+
+
+def test_the_writer_keeps_the_claim_and_never_writes_over_a_later_one(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    kept, run = stopped_run(path)
+    me = f"{os.getpid()}@{HOSTNAME}"
+    try:
+        kept.claim(run.id)
+        status, host, claimed = host_of(path, run.id)
+        assert (status, host) == ("running", me)
+        with pytest.raises(store.RunTaken, match="still running in this kernel"):
+            kept.claim(run.id)  # taken: a second resume here is refused at once
+        recording = kept.record(run, "go")  # the resume goes on
+        kept.flush()
+        assert host_of(path, run.id) == ("running", me, claimed)  # as the claim left it
+        run.status = "cancelled"
+        recording.finish()
+        kept.flush()
+
+        kept.claim(run.id)  # resumed again; meanwhile another machine's kernel is let in
+        with sqlite3.connect(path) as db:
+            db.execute("UPDATE runs SET host = '7@elsewhere.invalid' WHERE id = ?", (run.id,))
+        db.close()
+        kept.record(run, "go")
+        kept.flush()
+        assert host_of(path, run.id)[1] == "7@elsewhere.invalid"  # never written over
+        assert kept.problem is not None
+        assert f"run {run.id} was taken over by 7@elsewhere.invalid" in kept.problem
+    finally:
+        kept.close()
+
+
+def test_a_claim_never_recorded_is_given_back_as_it_was(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    kept, run = stopped_run(path)
+    try:
+        before = host_of(path, run.id)
+        kept.claim(run.id)
+        assert host_of(path, run.id)[0] == "running"
+        kept.release(run.id)
+        assert host_of(path, run.id) == before
+        kept.claim(run.id)  # resumable again, here as anywhere
+    finally:
+        kept.close()
+
+
+def test_a_version_1_store_is_migrated_and_its_runs_checked_from_their_start(
+    tmp_path: Path, holders: list[subprocess.Popen[str]]
+) -> None:
+    from cortex_jupyter.store import schema
+
+    path = tmp_path / "v1.db"
+    with sqlite3.connect(path) as db:
+        db.executescript(schema.MIGRATIONS[0])
+        db.execute("PRAGMA user_version = 1")
+    db.close()
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    holders.append(sleeper)  # type: ignore[arg-type]
+    born = psutil.Process(sleeper.pid).create_time()
+    parent = psutil.Process(os.getpid()).parent()
+    assert parent is not None
+    written = (
+        ("r-alive", parent.pid, parent.create_time() + 10),  # started after its writer
+        ("r-reused", sleeper.pid, born - 60),  # started before the sleeper was
+    )
+    with sqlite3.connect(path) as db:
+        for run_id, pid, started in written:
+            db.execute(
+                "INSERT INTO runs (id, started, clock, status, host) VALUES (?, ?, 0, "
+                "'running', ?)",
+                (run_id, started, f"{pid}@{HOSTNAME}"),
+            )
+    db.close()
+    kept = store.Store(path)
+    try:
+        assert host_of(path, "r-alive")[2] is None  # version 2's column, empty for old runs
+        with pytest.raises(store.RunTaken, match=f"another kernel \\(process {parent.pid} "):
+            kept.claim("r-alive")
+        kept.claim("r-reused")
+        assert host_of(path, "r-reused")[1] == f"{os.getpid()}@{HOSTNAME}"
+    finally:
+        kept.close()
