@@ -115,19 +115,24 @@ def resume(
     """``%cortex resume ID [--force]``: go on with a stored run that did not finish, as
     itself (its cell's options over ``defaults``); one line, and None, when there is
     nothing to resume or the run is still going on (in this kernel, or in another that
-    still lives: the run is taken for this kernel first, ``Store.claim``). ``force``
-    takes a run marked running on another machine, which cannot be checked."""
+    still lives). The run is taken for this kernel first (``Store.claim``), then read:
+    what another kernel wrote before it let go is part of it. ``force`` takes a run
+    marked running on another machine, which cannot be checked."""
     try:
-        stored = store.open_run(run_id)
         kept = store.open_store()
-        kept.claim(stored.id, force=force)  # a finished run is refused too, in one line
+        taken = kept.claim(run_id, force=force)  # a finished run is refused too, in one line
     except (store.StoreUnavailable, store.UnknownRun, store.RunTaken) as exc:
         complain(str(exc))
         return None
     try:
+        try:
+            stored = store.open_run(taken)
+        except (store.StoreUnavailable, store.UnknownRun) as exc:
+            complain(str(exc))
+            return None
         return session.resume(stored, stored.prompt, stored_cell(defaults, stored.options))
     finally:
-        kept.release(stored.id)  # taken but never recorded (its options were refused...)
+        kept.release(taken)  # taken but never recorded (its options were refused...)
 
 
 # ---- what models may reach -------------------------------------------------------------

@@ -35,6 +35,7 @@ from cortex_jupyter.runtime.core.record import Run, encode_event, encode_node, s
 from cortex_jupyter.runtime.core.secrets import redact, redact_value
 from cortex_jupyter.store.claim import RunTaken, Taken, give_back, here, take
 from cortex_jupyter.store.outputs import keep
+from cortex_jupyter.store.read import find_id
 from cortex_jupyter.store.schema import NewerStore, check, migrate
 
 __all__ = ["INTERVAL", "RunTaken", "Store", "StoreUnavailable", "connect"]
@@ -280,30 +281,33 @@ class Store:
                         None if model is None else str(model), time.time(), claimed))  # fmt: skip
         return Recording(self, run)
 
-    def claim(self, run_id: str, *, force: bool = False) -> None:
-        """Take the stored run ``run_id`` for this process, to resume it: at once, in one
-        transaction, before anything runs. ``RunTaken`` says why not (in a sentence):
-        it is finished, or still going on in this process, or in another one on this
-        machine; a run marked running on another machine cannot be checked and is
-        refused unless ``force``. Then ``record`` the run; ``release`` gives it back if
-        it is never recorded."""
-        with _going_lock:
-            if run_id in _going:
-                raise here(run_id)
-            _going.add(run_id)  # two threads of this process: one claims
+    def claim(self, given: str, *, force: bool = False) -> str:
+        """Take the stored run ``given`` (its id, or the start of one) for this process,
+        to resume it: at once, in one transaction, before anything runs; returns its id.
+        ``RunTaken`` says why not (in a sentence): it is finished, or still going on in
+        this process, or in another one on this machine; a run marked running on another
+        machine cannot be checked and is refused unless ``force``. ``UnknownRun``: no
+        such run. Then read the run (``open_run``) and ``record`` it; ``release`` gives
+        it back if it is never recorded."""
+        self.flush()  # this process's own writes first (a run of it that just ended)
+        db = connect(self.path, create=False)
         try:
-            self.flush()  # this process's own writes of the run first
-            db = connect(self.path, create=False)
+            run_id = find_id(db, given)
+            with _going_lock:
+                if run_id in _going:
+                    raise here(run_id)
+                _going.add(run_id)  # two threads of this process: one claims
             try:
                 taken = take(db, run_id, self._host, time.time(), force=force)
-            finally:
-                db.close()
-        except BaseException:
-            with _going_lock:
-                _going.discard(run_id)
-            raise
+            except BaseException:
+                with _going_lock:
+                    _going.discard(run_id)
+                raise
+        finally:
+            db.close()
         with _going_lock:
             _taken[run_id] = taken
+        return run_id
 
     def release(self, run_id: str) -> None:
         """Give back a run ``claim`` took that was never recorded (the resume stopped
