@@ -65,7 +65,7 @@ def owner(host: str | None, since: float, this_hostname: str) -> Owner:
     if not host:
         return Owner("gone", None, "")
     pid_text, _, hostname = host.partition("@")
-    if not pid_text.isdigit() or not hostname:
+    if not (pid_text.isascii() and pid_text.isdigit()) or not hostname:
         return Owner("unknown", None, "an unknown writer", f"{host!r} is not a pid@hostname")
     pid = int(pid_text)
     if hostname != this_hostname:

@@ -25,12 +25,15 @@ from typing import Any
 
 import psutil
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from cortex_jupyter import Agent, Run, default_registry, store
 from cortex_jupyter.models import ScriptModel
 from cortex_jupyter.session import CortexRunError
+from cortex_jupyter.store.claim import owner
 from tests.store.procs import ANSWER, CELL, register
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -188,7 +191,7 @@ def test_a_run_going_on_in_a_thread_of_this_kernel_is_refused(
     )
     thread.start()
     try:
-        while calls(here) != ["first here", "second here"]:
+        while thread.is_alive() and calls(here) != ["first here", "second here"]:
             time.sleep(0.01)
         assert row(run.id)[0] == "running"
         capsys.readouterr()
@@ -383,3 +386,23 @@ def test_a_version_1_store_is_migrated_and_its_runs_checked_from_their_start(
         assert host_of(path, "r-reused")[1] == f"{os.getpid()}@{HOSTNAME}"
     finally:
         kept.close()
+
+
+@given(
+    host=st.one_of(
+        st.none(),
+        st.text(),
+        st.builds(lambda pid, name: f"{pid}@{name}", st.integers(-5, 2**70), st.text()),
+        st.builds(lambda digits: f"{digits}@{HOSTNAME}", st.text("0123456789²٣", min_size=1)),
+    ),
+    since=st.floats(-1e12, 1e12),
+)
+def test_any_host_text_is_read_without_error_and_alive_only_for_a_live_pid_here(
+    host: str | None, since: float
+) -> None:
+    found = owner(host, since, HOSTNAME)
+    assert found.state in ("alive", "gone", "unknown")
+    if found.state == "alive":
+        assert host == f"{found.pid}@{HOSTNAME}" and psutil.pid_exists(found.pid or -1)
+    if host is not None and "@" in host and host.partition("@")[2] not in ("", HOSTNAME):
+        assert found.state == "unknown"  # another machine: never taken as dead
