@@ -43,6 +43,18 @@ EVAL.add_argument(
 )
 
 
+def resume(words: list[str]) -> tuple[str, bool]:
+    """``%cortex resume ID [--force]``'s words: the run id, and whether to take a run
+    marked running on another machine (which cannot be checked from here)."""
+    rest = [word for word in words if word != "--force"]
+    if len(rest) != 1 or rest[0].startswith("-") or len(words) - len(rest) > 1:
+        raise UsageError(
+            "%cortex resume: give one run id, e.g. %cortex resume 3f2a (see %cortex runs), "
+            "and --force only to take a run marked running on another machine."
+        )
+    return rest[0], len(rest) != len(words)
+
+
 def unquote(text: str | None) -> str | None:
     """A cell-line value as the user meant it: IPython's option parser keeps the quotes
     around ``--replay "my run.jsonl"``."""

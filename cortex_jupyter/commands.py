@@ -31,7 +31,6 @@ from cortex_jupyter.runtime.core.secrets import redact, safe_repr, shorten
 from cortex_jupyter.runtime.integrations import executors
 from cortex_jupyter.runtime.integrations.mcp import DEFAULT_TIMEOUT
 from cortex_jupyter.runtime.loop.conversation import Conversation
-from cortex_jupyter.runtime.loop.pickup import FINISHED
 from cortex_jupyter.runtime.loop.prompt import system_prompt
 from cortex_jupyter.session import RUN_VARIABLE, CellOptions, NotebookRun, Session
 from cortex_jupyter.session.cell import LOCAL_KEY, stored_cell
@@ -110,21 +109,30 @@ def open_stored(session: Session, run_id: str) -> store.StoredRun | None:
     return run
 
 
-def resume(session: Session, run_id: str, defaults: CellOptions) -> NotebookRun | None:
-    """``%cortex resume ID``: go on with a stored run that did not finish, as itself (its
-    cell's options over ``defaults``); one line, and None, when there is nothing to resume."""
+def resume(
+    session: Session, run_id: str, defaults: CellOptions, *, force: bool = False
+) -> NotebookRun | None:
+    """``%cortex resume ID [--force]``: go on with a stored run that did not finish, as
+    itself (its cell's options over ``defaults``); one line, and None, when there is
+    nothing to resume or the run is still going on (in this kernel, or in another that
+    still lives). The run is taken for this kernel first (``Store.claim``), then read:
+    what another kernel wrote before it let go is part of it. ``force`` takes a run
+    marked running on another machine, which cannot be checked."""
     try:
-        stored = store.open_run(run_id)
-    except (store.StoreUnavailable, store.UnknownRun) as exc:
+        kept = store.open_store()
+        taken = kept.claim(run_id, force=force)  # a finished run is refused too, in one line
+    except (store.StoreUnavailable, store.UnknownRun, store.RunTaken) as exc:
         complain(str(exc))
         return None
-    if stored.status in FINISHED:
-        complain(
-            f"run {stored.id} already {stored.status}: there is nothing to resume "
-            f"(%cortex open {stored.id} shows it)."
-        )
-        return None
-    return session.resume(stored, stored.prompt, stored_cell(defaults, stored.options))
+    try:
+        try:
+            stored = store.open_run(taken)
+        except (store.StoreUnavailable, store.UnknownRun) as exc:
+            complain(str(exc))
+            return None
+        return session.resume(stored, stored.prompt, stored_cell(defaults, stored.options))
+    finally:
+        kept.release(taken)  # taken but never recorded (its options were refused...)
 
 
 # ---- what models may reach -------------------------------------------------------------

@@ -519,12 +519,10 @@ class CortexMagics(Magics):
         self.session.continue_last(budget)
 
     def _cmd_resume(self, args: list[str]) -> None:
-        """Go on with a stored run that did not finish, as itself: %cortex resume ID."""
-        if len(args) != 1:
-            raise UsageError(
-                "%cortex resume: give one run id, e.g. %cortex resume 3f2a (see %cortex runs)"
-            )
-        commands.resume(self.session, args[0], self._options(""))
+        """Go on with a stored run that did not finish, as itself: %cortex resume ID
+        [--force] (--force: one marked running on another machine)."""
+        run_id, force = arguments.resume(args)
+        commands.resume(self.session, run_id, self._options(""), force=force)
 
     def _cmd_replay(self, args: list[str]) -> None:
         """Stream a saved transcript again: %cortex replay PATH [SPEED]."""

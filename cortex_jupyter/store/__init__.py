@@ -4,6 +4,8 @@ An observer of run events, like the display: the session (and ``Agent.run(store=
 hands it each run's events, and it never drives a run. Modules:
 
 - ``schema``: the tables, their version (``PRAGMA user_version``) and the migrations;
+- ``claim``: taking a stored run to resume it, never one still going on (in this
+  process, or in another that still lives: ``runs.host``);
 - ``writer``: ``Store``, whose one thread commits what runs hand it (WAL, at most half a
   second behind), and ``Recording``, what one run's events go to;
 - ``outputs``: how an action's output is kept (JSON, a pickle, or a marked repr) without
@@ -29,13 +31,14 @@ from cortex_jupyter.store.read import RunRow, StoredRun, Timeline, UnknownRun, f
 from cortex_jupyter.store.read import load as _load
 from cortex_jupyter.store.read import rows as _rows
 from cortex_jupyter.store.schema import VERSION
-from cortex_jupyter.store.writer import Recording, Store, StoreUnavailable, connect
+from cortex_jupyter.store.writer import Recording, RunTaken, Store, StoreUnavailable, connect
 
 __all__ = [
     "ENVIRONMENT",
     "VERSION",
     "Recording",
     "RunRow",
+    "RunTaken",
     "Store",
     "StoreUnavailable",
     "StoredRun",

@@ -23,6 +23,13 @@ Version 1:
   ``redacted``), ``value`` (JSON text, or the short repr), ``data`` (cloudpickle bytes).
 - ``search``: FTS5 over prompts, answers, action names and outputs' text (``run``,
   ``field``, ``text``).
+
+Version 2:
+
+- ``runs.claimed``: when (Unix time) the process in ``host`` took the run: its start, or
+  the moment a resume took it over (NULL in a run written by version 1: its ``started``).
+  A live process that started after it is another one that got the same pid
+  (``store.claim``).
 """
 
 from __future__ import annotations
@@ -78,7 +85,7 @@ CREATE VIRTUAL TABLE search USING fts5 (run UNINDEXED, field UNINDEXED, text);
 """
 
 #: ``MIGRATIONS[n]``: the SQL that takes a version-``n`` database to version ``n + 1``.
-MIGRATIONS: list[str] = [_V1]
+MIGRATIONS: list[str] = [_V1, "ALTER TABLE runs ADD COLUMN claimed REAL"]
 VERSION = len(MIGRATIONS)
 
 

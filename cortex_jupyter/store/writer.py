@@ -33,10 +33,12 @@ from cortex_jupyter.runtime.core.graph import ActionNode
 from cortex_jupyter.runtime.core.joining import Joiner
 from cortex_jupyter.runtime.core.record import Run, encode_event, encode_node, summarize
 from cortex_jupyter.runtime.core.secrets import redact, redact_value
+from cortex_jupyter.store.claim import RunTaken, Taken, give_back, here, take
 from cortex_jupyter.store.outputs import keep
+from cortex_jupyter.store.read import find_id
 from cortex_jupyter.store.schema import NewerStore, check, migrate
 
-__all__ = ["INTERVAL", "Store", "StoreUnavailable", "connect"]
+__all__ = ["INTERVAL", "RunTaken", "Store", "StoreUnavailable", "connect"]
 
 #: Most seconds between an event and its commit.
 INTERVAL = 0.5
@@ -45,6 +47,13 @@ BUSY_MS = 10_000
 _NODE_TIMES = ("submitted", "started", "finished")
 #: Most seconds between two tries of a write that failed and may succeed later.
 _MOST_BETWEEN_TRIES = 8.0
+
+#: The runs this process is recording (from ``Store.record``, or a ``Store.claim``, to
+#: ``Recording.finish``), whatever ``Store`` records them: they are going on here.
+_going: set[str] = set()
+#: Runs claimed and not recorded yet -> what their row said before (``Store.release``).
+_taken: dict[str, Taken] = {}
+_going_lock = threading.Lock()
 
 
 class StoreUnavailable(Exception):
@@ -156,6 +165,8 @@ class _Start:
     prompt: str
     options: Mapping[str, Any]
     model: str | None
+    at: float  # Unix time it was handed over: when this process took the run
+    claimed: bool  # a resumed run ``Store.claim`` took (its row is this process's)
 
 
 @dataclass(frozen=True)
@@ -219,6 +230,8 @@ class Recording:
     def finish(self) -> None:
         """The run ended: keep its status, reason, answer and cost, and commit."""
         run = self._run
+        with _going_lock:
+            _going.discard(run.id)  # it may be resumed again (in this kernel or another)
         try:
             answer = run.answer
         except Exception as exc:  # a value's own str() may fail while the answer is filled
@@ -240,6 +253,7 @@ class Store:
     ``record(run, prompt, options)`` starts keeping a run (``runtime.core.observer``'s
     ``RunStore``); ``flush()`` waits until everything handed over is committed.
     ``problem`` is the last write that failed (a full disk...), in a sentence.
+    ``claim(id)`` takes a stored run to resume it, refusing one still going on.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -260,9 +274,58 @@ class Store:
         now = time.monotonic()
         settings = dict(options or {})
         model = run.model or settings.get("model")
+        with _going_lock:
+            _going.add(run.id)
+            claimed = _taken.pop(run.id, None) is not None
         self.put(_Start(run.id, run.started, _wall(run.started, now), prompt, settings,
-                        None if model is None else str(model)))  # fmt: skip
+                        None if model is None else str(model), time.time(), claimed))  # fmt: skip
         return Recording(self, run)
+
+    def claim(self, given: str, *, force: bool = False) -> str:
+        """Take the stored run ``given`` (its id, or the start of one) for this process,
+        to resume it: at once, in one transaction, before anything runs; returns its id.
+        ``RunTaken`` says why not (in a sentence): it is finished, or still going on in
+        this process, or in another one on this machine; a run marked running on another
+        machine cannot be checked and is refused unless ``force``. ``UnknownRun``: no
+        such run. Then read the run (``open_run``) and ``record`` it; ``release`` gives
+        it back if it is never recorded."""
+        self.flush()  # this process's own writes first (a run of it that just ended)
+        db = connect(self.path, create=False)
+        try:
+            run_id = find_id(db, given)
+            with _going_lock:
+                if run_id in _going:
+                    raise here(run_id)
+                _going.add(run_id)  # two threads of this process: one claims
+            try:
+                taken = take(db, run_id, self._host, time.time(), force=force)
+            except BaseException:
+                with _going_lock:
+                    _going.discard(run_id)
+                raise
+        finally:
+            db.close()
+        with _going_lock:
+            _taken[run_id] = taken
+        return run_id
+
+    def release(self, run_id: str) -> None:
+        """Give back a run ``claim`` took that was never recorded (the resume stopped
+        before the run went on): its row says what it said before. A recorded run is
+        its recording's: nothing to do."""
+        with _going_lock:
+            taken = _taken.pop(run_id, None)
+            if taken is None:
+                return
+            _going.discard(run_id)
+        try:
+            db = connect(self.path, create=False)
+            try:
+                give_back(db, taken, self._host)
+            finally:
+                db.close()
+        except (StoreUnavailable, sqlite3.Error) as exc:
+            self.problem = redact(f"the run store {self.path} could not be written: {exc}")
 
     @property
     def alive(self) -> bool:
@@ -372,10 +435,10 @@ class Store:
         options = json.dumps(redact_value(dict(item.options)), default=summarize)
         if row is None:
             db.execute(
-                "INSERT INTO runs (id, started, clock, model, status, prompt, options, host) "
-                "VALUES (?, ?, ?, ?, 'running', ?, ?, ?)",
+                "INSERT INTO runs (id, started, clock, model, status, prompt, options, host, "
+                "claimed) VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?)",
                 (item.run, item.wall, item.clock, item.model, redact(item.prompt), options,
-                 self._host),
+                 self._host, item.at),
             )  # fmt: skip
             _index(db, item.run, "prompt", item.prompt)
             return
@@ -386,10 +449,30 @@ class Store:
             "SELECT coalesce(max(seq) + 1, 0) FROM events WHERE run = ?", (item.run,)
         ).fetchone()[0])  # fmt: skip
         self._recount(db, item.run, kept)
-        db.execute(
-            "UPDATE runs SET status = 'running', ended = NULL, host = ? WHERE id = ?",
-            (self._host, item.run),
-        )
+        self._take_over(db, item)
+
+    def _take_over(self, db: sqlite3.Connection, item: _Start) -> None:
+        """A resumed run is this process's from now on. One ``claim`` took is already
+        (its ``host`` and ``claimed`` stay as the claim left them), unless another
+        kernel was let take it since (``--force``): that is said, never overwritten.
+        One resumed without a claim (``Agent.resume(store=...)``) is taken as it is."""
+        if not item.claimed:
+            db.execute(
+                "UPDATE runs SET status = 'running', ended = NULL, host = ?, claimed = ? "
+                "WHERE id = ?",
+                (self._host, item.at, item.run),
+            )
+            return
+        mine = db.execute(
+            "UPDATE runs SET status = 'running', ended = NULL WHERE id = ? AND host IS ?",
+            (item.run, self._host),
+        ).rowcount
+        if mine != 1:
+            (holder,) = db.execute("SELECT host FROM runs WHERE id = ?", (item.run,)).fetchone()
+            self.problem = redact(
+                f"run {item.run} was taken over by {holder} while this kernel resumed it: "
+                "both are running it."
+            )
 
     def _recount(self, db: sqlite3.Connection, run: str, kept: _Kept) -> None:
         row = db.execute(
