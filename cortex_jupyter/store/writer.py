@@ -309,7 +309,7 @@ class Store:
             if written or item is _STOP:
                 batch, deadline, failures = [], None, 0
             else:  # kept, and tried again a little later, with what comes meanwhile
-                failures += 1
+                failures = min(failures + 1, 16)  # 2**1024 is too large a float
                 deadline = time.monotonic() + min(INTERVAL * 2**failures, _MOST_BETWEEN_TRIES)
             if isinstance(item, _Flush):
                 item.written = written

@@ -166,3 +166,37 @@ def test_a_write_that_can_never_succeed_is_said_and_later_runs_are_still_kept(
         assert second.id in ids and first.id != second.id
     finally:
         kept.close()
+
+
+def test_a_store_held_for_a_thousand_tries_and_more_is_still_written_once_let_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The pause between two tries doubled as 2**tries, computed as a float: after 1024
+    # tries (2.3 hours of a full disk at 8 s a try) it overflowed, the writer thread
+    # died with a traceback, and everything queued was lost while the problem line
+    # still said "still trying". Here the tries come with no pause at all.
+    monkeypatch.setattr(writer, "BUSY_MS", 0)
+    monkeypatch.setattr(writer, "INTERVAL", 0.0)
+    monkeypatch.setattr(writer, "_MOST_BETWEEN_TRIES", 0.0)
+    tries = threading.Semaphore(0)
+    passing = writer._passing
+
+    def counted(exc: sqlite3.Error) -> bool:
+        tries.release()
+        return passing(exc)
+
+    monkeypatch.setattr(writer, "_passing", counted)
+    path = tmp_path / "runs.db"
+    kept = writer.Store(path)
+    try:
+        with held(path):
+            run = Agent(model=ScriptModel(SCRIPT), registry=tools()).run_sync(
+                "how many fish?", store=kept
+            )
+            for _ in range(1100):
+                assert kept.alive and tries.acquire(timeout=10), "the writer stopped trying"
+        assert kept.flush()
+        back = cortex_jupyter.open_run(run.id, store=path)
+        assert back.status == "completed" and back.answer == "The sea holds 21 fish."
+    finally:
+        kept.close()
