@@ -11,6 +11,7 @@ to feed a display or a scheduler again.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -51,7 +52,7 @@ from cortex_jupyter.runtime.core.events import (
 )
 from cortex_jupyter.runtime.core.graph import NOT_STARTED, STATUSES, ActionNode
 from cortex_jupyter.runtime.core.joining import joined_where_secret
-from cortex_jupyter.runtime.core.secrets import Repr, clip, redact_value, shorten
+from cortex_jupyter.runtime.core.secrets import Repr, clip, redact, redact_value, shorten
 
 TRANSCRIPT_FORMAT = "cortex_jupyter.run"
 TRANSCRIPT_VERSION = 1
@@ -406,25 +407,52 @@ class Run:
         """Read a transcript written by ``to_jsonl`` back into a run record."""
         run: Run | None = None
         for number, line in _json_lines(text):
-            record = line.get("record")
             if number == 1:
                 run = _decode_header(line, number, cls)
                 continue
             assert run is not None
-            if record == "event":
-                run.record(_decode_or_fail(line, number), float(line["t"]))
-            elif record == "node":
-                node = decode_node(line, number)
-                run.actions[node.id] = node
-            elif record == "variables":
-                reprs = set(line.get("repr", ()))
-                for name, value in line.get("values", {}).items():
-                    run.variables[name] = OutputRepr(value) if name in reprs else value
-            else:
-                raise TranscriptError(number, f"unknown record type {record!r}")
+            try:
+                _read_line(run, line, number)
+            except TranscriptError:
+                raise
+            except (TypeError, ValueError, KeyError, AttributeError) as exc:
+                # A hand-edited line: a field missing, or of another type.
+                raise _bad(number, f"bad {line.get('record')!r} line ({_why(exc)})") from None
         if run is None:
             raise TranscriptError(0, "the transcript is empty")
         return cast(_R, run)
+
+
+def _read_line(run: Run, line: dict[str, Any], number: int) -> None:
+    """Add the transcript's line ``number`` (after the header) to ``run``."""
+    record = line.get("record")
+    if record == "event":
+        run.record(_decode_or_fail(line, number), _time(line["t"]))
+    elif record == "node":
+        node = decode_node(line, number)
+        run.actions[node.id] = node
+    elif record == "variables":
+        reprs = set(line.get("repr", ()))
+        for name, value in line.get("values", {}).items():
+            run.variables[name] = OutputRepr(value) if name in reprs else value
+    else:
+        raise _bad(number, f"unknown record type {record!r}")
+
+
+def _time(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"a time must be a number, not {value!r}")
+    return float(value)
+
+
+def _bad(number: int, reason: str) -> TranscriptError:
+    """The error for line ``number``: ``reason`` redacted and short (a hostile field may
+    hold a secret, or a megabyte)."""
+    return TranscriptError(number, shorten(redact(reason), 300))
+
+
+def _why(exc: BaseException) -> str:
+    return f"no field {exc}" if isinstance(exc, KeyError) else str(exc)
 
 
 def _unnest(event: AnyEvent) -> AnyEvent:
@@ -477,6 +505,10 @@ def decode_event(data: dict[str, Any]) -> AnyEvent:
     cls = RUN_EVENT_TYPES.get(str(kind)) or _PARSER_EVENT_TYPES.get(str(kind))
     if cls is None:
         raise ValueError(f"unknown event kind {kind!r}")
+    plain = _plain_fields(cls)
+    for name, value in fields.items():
+        if name in plain and not isinstance(value, plain[name][0]):
+            raise TypeError(f"{kind} {name} must be {plain[name][1]}, not {value!r}")
     if kind == "output_checked":
         fields["errors"] = tuple(fields.get("errors", ()))
     if kind == "action_output":
@@ -484,6 +516,31 @@ def decode_event(data: dict[str, Any]) -> AnyEvent:
         if fields.get("progress") is not None:
             fields["progress"] = Progress(**fields["progress"])
     return cast(AnyEvent, cls(**fields))
+
+
+#: The JSON types an event's field of a plain type may hold (by its annotation's words).
+_PLAIN: dict[str, tuple[type, ...]] = {
+    "str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "None": (type(None),),
+}  # fmt: skip
+
+
+_PLAIN_FIELDS: dict[type, dict[str, tuple[tuple[type, ...], str]]] = {}
+
+
+def _plain_fields(cls: type) -> dict[str, tuple[tuple[type, ...], str]]:
+    """The fields of event class ``cls`` whose type is plain (``str | None``, ``int``...),
+    with the types a transcript's value of each may have: a hand-edited transcript's
+    ``"text": 5`` is refused as it is read, not met later as a stream that fails."""
+    known = _PLAIN_FIELDS.get(cls)
+    if known is not None:
+        return known
+    out = _PLAIN_FIELDS[cls] = {}
+    for each in dataclasses.fields(cls):
+        words = [word.strip() for word in str(each.type).split("|")]
+        if all(word in _PLAIN for word in words):
+            types = tuple(t for word in words for t in _PLAIN[word])
+            out[each.name] = (types, " or ".join(words).replace("str", "text"))
+    return out
 
 
 def load_events(text: str) -> list[tuple[float, AnyEvent]]:
@@ -512,25 +569,32 @@ def _json_lines(text: str) -> Iterator[tuple[int, dict[str, Any]]]:
 
 def _decode_header(line: dict[str, Any], number: int, cls: type[Run]) -> Run:
     if line.get("version") != TRANSCRIPT_VERSION:
-        raise TranscriptError(number, f"unsupported version {line.get('version')!r}")
-    return cls(
-        id=str(line["id"]),
-        status=str(line["status"]),
-        started=float(line["started"]),
-        ended=line.get("ended"),
-        final=line.get("final"),
-        notes=list(line.get("notes", [])),
-        model=line.get("model"),
-        turns=int(line.get("turns") or 0),
-        reason=line.get("reason"),
-    )
+        raise _bad(number, f"unsupported version {line.get('version')!r}")
+    try:
+        for name in ("model", "reason"):
+            if not isinstance(line.get(name), str | None):
+                raise TypeError(f"{name} must be text, not {line[name]!r}")
+        ended = line.get("ended")
+        return cls(
+            id=str(line["id"]),
+            status=str(line["status"]),
+            started=_time(line["started"]),
+            ended=None if ended is None else _time(ended),
+            final=line.get("final"),
+            notes=list(line.get("notes", [])),
+            model=line.get("model"),
+            turns=int(line.get("turns") or 0),
+            reason=line.get("reason"),
+        )
+    except (TypeError, ValueError, KeyError) as exc:
+        raise _bad(number, f"bad header ({_why(exc)})") from None
 
 
 def _decode_or_fail(line: dict[str, Any], number: int) -> AnyEvent:
     try:
         return decode_event(line)
-    except (TypeError, ValueError, KeyError) as exc:
-        raise TranscriptError(number, f"bad event ({exc})") from None
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise _bad(number, f"bad event ({_why(exc)})") from None
 
 
 def encode_node(node: ActionNode, *, output: bool = True) -> dict[str, Any]:
@@ -554,7 +618,7 @@ def encode_node(node: ActionNode, *, output: bool = True) -> dict[str, Any]:
 def decode_node(line: dict[str, Any], number: int = 0) -> ActionNode:
     """The node an ``encode_node`` line stands for (``number``: its line, for errors)."""
     if line.get("status") not in STATUSES:
-        raise TranscriptError(number, f"unknown status {line.get('status')!r}")
+        raise _bad(number, f"unknown status {line.get('status')!r}")
     action = None
     if "action" in line:
         event = _decode_or_fail({"kind": "action", **line["action"]}, number)

@@ -1,0 +1,110 @@
+"""``%%cortex --replay`` of a transcript someone edited by hand, or wrote to harm.
+
+A transcript is a file: it may have been edited, cut short, written by another version,
+or written to harm. Each such file is one ``cortex:`` line naming the file and the line
+that is wrong (never a traceback, never the secret or the megabyte a field held), and
+the kernel goes on; a model name holding a secret is replayed, and kept redacted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+from cortex_jupyter.session import CortexRunError
+from tests.otel_spans import recorded
+
+BODY = "<thought>thinking</thought><response>Four.</response>"
+SECRET = "sk-HOSTILEsecret0123456789abcdef"
+Lines = list[dict[str, Any]]
+
+
+def saved(ip: InteractiveShell, tmp_path: Path) -> Lines:
+    """The transcript of a real run, as JSON lines to edit."""
+    ip.run_cell_magic("cortex", "--script --delay 0 --chunk-size 7", BODY)
+    path = tmp_path / "run.jsonl"
+    ip.run_line_magic("cortex", f"save {path}")
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def events(kind: str, change: Callable[[dict[str, Any]], None]) -> Callable[[Lines], str]:
+    def edit(lines: Lines) -> str:
+        for line in lines:
+            if line.get("kind") == kind:
+                change(line)
+        return "".join(json.dumps(line) + "\n" for line in lines)
+
+    return edit
+
+
+def header(change: Callable[[dict[str, Any]], None]) -> Callable[[Lines], str]:
+    def edit(lines: Lines) -> str:
+        change(lines[0])
+        return "".join(json.dumps(line) + "\n" for line in lines)
+
+    return edit
+
+
+def cut_short(lines: Lines) -> str:
+    return "".join(json.dumps(line) + "\n" for line in lines)[:-20]
+
+
+def variables_not_a_mapping(lines: Lines) -> str:
+    lines[-1] = {"record": "variables", "values": [1], "repr": 5}
+    return "".join(json.dumps(line) + "\n" for line in lines)
+
+
+# (how the file was harmed, what the one line says)
+HARMED: dict[str, tuple[Callable[[Lines], str], str]] = {
+    "no time": (events("turn", lambda line: line.pop("t")), "line {turn}: bad 'event' line"),
+    "a time in words": (events("turn", lambda line: line.update(t="soon")), "line {turn}"),
+    "chunk text a number": (events("chunk", lambda line: line.update(text=5)), "text"),
+    "chunk text a list": (events("chunk", lambda line: line.update(text=["a"])), "text"),
+    "model a list": (events("turn", lambda line: line.update(model=["a", 1])), "model"),
+    "model a dict": (events("turn", lambda line: line.update(model={"x": 1})), "model"),
+    "model a number": (events("turn", lambda line: line.update(model=42)), "model"),
+    "header model a dict": (header(lambda line: line.update(model={"x": 1})), "line 1"),
+    "no id": (header(lambda line: line.pop("id")), "line 1"),
+    "started in words": (header(lambda line: line.update(started="x")), "line 1"),
+    "another version": (header(lambda line: line.update(version=2)), "unsupported version 2"),
+    "a secret for a version": (header(lambda line: line.update(version=SECRET)), "line 1"),
+    "a megabyte for a version": (header(lambda line: line.update(version="v" * 10**6)), "line 1"),
+    "cut short": (cut_short, "not JSON"),
+    "variables not a mapping": (variables_not_a_mapping, "variables"),
+}
+
+
+@pytest.mark.parametrize("harm", list(HARMED))
+def test_a_harmed_transcript_is_one_cortex_line_naming_what_is_wrong(
+    ip: InteractiveShell,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    harm: str,
+) -> None:
+    monkeypatch.setenv("MY_API_KEY", SECRET)
+    edit, says = HARMED[harm]
+    path = tmp_path / "harmed.jsonl"
+    lines = saved(ip, tmp_path)
+    turn = 1 + next(n for n, line in enumerate(lines) if line.get("kind") == "turn")
+    says = says.format(turn=turn)
+    path.write_text(edit(lines), encoding="utf-8")
+    capsys.readouterr()
+    with recorded() as spans:
+        result = ip.run_cell(f"%%cortex --replay {path} --speed 1000\nx")
+    out = capsys.readouterr()
+    text = out.out + out.err
+    lines = [line for line in text.splitlines() if line.startswith("cortex:")]
+    assert isinstance(result.error_in_exec, CortexRunError), text[-2000:]
+    assert "Traceback" not in text and "Error" not in text.replace("CortexRunError", "")
+    assert len(lines) == 1, text[-2000:]
+    assert str(path) in lines[0] and says in lines[0], lines[0]
+    assert len(lines[0]) < 1000 and SECRET not in text
+    assert not any(SECRET in json.dumps(dict(s.attributes or {})) for s in spans)
+    ip.run_cell_magic("cortex", "--script --delay 0", "<response>Still here.</response>")
+    assert ip.user_ns["_cortex"].response == "Still here."  # the kernel goes on
