@@ -368,13 +368,13 @@ class Store:
 
     def _start(self, db: sqlite3.Connection, item: _Start) -> None:
         row = db.execute("SELECT started, clock FROM runs WHERE id = ?", (item.run,)).fetchone()
-        kept = self._runs[item.run] = _Kept(model=item.model)
+        kept = self._runs[item.run] = _Kept(model=_name(item.model))
         options = json.dumps(redact_value(dict(item.options)), default=summarize)
         if row is None:
             db.execute(
                 "INSERT INTO runs (id, started, clock, model, status, prompt, options, host) "
                 "VALUES (?, ?, ?, ?, 'running', ?, ?, ?)",
-                (item.run, item.wall, item.clock, item.model, redact(item.prompt), options,
+                (item.run, item.wall, item.clock, kept.model, redact(item.prompt), options,
                  self._host),
             )  # fmt: skip
             _index(db, item.run, "prompt", item.prompt)
@@ -426,7 +426,7 @@ class Store:
     def _count(self, kept: _Kept, event: AnyEvent) -> None:
         if isinstance(event, Turn):
             kept.turns = max(kept.turns, event.number)
-            kept.model = event.model or kept.model
+            kept.model = _name(event.model) or kept.model
         elif isinstance(event, Metric) and event.name in ("prompt_tokens", "completion_tokens"):
             setattr(kept, event.name, getattr(kept, event.name) + int(event.value))
         elif isinstance(event, ActionStatus):
@@ -493,6 +493,12 @@ def _index(db: sqlite3.Connection, run: str, what: str, text: str) -> None:
         db.execute(
             "INSERT INTO search (run, field, text) VALUES (?, ?, ?)", (run, what, redact(text))
         )
+
+
+def _name(model: object) -> str | None:
+    """A model's name as the ``runs`` table keeps it: text, redacted (a name is only
+    text from a model's object, or a transcript a replay read)."""
+    return None if model is None else redact(str(model))
 
 
 def _wall(clock: float, now: float | None = None) -> float:

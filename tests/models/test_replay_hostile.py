@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
+from cortex_jupyter import store
 from cortex_jupyter.session import CortexRunError
 from tests.otel_spans import recorded
 
@@ -108,3 +109,29 @@ def test_a_harmed_transcript_is_one_cortex_line_naming_what_is_wrong(
     assert not any(SECRET in json.dumps(dict(s.attributes or {})) for s in spans)
     ip.run_cell_magic("cortex", "--script --delay 0", "<response>Still here.</response>")
     assert ip.user_ns["_cortex"].response == "Still here."  # the kernel goes on
+
+
+def _store_bytes(path: Path) -> bytes:
+    parts = [Path(f"{path}{suffix}") for suffix in ("", "-wal", "-shm")]
+    return b"".join(part.read_bytes() for part in parts if part.exists())
+
+
+def test_a_model_name_holding_a_secret_is_replayed_and_kept_redacted(
+    ip: InteractiveShell, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MY_API_KEY", SECRET)
+    edit = events("turn", lambda line: line.update(model=SECRET))
+    path = tmp_path / "named.jsonl"
+    path.write_text(edit(saved(ip, tmp_path)), encoding="utf-8")
+    kept = tmp_path / "runs.db"
+    ip.run_line_magic("config", f"CortexMagics.store = {str(kept)!r}")
+    with recorded() as spans:
+        ip.run_cell_magic("cortex", f"--replay {path} --speed 1000", "x")
+    run = ip.user_ns["_cortex"]
+    assert run.response == "Four."
+    assert store.open_store(kept).flush()
+    assert store.take_problem() is None
+    (row,) = store.runs(store=kept)
+    assert row.id == run.id and row.status == "completed"
+    assert SECRET.encode() not in _store_bytes(kept)  # runs.model held it whole
+    assert not any(SECRET in json.dumps(dict(s.attributes or {})) for s in spans)
