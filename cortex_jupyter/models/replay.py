@@ -17,12 +17,16 @@ import anyio
 import anyio.lowlevel
 
 from cortex_jupyter.runtime.core.chunks import ModelChunk, TextChunk
+from cortex_jupyter.runtime.core.secrets import shorten
 from cortex_jupyter.runtime.loop.transcript import RunSource, TurnRecord, load_runs, turns_of
 
 from .errors import ReplayExhausted, StreamDropped
 from .script import FixedTurns
 
 __all__ = ["ReplayExhausted", "ReplayModel"]
+
+#: Most characters of a recorded model's name a replay takes as its own.
+_NAME_LIMIT = 200
 
 
 class ReplayModel(FixedTurns):
@@ -55,7 +59,9 @@ class ReplayModel(FixedTurns):
                 "run_agent, record the model's reply)"
             )
         self.speed = float(speed)
-        self.name = name or self.turns[0].model or "replay"
+        # A recorded name is the transcript's, which anyone may have edited: it names
+        # the view's header, every span and the stored run, so a short one.
+        self.name = name or shorten(self.turns[0].model or "", _NAME_LIMIT) or "replay"
         self.turns_used = 0
 
     def __repr__(self) -> str:

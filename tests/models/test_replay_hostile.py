@@ -135,3 +135,26 @@ def test_a_model_name_holding_a_secret_is_replayed_and_kept_redacted(
     assert row.id == run.id and row.status == "completed"
     assert SECRET.encode() not in _store_bytes(kept)  # runs.model held it whole
     assert not any(SECRET in json.dumps(dict(s.attributes or {})) for s in spans)
+
+
+def test_a_megabyte_model_name_is_replayed_under_a_short_name(
+    ip: InteractiveShell, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The name was shown whole in the view's header, set on every span (their names
+    # too) and kept in the store: a megabyte each, two in `%cortex runs`.
+    edit = events("turn", lambda line: line.update(model="m" * 10**6))
+    path = tmp_path / "big.jsonl"
+    path.write_text(edit(saved(ip, tmp_path)), encoding="utf-8")
+    kept = tmp_path / "runs.db"
+    ip.run_line_magic("config", f"CortexMagics.store = {str(kept)!r}")
+    capsys.readouterr()
+    with recorded() as spans:
+        ip.run_cell_magic("cortex", f"--replay {path} --speed 1000", "x")
+    assert ip.user_ns["_cortex"].response == "Four."
+    out = capsys.readouterr()
+    assert "mmmmmmmmmm" in out.out and len(out.out + out.err) < 2000
+    assert spans and all(len(json.dumps(dict(s.attributes or {}))) < 5000 for s in spans)
+    assert all(len(s.name) < 500 for s in spans)
+    assert store.open_store(kept).flush()
+    (row,) = store.runs(store=kept)
+    assert row.model is not None and 0 < len(row.model) < 500
