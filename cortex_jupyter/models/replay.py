@@ -27,6 +27,8 @@ __all__ = ["ReplayExhausted", "ReplayModel"]
 
 #: Most characters of a recorded model's name a replay takes as its own.
 _NAME_LIMIT = 200
+#: Most seconds of a recorded pause between two chunks a replay waits (at speed 1).
+_LONGEST_PAUSE = 60.0
 
 
 class ReplayModel(FixedTurns):
@@ -84,7 +86,10 @@ class ReplayModel(FixedTurns):
             raise StreamDropped(self.name, "a replayed transcript", len(turn.chunks), characters)
 
     async def _pause(self, seconds: float) -> None:
-        wait = 0.0 if math.isinf(self.speed) else max(0.0, seconds) / self.speed
+        # A transcript's times may be edited (a chunk an age after the one before): a
+        # silence longer than a model's is replayed as the longest a model's is.
+        wait = 0.0 if math.isinf(self.speed) else min(max(0.0, seconds), _LONGEST_PAUSE)
+        wait /= self.speed
         if wait > 0:
             await anyio.sleep(wait)
         else:

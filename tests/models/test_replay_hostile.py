@@ -13,10 +13,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from cortex_jupyter import store
+from cortex_jupyter.models import ReplayModel
+from cortex_jupyter.runtime.core.chunks import TextChunk
 from cortex_jupyter.session import CortexRunError
 from tests.otel_spans import recorded
 
@@ -158,3 +161,40 @@ def test_a_megabyte_model_name_is_replayed_under_a_short_name(
     assert store.open_store(kept).flush()
     (row,) = store.runs(store=kept)
     assert row.model is not None and 0 < len(row.model) < 500
+
+
+@pytest.mark.parametrize("gap", [1e9, 1e300])
+def test_a_chunk_recorded_ages_after_the_one_before_does_not_hang_the_replay(
+    ip: InteractiveShell, tmp_path: Path, gap: float
+) -> None:
+    # One chunk's time moved by hand: the replay slept gap / speed seconds (for ever).
+    lines = saved(ip, tmp_path)
+    last = max(n for n, line in enumerate(lines) if line.get("kind") == "chunk")
+    lines[last]["t"] += gap
+    path = tmp_path / "late.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    model = ReplayModel(path, speed=1000)
+
+    async def chunks() -> list[Any]:
+        with anyio.fail_after(60):  # a guard against the hang, not a measure of speed
+            return [chunk async for chunk in model.stream([])]
+
+    assert any(isinstance(c, TextChunk) and "Four" in c.text for c in anyio.run(chunks))
+
+
+@pytest.mark.parametrize("when", ["NaN", "Infinity", "-Infinity"])
+def test_a_time_that_is_not_a_finite_number_is_one_line(
+    ip: InteractiveShell, tmp_path: Path, capsys: pytest.CaptureFixture[str], when: str
+) -> None:
+    lines = saved(ip, tmp_path)
+    turn = next(n for n, line in enumerate(lines) if line.get("kind") == "turn")
+    text = "".join(json.dumps(line) + "\n" for line in lines)
+    moved = json.dumps(lines[turn]).replace(f'"t": {json.dumps(lines[turn]["t"])}', f'"t": {when}')
+    path = tmp_path / "nan.jsonl"
+    path.write_text(text.replace(json.dumps(lines[turn]), moved), encoding="utf-8")
+    capsys.readouterr()
+    result = ip.run_cell(f"%%cortex --replay {path} --speed 1000\nx")
+    assert isinstance(result.error_in_exec, CortexRunError)
+    out = capsys.readouterr()
+    (line,) = [x for x in (out.out + out.err).splitlines() if x.startswith("cortex:")]
+    assert f"line {turn + 1}" in line and "time" in line, line

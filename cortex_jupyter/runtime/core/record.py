@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import math
 import os
 import time
 import uuid
@@ -440,8 +441,8 @@ def _read_line(run: Run, line: dict[str, Any], number: int) -> None:
 
 
 def _time(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"a time must be a number, not {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise TypeError(f"a time must be a finite number, not {value!r}")
     return float(value)
 
 
