@@ -15,6 +15,7 @@ import atexit
 import copy
 import dataclasses
 import json
+import math
 import os
 import queue
 import socket
@@ -428,7 +429,7 @@ class Store:
             kept.turns = max(kept.turns, event.number)
             kept.model = _name(event.model) or kept.model
         elif isinstance(event, Metric) and event.name in ("prompt_tokens", "completion_tokens"):
-            setattr(kept, event.name, getattr(kept, event.name) + int(event.value))
+            _add_tokens(kept, event.name, event.value)
         elif isinstance(event, ActionStatus):
             kept.actions.add(event.id)
         elif isinstance(event, End):
@@ -436,7 +437,7 @@ class Store:
         elif isinstance(event, Nested):
             inner = event.event
             if isinstance(inner, Metric) and inner.name in ("prompt_tokens", "completion_tokens"):
-                setattr(kept, inner.name, getattr(kept, inner.name) + int(inner.value))
+                _add_tokens(kept, inner.name, inner.value)
 
     def _node(self, db: sqlite3.Connection, item: _Event, kept: _Kept, seq: int) -> None:
         node = item.node
@@ -493,6 +494,17 @@ def _index(db: sqlite3.Connection, run: str, what: str, text: str) -> None:
         db.execute(
             "INSERT INTO search (run, field, text) VALUES (?, ?, ?)", (run, what, redact(text))
         )
+
+
+#: The most an SQLite INTEGER holds.
+_MOST_TOKENS = 2**63 - 1
+
+
+def _add_tokens(kept: _Kept, name: str, value: float) -> None:
+    """Count ``value`` more tokens as ``name``: a count past what SQLite holds (a replayed
+    transcript says what it likes) is kept as the most it holds, not the run refused."""
+    more = 0 if isinstance(value, float) and not math.isfinite(value) else int(value)
+    setattr(kept, name, max(-_MOST_TOKENS, min(getattr(kept, name) + more, _MOST_TOKENS)))
 
 
 def _name(model: object) -> str | None:

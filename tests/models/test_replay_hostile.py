@@ -198,3 +198,25 @@ def test_a_time_that_is_not_a_finite_number_is_one_line(
     out = capsys.readouterr()
     (line,) = [x for x in (out.out + out.err).splitlines() if x.startswith("cortex:")]
     assert f"line {turn + 1}" in line and "time" in line, line
+
+
+@pytest.mark.parametrize("tokens", [10**30, 10**400])
+def test_a_usage_of_more_tokens_than_sqlite_counts_is_still_stored(
+    ip: InteractiveShell, tmp_path: Path, tokens: int
+) -> None:
+    # The store failed the whole run ("Python int too large to convert to SQLite INTEGER").
+    lines = saved(ip, tmp_path)
+    last = max(n for n, line in enumerate(lines) if line.get("kind") == "chunk")
+    usage = dict(lines[last], type="usage", prompt_tokens=tokens, completion_tokens=tokens)
+    usage.pop("text", None)
+    lines.insert(last + 1, usage)
+    path = tmp_path / "usage.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    kept = tmp_path / "runs.db"
+    ip.run_line_magic("config", f"CortexMagics.store = {str(kept)!r}")
+    ip.run_cell_magic("cortex", f"--replay {path} --speed 1000", "x")
+    run = ip.user_ns["_cortex"]
+    assert store.open_store(kept).flush()
+    assert store.take_problem() is None
+    (row,) = store.runs(store=kept)
+    assert row.id == run.id and row.status == "completed" and row.prompt_tokens > 10**15
