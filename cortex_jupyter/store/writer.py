@@ -105,7 +105,9 @@ def _open(db: sqlite3.Connection, where: str) -> None:
 
 
 _BUSY = {5: "database is locked", 6: "database table is locked"}  # SQLITE_BUSY, _LOCKED
-_FULL = {13: "database or disk is full"}  # SQLITE_FULL
+# SQLITE_FULL; SQLITE_IOERR_WRITE: the file may not grow (a quota's EDQUOT, a file-size
+# limit's EFBIG), which SQLite does not call full (Python 3.10 sees any I/O error so).
+_FULL = {13: "database or disk is full", 778: "disk I/O error"}
 
 
 def _busy(exc: sqlite3.Error) -> bool:
@@ -115,14 +117,14 @@ def _busy(exc: sqlite3.Error) -> bool:
 
 def _passing(exc: sqlite3.Error) -> bool:
     """Whether a write that failed with ``exc`` may succeed later: the store was held
-    by another kernel, or the disk was full."""
+    by another kernel, or the disk was full (or the file at its size limit)."""
     return _coded(exc, {**_BUSY, **_FULL})
 
 
 def _coded(exc: sqlite3.Error, codes: Mapping[int, str]) -> bool:
     code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+
     if isinstance(code, int):
-        return (code & 0xFF) in codes
+        return code in codes or (code & 0xFF) in codes  # an extended code, or its primary
     return str(exc).startswith(tuple(codes.values()))
 
 

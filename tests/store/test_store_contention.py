@@ -200,3 +200,39 @@ def test_a_store_held_for_a_thousand_tries_and_more_is_still_written_once_let_go
         assert back.status == "completed" and back.answer == "The sea holds 21 fish."
     finally:
         kept.close()
+
+
+def _over_its_limit(path: str, out: object) -> None:
+    """In a child: a run written while the store's file may not grow (a quota reached,
+    a file-size limit: SQLite says 'disk I/O error'), then the limit lifted."""
+    import resource
+
+    kept = writer.Store(path)
+    kept.flush()
+    resource.setrlimit(resource.RLIMIT_FSIZE, (Path(path).stat().st_size, resource.RLIM_INFINITY))
+    try:
+        run = Agent(model=ScriptModel(SCRIPT), registry=tools()).run_sync("x" * 50_000, store=kept)
+        said = (kept.flush(), kept.problem)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    out.put((run.id, *said, kept.flush(), kept.problem))  # type: ignore[attr-defined]
+    kept.close()
+
+
+def test_a_write_past_a_file_size_limit_is_kept_and_written_once_the_limit_is_lifted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SQLite answers a write the file system refuses for its size (EFBIG, a quota's
+    # EDQUOT) with SQLITE_IOERR_WRITE, not SQLITE_FULL: the run was dropped for good.
+    monkeypatch.setattr(writer, "INTERVAL", 0.05)
+    path = str(tmp_path / "runs.db")
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    child = context.Process(target=_over_its_limit, args=(path, out))
+    child.start()
+    run_id, written, problem, later, after = out.get(timeout=120)
+    child.join(30)
+    assert not written and problem is not None and "still trying" in problem, problem
+    assert later and after is None
+    back = cortex_jupyter.open_run(run_id, store=path)
+    assert back.status == "completed" and back.answer == "The sea holds 21 fish."
