@@ -33,7 +33,7 @@ from cortex_jupyter.runtime.core.events import ActionStatus, AnyEvent, End, Metr
 from cortex_jupyter.runtime.core.graph import ActionNode
 from cortex_jupyter.runtime.core.joining import Joiner
 from cortex_jupyter.runtime.core.record import Run, encode_event, encode_node, summarize
-from cortex_jupyter.runtime.core.secrets import redact, redact_value
+from cortex_jupyter.runtime.core.secrets import redact, redact_value, secrets
 from cortex_jupyter.store.outputs import keep
 from cortex_jupyter.store.schema import NewerStore, check, migrate
 
@@ -353,6 +353,8 @@ class Store:
             for run in runs:
                 self._runs.pop(run, None)
             self._runs.update(before)
+            for value in secrets.values():  # a variable unset before the next try
+                secrets.add(value)  # still names a secret the batch may hold
             self.problem = self._retrying = redact(f"{said} (still trying)")
             return False
         if self._retrying is not None and self.problem == self._retrying:

@@ -21,6 +21,7 @@ import cortex_jupyter
 from cortex_jupyter import store
 from cortex_jupyter.models import ScriptModel
 from cortex_jupyter.runtime import Agent, Registry
+from cortex_jupyter.runtime.core.secrets import secrets
 from cortex_jupyter.store import writer
 
 SCRIPT = """<action id="a1">{"name": "sea", "parameters": {"n": 3}, "output_key": "sea"}</action>
@@ -236,3 +237,26 @@ def test_a_write_past_a_file_size_limit_is_kept_and_written_once_the_limit_is_li
     assert later and after is None
     back = cortex_jupyter.open_run(run_id, store=path)
     assert back.status == "completed" and back.answer == "The sea holds 21 fish."
+
+
+def test_a_secret_unset_while_its_write_waits_is_still_never_stored(
+    tmp_path: Path, impatient: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Redacted as it is written: a write kept for hours, tried again after the user
+    # unset the variable, no longer knew the value was a secret and kept it whole.
+    secret = "sk-WAITINGsecret0123456789abcdef"
+    monkeypatch.setattr(secrets, "_added", set(secrets._added))  # forgotten afterwards
+    monkeypatch.setenv("MY_API_KEY", secret)
+    path = tmp_path / "runs.db"
+    kept = writer.Store(path)
+    try:
+        with held(path):
+            model = ScriptModel(f"<response>the key is {secret}</response>")
+            Agent(model=model).run_sync(f"show {secret}", store=kept)
+            assert not kept.flush()
+            monkeypatch.delenv("MY_API_KEY")
+        assert kept.flush()
+    finally:
+        kept.close()
+    files = [Path(f"{path}{suffix}") for suffix in ("", "-wal", "-shm")]
+    assert not any(secret.encode() in file.read_bytes() for file in files if file.exists())
