@@ -58,6 +58,11 @@ def cut_short(lines: Lines) -> str:
     return "".join(json.dumps(line) + "\n" for line in lines)[:-20]
 
 
+def nested_too_deeply(lines: Lines) -> str:
+    text = "".join(json.dumps(line) + "\n" for line in lines)
+    return text + '{"record": "variables", "values": {"a": ' + "[" * 10**5 + "]" * 10**5 + "}}\n"
+
+
 def variables_not_a_mapping(lines: Lines) -> str:
     lines[-1] = {"record": "variables", "values": [1], "repr": 5}
     return "".join(json.dumps(line) + "\n" for line in lines)
@@ -80,6 +85,7 @@ HARMED: dict[str, tuple[Callable[[Lines], str], str]] = {
     "a megabyte for a version": (header(lambda line: line.update(version="v" * 10**6)), "line 1"),
     "cut short": (cut_short, "not JSON"),
     "variables not a mapping": (variables_not_a_mapping, "variables"),
+    "a line nested too deeply": (nested_too_deeply, "nested too deeply"),
 }
 
 

@@ -561,6 +561,8 @@ def _json_lines(text: str) -> Iterator[tuple[int, dict[str, Any]]]:
             line = json.loads(raw)
         except json.JSONDecodeError as exc:
             raise TranscriptError(number, f"not JSON ({exc.msg})") from None
+        except RecursionError:
+            raise TranscriptError(number, "nested too deeply to read") from None
         if not isinstance(line, dict):
             raise TranscriptError(number, "not a JSON object")
         if number == 1 and line.get("record") != TRANSCRIPT_FORMAT:
