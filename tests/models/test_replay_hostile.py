@@ -74,6 +74,7 @@ HARMED: dict[str, tuple[Callable[[Lines], str], str]] = {
     "a time in words": (events("turn", lambda line: line.update(t="soon")), "line {turn}"),
     "chunk text a number": (events("chunk", lambda line: line.update(text=5)), "text"),
     "chunk text a list": (events("chunk", lambda line: line.update(text=["a"])), "text"),
+    "a chunk of no known type": (events("chunk", lambda line: line.update(type="zzz")), "zzz"),
     "model a list": (events("turn", lambda line: line.update(model=["a", 1])), "model"),
     "model a dict": (events("turn", lambda line: line.update(model={"x": 1})), "model"),
     "model a number": (events("turn", lambda line: line.update(model=42)), "model"),

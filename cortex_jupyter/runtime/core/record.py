@@ -38,6 +38,7 @@ from cortex_jupyter.protocol.events import (
 )
 from cortex_jupyter.runtime.core.answer import fill
 from cortex_jupyter.runtime.core.bounded import failed
+from cortex_jupyter.runtime.core.chunks import ModelChunk
 from cortex_jupyter.runtime.core.cost import total
 from cortex_jupyter.runtime.core.errors import TranscriptError
 from cortex_jupyter.runtime.core.events import (
@@ -63,6 +64,7 @@ _BLOCK_BREAK = "\n\n"  # between two response blocks: separate paragraphs
 
 _R = TypeVar("_R", bound="Run")
 _PARSER_EVENT_TYPES: dict[str, type[Any]] = {cls.kind: cls for cls in get_args(Event)}
+_CHUNK_TYPES = frozenset(cls.kind for cls in get_args(ModelChunk))
 _repr = Repr(limit=160, items=8)  # bounded, secrets redacted before its cuts
 _NODE_FIELDS = (
     "name", "type", "mode", "parent", "status", "error", "submitted", "started", "finished",
@@ -506,6 +508,8 @@ def decode_event(data: dict[str, Any]) -> AnyEvent:
     cls = RUN_EVENT_TYPES.get(str(kind)) or _PARSER_EVENT_TYPES.get(str(kind))
     if cls is None:
         raise ValueError(f"unknown event kind {kind!r}")
+    if kind == "chunk" and fields.get("type") not in _CHUNK_TYPES:
+        raise ValueError(f"unknown chunk type {fields.get('type')!r}")
     plain = _plain_fields(cls)
     for name, value in fields.items():
         if name in plain and not isinstance(value, plain[name][0]):
