@@ -17,12 +17,18 @@ import anyio
 import anyio.lowlevel
 
 from cortex_jupyter.runtime.core.chunks import ModelChunk, TextChunk
+from cortex_jupyter.runtime.core.secrets import shorten
 from cortex_jupyter.runtime.loop.transcript import RunSource, TurnRecord, load_runs, turns_of
 
 from .errors import ReplayExhausted, StreamDropped
 from .script import FixedTurns
 
 __all__ = ["ReplayExhausted", "ReplayModel"]
+
+#: Most characters of a recorded model's name a replay takes as its own.
+_NAME_LIMIT = 200
+#: Most seconds of a recorded pause between two chunks a replay waits (at speed 1).
+_LONGEST_PAUSE = 60.0
 
 
 class ReplayModel(FixedTurns):
@@ -55,7 +61,9 @@ class ReplayModel(FixedTurns):
                 "run_agent, record the model's reply)"
             )
         self.speed = float(speed)
-        self.name = name or self.turns[0].model or "replay"
+        # A recorded name is the transcript's, which anyone may have edited: it names
+        # the view's header, every span and the stored run, so a short one.
+        self.name = name or shorten(self.turns[0].model or "", _NAME_LIMIT) or "replay"
         self.turns_used = 0
 
     def __repr__(self) -> str:
@@ -78,7 +86,10 @@ class ReplayModel(FixedTurns):
             raise StreamDropped(self.name, "a replayed transcript", len(turn.chunks), characters)
 
     async def _pause(self, seconds: float) -> None:
-        wait = 0.0 if math.isinf(self.speed) else max(0.0, seconds) / self.speed
+        # A transcript's times may be edited (a chunk an age after the one before): a
+        # silence longer than a model's is replayed as the longest a model's is.
+        wait = 0.0 if math.isinf(self.speed) else min(max(0.0, seconds), _LONGEST_PAUSE)
+        wait /= self.speed
         if wait > 0:
             await anyio.sleep(wait)
         else:

@@ -17,7 +17,9 @@ from cortex_jupyter import models
 from cortex_jupyter.runtime import Agent, Registry
 from cortex_jupyter.runtime.core.chunks import StreamingModel
 from cortex_jupyter.runtime.core.cost import Budget
+from cortex_jupyter.runtime.core.errors import TranscriptError
 from cortex_jupyter.runtime.core.registry import AgentSpec
+from cortex_jupyter.runtime.core.secrets import redact
 from cortex_jupyter.runtime.loop.feeds import FeedSet
 from cortex_jupyter.runtime.loop.request import merge_requests
 from cortex_jupyter.session.record import CortexRunError
@@ -163,13 +165,22 @@ def cell_model(
         if options.script:
             return models.ScriptModel(body, chunk_size=options.chunk_size, delay=options.delay)
         if options.replay is not None:
-            return models.ReplayModel(options.replay, speed=options.speed)
+            return _replay(options.replay, options.speed)
         # ``models.OpenAIModel`` imports openai on first use: only a real model needs it.
         base_url, api_key = endpoints.get(options.model, (None, None))
         free = LOCAL_MODEL if api_key == LOCAL_KEY else None
         return models.OpenAIModel(options.model, base_url=base_url, api_key=api_key, free=free)
     except (models.ModelError, OSError, ValueError) as exc:
         raise CortexRunError(str(exc)) from None
+
+
+def _replay(path: str, speed: float) -> StreamingModel:
+    """The model that streams the transcript at ``path`` again; a transcript that cannot
+    be read (cut short, edited by hand, another version's) is one line naming it."""
+    try:
+        return models.ReplayModel(path, speed=speed)
+    except TranscriptError as exc:
+        raise CortexRunError(redact(f"the transcript {path} cannot be replayed: {exc}")) from None
 
 
 def sampling(options: CellOptions, agent: Agent | None) -> dict[str, Any]:

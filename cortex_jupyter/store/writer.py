@@ -15,6 +15,7 @@ import atexit
 import copy
 import dataclasses
 import json
+import math
 import os
 import queue
 import socket
@@ -32,7 +33,7 @@ from cortex_jupyter.runtime.core.events import ActionStatus, AnyEvent, End, Metr
 from cortex_jupyter.runtime.core.graph import ActionNode
 from cortex_jupyter.runtime.core.joining import Joiner
 from cortex_jupyter.runtime.core.record import Run, encode_event, encode_node, summarize
-from cortex_jupyter.runtime.core.secrets import redact, redact_value
+from cortex_jupyter.runtime.core.secrets import redact, redact_value, secrets
 from cortex_jupyter.store.claim import RunTaken, Taken, give_back, here, take
 from cortex_jupyter.store.outputs import keep
 from cortex_jupyter.store.read import find_id
@@ -113,7 +114,9 @@ def _open(db: sqlite3.Connection, where: str) -> None:
 
 
 _BUSY = {5: "database is locked", 6: "database table is locked"}  # SQLITE_BUSY, _LOCKED
-_FULL = {13: "database or disk is full"}  # SQLITE_FULL
+# SQLITE_FULL; SQLITE_IOERR_WRITE: the file may not grow (a quota's EDQUOT, a file-size
+# limit's EFBIG), which SQLite does not call full (Python 3.10 sees any I/O error so).
+_FULL = {13: "database or disk is full", 778: "disk I/O error"}
 
 
 def _busy(exc: sqlite3.Error) -> bool:
@@ -123,14 +126,14 @@ def _busy(exc: sqlite3.Error) -> bool:
 
 def _passing(exc: sqlite3.Error) -> bool:
     """Whether a write that failed with ``exc`` may succeed later: the store was held
-    by another kernel, or the disk was full."""
+    by another kernel, or the disk was full (or the file at its size limit)."""
     return _coded(exc, {**_BUSY, **_FULL})
 
 
 def _coded(exc: sqlite3.Error, codes: Mapping[int, str]) -> bool:
     code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+
     if isinstance(code, int):
-        return (code & 0xFF) in codes
+        return code in codes or (code & 0xFF) in codes  # an extended code, or its primary
     return str(exc).startswith(tuple(codes.values()))
 
 
@@ -372,7 +375,7 @@ class Store:
             if written or item is _STOP:
                 batch, deadline, failures = [], None, 0
             else:  # kept, and tried again a little later, with what comes meanwhile
-                failures += 1
+                failures = min(failures + 1, 16)  # 2**1024 is too large a float
                 deadline = time.monotonic() + min(INTERVAL * 2**failures, _MOST_BETWEEN_TRIES)
             if isinstance(item, _Flush):
                 item.written = written
@@ -413,6 +416,8 @@ class Store:
             for run in runs:
                 self._runs.pop(run, None)
             self._runs.update(before)
+            for value in secrets.values():  # a variable unset before the next try
+                secrets.add(value)  # still names a secret the batch may hold
             self.problem = self._retrying = redact(f"{said} (still trying)")
             return False
         if self._retrying is not None and self.problem == self._retrying:
@@ -431,13 +436,13 @@ class Store:
 
     def _start(self, db: sqlite3.Connection, item: _Start) -> None:
         row = db.execute("SELECT started, clock FROM runs WHERE id = ?", (item.run,)).fetchone()
-        kept = self._runs[item.run] = _Kept(model=item.model)
+        kept = self._runs[item.run] = _Kept(model=_name(item.model))
         options = json.dumps(redact_value(dict(item.options)), default=summarize)
         if row is None:
             db.execute(
                 "INSERT INTO runs (id, started, clock, model, status, prompt, options, host, "
                 "claimed) VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?)",
-                (item.run, item.wall, item.clock, item.model, redact(item.prompt), options,
+                (item.run, item.wall, item.clock, kept.model, redact(item.prompt), options,
                  self._host, item.at),
             )  # fmt: skip
             _index(db, item.run, "prompt", item.prompt)
@@ -509,9 +514,9 @@ class Store:
     def _count(self, kept: _Kept, event: AnyEvent) -> None:
         if isinstance(event, Turn):
             kept.turns = max(kept.turns, event.number)
-            kept.model = event.model or kept.model
+            kept.model = _name(event.model) or kept.model
         elif isinstance(event, Metric) and event.name in ("prompt_tokens", "completion_tokens"):
-            setattr(kept, event.name, getattr(kept, event.name) + int(event.value))
+            _add_tokens(kept, event.name, event.value)
         elif isinstance(event, ActionStatus):
             kept.actions.add(event.id)
         elif isinstance(event, End):
@@ -519,7 +524,7 @@ class Store:
         elif isinstance(event, Nested):
             inner = event.event
             if isinstance(inner, Metric) and inner.name in ("prompt_tokens", "completion_tokens"):
-                setattr(kept, inner.name, getattr(kept, inner.name) + int(inner.value))
+                _add_tokens(kept, inner.name, inner.value)
 
     def _node(self, db: sqlite3.Connection, item: _Event, kept: _Kept, seq: int) -> None:
         node = item.node
@@ -576,6 +581,23 @@ def _index(db: sqlite3.Connection, run: str, what: str, text: str) -> None:
         db.execute(
             "INSERT INTO search (run, field, text) VALUES (?, ?, ?)", (run, what, redact(text))
         )
+
+
+#: The most an SQLite INTEGER holds.
+_MOST_TOKENS = 2**63 - 1
+
+
+def _add_tokens(kept: _Kept, name: str, value: float) -> None:
+    """Count ``value`` more tokens as ``name``: a count past what SQLite holds (a replayed
+    transcript says what it likes) is kept as the most it holds, not the run refused."""
+    more = 0 if isinstance(value, float) and not math.isfinite(value) else int(value)
+    setattr(kept, name, max(-_MOST_TOKENS, min(getattr(kept, name) + more, _MOST_TOKENS)))
+
+
+def _name(model: object) -> str | None:
+    """A model's name as the ``runs`` table keeps it: text, redacted (a name is only
+    text from a model's object, or a transcript a replay read)."""
+    return None if model is None else redact(str(model))
 
 
 def _wall(clock: float, now: float | None = None) -> float:

@@ -21,6 +21,7 @@ import cortex_jupyter
 from cortex_jupyter import store
 from cortex_jupyter.models import ScriptModel
 from cortex_jupyter.runtime import Agent, Registry
+from cortex_jupyter.runtime.core.secrets import secrets
 from cortex_jupyter.store import writer
 
 SCRIPT = """<action id="a1">{"name": "sea", "parameters": {"n": 3}, "output_key": "sea"}</action>
@@ -166,3 +167,96 @@ def test_a_write_that_can_never_succeed_is_said_and_later_runs_are_still_kept(
         assert second.id in ids and first.id != second.id
     finally:
         kept.close()
+
+
+def test_a_store_held_for_a_thousand_tries_and_more_is_still_written_once_let_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The pause between two tries doubled as 2**tries, computed as a float: after 1024
+    # tries (2.3 hours of a full disk at 8 s a try) it overflowed, the writer thread
+    # died with a traceback, and everything queued was lost while the problem line
+    # still said "still trying". Here the tries come with no pause at all.
+    monkeypatch.setattr(writer, "BUSY_MS", 0)
+    monkeypatch.setattr(writer, "INTERVAL", 0.0)
+    monkeypatch.setattr(writer, "_MOST_BETWEEN_TRIES", 0.0)
+    tries = threading.Semaphore(0)
+    passing = writer._passing
+
+    def counted(exc: sqlite3.Error) -> bool:
+        tries.release()
+        return passing(exc)
+
+    monkeypatch.setattr(writer, "_passing", counted)
+    path = tmp_path / "runs.db"
+    kept = writer.Store(path)
+    try:
+        with held(path):
+            run = Agent(model=ScriptModel(SCRIPT), registry=tools()).run_sync(
+                "how many fish?", store=kept
+            )
+            for _ in range(1100):
+                assert kept.alive and tries.acquire(timeout=10), "the writer stopped trying"
+        assert kept.flush()
+        back = cortex_jupyter.open_run(run.id, store=path)
+        assert back.status == "completed" and back.answer == "The sea holds 21 fish."
+    finally:
+        kept.close()
+
+
+def _over_its_limit(path: str, out: object) -> None:
+    """In a child: a run written while the store's file may not grow (a quota reached,
+    a file-size limit: SQLite says 'disk I/O error'), then the limit lifted."""
+    import resource
+
+    kept = writer.Store(path)
+    kept.flush()
+    resource.setrlimit(resource.RLIMIT_FSIZE, (Path(path).stat().st_size, resource.RLIM_INFINITY))
+    try:
+        run = Agent(model=ScriptModel(SCRIPT), registry=tools()).run_sync("x" * 50_000, store=kept)
+        said = (kept.flush(), kept.problem)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    out.put((run.id, *said, kept.flush(), kept.problem))  # type: ignore[attr-defined]
+    kept.close()
+
+
+def test_a_write_past_a_file_size_limit_is_kept_and_written_once_the_limit_is_lifted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SQLite answers a write the file system refuses for its size (EFBIG, a quota's
+    # EDQUOT) with SQLITE_IOERR_WRITE, not SQLITE_FULL: the run was dropped for good.
+    monkeypatch.setattr(writer, "INTERVAL", 0.05)
+    path = str(tmp_path / "runs.db")
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    child = context.Process(target=_over_its_limit, args=(path, out))
+    child.start()
+    run_id, written, problem, later, after = out.get(timeout=120)
+    child.join(30)
+    assert not written and problem is not None and "still trying" in problem, problem
+    assert later and after is None
+    back = cortex_jupyter.open_run(run_id, store=path)
+    assert back.status == "completed" and back.answer == "The sea holds 21 fish."
+
+
+def test_a_secret_unset_while_its_write_waits_is_still_never_stored(
+    tmp_path: Path, impatient: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Redacted as it is written: a write kept for hours, tried again after the user
+    # unset the variable, no longer knew the value was a secret and kept it whole.
+    secret = "sk-WAITINGsecret0123456789abcdef"
+    monkeypatch.setattr(secrets, "_added", set(secrets._added))  # forgotten afterwards
+    monkeypatch.setenv("MY_API_KEY", secret)
+    path = tmp_path / "runs.db"
+    kept = writer.Store(path)
+    try:
+        with held(path):
+            model = ScriptModel(f"<response>the key is {secret}</response>")
+            Agent(model=model).run_sync(f"show {secret}", store=kept)
+            assert not kept.flush()
+            monkeypatch.delenv("MY_API_KEY")
+        assert kept.flush()
+    finally:
+        kept.close()
+    files = [Path(f"{path}{suffix}") for suffix in ("", "-wal", "-shm")]
+    assert not any(secret.encode() in file.read_bytes() for file in files if file.exists())

@@ -11,8 +11,10 @@ to feed a display or a scheduler again.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
+import math
 import os
 import time
 import uuid
@@ -36,6 +38,7 @@ from cortex_jupyter.protocol.events import (
 )
 from cortex_jupyter.runtime.core.answer import fill
 from cortex_jupyter.runtime.core.bounded import failed
+from cortex_jupyter.runtime.core.chunks import ModelChunk
 from cortex_jupyter.runtime.core.cost import total
 from cortex_jupyter.runtime.core.errors import TranscriptError
 from cortex_jupyter.runtime.core.events import (
@@ -51,7 +54,7 @@ from cortex_jupyter.runtime.core.events import (
 )
 from cortex_jupyter.runtime.core.graph import NOT_STARTED, STATUSES, ActionNode
 from cortex_jupyter.runtime.core.joining import joined_where_secret
-from cortex_jupyter.runtime.core.secrets import Repr, clip, redact_value, shorten
+from cortex_jupyter.runtime.core.secrets import Repr, clip, redact, redact_value, shorten
 
 TRANSCRIPT_FORMAT = "cortex_jupyter.run"
 TRANSCRIPT_VERSION = 1
@@ -61,6 +64,7 @@ _BLOCK_BREAK = "\n\n"  # between two response blocks: separate paragraphs
 
 _R = TypeVar("_R", bound="Run")
 _PARSER_EVENT_TYPES: dict[str, type[Any]] = {cls.kind: cls for cls in get_args(Event)}
+_CHUNK_TYPES = frozenset(cls.kind for cls in get_args(ModelChunk))
 _repr = Repr(limit=160, items=8)  # bounded, secrets redacted before its cuts
 _NODE_FIELDS = (
     "name", "type", "mode", "parent", "status", "error", "submitted", "started", "finished",
@@ -410,25 +414,52 @@ class Run:
         """Read a transcript written by ``to_jsonl`` back into a run record."""
         run: Run | None = None
         for number, line in _json_lines(text):
-            record = line.get("record")
             if number == 1:
                 run = _decode_header(line, number, cls)
                 continue
             assert run is not None
-            if record == "event":
-                run.record(_decode_or_fail(line, number), float(line["t"]))
-            elif record == "node":
-                node = decode_node(line, number)
-                run.actions[node.id] = node
-            elif record == "variables":
-                reprs = set(line.get("repr", ()))
-                for name, value in line.get("values", {}).items():
-                    run.variables[name] = OutputRepr(value) if name in reprs else value
-            else:
-                raise TranscriptError(number, f"unknown record type {record!r}")
+            try:
+                _read_line(run, line, number)
+            except TranscriptError:
+                raise
+            except (TypeError, ValueError, KeyError, AttributeError) as exc:
+                # A hand-edited line: a field missing, or of another type.
+                raise _bad(number, f"bad {line.get('record')!r} line ({_why(exc)})") from None
         if run is None:
             raise TranscriptError(0, "the transcript is empty")
         return cast(_R, run)
+
+
+def _read_line(run: Run, line: dict[str, Any], number: int) -> None:
+    """Add the transcript's line ``number`` (after the header) to ``run``."""
+    record = line.get("record")
+    if record == "event":
+        run.record(_decode_or_fail(line, number), _time(line["t"]))
+    elif record == "node":
+        node = decode_node(line, number)
+        run.actions[node.id] = node
+    elif record == "variables":
+        reprs = set(line.get("repr", ()))
+        for name, value in line.get("values", {}).items():
+            run.variables[name] = OutputRepr(value) if name in reprs else value
+    else:
+        raise _bad(number, f"unknown record type {record!r}")
+
+
+def _time(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise TypeError(f"a time must be a finite number, not {value!r}")
+    return float(value)
+
+
+def _bad(number: int, reason: str) -> TranscriptError:
+    """The error for line ``number``: ``reason`` redacted and short (a hostile field may
+    hold a secret, or a megabyte)."""
+    return TranscriptError(number, shorten(redact(reason), 300))
+
+
+def _why(exc: BaseException) -> str:
+    return f"no field {exc}" if isinstance(exc, KeyError) else str(exc)
 
 
 def _unnest(event: AnyEvent) -> AnyEvent:
@@ -481,6 +512,12 @@ def decode_event(data: dict[str, Any]) -> AnyEvent:
     cls = RUN_EVENT_TYPES.get(str(kind)) or _PARSER_EVENT_TYPES.get(str(kind))
     if cls is None:
         raise ValueError(f"unknown event kind {kind!r}")
+    if kind == "chunk" and fields.get("type") not in _CHUNK_TYPES:
+        raise ValueError(f"unknown chunk type {fields.get('type')!r}")
+    plain = _plain_fields(cls)
+    for name, value in fields.items():
+        if name in plain and not isinstance(value, plain[name][0]):
+            raise TypeError(f"{kind} {name} must be {plain[name][1]}, not {value!r}")
     if kind == "output_checked":
         fields["errors"] = tuple(fields.get("errors", ()))
     if kind == "action_output":
@@ -488,6 +525,31 @@ def decode_event(data: dict[str, Any]) -> AnyEvent:
         if fields.get("progress") is not None:
             fields["progress"] = Progress(**fields["progress"])
     return cast(AnyEvent, cls(**fields))
+
+
+#: The JSON types an event's field of a plain type may hold (by its annotation's words).
+_PLAIN: dict[str, tuple[type, ...]] = {
+    "str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "None": (type(None),),
+}  # fmt: skip
+
+
+_PLAIN_FIELDS: dict[type, dict[str, tuple[tuple[type, ...], str]]] = {}
+
+
+def _plain_fields(cls: type) -> dict[str, tuple[tuple[type, ...], str]]:
+    """The fields of event class ``cls`` whose type is plain (``str | None``, ``int``...),
+    with the types a transcript's value of each may have: a hand-edited transcript's
+    ``"text": 5`` is refused as it is read, not met later as a stream that fails."""
+    known = _PLAIN_FIELDS.get(cls)
+    if known is not None:
+        return known
+    out = _PLAIN_FIELDS[cls] = {}
+    for each in dataclasses.fields(cls):
+        words = [word.strip() for word in str(each.type).split("|")]
+        if all(word in _PLAIN for word in words):
+            types = tuple(t for word in words for t in _PLAIN[word])
+            out[each.name] = (types, " or ".join(words).replace("str", "text"))
+    return out
 
 
 def load_events(text: str) -> list[tuple[float, AnyEvent]]:
@@ -507,6 +569,8 @@ def _json_lines(text: str) -> Iterator[tuple[int, dict[str, Any]]]:
             line = json.loads(raw)
         except json.JSONDecodeError as exc:
             raise TranscriptError(number, f"not JSON ({exc.msg})") from None
+        except RecursionError:
+            raise TranscriptError(number, "nested too deeply to read") from None
         if not isinstance(line, dict):
             raise TranscriptError(number, "not a JSON object")
         if number == 1 and line.get("record") != TRANSCRIPT_FORMAT:
@@ -516,25 +580,32 @@ def _json_lines(text: str) -> Iterator[tuple[int, dict[str, Any]]]:
 
 def _decode_header(line: dict[str, Any], number: int, cls: type[Run]) -> Run:
     if line.get("version") != TRANSCRIPT_VERSION:
-        raise TranscriptError(number, f"unsupported version {line.get('version')!r}")
-    return cls(
-        id=str(line["id"]),
-        status=str(line["status"]),
-        started=float(line["started"]),
-        ended=line.get("ended"),
-        final=line.get("final"),
-        notes=list(line.get("notes", [])),
-        model=line.get("model"),
-        turns=int(line.get("turns") or 0),
-        reason=line.get("reason"),
-    )
+        raise _bad(number, f"unsupported version {line.get('version')!r}")
+    try:
+        for name in ("model", "reason"):
+            if not isinstance(line.get(name), str | None):
+                raise TypeError(f"{name} must be text, not {line[name]!r}")
+        ended = line.get("ended")
+        return cls(
+            id=str(line["id"]),
+            status=str(line["status"]),
+            started=_time(line["started"]),
+            ended=None if ended is None else _time(ended),
+            final=line.get("final"),
+            notes=list(line.get("notes", [])),
+            model=line.get("model"),
+            turns=int(line.get("turns") or 0),
+            reason=line.get("reason"),
+        )
+    except (TypeError, ValueError, KeyError) as exc:
+        raise _bad(number, f"bad header ({_why(exc)})") from None
 
 
 def _decode_or_fail(line: dict[str, Any], number: int) -> AnyEvent:
     try:
         return decode_event(line)
-    except (TypeError, ValueError, KeyError) as exc:
-        raise TranscriptError(number, f"bad event ({exc})") from None
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise _bad(number, f"bad event ({_why(exc)})") from None
 
 
 def encode_node(node: ActionNode, *, output: bool = True) -> dict[str, Any]:
@@ -558,7 +629,7 @@ def encode_node(node: ActionNode, *, output: bool = True) -> dict[str, Any]:
 def decode_node(line: dict[str, Any], number: int = 0) -> ActionNode:
     """The node an ``encode_node`` line stands for (``number``: its line, for errors)."""
     if line.get("status") not in STATUSES:
-        raise TranscriptError(number, f"unknown status {line.get('status')!r}")
+        raise _bad(number, f"unknown status {line.get('status')!r}")
     action = None
     if "action" in line:
         event = _decode_or_fail({"kind": "action", **line["action"]}, number)
