@@ -30,8 +30,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """With pytest-xdist (``-n 2 --dist loadgroup``, as scripts/test.sh runs), each file
     runs whole in one worker (a notebook's cells share one kernel, a module's fixtures
     start once), and everything that uses the live model runs in one worker."""
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
+    if config.getoption("dist", default="no") == "no":
+        return  # no pytest-xdist, or not distributing
     for item in items:
         where = item.nodeid.split("::", 1)[0]
         group = "live-model" if where.startswith(LIVE_MODEL) else where
