@@ -105,7 +105,11 @@ step "docs (mkdocs build --strict)" build_docs
 step "notebooks saved without outputs" python scripts/check_notebooks.py notebooks
 # One pytest run: --nbval-lax only affects .ipynb files; --nbval-current-env runs the
 # notebooks in this .venv's kernel rather than whatever "python3" kernel is installed.
-step "pytest (tests and notebooks)" pytest tests notebooks --nbval-lax --nbval-current-env
+# Two workers (pytest-xdist): most tests wait on kernels, browsers and servers, so two run
+# in the time of one and a bit; each file stays whole in one worker, and the live model's
+# users share one (tests/conftest.py). CORTEX_TEST_WORKERS=0 runs them in this process.
+step "pytest (tests and notebooks)" pytest tests notebooks --nbval-lax --nbval-current-env \
+    -n "${CORTEX_TEST_WORKERS:-2}" --dist loadgroup
 
 if [[ ${#failed[@]} -gt 0 ]]; then
     printf 'FAILED: %s\n' "${failed[@]}" >&2

@@ -16,6 +16,27 @@ from tests.models.fake_openai_server import FakeOpenAIServer, serve
 settings.register_profile("cortex", deadline=None)
 settings.load_profile("cortex")
 
+#: What uses the live model's llama-server (cortex_jupyter.local's servers are the user's,
+#: one per name, their state in the user's cache): these run in one worker, in turn.
+LIVE_MODEL = (
+    "tests/live/",
+    "tests/browser/test_live_model_cell.py",
+    "notebooks/04_live_model.ipynb",
+)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With pytest-xdist (``-n 2 --dist loadgroup``, as scripts/test.sh runs), each file
+    runs whole in one worker (a notebook's cells share one kernel, a module's fixtures
+    start once), and everything that uses the live model runs in one worker."""
+    if config.getoption("dist", default="no") == "no":
+        return  # no pytest-xdist, or not distributing
+    for item in items:
+        where = item.nodeid.split("::", 1)[0]
+        group = "live-model" if where.startswith(LIVE_MODEL) else where
+        item.add_marker(pytest.mark.xdist_group(group))
+
 
 @pytest.fixture(scope="session")
 def _shell(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InteractiveShell]:

@@ -175,6 +175,16 @@ def test_docstring_description_is_the_first_paragraph_joined() -> None:
 DEFS = {"$defs": {"Level": {"enum": [1, 2], "type": "integer"}, "Loop": {"$ref": "#/$defs/Loop"}}}
 
 
+class _NotJson:
+    """A value no JSON holds; its repr is the same in every process (a test id)."""
+
+    def __repr__(self) -> str:
+        return "<not JSON>"
+
+
+NOT_JSON = _NotJson()
+
+
 @pytest.mark.parametrize(
     ("prop", "kinds"),
     [
@@ -197,7 +207,7 @@ DEFS = {"$defs": {"Level": {"enum": [1, 2], "type": "integer"}, "Loop": {"$ref":
         ({"$ref": "#/$defs/Missing"}, None),
         ({"$ref": "https://example.com/schema.json"}, None),
         ({"$ref": "#/$defs/Loop"}, None),
-        ({"enum": [object()]}, None),
+        ({"enum": [NOT_JSON]}, None),
         ("string", None),
     ],
     ids=repr,

@@ -99,7 +99,7 @@ def dask_cluster() -> Iterator[str]:
         processes=False,
         protocol="tcp",
         host="127.0.0.1",
-        dashboard_address=None,
+        dashboard_address="127.0.0.1:0",  # None still serves its HTTP endpoints on 8787
     ) as cluster:
         executors.set_dask_address(cluster.scheduler_address)
         try:
