@@ -384,11 +384,12 @@ class Store:
                 self._db.close()
                 return
 
-    def _commit(self, batch: list[Any]) -> bool:
+    def _commit(self, batch: list[Any], *, alone: bool = False) -> bool:
         """Write ``batch`` in one transaction; False when it must be tried again (the
         store was held by another kernel past the busy wait, the disk was full): what
         the writer knows of its runs is then as it was before, so nothing is lost or
-        written twice."""
+        written twice. A batch that fails otherwise (something in it cannot be written)
+        is written item by item (``alone``): only what cannot be written is lost."""
         if not batch:
             return True
         db = self._db
@@ -410,12 +411,15 @@ class Store:
                 raise
         except Exception as exc:  # a full disk, a store locked too long: say so, go on
             said = f"the run store {self.path} could not be written: {exc}"
-            if not (isinstance(exc, sqlite3.Error) and _passing(exc)):
-                self.problem = redact(said)
-                return True  # never going to fit: dropped, not retried forever
             for run in runs:
                 self._runs.pop(run, None)
             self._runs.update(before)
+            if alone or not (isinstance(exc, sqlite3.Error) and _passing(exc)):
+                self.problem = redact(said)
+                if not alone and len(batch) > 1:
+                    for item in batch:
+                        self._commit([item], alone=True)
+                return True  # never going to fit: dropped, not retried forever
             for value in secrets.values():  # a variable unset before the next try
                 secrets.add(value)  # still names a secret the batch may hold
             self.problem = self._retrying = redact(f"{said} (still trying)")

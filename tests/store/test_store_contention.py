@@ -260,3 +260,36 @@ def test_a_secret_unset_while_its_write_waits_is_still_never_stored(
         kept.close()
     files = [Path(f"{path}{suffix}") for suffix in ("", "-wal", "-shm")]
     assert not any(secret.encode() in file.read_bytes() for file in files if file.exists())
+
+
+def test_an_output_that_cannot_be_stored_loses_only_itself_not_its_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Something in a batch that can never be written (here an output whose encoding
+    fails: a bug of ours, an odd object) took the whole batch with it: the run's row, its
+    other actions, its events. The batch is written item by item then: only it is lost."""
+    script = """<action id="a1">{"name": "sea", "parameters": {"n": 3}}</action>
+<action id="a2">{"name": "sea", "parameters": {"n": 4}}</action>
+--- next turn ---
+<response final="true">Done.</response>"""
+    real = writer.keep
+
+    def keep(value: object) -> object:
+        if value == 28:
+            raise RuntimeError("this output cannot be encoded")
+        return real(value)
+
+    monkeypatch.setattr(writer, "keep", keep)
+    path = tmp_path / "runs.db"
+    kept = writer.Store(path)
+    try:
+        run = Agent(model=ScriptModel(script), registry=tools()).run_sync("fish", store=kept)
+        kept.flush()
+        assert kept.problem is not None and "this output cannot be encoded" in kept.problem
+    finally:
+        kept.close()
+    back = cortex_jupyter.open_run(run.id, store=path)
+    assert back.status == "completed" and back.answer == "Done."
+    assert back.actions["a1"].output == 21  # the other action's output is kept
+    assert back.actions["a2"].output is None  # what could not be written (its event too)
+    assert [row.id for row in cortex_jupyter.runs(store=path)] == [run.id]
