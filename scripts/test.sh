@@ -109,7 +109,7 @@ step "notebooks saved without outputs" python scripts/check_notebooks.py noteboo
 # in the time of one and a bit; each file stays whole in one worker, and the live model's
 # users share one (tests/conftest.py). CORTEX_TEST_WORKERS=0 runs them in this process.
 step "pytest (tests and notebooks)" pytest tests notebooks --nbval-lax --nbval-current-env \
-    -n "${CORTEX_TEST_WORKERS:-2}" --dist loadgroup
+    -n "${CORTEX_TEST_WORKERS:-2}" --dist loadscope
 
 if [[ ${#failed[@]} -gt 0 ]]; then
     printf 'FAILED: %s\n' "${failed[@]}" >&2

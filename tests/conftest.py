@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -25,17 +26,27 @@ LIVE_MODEL = (
 )
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """With pytest-xdist (``-n 2 --dist loadgroup``, as scripts/test.sh runs), each file
-    runs whole in one worker (a notebook's cells share one kernel, a module's fixtures
-    start once), and everything that uses the live model runs in one worker."""
-    if config.getoption("dist", default="no") == "no":
-        return  # no pytest-xdist, or not distributing
-    for item in items:
-        where = item.nodeid.split("::", 1)[0]
-        group = "live-model" if where.startswith(LIVE_MODEL) else where
-        item.add_marker(pytest.mark.xdist_group(group))
+def scope_of(nodeid: str) -> str:
+    """The unit a pytest-xdist worker runs whole: the test's file (a notebook's cells
+    share one kernel, a module's fixtures start once), or one unit for everything that
+    uses the live model."""
+    where = nodeid.split("::", 1)[0]
+    return "live-model" if where.startswith(LIVE_MODEL) else where
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With pytest-xdist (``-n 2``, as scripts/test.sh runs), tests are sent to the
+    workers in the units ``scope_of`` names. (Not ``--dist loadgroup``'s markers:
+    pytest-xdist 3.8 renames a grouped test's node id, which pytest 9.2 no longer lets
+    it do, so every test went alone and a notebook's cells were split.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByScope(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return scope_of(nodeid)
+
+    return ByScope(config, log)
 
 
 @pytest.fixture(scope="session")
