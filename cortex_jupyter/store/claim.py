@@ -23,9 +23,13 @@ from dataclasses import dataclass
 
 import psutil
 
+from cortex_jupyter.runtime.core.secrets import shorten
 from cortex_jupyter.runtime.loop.pickup import FINISHED
 
 __all__ = ["SLACK", "Owner", "RunTaken", "Taken", "give_back", "here", "owner", "take"]
+
+#: Most characters of a writer's name a refusal shows (``runs.host`` is any text).
+SHOWN = 80
 
 #: Seconds a process's start time may read later than it was: psutil counts it from the
 #: boot time, which the kernel gives in whole seconds (and a clock may be stepped).
@@ -65,11 +69,14 @@ def owner(host: str | None, since: float, this_hostname: str) -> Owner:
     if not host:
         return Owner("gone", None, "")
     pid_text, _, hostname = host.partition("@")
-    if not (pid_text.isascii() and pid_text.isdigit()) or not hostname:
-        return Owner("unknown", None, "an unknown writer", f"{host!r} is not a pid@hostname")
+    # No pid has 20 digits; int() refuses thousands of them (a ValueError, not a pid).
+    if not (pid_text.isascii() and pid_text.isdigit() and len(pid_text) < 20) or not hostname:
+        why = f"{_shown(host)} is not a pid@hostname"
+        return Owner("unknown", None, "an unknown writer", why)
     pid = int(pid_text)
     if hostname != this_hostname:
-        return Owner("unknown", pid, hostname, "another machine, which cannot be checked from here")
+        why = "another machine, which cannot be checked from here"
+        return Owner("unknown", pid, _shown(hostname), why)
     try:
         process = psutil.Process(pid)
         if process.status() == psutil.STATUS_ZOMBIE:
@@ -81,6 +88,13 @@ def owner(host: str | None, since: float, this_hostname: str) -> Owner:
         return Owner("unknown", pid, hostname, "a process this user cannot inspect")
     # A process started after it took the run is another one that got the same pid.
     return Owner("alive" if started <= since + SLACK else "gone", pid, hostname)
+
+
+def _shown(text: str) -> str:
+    """``runs.host``'s text as a refusal line shows it: any row may hold anything (a
+    newline, a terminal's escapes, a secret, megabytes), and the line stays one short
+    line with no secret."""
+    return shorten(text if text.isprintable() else repr(text), SHOWN)
 
 
 def take(db: sqlite3.Connection, run: str, me: str, now: float, *, force: bool = False) -> Taken:
