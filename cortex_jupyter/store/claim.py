@@ -19,6 +19,7 @@ writer knows the runs it is recording.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import psutil
@@ -97,11 +98,20 @@ def _shown(text: str) -> str:
     return shorten(text if text.isprintable() else repr(text), SHOWN)
 
 
-def take(db: sqlite3.Connection, run: str, me: str, now: float, *, force: bool = False) -> Taken:
+def take(
+    db: sqlite3.Connection,
+    run: str,
+    me: str,
+    now: float,
+    *,
+    force: bool = False,
+    keep: Callable[[Taken], None] = lambda taken: None,
+) -> Taken:
     """Take ``run`` for the process ``me`` (``pid@hostname``) at the Unix time ``now``,
     in one transaction; ``RunTaken`` when it is finished, or going on in another
     process (``here`` says when it goes on in this one). What the row said before is
-    returned."""
+    returned, and handed to ``keep`` before the take is committed: a Stop between the
+    commit and the return still leaves the caller what to give back."""
     db.execute("BEGIN IMMEDIATE")  # the check and the take: no other kernel in between
     try:
         before = _check(db, run, me, force=force)
@@ -112,6 +122,7 @@ def take(db: sqlite3.Connection, run: str, me: str, now: float, *, force: bool =
         ).rowcount
         if changed != 1:  # cannot happen inside BEGIN IMMEDIATE; never taken blindly
             raise RunTaken(f"run {run} was taken by another kernel meanwhile.")
+        keep(before)
         db.execute("COMMIT")
     except BaseException:
         if db.in_transaction:

@@ -6,10 +6,12 @@ from __future__ import annotations
 import socket
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from cortex_jupyter import Run, store
+from cortex_jupyter.store import writer
 
 HOSTNAME = socket.gethostname()
 
@@ -88,5 +90,33 @@ def test_an_exact_id_wins_over_many_longer_ones_it_starts(tmp_path: Path) -> Non
     kept = stored(path, *(f"abc{i}" for i in range(8)), "abc")
     try:
         assert kept.claim("abc") == "abc"
+    finally:
+        kept.close()
+
+
+def test_a_stop_right_after_the_take_gives_the_run_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "runs.db"
+    kept = stored(path, "stopme")
+    real = writer.take
+
+    def take_then_stop(*args: Any, **kwargs: Any) -> Any:
+        real(*args, **kwargs)
+        raise KeyboardInterrupt  # Stop, after the take was committed
+
+    try:
+        with sqlite3.connect(path) as db:
+            before = db.execute("SELECT status, host, claimed FROM runs").fetchone()
+        db.close()
+        monkeypatch.setattr(writer, "take", take_then_stop)
+        with pytest.raises(KeyboardInterrupt):
+            kept.claim("stopme")
+        monkeypatch.setattr(writer, "take", real)
+        with sqlite3.connect(path) as db:
+            after = db.execute("SELECT status, host, claimed FROM runs").fetchone()
+        db.close()
+        assert after == before  # not left running with this kernel's host
+        assert kept.claim("stopme") == "stopme"  # and resumable here at once
     finally:
         kept.close()
