@@ -277,3 +277,35 @@ def test_a_budgeted_run_resumes_under_its_budget_counting_what_it_spent_before(
     assert run.id == stopped.id and run.status == "budget"
     assert len(server.requests) == 1  # the request that would pass it is not sent
     assert run.usage["prompt_tokens"] + run.usage["completion_tokens"] == 1500
+
+
+def test_a_stop_while_a_resume_readies_its_view_leaves_the_run_resumable(
+    ip: InteractiveShell,
+    server: FakeOpenAIServer,
+    tools: Tools,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Stop pressed while the resume rebuilds the view's history of a long run (after
+    # the run was taken): the run must not stay "running in this kernel" for ever.
+    from cortex_jupyter.session import notebook
+
+    server.script(*replies())
+    stopped = _stop_in_second(ip, server, tools, "--model fake-model")
+
+    def stop(events: Any) -> Any:
+        raise KeyboardInterrupt
+
+    real = notebook.history
+    monkeypatch.setattr(notebook, "history", stop)
+    with pytest.raises(KeyboardInterrupt):
+        ip.run_line_magic("cortex", f"resume {stopped.id}")
+    monkeypatch.setattr(notebook, "history", real)
+    capsys.readouterr()
+
+    server.script(Stream([*texts(TURN_2, 9), finish()]))
+    ip.run_line_magic("cortex", f"resume {stopped.id}")
+    assert "still running" not in capsys.readouterr().err
+    run = ip.user_ns["_cortex"]
+    assert (run.id, run.status, run.answer) == (stopped.id, "completed", "First 6, then 7.")
+    assert [row.status for row in store.runs() if row.id == run.id] == ["completed"]
