@@ -463,8 +463,10 @@ class Store:
             )  # fmt: skip
             _index(db, item.run, "prompt", item.prompt)
             return
-        # A resumed run: its rows go on, its times on the clock it started on.
+        # A resumed run: its rows go on, its times on the clock it started on, under the
+        # settings it goes on with (a budget given to resume holds for a later resume too).
         started, clock = row
+        db.execute("UPDATE runs SET options = ? WHERE id = ?", (options, item.run))
         kept.shift = clock + (item.wall - started) - item.clock
         kept.seq = int(db.execute(
             "SELECT coalesce(max(seq) + 1, 0) FROM events WHERE run = ?", (item.run,)
