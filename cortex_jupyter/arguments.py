@@ -43,16 +43,30 @@ EVAL.add_argument(
 )
 
 
-def resume(words: list[str]) -> tuple[str, bool]:
-    """``%cortex resume ID [--force]``'s words: the run id, and whether to take a run
-    marked running on another machine (which cannot be checked from here)."""
-    rest = [word for word in words if word != "--force"]
-    if len(rest) != 1 or rest[0].startswith("-") or len(words) - len(rest) > 1:
-        raise UsageError(
-            "%cortex resume: give one run id, e.g. %cortex resume 3f2a (see %cortex runs), "
-            "and --force only to take a run marked running on another machine."
-        )
-    return rest[0], len(rest) != len(words)
+def resume(words: list[str]) -> tuple[str, bool, Budget | None]:
+    """``%cortex resume ID [--force] [--budget USD|Ntok]``'s words: the run id, whether to
+    take a run marked running on another machine (which cannot be checked from here),
+    and the budget it goes on under (None: the one its cell had)."""
+    say = (
+        "%cortex resume: give one run id, e.g. %cortex resume 3f2a (see %cortex runs), "
+        "--force only to take a run marked running on another machine, and --budget "
+        "USD|Ntok once, to go on under a new budget."
+    )
+    rest, force, given = list(words), False, None
+    if rest.count("--force") > 1 or rest.count("--budget") > 1:
+        raise UsageError(say)
+    if "--force" in rest:
+        rest.remove("--force")
+        force = True
+    if "--budget" in rest:
+        at = rest.index("--budget")
+        if at + 1 >= len(rest):
+            raise UsageError(say)
+        given = rest.pop(at + 1)
+        del rest[at]
+    if len(rest) != 1 or rest[0].startswith("-"):
+        raise UsageError(say)
+    return rest[0], force, None if given is None else budget(given, None)
 
 
 def unquote(text: str | None) -> str | None:

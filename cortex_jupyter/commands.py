@@ -14,6 +14,7 @@ them: together they would add about 0.05 s to ``%load_ext`` (of about 0.55 s).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sys
@@ -26,6 +27,7 @@ from IPython.core.magic_arguments import MagicArgumentParser
 
 from cortex_jupyter import mcp, store
 from cortex_jupyter.runtime import Registry
+from cortex_jupyter.runtime.core.cost import Budget
 from cortex_jupyter.runtime.core.errors import CortexRuntimeError
 from cortex_jupyter.runtime.core.secrets import redact, safe_repr, shorten
 from cortex_jupyter.runtime.integrations import executors
@@ -110,14 +112,20 @@ def open_stored(session: Session, run_id: str) -> store.StoredRun | None:
 
 
 def resume(
-    session: Session, run_id: str, defaults: CellOptions, *, force: bool = False
+    session: Session,
+    run_id: str,
+    defaults: CellOptions,
+    *,
+    force: bool = False,
+    budget: Budget | None = None,
 ) -> NotebookRun | None:
     """``%cortex resume ID [--force]``: go on with a stored run that did not finish, as
     itself (its cell's options over ``defaults``); one line, and None, when there is
     nothing to resume or the run is still going on (in this kernel, or in another that
     still lives). The run is taken for this kernel first (``Store.claim``), then read:
     what another kernel wrote before it let go is part of it. ``force`` takes a run
-    marked running on another machine, which cannot be checked."""
+    marked running on another machine, which cannot be checked; ``budget`` replaces
+    its cell's (it holds over the whole run, what it spent before counted)."""
     try:
         kept = store.open_store()
         taken = kept.claim(run_id, force=force)  # a finished run is refused too, in one line
@@ -130,7 +138,10 @@ def resume(
         except (store.StoreUnavailable, store.UnknownRun) as exc:
             complain(str(exc))
             return None
-        return session.resume(stored, stored.prompt, stored_cell(defaults, stored.options))
+        options = stored_cell(defaults, stored.options)
+        if budget is not None:
+            options = dataclasses.replace(options, budget=budget, given=options.given | {"budget"})
+        return session.resume(stored, stored.prompt, options)
     finally:
         kept.release(taken)  # taken but never recorded (its options were refused...)
 

@@ -520,9 +520,10 @@ class CortexMagics(Magics):
 
     def _cmd_resume(self, args: list[str]) -> None:
         """Go on with a stored run that did not finish, as itself: %cortex resume ID
-        [--force] (--force: one marked running on another machine)."""
-        run_id, force = arguments.resume(args)
-        commands.resume(self.session, run_id, self._options(""), force=force)
+        [--force] [--budget USD|Ntok] (--force: one marked running on another machine;
+        --budget: a new budget over the whole run, for one its budget stopped)."""
+        run_id, force, budget = arguments.resume(args)
+        commands.resume(self.session, run_id, self._options(""), force=force, budget=budget)
 
     def _cmd_replay(self, args: list[str]) -> None:
         """Stream a saved transcript again: %cortex replay PATH [SPEED]."""

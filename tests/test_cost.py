@@ -319,8 +319,11 @@ def test_transcripts_from_before_cached_counts_and_nonsense_in_one_still_read() 
 
     assert read(old) == Usage(9, 4)
     assert read({**old, "cached_tokens": 5}) == Usage(9, 4, 5)
-    for bad in ("lots", True, -1, 10, [3], 2.5):  # a file edited by hand: not trusted either
+    for bad in (True, -1, 10):  # a file edited by hand: not trusted either
         assert read({**old, "cached_tokens": bad}) == Usage(9, 4)
+    for bad in ("lots", [3], 2.5):  # not a count at all: the line is refused, naming it
+        with pytest.raises(TypeError, match="cached_tokens must be int or None"):
+            read({**old, "cached_tokens": bad})
     cost = decode_event(
         {"kind": "cost", "model": "gpt-4o-mini", "time": 1.0, "usd": 0.25, "prompt_tokens": 9}
     )

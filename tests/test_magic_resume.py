@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from cortex_jupyter import default_registry, store
@@ -277,3 +278,61 @@ def test_a_budgeted_run_resumes_under_its_budget_counting_what_it_spent_before(
     assert run.id == stopped.id and run.status == "budget"
     assert len(server.requests) == 1  # the request that would pass it is not sent
     assert run.usage["prompt_tokens"] + run.usage["completion_tokens"] == 1500
+
+
+def test_a_stop_while_a_resume_readies_its_view_leaves_the_run_resumable(
+    ip: InteractiveShell,
+    server: FakeOpenAIServer,
+    tools: Tools,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Stop pressed while the resume rebuilds the view's history of a long run (after
+    # the run was taken): the run must not stay "running in this kernel" for ever.
+    from cortex_jupyter.session import notebook
+
+    server.script(*replies())
+    stopped = _stop_in_second(ip, server, tools, "--model fake-model")
+
+    def stop(events: Any) -> Any:
+        raise KeyboardInterrupt
+
+    real = notebook.history
+    monkeypatch.setattr(notebook, "history", stop)
+    with pytest.raises(KeyboardInterrupt):
+        ip.run_line_magic("cortex", f"resume {stopped.id}")
+    monkeypatch.setattr(notebook, "history", real)
+    capsys.readouterr()
+
+    server.script(Stream([*texts(TURN_2, 9), finish()]))
+    ip.run_line_magic("cortex", f"resume {stopped.id}")
+    assert "still running" not in capsys.readouterr().err
+    run = ip.user_ns["_cortex"]
+    assert (run.id, run.status, run.answer) == (stopped.id, "completed", "First 6, then 7.")
+    assert [row.status for row in store.runs() if row.id == run.id] == ["completed"]
+
+
+def test_a_run_its_budget_stopped_resumes_under_a_larger_one_given_to_resume(
+    ip: InteractiveShell, server: FakeOpenAIServer, tools: Tools
+) -> None:
+    # A new kernel has no "last run" for %cortex continue --budget: without a budget on
+    # resume, a run its budget stopped could only stop again at once, for ever.
+    spent = Stream([*texts(TURN_1, 9), finish(), usage(1480, 20)])
+    server.script(spent, Stream([*texts(TURN_2, 9), finish(), usage(1200, 10)]))
+    stopped = _stop_in_second(ip, server, tools, "--model fake-model --budget 2000tok")
+    with pytest.raises(CortexRunError, match="budget of 2,000 tokens stopped the run"):
+        ip.run_line_magic("cortex", f"resume {stopped.id}")
+    ip.run_line_magic("cortex", f"resume {stopped.id} --budget 5000tok")
+    run = ip.user_ns["_cortex"]
+    assert (run.id, run.status, run.answer) == (stopped.id, "completed", "First 6, then 7.")
+    assert tools.calls == {"first": 1, "second": 2}  # a2 ran again once, then restored
+    assert len(server.requests) == 2
+    assert store.open_run(run.id).options["budget"] == "5000tok"
+
+
+@pytest.mark.parametrize(
+    "line", ["ID --budget", "ID --budget lots", "ID --budget 1 --budget 2", "--budget 1"]
+)
+def test_resume_takes_one_budget_said_in_one_line(ip: InteractiveShell, line: str) -> None:
+    with pytest.raises(UsageError, match="--budget"):
+        ip.run_line_magic("cortex", f"resume {line}")

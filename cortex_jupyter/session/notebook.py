@@ -214,6 +214,9 @@ class Session:
         if not offline and self.last is not None and self.last.id == run.id:
             conversation.drop_last()  # this kernel's copy of its messages: the record's win
         scope = self.names.scope(prompt, script=options.script)
+        # Before the recording takes the run: a Stop while a long run's history is read
+        # would leave it running in this kernel, never finished, never resumable here.
+        earlier = history(run.events)
         recording = self._recording(run, prompt, options, agent)
 
         async def job(emit: Emit, background: TaskGroup | None) -> Run:
@@ -227,7 +230,7 @@ class Session:
 
         self.last_options, self.last_prompt = options, prompt
         cell = _Cell(job, run, model_name(agent), options.display, scope, recording=recording)
-        cell.history = history(run.events)
+        cell.history = earlier
         cell.output_key, cell.overwrite = options.output_key, options.overwrite
         return self._execute(cell)
 

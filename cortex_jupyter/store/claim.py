@@ -19,13 +19,18 @@ writer knows the runs it is recording.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import psutil
 
+from cortex_jupyter.runtime.core.secrets import shorten
 from cortex_jupyter.runtime.loop.pickup import FINISHED
 
 __all__ = ["SLACK", "Owner", "RunTaken", "Taken", "give_back", "here", "owner", "take"]
+
+#: Most characters of a writer's name a refusal shows (``runs.host`` is any text).
+SHOWN = 80
 
 #: Seconds a process's start time may read later than it was: psutil counts it from the
 #: boot time, which the kernel gives in whole seconds (and a clock may be stepped).
@@ -65,11 +70,14 @@ def owner(host: str | None, since: float, this_hostname: str) -> Owner:
     if not host:
         return Owner("gone", None, "")
     pid_text, _, hostname = host.partition("@")
-    if not (pid_text.isascii() and pid_text.isdigit()) or not hostname:
-        return Owner("unknown", None, "an unknown writer", f"{host!r} is not a pid@hostname")
+    # No pid has 20 digits; int() refuses thousands of them (a ValueError, not a pid).
+    if not (pid_text.isascii() and pid_text.isdigit() and len(pid_text) < 20) or not hostname:
+        why = f"{_shown(host)} is not a pid@hostname"
+        return Owner("unknown", None, "an unknown writer", why)
     pid = int(pid_text)
     if hostname != this_hostname:
-        return Owner("unknown", pid, hostname, "another machine, which cannot be checked from here")
+        why = "another machine, which cannot be checked from here"
+        return Owner("unknown", pid, _shown(hostname), why)
     try:
         process = psutil.Process(pid)
         if process.status() == psutil.STATUS_ZOMBIE:
@@ -83,11 +91,27 @@ def owner(host: str | None, since: float, this_hostname: str) -> Owner:
     return Owner("alive" if started <= since + SLACK else "gone", pid, hostname)
 
 
-def take(db: sqlite3.Connection, run: str, me: str, now: float, *, force: bool = False) -> Taken:
+def _shown(text: str) -> str:
+    """``runs.host``'s text as a refusal line shows it: any row may hold anything (a
+    newline, a terminal's escapes, a secret, megabytes), and the line stays one short
+    line with no secret."""
+    return shorten(text if text.isprintable() else repr(text), SHOWN)
+
+
+def take(
+    db: sqlite3.Connection,
+    run: str,
+    me: str,
+    now: float,
+    *,
+    force: bool = False,
+    keep: Callable[[Taken], None] = lambda taken: None,
+) -> Taken:
     """Take ``run`` for the process ``me`` (``pid@hostname``) at the Unix time ``now``,
     in one transaction; ``RunTaken`` when it is finished, or going on in another
     process (``here`` says when it goes on in this one). What the row said before is
-    returned."""
+    returned, and handed to ``keep`` before the take is committed: a Stop between the
+    commit and the return still leaves the caller what to give back."""
     db.execute("BEGIN IMMEDIATE")  # the check and the take: no other kernel in between
     try:
         before = _check(db, run, me, force=force)
@@ -98,6 +122,7 @@ def take(db: sqlite3.Connection, run: str, me: str, now: float, *, force: bool =
         ).rowcount
         if changed != 1:  # cannot happen inside BEGIN IMMEDIATE; never taken blindly
             raise RunTaken(f"run {run} was taken by another kernel meanwhile.")
+        keep(before)
         db.execute("COMMIT")
     except BaseException:
         if db.in_transaction:

@@ -22,7 +22,7 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +64,17 @@ class StoreUnavailable(Exception):
     def __init__(self, path: str, why: str) -> None:
         super().__init__(f"the run store {path} cannot be used: {why}")
         self.path = path
+
+
+def _keeper(run_id: str) -> Callable[[Taken], None]:
+    """What ``take`` hands what it took to: ``_taken``, where ``Store.release`` (or a
+    claim stopped halfway) finds what to give back."""
+
+    def keep(taken: Taken) -> None:
+        with _going_lock:
+            _taken[run_id] = taken
+
+    return keep
 
 
 def connect(path: str | os.PathLike[str], *, create: bool = True) -> sqlite3.Connection:
@@ -301,15 +312,16 @@ class Store:
                     raise here(run_id)
                 _going.add(run_id)  # two threads of this process: one claims
             try:
-                taken = take(db, run_id, self._host, time.time(), force=force)
-            except BaseException:
+                take(db, run_id, self._host, time.time(), force=force, keep=_keeper(run_id))
+            except BaseException:  # refused, or stopped (a Stop may come after the commit)
                 with _going_lock:
                     _going.discard(run_id)
+                    taken = _taken.pop(run_id, None)
+                if taken is not None:
+                    give_back(db, taken, self._host)
                 raise
         finally:
             db.close()
-        with _going_lock:
-            _taken[run_id] = taken
         return run_id
 
     def release(self, run_id: str) -> None:
@@ -451,8 +463,10 @@ class Store:
             )  # fmt: skip
             _index(db, item.run, "prompt", item.prompt)
             return
-        # A resumed run: its rows go on, its times on the clock it started on.
+        # A resumed run: its rows go on, its times on the clock it started on, under the
+        # settings it goes on with (a budget given to resume holds for a later resume too).
         started, clock = row
+        db.execute("UPDATE runs SET options = ? WHERE id = ?", (options, item.run))
         kept.shift = clock + (item.wall - started) - item.clock
         kept.seq = int(db.execute(
             "SELECT coalesce(max(seq) + 1, 0) FROM events WHERE run = ?", (item.run,)

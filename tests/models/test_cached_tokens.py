@@ -194,3 +194,21 @@ def test_any_usage_shape_gives_a_sensible_count_and_genai_prices_own_price(
     else:
         want = genai_price(model, prompt, body["completion_tokens"], cached=expected or None)
         assert priced.usd == pytest.approx(want)
+
+
+@pytest.mark.anyio
+async def test_running_totals_in_every_chunk_give_the_last_report_once(
+    server: FakeOpenAIServer,
+) -> None:
+    # vLLM's continuous usage stats: every chunk carries the usage so far, cached count
+    # included; the one Usage yielded is the last, never a sum of the running totals.
+    pieces = texts("Hello there.", 4)
+    chunks = [
+        {**piece, "usage": openai_usage(1200, n + 1, 1024)["usage"]}
+        for n, piece in enumerate(pieces)
+    ]
+    server.script(Stream([role(), *chunks, {**finish(), **openai_usage(1200, 9, 1024)}]))
+    client = OpenAIModel("gpt-4o-mini", base_url=server.url, api_key=KEY)
+    async with aclosing(client.stream([{"role": "user", "content": "hi"}])) as stream:
+        found = [c async for c in stream if isinstance(c, Usage)]
+    assert found == [Usage(1200, 9, cached_tokens=1024)]
