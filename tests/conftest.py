@@ -42,6 +42,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     it do, so every test went alone and a notebook's cells were split.)"""
     from xdist.scheduler import LoadScopeScheduling
 
+    # Units go out in the order they are collected, not the largest first: the live
+    # model's unit, the longest, then starts at once (its first test,
+    # tests/browser/test_live_model_cell.py, is the first collected) instead of last.
+    config.option.loadscopereorder = False
+
     class ByScope(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return scope_of(nodeid)
