@@ -41,24 +41,26 @@ def post(server: local.Server, path: str, body: dict[str, Any]) -> Any:
         return json.load(reply)
 
 
-def counts(server: local.Server) -> tuple[int, int]:
+def counts(server: local.Server) -> tuple[int, int, int]:
     """The server's own totals since it started (``/metrics``): prompt tokens (evaluated and
-    taken from its cache) and generated tokens."""
+    taken from its cache), the part taken from its cache, and generated tokens."""
     with urllib.request.urlopen(root(server) + "/metrics", timeout=10) as reply:
         figures = dict(
             line.split()[:2] for line in reply.read().decode().splitlines() if line[:1] != "#"
         )
-    prompt = sum(
+    evaluated, cached, predicted = (
         int(float(figures[f"llamacpp:{name}"]))
-        for name in ("prompt_tokens_total", "prompt_tokens_cached_total")
+        for name in ("prompt_tokens_total", "prompt_tokens_cached_total", "tokens_predicted_total")
     )
-    return prompt, int(float(figures["llamacpp:tokens_predicted_total"]))
+    return evaluated + cached, cached, predicted
 
 
-def used(before: tuple[int, int], server: local.Server) -> dict[str, int]:
-    """What the server counted since ``before``, named as ``Run.usage`` names it."""
-    after = counts(server)
-    return {"prompt_tokens": after[0] - before[0], "completion_tokens": after[1] - before[1]}
+def used(before: tuple[int, int, int], server: local.Server) -> dict[str, int]:
+    """What the server counted since ``before``, named as ``Run.usage`` names it (the
+    cached part only when there is one, as ``Run.usage`` has it)."""
+    prompt, cached, completion = (a - b for a, b in zip(counts(server), before, strict=True))
+    usage = {"prompt_tokens": prompt, "completion_tokens": completion}
+    return usage | ({"cached_tokens": cached} if cached else {})
 
 
 def cell(ip: InteractiveShell, line: str, body: str) -> Any:
@@ -101,10 +103,12 @@ def test_the_sdk_streams_an_answer_whose_usage_matches_the_servers_counts(
     prompt = post(live_server, "/apply-template", {"messages": messages})["prompt"]
     tokens = post(live_server, "/tokenize", {"content": prompt, "add_special": True})["tokens"]
     assert usage.prompt_tokens == len(tokens)
+    details = usage.prompt_tokens_details
+    cached = (details.cached_tokens if details is not None else None) or 0
     assert used(before, live_server) == {
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,
-    }
+    } | ({"cached_tokens": cached} if cached else {})
 
 
 # ---- %%cortex cells --------------------------------------------------------------------
