@@ -410,6 +410,8 @@ def test_any_host_text_is_read_without_error_and_alive_only_for_a_live_pid_here(
         assert host is not None and found.pid is not None
         pid_text, _, hostname = host.partition("@")
         assert (int(pid_text), hostname) == (found.pid, HOSTNAME)  # "01@host" is pid 1
-        assert pid_text.isascii() and psutil.pid_exists(found.pid)
+        # (Not re-checked with psutil here: a short-lived process of the machine may have
+        # had that pid a moment ago. A live and a dead process: the tests above.)
+        assert pid_text.isascii()
     if host is not None and "@" in host and host.partition("@")[2] not in ("", HOSTNAME):
         assert found.state == "unknown"  # another machine: never taken as dead
