@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -29,6 +30,19 @@ from cortex_jupyter import store
 from cortex_jupyter.models import ScriptModel
 from cortex_jupyter.runtime import Agent, Registry, Run
 from cortex_jupyter.runtime.core.record import OutputRepr
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def start(*args: str) -> subprocess.Popen[str]:
+    """``python -m tests.store.procs ARGS`` in a process of its own, this checkout first on
+    its path, its output read as text."""
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.store.procs", *args],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
 
 WRITE = """<action id="a1">{"name": "slow", "parameters": {"tag": "TAG", "i": I},
   "output_key": "x"}</action>

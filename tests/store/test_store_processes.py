@@ -3,26 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import cortex_jupyter
+from tests.store.procs import start
 
-ROOT = Path(__file__).resolve().parents[2]
 DELTAS = ("thought", "response", "text", "chunk")
-
-
-def start(*args: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.store.procs", *args],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
 
 
 def finish(process: subprocess.Popen[str]) -> list[str]:

@@ -34,18 +34,9 @@ from cortex_jupyter import Agent, Run, default_registry, store
 from cortex_jupyter.models import ScriptModel
 from cortex_jupyter.session import CortexRunError
 from cortex_jupyter.store.claim import owner
-from tests.store.procs import ANSWER, CELL, register
+from tests.store.procs import ANSWER, CELL, register, start
 
-ROOT = Path(__file__).resolve().parents[2]
 HOSTNAME = socket.gethostname()
-
-
-def start(*args: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.store.procs", *args],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
 
 
 @pytest.fixture
