@@ -13,11 +13,13 @@ and the interrupt is raised again so "Run all" stops.
 from __future__ import annotations
 
 import queue
+import signal
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
 
 import anyio
@@ -84,10 +86,11 @@ class Bridge(Generic[T]):
         made for this run. Events emitted after ``run`` returned (by work the loop's
         background task group still runs) go to ``late``, in the emitting thread.
         """
-        if self._loop is not None:
-            return self._run_on(self._loop.portal)
-        with anyio.from_thread.start_blocking_portal() as portal:
-            return self._run_on(portal)
+        with stop_raises():
+            if self._loop is not None:
+                return self._run_on(self._loop.portal)
+            with anyio.from_thread.start_blocking_portal() as portal:
+                return self._run_on(portal)
 
     async def run_async(self) -> T:
         """``run`` for an async cell, on the kernel's own event loop: the pump awaits
@@ -218,6 +221,37 @@ class Bridge(Generic[T]):
         events = [event for event in events if event is not _WAKE]
         if events:
             self._deliver(events)
+
+
+@contextmanager
+def stop_raises() -> Iterator[None]:
+    """While a cell runs in the main thread, SIGINT (the kernel's Stop, or
+    ``_thread.interrupt_main``) raises ``KeyboardInterrupt`` there, whatever handler a
+    library left on it before the cell: an asyncio loop's ``add_signal_handler`` never
+    removed, a server's "shut down on Ctrl-C", ``signal.SIG_IGN``. The handler found is
+    put back afterwards, unless the cell itself replaced ours meanwhile.
+
+    ipykernel sets Python's handler around each request it handles, but only there: a
+    sync cell run by IPython directly (a terminal, nbval's kernel between requests, a
+    test) keeps whatever handler it finds.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread receives signals
+        return
+    found = signal.getsignal(signal.SIGINT)
+    if found is signal.default_int_handler:
+        yield
+        return
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    except (ValueError, OSError):  # an embedded interpreter with no signals
+        yield
+        return
+    try:
+        yield
+    finally:
+        if found is not None and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, found)
 
 
 class Loop:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -52,6 +54,68 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return scope_of(nodeid)
 
     return ByScope(config, log)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--shuffle",
+        metavar="SEED",
+        default=None,
+        help="run the test files, and the tests inside each file, in an order drawn from "
+        "SEED ('random' draws a seed and prints it, so a failure can be replayed). "
+        "A notebook's cells keep their order: they share one kernel.",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    seed = config.getoption("--shuffle")
+    if seed is None:
+        return
+    if seed == "random":
+        seed = str(random.SystemRandom().randrange(10**6))
+    print(f"\ntests shuffled with --shuffle {seed}")
+    draw = random.Random(seed)
+    files: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    order = list(files)
+    draw.shuffle(order)
+    shuffled: list[pytest.Item] = []
+    for where in order:
+        tests = files[where]
+        if not where.endswith(".ipynb"):
+            draw.shuffle(tests)
+        shuffled.extend(tests)
+    items[:] = shuffled
+
+
+_SIGINT_BEFORE = pytest.StashKey[Any]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.stash[_SIGINT_BEFORE] = signal.getsignal(signal.SIGINT)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A test (its fixtures included) that leaves SIGINT handled by anything but what it
+    found fails by name: it would leave the Stop button (``_thread.interrupt_main``, the
+    kernel's SIGINT) dead for every later test in its worker, as a library doing it would
+    in a user's kernel."""
+    report = yield
+    if call.when != "teardown" or _SIGINT_BEFORE not in item.stash:
+        return report
+    before = item.stash[_SIGINT_BEFORE]
+    after = signal.getsignal(signal.SIGINT)
+    if after is not before:
+        signal.signal(signal.SIGINT, before)  # the tests after it start as they should
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{item.nodeid} left SIGINT handled by {after!r} (it was {before!r}): a Stop "
+            "(KeyboardInterrupt) would no longer reach the tests after it"
+        )
+    return report
 
 
 @pytest.fixture(scope="session")

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import _thread
 import io
+import signal
 import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,20 @@ from tests.models.fake_openai_server import (
     texts,
 )
 
+#: Set when ``magic_slow`` starts: a Stop pressed then finds its action running.
+SLOW_STARTED = threading.Event()
+
+
+def press_stop_once_slow_runs() -> None:
+    """The Stop button (``_thread.interrupt_main``, as the kernel's interrupt), pressed
+    from another thread once ``magic_slow`` runs: ordering, not a timer, decides."""
+
+    def press() -> None:
+        if SLOW_STARTED.wait(timeout=60):
+            _thread.interrupt_main()
+
+    threading.Thread(target=press, daemon=True).start()
+
 
 @pytest.fixture
 def tools() -> Iterator[None]:
@@ -39,6 +55,7 @@ def tools() -> Iterator[None]:
     @default_registry.tool(name="magic_slow")
     def slow(seconds: float) -> str:
         """Sleep, then say so."""
+        SLOW_STARTED.set()
         time.sleep(seconds)
         return f"slept {seconds}"
 
@@ -47,6 +64,7 @@ def tools() -> Iterator[None]:
         """Whether ``value`` is the notebook object ``frame``."""
         return value is same.frame  # type: ignore[attr-defined, no-any-return]
 
+    SLOW_STARTED.clear()
     yield
     for name in ("magic_add", "magic_slow", "magic_same"):
         default_registry.remove("tool", name)
@@ -302,17 +320,66 @@ def test_stop_cancels_quickly_keeps_the_kernel_usable(ip: InteractiveShell, tool
         '<action id="slow">{"name": "magic_slow", "parameters": {"seconds": 20}}</action>\n'
         "<response>never</response>"
     )
-    threading.Timer(0.5, _thread.interrupt_main).start()
+    press_stop_once_slow_runs()
     started = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         run(ip, "--script --delay 0", body)
-    assert time.monotonic() - started < 2.5
+    # Well before the tool's 20 s sleep ends: the cell never waits for it.
+    assert time.monotonic() - started < 15
     record = ip.user_ns["_cortex"]
     assert record.actions["slow"].status == "cancelled"
     assert record.status == "cancelled"
     # The next cell works.
     run(ip, "--script --delay 0", "<response>still here</response>")
     assert ip.user_ns["_cortex"].response == "still here"
+
+
+def _forgotten_loop_handler() -> Iterator[None]:
+    """What an asyncio loop's ``add_signal_handler(SIGINT, ...)`` leaves when its loop is
+    dropped without ``remove_signal_handler``: a no-op handler (the loop, not Python,
+    was to act on the signal), so SIGINT no longer raises anything."""
+    import asyncio
+
+    loop = asyncio.new_event_loop()
+    loop.add_signal_handler(signal.SIGINT, lambda: None)
+    try:
+        yield
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        loop.close()
+
+
+def _replaced(handler: Any) -> Iterator[None]:
+    found = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, found)
+
+
+@pytest.mark.parametrize(
+    "left_behind",
+    [
+        pytest.param(_forgotten_loop_handler, id="an-asyncio-loop-handler"),
+        pytest.param(lambda: _replaced(signal.SIG_IGN), id="SIG_IGN"),
+        pytest.param(lambda: _replaced(lambda *_: None), id="a-library-handler"),
+    ],
+)
+def test_stop_cancels_the_run_whatever_handler_a_library_left_on_sigint(
+    ip: InteractiveShell, tools: None, left_behind: Any
+) -> None:
+    body = (
+        '<action id="slow">{"name": "magic_slow", "parameters": {"seconds": 20}}</action>\n'
+        "<response>never</response>"
+    )
+    with contextmanager(left_behind)():
+        found = signal.getsignal(signal.SIGINT)
+        press_stop_once_slow_runs()
+        with pytest.raises(KeyboardInterrupt):
+            run(ip, "--script --delay 0", body)
+        assert ip.user_ns["_cortex"].actions["slow"].status == "cancelled"
+        # The library's handler is its own again once the cell ended.
+        assert signal.getsignal(signal.SIGINT) is found
 
 
 def test_line_commands(

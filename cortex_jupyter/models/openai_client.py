@@ -15,6 +15,8 @@ is ``_reply``'s; what reaches the network and how failures read is this module's
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import json
 import math
 import os
@@ -255,7 +257,7 @@ class OpenAIModel:
             # Shielded: a cancelled consumer must still close the connection, promptly.
             with anyio.move_on_after(_CLOSE_TIMEOUT, shield=True):
                 if response is not None:
-                    await response.close()
+                    await _close_stream(response)
                 await client.close()
 
     def _new_client(self) -> _Client:
@@ -438,6 +440,21 @@ class _Client(openai.AsyncOpenAI):
         if hasattr(options, "stream_mode"):  # an older SDK raises (see _mid_reply_error)
             options.stream_mode = "events"
         return options
+
+
+async def _close_stream(response: openai.AsyncStream[Any]) -> None:
+    """Close a reply read only in part (a Stop, an error, a turn ended at its marker).
+
+    ``AsyncStream.close()`` releases the connection but leaves the SDK's own async
+    generators (the SSE decoder over httpx's ``aiter_raw``) suspended: collected later,
+    after their event loop closed or in another thread, each is an "async generator
+    never closed" (an unraisable exception). Closing the stream's iterator here, on its
+    own loop, finalizes the chain while that loop still runs."""
+    await response.close()
+    iterator = getattr(response, "_iterator", None)  # the SDK's generator, if it has one
+    if inspect.isasyncgen(iterator):
+        with contextlib.suppress(Exception):
+            await iterator.aclose()
 
 
 async def _read_tail(response: openai.AsyncStream[Any], assembler: ReplyAssembler) -> None:
