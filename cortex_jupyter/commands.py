@@ -76,7 +76,7 @@ def show_runs(text: str | None, limit: int) -> None:
     try:
         found = store.runs(text, limit)
     except store.StoreUnavailable as exc:
-        complain(str(exc))
+        complain(f"%cortex runs: {exc}")
         return
     if not found:
         print("no stored runs match." if text else "no runs are stored yet.")
@@ -109,7 +109,7 @@ def open_stored(session: Session, run_id: str) -> store.StoredRun | None:
     try:
         run = store.open_run(run_id)
     except (store.StoreUnavailable, store.UnknownRun) as exc:
-        complain(str(exc))
+        complain(f"%cortex open {run_id}: {exc}")
         return None
     state = from_run(run, model=run.model or "")
     end = run.ended if run.ended is not None else max(run.event_times, default=run.started)
@@ -138,13 +138,13 @@ def resume(
         kept = store.open_store()
         taken = kept.claim(run_id, force=force)  # a finished run is refused too, in one line
     except (store.StoreUnavailable, store.UnknownRun, store.RunTaken) as exc:
-        complain(str(exc))
+        complain(f"%cortex resume {run_id}: {exc}")
         return None
     try:
         try:
             stored = store.open_run(taken)
         except (store.StoreUnavailable, store.UnknownRun) as exc:
-            complain(str(exc))
+            complain(f"%cortex resume {run_id}: {exc}")
             return None
         options = _with_live_request(
             session, taken, stored_cell(defaults, stored.options), defaults

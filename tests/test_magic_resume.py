@@ -170,12 +170,15 @@ def test_resume_of_a_finished_or_unknown_run_says_so_in_one_line(
     ip.run_line_magic("cortex", f"resume {done.id}")
     err = capsys.readouterr().err
     assert err.strip() == (
-        f"cortex: run {done.id} already completed: there is nothing to resume "
+        f"cortex: %cortex resume {done.id}: "
+        f"run {done.id} already completed: there is nothing to resume "
         f"(%cortex open {done.id} shows it)."
     )
     ip.run_line_magic("cortex", "resume zz-no-such-run")
     err = capsys.readouterr().err.strip()
-    assert err.startswith("cortex: no stored run has the id 'zz-no-such-run'")
+    assert err.startswith(
+        "cortex: %cortex resume zz-no-such-run: no stored run has the id 'zz-no-such-run'"
+    )
     assert "\n" not in err
     assert len(server.requests) == 2 and tools.calls == {"first": 1, "second": 1}
 

@@ -309,7 +309,7 @@ class Session:
         try:
             kept = store.open_store()
         except store.StoreUnavailable as exc:
-            print(redact(f"cortex: {exc}; this run is not stored."), file=sys.stderr)
+            print(redact(f"cortex: %%cortex: {exc}; this run is not stored."), file=sys.stderr)
             return None
         settings = {**agent.settings(), **cell_settings(options)}
         return kept.record(run, prompt, settings)
