@@ -403,7 +403,7 @@ class Session:
         cell.recording.finish()
         problem = store.take_problem()
         if problem is not None:
-            print(f"cortex: {problem}", file=sys.stderr)
+            print(f"cortex: %%cortex: {problem}", file=sys.stderr)
 
     # ---- actions that outlive their cell -----------------------------------------
 

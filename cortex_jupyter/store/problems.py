@@ -27,6 +27,7 @@ _BUSY = {5: "database is locked", 6: "database table is locked"}  # SQLITE_BUSY,
 # SQLITE_FULL; SQLITE_IOERR_WRITE: the file may not grow (a quota's EDQUOT, a file-size
 # limit's EFBIG), which SQLite does not call full (Python 3.10 sees any I/O error so).
 _FULL = {13: "database or disk is full", 778: "disk I/O error"}
+_IO = {10: "disk I/O error"}  # SQLITE_IOERR, any of its kinds (a -shm that cannot grow)
 _NOT_SQLITE = {26: "file is not a database"}  # SQLITE_NOTADB
 _CANNOT_OPEN = {14: "unable to open database file", 8: "attempt to write a readonly database"}
 #: Most processes a line names.
@@ -79,9 +80,10 @@ def why(exc: BaseException, path: str, *, look: bool = True) -> str:
     said = shorten(" ".join((str(exc) or type(exc).__name__).split()), 200)
     if isinstance(exc, sqlite3.Error) and busy(exc):
         return f"{said}: {holding(path if look else None)}"
-    if isinstance(exc, sqlite3.Error) and full(exc):
+    if isinstance(exc, sqlite3.Error) and (full(exc) or coded(exc, _IO)):
         return (
-            f"{said}: the disk is full (or the file may not grow); free some room, then try again"
+            f"{said}: the disk is full (or the file may not grow, or the disk fails); free "
+            "some room, then try again"
         )
     if isinstance(exc, sqlite3.Error) and coded(exc, _NOT_SQLITE):
         return (

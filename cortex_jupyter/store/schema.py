@@ -137,7 +137,7 @@ def check(db: sqlite3.Connection, path: str) -> int:
             )
         ]
     finally:
-        if reading:
+        if reading and db.in_transaction:  # (an I/O error may have ended it already)
             db.execute("COMMIT")
     if found > VERSION:
         raise NewerStore(path, found)

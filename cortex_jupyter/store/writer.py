@@ -12,6 +12,7 @@ killed kernel loses at most the last half second. SQLite in WAL mode, with a
 from __future__ import annotations
 
 import atexit
+import contextlib
 import copy
 import dataclasses
 import json
@@ -305,7 +306,10 @@ class Store:
                 _going.discard(run_id)
                 taken = _taken.pop(run_id, None)
             if taken is not None:
-                give_back(db, taken, self._host)
+                # What stopped it is what to say: a give-back the same full disk refuses
+                # too must not replace it (a take that failed to commit took nothing).
+                with contextlib.suppress(sqlite3.Error):
+                    give_back(db, taken, self._host)
             raise
         return run_id
 
