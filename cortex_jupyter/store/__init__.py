@@ -11,6 +11,8 @@ hands it each run's events, and it never drives a run. Modules:
 - ``outputs``: how an action's output is kept (JSON, a pickle, or a marked repr) without
   a secret ever reaching the disk;
 - ``read``: the stored runs (``runs``), FTS5 search, and a run rebuilt (``open_run``).
+- ``problems``: why a store cannot be used (``StoreUnavailable``), in one line that says
+  what to do (and, for a lock another program holds, who has the store open).
 
 Where: ``CortexMagics.store``, by default ``runs.db`` in the user data directory; the
 environment variable ``CORTEX_STORE`` overrides the default, and an empty one turns the
