@@ -8,7 +8,11 @@ is not known is ``None``, never 0: one unpriced request makes the run's cost ``N
 too (a sum that leaves a request out would read as a smaller bill than the real one).
 
 A ``Budget`` is a limit in US dollars or in tokens; one ``Spend`` per top-level run counts
-what its requests (its nested agents' too) spent, and is checked before each request.
+what its requests (its nested agents' too) spent. Every request **reserves** its worst case
+before it is sent (``Spend.reserve``: its prompt's estimate, and its reply's cap, or what
+the model's window leaves when nothing caps it) and settles to what the server reported
+when it ends (``charge``), so requests in flight together (four ``llm`` actions, a nested
+agent beside a turn) cannot pass the budget between them.
 """
 
 from __future__ import annotations
@@ -16,14 +20,30 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from cortex_jupyter.runtime.core.chunks import Usage
-from cortex_jupyter.runtime.core.events import AnyEvent, Cost
+from cortex_jupyter.runtime.core.events import AnyEvent, Cost, Metric
 
-__all__ = ["Budget", "Price", "Priced", "Spend", "charge", "fmt_usd", "price_request"]
+__all__ = [
+    "DEFAULT_WINDOW",
+    "Budget",
+    "Hold",
+    "Price",
+    "Priced",
+    "Spend",
+    "charge",
+    "fmt_usd",
+    "price_request",
+    "reply_cap",
+    "uncapped",
+    "worst_reply",
+]
+
+#: The context window of a model that does not say its own (``context_window``).
+DEFAULT_WINDOW = 32_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,10 +148,13 @@ class Budget:
 
 
 class Spend:
-    """What a run and its nested agents spent so far, against its ``budget`` (if any).
+    """What a run and its nested agents spent so far, and what the requests in flight
+    hold, against its ``budget`` (if any).
 
     One object per top-level run, shared by the runs nested in it (``RunSpec.spend``), so
-    a nested agent's requests count against its caller's budget.
+    a nested agent's requests count against its caller's budget. Everything happens on
+    the run's event loop: a reservation is taken without an ``await`` between the check
+    and the hold, so two requests cannot both take the last of the budget.
     """
 
     def __init__(self, budget: Budget | None = None) -> None:
@@ -139,6 +162,9 @@ class Spend:
         self.usd: float | None = 0.0
         self.tokens: int | None = 0
         self.requests = 0
+        #: What the requests in flight reserved (``Hold``) and have not settled yet.
+        self.held_usd = 0.0
+        self.held_tokens = 0
 
     def add(self, price: Price, usage: Usage | None) -> None:
         """Count one request's price and tokens (unknown ones make the sum unknown)."""
@@ -157,25 +183,44 @@ class Spend:
             usage = None if tokens is None else Usage(tokens, cost.completion_tokens or 0)
             self.add(Price(cost.usd, cost.note, cost.free), usage)
 
-    def check_text(self, model: Any, text: str) -> str | None:
-        """``check`` for a request whose prompt is ``text`` (an ``llm`` action's, which
-        the context module does not fit), its tokens estimated at ~4 characters each."""
+    def reserve(
+        self,
+        model: Any,
+        prompt_tokens: int,
+        reply_tokens: int,
+        request: str = "the run before its next request",
+    ) -> Hold | str:
+        """Hold the worst case of a request to ``model`` (``prompt_tokens`` estimated,
+        at most ``reply_tokens`` of reply: ``worst_reply``) until it settles, or say why
+        it must not be sent. Without a budget the hold is empty."""
         if self.budget is None:
-            return None
+            return Hold(self, 0.0, 0)
+        estimate = price_request(model, Usage(prompt_tokens, reply_tokens))
+        why = self.check(estimate, prompt_tokens, reply_tokens, request)
+        if why is not None:
+            return why
+        hold = Hold(self, estimate.usd or 0.0, prompt_tokens + reply_tokens)
+        self.held_usd += hold.usd
+        self.held_tokens += hold.tokens
+        return hold
+
+    def reserve_text(self, model: Any, text: str, max_tokens: int | None) -> Hold | str:
+        """``reserve`` for a request whose prompt is ``text`` (an ``llm`` action's, which
+        the context module does not fit), its tokens estimated at ~4 characters each."""
         tokens = estimate_tokens(text)
-        return self.check(price_request(model, Usage(tokens, 0)), tokens, 0)
+        return self.reserve(model, tokens, worst_reply(model, tokens, max_tokens), "this request")
 
     def check(
         self,
         estimate: Price,
         prompt_tokens: int,
         reply_tokens: int,
-        request: str = "its next request",
+        request: str = "the run before its next request",
     ) -> str | None:
         """Why the next request must not be sent (None: it may be): its ``estimate``
-        (its prompt, and ``reply_tokens`` of reply when a limit says so) on top of what
-        was spent would pass the budget, or either is not known. ``request`` names the
-        request in the reason."""
+        (its prompt, and ``reply_tokens`` of reply) on top of what was spent and what the
+        requests in flight hold would pass the budget, or either is not known.
+        ``request`` says what was stopped, in the reason."""
         budget = self.budget
         if budget is None:
             return None
@@ -183,22 +228,74 @@ class Spend:
         next_one: float | None
         if budget.unit == "tok":
             spent, next_one = self.tokens, float(prompt_tokens + reply_tokens)
+            held: float = self.held_tokens
             unknown = "a reply's tokens were not reported by the server"
         else:
-            spent, next_one = self.usd, estimate.usd
+            spent, next_one, held = self.usd, estimate.usd, self.held_usd
             unknown = estimate.note if estimate.usd is None else "a reply's cost is not known"
         if spent is None or next_one is None:
             return (
                 f"the budget of {budget} cannot be kept: {unknown}; give the budget in "
                 "tokens instead (e.g. 20000tok)"
             )
-        if spent + next_one <= budget.limit:
+        if spent + held + next_one <= budget.limit:
             return None
+        flight = f", {budget.show(held)} held by requests in flight" if held else ""
         return (
-            f"the budget of {budget} stopped the run before {request}: "
-            f"{budget.show(spent)} spent, and that request would take about "
+            f"the budget of {budget} stopped {request}: "
+            f"{budget.show(spent)} spent{flight}, and that request could take up to "
             f"{budget.show(next_one)} more"
         )
+
+
+@dataclass(slots=True)
+class Hold:
+    """What one request in flight reserved of its run's ``Spend``: released once, when
+    the request settles (``charge``) or ends without a reply."""
+
+    spend: Spend
+    usd: float
+    tokens: int
+    released: bool = False
+
+    def release(self) -> None:
+        """Give the reservation back (a second call does nothing)."""
+        if self.released:
+            return
+        self.released = True
+        self.spend.held_usd = max(0.0, self.spend.held_usd - self.usd)
+        self.spend.held_tokens = max(0, self.spend.held_tokens - self.tokens)
+
+
+def reply_cap(max_tokens: int | None, request: Mapping[str, Any]) -> int | None:
+    """The most tokens a reply may take: ``max_tokens`` (``--max-tokens``), else the cap a
+    request's own fields set (``{"max_tokens": N}``, ``max_completion_tokens``)."""
+    if max_tokens:
+        return max_tokens
+    for name in ("max_tokens", "max_completion_tokens"):
+        value = request.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def uncapped(cap: int | None, why: str, cap_words: str) -> str:
+    """What to add to ``why`` (a request refused by the budget) when its reply had no
+    ``cap``: the model's whole window was reserved for it, and ``cap_words`` cap it."""
+    if cap is not None or "cannot be kept" in why:
+        return ""
+    return f" (its reply has no cap, so it may fill the model's window: {cap_words} caps it)"
+
+
+def worst_reply(model: Any, prompt_tokens: int, max_tokens: int | None) -> int:
+    """The most tokens a reply to a prompt of ``prompt_tokens`` can take: its cap, else
+    what the model's context window (``DEFAULT_WINDOW`` when it does not say) leaves."""
+    if max_tokens:
+        return max_tokens
+    window = getattr(model, "context_window", None)
+    if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
+        window = DEFAULT_WINDOW
+    return max(window - prompt_tokens, 0)
 
 
 def charge(
@@ -207,18 +304,34 @@ def charge(
     model: Any,
     usage: Usage | None,
     replied: bool,
+    hold: Hold | None = None,
 ) -> None:
-    """Record one request to ``model`` that used ``usage``: its price counts towards
-    ``spend`` and is emitted as a ``Cost`` event. A request nothing came back for (the
-    server could not be reached) is not counted: nothing was billed."""
+    """Settle one request to ``model`` that used ``usage``: its reservation (``hold``)
+    is given back, its price counts towards ``spend`` and is emitted as a ``Cost`` event,
+    and its tokens as the ``*_tokens`` metrics ``run.usage``, the header and the store
+    sum (every request's: a turn's, an ``llm`` action's, a summary's, a nested agent's).
+    A request nothing came back for (the server could not be reached) is not counted:
+    nothing was billed."""
+    if hold is not None:
+        hold.release()
     if usage is None and not replied:
         return
     price = price_request(model, usage)
     spend.add(price, usage)
+    now = time.monotonic()
+    if usage is not None:
+        counts = (
+            ("prompt_tokens", usage.prompt_tokens),
+            ("completion_tokens", usage.completion_tokens),
+            ("cached_tokens", usage.cached_tokens),  # of the prompt's: read from a cache
+        )
+        for name, count in counts:
+            if count or name != "cached_tokens":
+                emit(Metric(name, count, now, "tokens"))
     emit(
         Cost(
             str(getattr(model, "name", "") or type(model).__name__),
-            time.monotonic(),
+            now,
             price.usd,
             None if usage is None else usage.prompt_tokens,
             None if usage is None else usage.completion_tokens,

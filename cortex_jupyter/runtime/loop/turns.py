@@ -59,6 +59,7 @@ from cortex_jupyter.runtime.core.chunks import (
     text_client,
     tool_definition,
 )
+from cortex_jupyter.runtime.core.cost import Hold
 from cortex_jupyter.runtime.core.events import (
     AnyEvent,
     ChatEntry,
@@ -96,7 +97,7 @@ from cortex_jupyter.runtime.loop.reply import (
     takes_constraint,
 )
 from cortex_jupyter.runtime.loop.resume import Resume
-from cortex_jupyter.runtime.loop.spending import over_budget, pay, payer
+from cortex_jupyter.runtime.loop.spending import pay, payer, reserve
 from cortex_jupyter.runtime.loop.transcript import cut_note
 from cortex_jupyter.runtime.loop.typed_answer import AnswerCheck
 from cortex_jupyter.runtime.scheduler.dispatch import Scheduler
@@ -259,15 +260,18 @@ class Loop:
         """One turn (``replay``: the recorded reply of a resumed run's last turn, read
         again); True when the run ends with it."""
         turn = TurnState(number, set(self.run.actions), len(self.run.errors))
+        hold: Hold | None = None
         if replay is None:
             await self.feeds.refresh_due()
             messages, fit, budget = await self._messages(words["budget"])
-            budget = budget or over_budget(
-                self.scheduler, self.model, fit.tokens, self.agent.max_tokens, words["budget"]
-            )
-            if budget is not None:  # the request is not sent
-                self._stop("budget", "budget", budget)
+            held = budget or reserve(
+                self.scheduler, self.model, fit.tokens, self.agent.max_tokens, words["budget"],
+                cap_words=words["max_tokens"],
+            )  # fmt: skip
+            if isinstance(held, str):  # the request is not sent
+                self._stop("budget", "budget", held)
                 return True
+            hold = held
             cut = self._resume.open if self._picked_up and self._resume is not None else None
             self.scheduler.emit(Turn(number, time.monotonic(), self.model.name, cut))
             self._report_fit(number, fit)
@@ -275,11 +279,13 @@ class Loop:
             turn.before, turn.errors_before = set(replay.before), replay.errors_before
         try:
             if replay is None:
-                await self._stream(turn, messages)
+                await self._stream(turn, messages, hold)
             else:
                 await self._reread(turn, replay.chunks)
             await self.scheduler.drain()
         finally:
+            if hold is not None:
+                hold.release()  # (settled already unless the reply never started)
             self._close(turn)
         outcome, reason = decide(turn, self.agent.max_tokens, words)
         if outcome == "results" and getattr(self.model, "remaining_turns", None) == 0:
@@ -429,22 +435,24 @@ class Loop:
                 return None
         # The reply is capped: a small model may otherwise write until its context is
         # full (minutes on a CPU), for a summary asked to be 200 words.
-        budget = over_budget(
+        hold = reserve(
             self.scheduler, model,
             self.conversation.counter.count({"role": "user", "content": prompt}), SUMMARY_TOKENS,
-            go_on, "its request for a summary of the older conversation",
+            go_on, "the run before its request for a summary of the older conversation",
         )  # fmt: skip
-        if budget is not None:
-            return budget
+        if isinstance(hold, str):
+            return hold
         request = {**self.scheduler.request, "max_tokens": SUMMARY_TOKENS}
         try:
             with anyio.fail_after(120):
                 text = await complete(
-                    text_client(model, request, payer(self.scheduler, model)),
+                    text_client(model, request, payer(self.scheduler, model, hold)),
                     [{"role": "user", "content": prompt}],
                 )
         except Exception:
             return None
+        finally:
+            hold.release()
         if text.strip():
             self.conversation.summaries[(folded.start, folded.stop)] = redact(text.strip())
         return None
@@ -514,7 +522,7 @@ class Loop:
         turn.constrained = True
         return {"constraint": grammar.Constraint(text, form, stage).body()}
 
-    async def _stream(self, turn: TurnState, messages: list[Message]) -> None:
+    async def _stream(self, turn: TurnState, messages: list[Message], hold: Hold | None) -> None:
         parser = Parser(self.dialect, taken_ids=self.taken | set(self.run.actions))
         turn.resume, self._resume = self._resume, None
         if turn.resume is not None:
@@ -546,7 +554,7 @@ class Loop:
             self._recorder.flush()
             # Paid when the reply ends, before its actions finish: a nested agent they
             # start spends the same budget, and sees this reply's cost in it.
-            pay(self.scheduler, self.model, turn.usage, turn.chunks > 0)
+            pay(self.scheduler, self.model, turn.usage, turn.chunks > 0, hold)
             aclose = getattr(stream, "aclose", None)
             if aclose is not None:
                 await aclose()
@@ -593,10 +601,7 @@ class Loop:
                     cast(list[ChatMessage], self._sent), chunk.prompt_tokens
                 )
                 self.scheduler.emit(Metric("context_tokens", chunk.prompt_tokens, now, "tokens"))
-            self.scheduler.emit(Metric("prompt_tokens", chunk.prompt_tokens, now, "tokens"))
-            self.scheduler.emit(Metric("completion_tokens", chunk.completion_tokens, now, "tokens"))
-            if chunk.cached_tokens:  # (of the prompt's: read from the server's cache)
-                self.scheduler.emit(Metric("cached_tokens", chunk.cached_tokens, now, "tokens"))
+            # (its prompt and completion tokens are counted when it is paid: ``pay``)
         elif isinstance(chunk, Finish):
             turn.finish = chunk.reason
         return False
