@@ -214,7 +214,6 @@ def helper(server: FakeOpenAIServer) -> Iterator[Agent]:
         "cost_helper",
         instructions="Help.",
         model=OpenAIModel("gpt-4o", base_url=server.url, api_key=SECRET),
-        max_tokens=500,
     )
     yield agent
     default_registry.remove("agent", "cost_helper")
@@ -341,11 +340,10 @@ def test_a_budget_stops_the_run_before_the_request_that_would_pass_it(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     # The first reply reports 100,000 prompt tokens ($0.015 at gpt-4o-mini's price):
-    # the second request would pass a $0.01 budget, so it is never sent. (Its replies are
-    # capped: each request reserves its prompt and 1,000 tokens of reply.)
+    # the second request would pass a $0.01 budget, so it is never sent.
     server.script(reply(ACTION, 100_000, 10), reply("<response>Done.</response>", 1000, 5))
     with pytest.raises(CortexRunError, match=r"the budget of \$0.01 stopped the run") as caught:
-        run(ip, "--model gpt-4o-mini --budget 0.01 --max-tokens 1000")
+        run(ip, "--model gpt-4o-mini --budget 0.01")
     assert len(server.requests) == 1
     record = ip.user_ns["_cortex"]
     assert record.status == "budget"
@@ -389,7 +387,7 @@ def test_a_token_budget_counts_prompt_and_completion_tokens_and_needs_no_price(
 ) -> None:
     server.script(reply(ACTION, 15_000, 5_000), reply("<response>Done.</response>", 100, 5))
     with pytest.raises(CortexRunError, match="20,000 tokens spent"):
-        run(ip, "--model my-private-finetune-7 --budget 20000tok --max-tokens 5000")
+        run(ip, "--model my-private-finetune-7 --budget 20000tok")
     assert len(server.requests) == 1
     assert ip.user_ns["_cortex"].status == "budget"
 
@@ -413,7 +411,7 @@ def test_a_nested_agent_spends_its_callers_budget(
         reply("<response>Done.</response>", 1000, 5),
     )
     with pytest.raises(CortexRunError, match="budget"):
-        run(ip, "--model gpt-4o-mini --budget 0.02 --max-tokens 500")
+        run(ip, "--model gpt-4o-mini --budget 0.02")
     assert len(server.requests) == 2
     assert ip.user_ns["_cortex"].status == "budget"
 
@@ -460,7 +458,7 @@ def test_an_agent_budget_stops_a_python_run_and_a_larger_one_continues_it(
 ) -> None:
     model = OpenAIModel("gpt-4o-mini", base_url=server.url, api_key=SECRET)
     server.script(reply(ACTION, 100_000, 10), reply("<response>Done.</response>", 1000, 5))
-    stopped = Agent(model=model, budget="$0.01", max_tokens=1000).run_sync("Go.")
+    stopped = Agent(model=model, budget="$0.01").run_sync("Go.")
     assert (stopped.status, len(server.requests)) == ("budget", 1)
     assert "Agent(budget=MORE).continue_run(run)" in (stopped.reason or "")
     larger = Agent(model=model, budget=1)
@@ -474,7 +472,7 @@ def test_the_view_of_a_budget_stopped_run_says_budget_and_what_it_cost(
 ) -> None:
     server.script(reply(ACTION, 100_000, 10))
     with pytest.raises(CortexRunError):
-        run(ip, "--model gpt-4o-mini --budget 0.01 --max-tokens 1000")
+        run(ip, "--model gpt-4o-mini --budget 0.01")
     record = ip.user_ns["_cortex"]
     state = from_run(record, "gpt-4o-mini")
     assert state.phase == "budget"

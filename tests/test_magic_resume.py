@@ -267,12 +267,10 @@ def test_a_budgeted_run_resumes_under_its_budget_counting_what_it_spent_before(
     ip: InteractiveShell, server: FakeOpenAIServer, tools: Tools
 ) -> None:
     # The first reply reports 1,500 tokens: with the second request (~1,200) they pass
-    # 2,000 tokens; the second request alone would not (each reply capped at 100 tokens).
+    # 2,000 tokens; the second request alone would not.
     spent = Stream([*texts(TURN_1, 9), finish(), usage(1480, 20)])
     server.script(spent, Stream([*texts(TURN_2, 9), finish()]))
-    stopped = _stop_in_second(
-        ip, server, tools, "--model fake-model --budget 2000tok --max-tokens 100"
-    )
+    stopped = _stop_in_second(ip, server, tools, "--model fake-model --budget 2000tok")
     with pytest.raises(CortexRunError, match="budget of 2,000 tokens stopped the run") as caught:
         ip.run_line_magic("cortex", f"resume {stopped.id}")
     assert "1,500 tokens spent" in str(caught.value)
@@ -321,9 +319,7 @@ def test_a_run_its_budget_stopped_resumes_under_a_larger_one_given_to_resume(
     # resume, a run its budget stopped could only stop again at once, for ever.
     spent = Stream([*texts(TURN_1, 9), finish(), usage(1480, 20)])
     server.script(spent, Stream([*texts(TURN_2, 9), finish(), usage(1200, 10)]))
-    stopped = _stop_in_second(
-        ip, server, tools, "--model fake-model --budget 2000tok --max-tokens 100"
-    )
+    stopped = _stop_in_second(ip, server, tools, "--model fake-model --budget 2000tok")
     with pytest.raises(CortexRunError, match="budget of 2,000 tokens stopped the run"):
         ip.run_line_magic("cortex", f"resume {stopped.id}")
     ip.run_line_magic("cortex", f"resume {stopped.id} --budget 5000tok")

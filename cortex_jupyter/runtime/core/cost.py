@@ -9,10 +9,13 @@ too (a sum that leaves a request out would read as a smaller bill than the real 
 
 A ``Budget`` is a limit in US dollars or in tokens; one ``Spend`` per top-level run counts
 what its requests (its nested agents' too) spent. Every request **reserves** its worst case
-before it is sent (``Spend.reserve``: its prompt's estimate, and its reply's cap, or what
-the model's window leaves when nothing caps it) and settles to what the server reported
-when it ends (``charge``), so requests in flight together (four ``llm`` actions, a nested
-agent beside a turn) cannot pass the budget between them.
+before it is sent (``Spend.reserve``: its prompt's estimate, and its reply's cap) and
+settles to what the server reported when it ends (``charge``), so requests in flight
+together (four ``llm`` actions, a nested agent beside a turn) cannot pass the budget
+between them. Under a budget a reply's cap is the smaller of its own (``--max-tokens``, or
+what the model's window leaves) and what the budget leaves for it, and the request is sent
+with it as ``max_tokens``: the server enforces the reservation, and a budget smaller than
+the model's window lets a run spend it instead of refusing it.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from cortex_jupyter.runtime.core.events import AnyEvent, Cost, Metric
 
 __all__ = [
     "DEFAULT_WINDOW",
+    "MIN_REPLY",
     "Budget",
     "Hold",
     "Price",
@@ -38,12 +42,22 @@ __all__ = [
     "fmt_usd",
     "price_request",
     "reply_cap",
-    "uncapped",
+    "with_cap",
     "worst_reply",
 ]
 
 #: The context window of a model that does not say its own (``context_window``).
 DEFAULT_WINDOW = 32_000
+
+MIN_REPLY = 16
+"""The shortest reply a request is sent with under a budget, in tokens.
+
+Under a budget each reply is capped at what the budget leaves for it (``Spend.reserve``),
+so a run spends its budget to the end instead of being refused while it could still
+afford a reply. But a reply of a few tokens cannot hold a sentence or an action tag, and
+its prompt is paid in full all the same: when the budget leaves less than this for the
+reply, the request is not sent and the run stops with one line, as when nothing is left.
+A request that asks for less itself (``--max-tokens 5``) needs only what it asks for."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,28 +201,67 @@ class Spend:
         self,
         model: Any,
         prompt_tokens: int,
-        reply_tokens: int,
+        cap: int | None,
         request: str = "the run before its next request",
+        shortest: int = MIN_REPLY,
     ) -> Hold | str:
-        """Hold the worst case of a request to ``model`` (``prompt_tokens`` estimated,
-        at most ``reply_tokens`` of reply: ``worst_reply``) until it settles, or say why
-        it must not be sent. Without a budget the hold is empty."""
+        """Hold the worst case of a request to ``model`` (``prompt_tokens`` estimated) until
+        it settles, or say why it must not be sent. ``cap`` is the request's own cap on its
+        reply (None: what the model's window leaves bounds it: ``worst_reply``).
+
+        Under a budget the reply is capped by what the budget leaves as well: ``Hold.cap``
+        is the smaller of the two, the ``max_tokens`` the request is sent with (so the
+        server enforces it), and the hold is exactly the prompt and that cap. The request
+        is refused only when the budget leaves less than ``shortest`` tokens of reply
+        (``MIN_REPLY``; a request whose reply is of no use cut short, a summary of older
+        turns, asks for its whole cap). Without a budget the hold is empty and the cap is
+        the request's own."""
         if self.budget is None:
             return Hold(self, 0.0, 0)
-        estimate = price_request(model, Usage(prompt_tokens, reply_tokens))
-        why = self.check(estimate, prompt_tokens, reply_tokens, request)
+        own = worst_reply(model, prompt_tokens, cap)
+        least = max(1, min(shortest, own))  # a request that asks for less needs no more
+        lowest = price_request(model, Usage(prompt_tokens, least))
+        why = self.check(lowest, prompt_tokens, least, request)
         if why is not None:
             return why
-        hold = Hold(self, estimate.usd or 0.0, prompt_tokens + reply_tokens)
+        reply, usd = self._room(model, prompt_tokens, least, own)
+        by_budget = reply < own
+        # Nothing to send when nothing capped it and the budget did not: the window does.
+        sent = reply if cap or by_budget else None
+        hold = Hold(self, usd, prompt_tokens + reply, sent, by_budget)
         self.held_usd += hold.usd
         self.held_tokens += hold.tokens
         return hold
 
+    def _room(self, model: Any, prompt_tokens: int, least: int, most: int) -> tuple[int, float]:
+        """The longest reply, ``least`` to ``most`` tokens, that what is left of the budget
+        pays for with the prompt (``least`` is known to fit), and the dollars they hold."""
+        budget = self.budget
+        assert budget is not None
+        if budget.unit == "tok":
+            left = budget.limit - (self.tokens or 0) - self.held_tokens - prompt_tokens
+            return max(least, min(most, int(left))), 0.0
+
+        def cost(reply: int) -> float:
+            return price_request(model, Usage(prompt_tokens, reply)).usd or 0.0
+
+        left = budget.limit - (self.usd or 0.0) - self.held_usd
+        full = cost(most)
+        if full <= left:
+            return most, full
+        # A reply's tokens are priced at one rate (the prompt's size may set it): the
+        # reply that fits follows from two prices; stepped down while rounding says no.
+        prompt = cost(0)
+        rate = (full - prompt) / most
+        reply = max(least, min(most, int((left - prompt) / rate))) if rate > 0 else least
+        while reply > least and cost(reply) > left:
+            reply = max(least, reply - max(1, (reply - least) // 8))
+        return reply, cost(reply)
+
     def reserve_text(self, model: Any, text: str, max_tokens: int | None) -> Hold | str:
         """``reserve`` for a request whose prompt is ``text`` (an ``llm`` action's, which
         the context module does not fit), its tokens estimated at ~4 characters each."""
-        tokens = estimate_tokens(text)
-        return self.reserve(model, tokens, worst_reply(model, tokens, max_tokens), "this request")
+        return self.reserve(model, estimate_tokens(text), max_tokens, "this request")
 
     def check(
         self,
@@ -241,21 +294,28 @@ class Spend:
         if spent + held + next_one <= budget.limit:
             return None
         flight = f", {budget.show(held)} held by requests in flight" if held else ""
+        shortest = f", with a reply of {reply_tokens:,} tokens at the least" if reply_tokens else ""
         return (
             f"the budget of {budget} stopped {request}: "
-            f"{budget.show(spent)} spent{flight}, and that request could take up to "
-            f"{budget.show(next_one)} more"
+            f"{budget.show(spent)} spent{flight}, and that request would take about "
+            f"{budget.show(next_one)} more{shortest}"
         )
 
 
 @dataclass(slots=True)
 class Hold:
     """What one request in flight reserved of its run's ``Spend``: released once, when
-    the request settles (``charge``) or ends without a reply."""
+    the request settles (``charge``) or ends without a reply.
+
+    ``cap`` is the ``max_tokens`` the request must be sent with (None: its own, if any),
+    ``by_budget`` whether that cap is the budget's, below the request's own (a reply that
+    stops at it was cut by the budget, not by ``--max-tokens``)."""
 
     spend: Spend
     usd: float
     tokens: int
+    cap: int | None = None
+    by_budget: bool = False
     released: bool = False
 
     def release(self) -> None:
@@ -279,12 +339,14 @@ def reply_cap(max_tokens: int | None, request: Mapping[str, Any]) -> int | None:
     return None
 
 
-def uncapped(cap: int | None, why: str, cap_words: str) -> str:
-    """What to add to ``why`` (a request refused by the budget) when its reply had no
-    ``cap``: the model's whole window was reserved for it, and ``cap_words`` cap it."""
-    if cap is not None or "cannot be kept" in why:
-        return ""
-    return f" (its reply has no cap, so it may fill the model's window: {cap_words} caps it)"
+def with_cap(request: Mapping[str, Any], cap: int | None) -> dict[str, Any]:
+    """A request's extra fields with its reply capped at ``cap`` (None: as they are): in
+    ``max_completion_tokens`` when the fields name that one (a server given one need not
+    know the other), else in ``max_tokens``."""
+    fields = dict(request)
+    if cap is not None:
+        fields["max_completion_tokens" if "max_completion_tokens" in fields else "max_tokens"] = cap
+    return fields
 
 
 def worst_reply(model: Any, prompt_tokens: int, max_tokens: int | None) -> int:

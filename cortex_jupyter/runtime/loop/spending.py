@@ -2,20 +2,21 @@
 
 The loop calls these at its two points of contact with money: before a request
 (``reserve``: what was spent, what the requests in flight hold, and this request's worst
-case: the prompt about to be sent, priced as input tokens, and its reply's cap, or what
-the model's window leaves when nothing caps it, priced as output tokens) and after its
-reply (``pay``: the reservation settles to the request's price, a ``Cost`` event, and its
-tokens). A request that does not fit is not sent: a turn's, and the one asking the model
-for a summary of older turns (``Loop._summarise``).
+case: the prompt about to be sent, priced as input tokens, and its reply's cap, priced as
+output tokens, where the cap is the smaller of the request's own, or what the model's window
+leaves when nothing caps it, and what the budget leaves) and after its reply (``pay``: the
+reservation settles to the request's price, a ``Cost`` event, and its tokens). A request
+for which the budget leaves less than ``MIN_REPLY`` tokens of reply is not sent: a turn's,
+and the one asking the model for a summary of older turns (``Loop._summarise``).
 """
 
 from __future__ import annotations
 
 from cortex_jupyter.runtime.core.chunks import ReplyEnd, StreamingModel, Usage
-from cortex_jupyter.runtime.core.cost import Hold, charge, reply_cap, uncapped, worst_reply
+from cortex_jupyter.runtime.core.cost import MIN_REPLY, Hold, charge, reply_cap
 from cortex_jupyter.runtime.scheduler.dispatch import Scheduler
 
-__all__ = ["pay", "payer", "reserve"]
+__all__ = ["cut_by_budget", "pay", "payer", "reserve"]
 
 
 def pay(
@@ -45,18 +46,28 @@ def reserve(
     max_tokens: int | None,
     go_on: str,
     request: str = "the run before its next request",
-    cap_words: str = "max_tokens=...",
+    shortest: int = MIN_REPLY,
 ) -> Hold | str:
-    """Reserve the next request's worst case (``prompt_tokens`` estimated, its reply
-    capped at ``max_tokens``, else at the cap the run's extra request fields set, else
-    what the model's window leaves), or say why it must not be sent. ``go_on`` names how
-    to continue the run, ``request`` what was stopped, ``cap_words`` how to cap a reply."""
+    """Reserve the next request's worst case, or say why it must not be sent: its prompt
+    (``prompt_tokens`` estimated) and its reply, capped at ``max_tokens``, else at the cap
+    the run's extra request fields set, else at what the model's window leaves, and under
+    a budget at what the budget leaves too (``Hold.cap``: send the request with it).
+    ``go_on`` names how to continue the run, ``request`` what was stopped, ``shortest``
+    the fewest reply tokens worth sending it for."""
     spend = scheduler.spec.spend
     cap = reply_cap(max_tokens, scheduler.request)
-    held = spend.reserve(model, prompt_tokens, worst_reply(model, prompt_tokens, cap), request)
-    if isinstance(held, Hold):
-        return held
-    held += uncapped(cap, held, cap_words)
-    if not spend.requests:
+    held = spend.reserve(model, prompt_tokens, cap, request, shortest)
+    if isinstance(held, Hold) or not spend.requests:
         return held
     return f"{held}; everything so far is kept, and {go_on} goes on from here"
+
+
+def cut_by_budget(hold: Hold, go_on: str) -> str:
+    """Why a run stops after a reply that reached the cap its budget set (``hold.cap``,
+    below the reply's own): the budget cut it, not a token limit the user chose."""
+    budget = hold.spend.budget
+    return (
+        f"the budget of {budget} cut the model's reply at {hold.cap or 0:,} tokens, all it "
+        f'left for that reply (finish_reason "length"); everything so far is kept, and '
+        f"{go_on} goes on from here"
+    )

@@ -59,7 +59,7 @@ from cortex_jupyter.runtime.core.chunks import (
     text_client,
     tool_definition,
 )
-from cortex_jupyter.runtime.core.cost import Hold
+from cortex_jupyter.runtime.core.cost import Hold, with_cap
 from cortex_jupyter.runtime.core.events import (
     AnyEvent,
     ChatEntry,
@@ -97,7 +97,7 @@ from cortex_jupyter.runtime.loop.reply import (
     takes_constraint,
 )
 from cortex_jupyter.runtime.loop.resume import Resume
-from cortex_jupyter.runtime.loop.spending import pay, payer, reserve
+from cortex_jupyter.runtime.loop.spending import cut_by_budget, pay, payer, reserve
 from cortex_jupyter.runtime.loop.transcript import cut_note
 from cortex_jupyter.runtime.loop.typed_answer import AnswerCheck
 from cortex_jupyter.runtime.scheduler.dispatch import Scheduler
@@ -265,9 +265,8 @@ class Loop:
             await self.feeds.refresh_due()
             messages, fit, budget = await self._messages(words["budget"])
             held = budget or reserve(
-                self.scheduler, self.model, fit.tokens, self.agent.max_tokens, words["budget"],
-                cap_words=words["max_tokens"],
-            )  # fmt: skip
+                self.scheduler, self.model, fit.tokens, self.agent.max_tokens, words["budget"]
+            )
             if isinstance(held, str):  # the request is not sent
                 self._stop("budget", "budget", held)
                 return True
@@ -288,6 +287,9 @@ class Loop:
                 hold.release()  # (settled already unless the reply never started)
             self._close(turn)
         outcome, reason = decide(turn, self.agent.max_tokens, words)
+        if outcome == "truncated" and hold is not None and hold.by_budget:
+            self._stop("budget", "budget", cut_by_budget(hold, words["budget"]))
+            return True  # the budget's cap cut the reply, not the user's --max-tokens
         if outcome == "results" and getattr(self.model, "remaining_turns", None) == 0:
             # A script or a replay that has no more turns: its end is the run's end,
             # not a question for a turn that does not exist.
@@ -439,10 +441,11 @@ class Loop:
             self.scheduler, model,
             self.conversation.counter.count({"role": "user", "content": prompt}), SUMMARY_TOKENS,
             go_on, "the run before its request for a summary of the older conversation",
+            SUMMARY_TOKENS,  # a summary cut short would stand for the turns it left out
         )  # fmt: skip
         if isinstance(hold, str):
             return hold
-        request = {**self.scheduler.request, "max_tokens": SUMMARY_TOKENS}
+        request = {**self.scheduler.request, "max_tokens": SUMMARY_TOKENS}  # (all it holds)
         try:
             with anyio.fail_after(120):
                 text = await complete(
@@ -531,11 +534,17 @@ class Loop:
         request = self.scheduler.request
         if self.typed is not None:
             request = self.typed.request(request)
+        max_tokens = self.agent.max_tokens
+        if hold is not None and hold.cap is not None:  # the cap its budget reserved
+            if "max_completion_tokens" in request:  # (the field the user's request named)
+                request, max_tokens = with_cap(request, hold.cap), None
+            else:
+                max_tokens = hold.cap
         stream = self.model.stream(
             messages,
             tools=self._tools(),
             temperature=self.agent.temperature,
-            max_tokens=self.agent.max_tokens,
+            max_tokens=max_tokens,
             **cast(dict[str, Any], {"request": request} if request else {}),
             **self._constraint(turn),
         )
