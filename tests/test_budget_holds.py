@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -19,7 +20,8 @@ from cortex_jupyter.display.state import from_run
 from cortex_jupyter.display.static import header_html
 from cortex_jupyter.display.theme import fmt_count
 from cortex_jupyter.models import OpenAIModel
-from cortex_jupyter.runtime.core.events import ActionStatus, AnyEvent
+from cortex_jupyter.runtime.core.cost import MIN_REPLY
+from cortex_jupyter.runtime.core.events import ActionStatus, AnyEvent, ContextUse
 from cortex_jupyter.runtime.loop.agent import RunHooks
 from cortex_jupyter.session import CortexRunError
 from tests.conftest import SECRET
@@ -78,9 +80,10 @@ class Decided(threading.Event):
 def test_four_llm_actions_at_once_never_pass_a_token_budget(server: FakeOpenAIServer) -> None:
     # The turn writes four llm actions; each starts as its tag closes. Every llm reply is
     # held at the server until each of the four has either been sent or refused (ordering,
-    # not timing): so all four are in flight together, each checking the budget while the
-    # others' replies have not come back. Each reply reports its whole cap (the worst
-    # case) and a prompt no larger than the run could estimate.
+    # not timing): so all four are in flight together, each reserving its reply while the
+    # others' replies have not come back. Each reply reports the whole cap its request
+    # was sent with (the worst case: ``at_cap``) and a prompt no larger than the run could
+    # estimate.
     refused: list[str] = []
     decided = Decided(lambda: sum(map(is_llm, server.requests)) + len(refused) >= 4)
 
@@ -90,10 +93,9 @@ def test_four_llm_actions_at_once_never_pass_a_token_budget(server: FakeOpenAISe
             decided.check()
 
     turns = [(100, 150), (100, 10)]  # the turn that writes the actions, the answer
-    answer = (10, CAP)
     server.script(
         reply(llm_actions(4), *turns[0]),
-        *[reply("Fine.", *answer, gates=[(1, decided)]) for _ in range(4)],
+        *[reply("Fine.", 10, CAP, gates=[(1, decided)], at_cap=True) for _ in range(4)],
         reply("<response>Done.</response>", *turns[1]),
     )
     model = OpenAIModel("my-private-finetune-7", base_url=server.url, api_key=SECRET)
@@ -101,17 +103,18 @@ def test_four_llm_actions_at_once_never_pass_a_token_budget(server: FakeOpenAISe
     record = agent.run_sync("Ask four things at once.", hooks=RunHooks(on_event=on_event))
 
     assert not server.gate_timed_out  # every held reply was let go by the run's own events
-    asked = [r for r in server.requests if is_llm(r)]
-    answered = [answer if is_llm(r) else turns.pop(0) for r in server.requests]
-    assert len(asked) < 4 and refused  # the fourth (at least) was never sent
+    answered = [(10, r.json["max_tokens"]) if is_llm(r) else turns.pop(0) for r in server.requests]
     assert sum(map(sum, answered)) <= BUDGET
+    # Each request asked for at most the reply it reserved: the ones sent while the
+    # others held the budget asked for less than --max-tokens, or were not sent at all.
+    assert all(r.json["max_tokens"] <= CAP for r in server.requests)
+    asked = [r.json["max_tokens"] for r in server.requests if is_llm(r)]
+    assert min(asked, default=0) < CAP or refused
     # what a refused action says: one line, the budget and why
     for action_id in refused:
         error = record.actions[action_id].error or ""
         assert "not sent: the budget of 5,000 tokens" in error and "\n" not in error
         assert "held by requests in flight" in error
-    # each request that was sent asked for at most the reply it reserved
-    assert all(r.json.get("max_tokens") == CAP for r in server.requests)
     # and the run counts every one of them, as the server reported them
     assert record.usage == {
         "prompt_tokens": sum(p for p, _ in answered),
@@ -207,9 +210,7 @@ def test_a_dollar_budget_is_refused_for_a_model_listed_without_token_prices(
     ip: InteractiveShell, server: FakeOpenAIServer
 ) -> None:
     with pytest.raises(CortexRunError) as caught:
-        ip.run_cell_magic(
-            "cortex", "--text --model google/gemma-3-27b-it --budget 0.05 --max-tokens 100", "Hi?"
-        )
+        ip.run_cell_magic("cortex", "--text --model google/gemma-3-27b-it --budget 0.05", "Hi?")
     message = str(caught.value)
     assert "cannot be kept" in message and "gemma-3-27b-it" in message
     assert "20000tok" in message and "\n" not in message
@@ -217,20 +218,89 @@ def test_a_dollar_budget_is_refused_for_a_model_listed_without_token_prices(
     assert ip.user_ns["_cortex"].status == "budget"
 
 
-def test_a_request_whose_reply_has_no_cap_reserves_the_models_window(
+def estimated_prompt(record: Any) -> int:
+    """The run's estimate of its one turn's prompt (what its request reserved for it)."""
+    (fit,) = [e for e in record.events if isinstance(e, ContextUse)]
+    return fit.tokens
+
+
+def test_a_dollar_budget_without_max_tokens_runs_with_replies_capped_to_fit(
     ip: InteractiveShell, server: FakeOpenAIServer
 ) -> None:
-    # 20,000 tokens would fit the prompt and any reply it asked for, but with no cap the
-    # reply may fill the 32,000-token window: the request is not sent, and the line says
-    # how to cap it.
-    with pytest.raises(CortexRunError) as caught:
-        ip.run_cell_magic("cortex", "--text --model my-private-finetune-7 --budget 20000tok", "Hi?")
-    message = str(caught.value)
-    assert "could take up to 32,000 tokens" in message and "--max-tokens N caps it" in message
-    assert server.requests == []
-    server.script(reply("<response>Hi.</response>", 500, 10))
-    ip.run_cell_magic(
-        "cortex", "--text --model my-private-finetune-7 --budget 20000tok --max-tokens 2000", "Hi?"
-    )
+    # $0.10 on gpt-4o ($2.50 in, $10 out per million tokens) is far less than its window
+    # could cost: the run is not refused, its request is sent with the reply it can pay for.
+    server.script(reply("<response>Hi.</response>", 900, 10))
+    ip.run_cell_magic("cortex", "--text --model gpt-4o --budget 0.10", "Hi?")
+    record = ip.user_ns["_cortex"]
+    assert record.status == "completed"
+    (sent,) = server.requests
+    cap = sent.json["max_tokens"]
+    # the prompt and the longest reply allowed fit in the budget, and use it
+    worst = estimated_prompt(record) * 2.5e-6 + cap * 10e-6
+    assert 0.0999 < worst <= 0.10
+
+
+def test_a_token_budget_without_max_tokens_runs_with_replies_capped_to_fit(
+    ip: InteractiveShell, server: FakeOpenAIServer
+) -> None:
+    server.script(reply("<response>Hi.</response>", 900, 10))
+    ip.run_cell_magic("cortex", "--text --model my-private-finetune-7 --budget 5000tok", "Hi?")
+    record = ip.user_ns["_cortex"]
+    assert record.status == "completed"
+    (sent,) = server.requests
+    assert estimated_prompt(record) + sent.json["max_tokens"] == 5_000
+
+
+def test_a_budget_larger_than_the_window_leaves_the_reply_uncapped(
+    ip: InteractiveShell, server: FakeOpenAIServer
+) -> None:
+    # The budget does not bind: nothing caps the reply but the model's window, which the
+    # server enforces itself, so no max_tokens is sent (a guessed window could be refused).
+    server.script(reply("<response>Hi.</response>", 900, 10))
+    ip.run_cell_magic("cortex", "--text --model my-private-finetune-7 --budget 100000tok", "Hi?")
     assert ip.user_ns["_cortex"].status == "completed"
-    assert server.requests[0].json["max_tokens"] == 2000
+    assert "max_tokens" not in server.requests[0].json
+
+
+def test_a_reply_cut_by_the_budgets_cap_stops_the_run_as_budget(
+    ip: InteractiveShell, server: FakeOpenAIServer
+) -> None:
+    # The model writes until the cap the budget set (finish_reason "length"): the budget
+    # stopped the run, not a token limit the user chose.
+    cut = Stream([*texts("A long answer that goes on", 9), finish("length"), usage(900, 99_999)])
+    server.script(replace(cut, at_cap=True))
+    with pytest.raises(CortexRunError) as caught:
+        ip.run_cell_magic("cortex", "--text --model my-private-finetune-7 --budget 5000tok", "Go.")
+    record = ip.user_ns["_cortex"]
+    assert record.status == "budget"
+    cap = server.requests[0].json["max_tokens"]
+    message = str(caught.value)
+    assert f"the budget of 5,000 tokens cut the model's reply at {cap:,} tokens" in message
+    assert "%cortex continue --budget MORE" in message and "\n" not in message
+    assert record.usage == {"prompt_tokens": 900, "completion_tokens": cap}
+
+
+def test_a_reply_cut_at_the_users_max_tokens_under_a_budget_stays_truncated(
+    ip: InteractiveShell, server: FakeOpenAIServer
+) -> None:
+    cut = Stream([*texts("A long answer that goes on", 9), finish("length"), usage(900, 100)])
+    server.script(cut)
+    with pytest.raises(CortexRunError, match="cut off at its token limit of 100 tokens"):
+        options = "--text --model my-private-finetune-7 --budget 5000tok --max-tokens 100"
+        ip.run_cell_magic("cortex", options, "Go.")
+    assert ip.user_ns["_cortex"].status == "truncated"
+    assert server.requests[0].json["max_tokens"] == 100
+
+
+def test_a_budget_that_leaves_too_little_for_a_reply_refuses_the_request(
+    ip: InteractiveShell, server: FakeOpenAIServer
+) -> None:
+    # The prompt alone (the system prompt: over a thousand tokens) does not leave the
+    # shortest reply worth sending: nothing is sent, and one line says why.
+    with pytest.raises(CortexRunError) as caught:
+        ip.run_cell_magic("cortex", "--text --model my-private-finetune-7 --budget 500tok", "Hi?")
+    message = str(caught.value)
+    assert "the budget of 500 tokens stopped the run before its next request" in message
+    assert f"a reply of {MIN_REPLY} tokens at the least" in message and "\n" not in message
+    assert server.requests == []
+    assert ip.user_ns["_cortex"].status == "budget"
