@@ -152,6 +152,11 @@ class Secrets:
     def _pattern(self) -> re.Pattern[str] | None:
         return self._compiled().pattern
 
+    def known(self) -> _Compiled:
+        """Every form now, the patterns finding them and their edges (kept until the
+        secrets change): what redacting a stream a batch at a time needs (``captured``)."""
+        return self._compiled()
+
     def forms(self) -> tuple[str, ...]:
         """Every form of every secret now (``escaped_forms``), longest first."""
         return self._compiled().forms
