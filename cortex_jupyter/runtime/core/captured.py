@@ -29,7 +29,7 @@ __all__ = ["CapturedText", "safe_cut"]
 
 # Where another library cut a text (``secrets`` hides the part of a secret beside one),
 # and a mark still being written at the end of a text.
-_MARK = re.compile(r"\.\.\.|…|\.\.?\Z")
+_MARK = re.compile(r"\.{3,}|…|\.\.?\Z")
 
 
 class CapturedText:
@@ -222,7 +222,8 @@ def _beside_mark(
     if text[max(mark.start() - MIN_FRAGMENT, 0) : mark.start()] in known.ends:
         risks.append((max(mark.start() - longest, 0), mark.end()))  # a beginning, then cut
     after = text[mark.end() : mark.end() + MIN_FRAGMENT]
-    if mark.group() in ("...", "…") and len(after) == MIN_FRAGMENT:
+    whole = len(mark.group()) >= 3 or mark.group() == "…"  # (not dots still coming)
+    if whole and len(after) == MIN_FRAGMENT:
         suspicious = after in known.starts
     else:  # the mark, or what follows it, is still being written: it may begin an end
         at = bisect.bisect_left(edges.starts, after)
