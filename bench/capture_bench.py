@@ -1,6 +1,6 @@
 """Benchmark of captured output (issues 19 §5 and 33 §7): what a tool's printing costs.
 
-    python bench/capture_bench.py [--work words,write,lines] [--size 100000] [--runs 3]
+    python bench/capture_bench.py [--work words,write,write-1k,lines] [--size 100000] [--runs 3]
                                   [--paths runtime,text,widgets] [--no-secret]
 
 Three tools, each a sync action:
@@ -8,6 +8,7 @@ Three tools, each a sync action:
 - **words**: ``print("line", i, "of the log with some words")`` ``--size`` times (100,000: 3.8 MB;
   ``print`` makes one write per value and per separator, 8 writes a line);
 - **write**: 1 MiB through ``sys.stdout.write``, in writes of 64 characters (16,384 writes);
+- **write-1k**: the same 1 MiB in writes of 1,024 characters (1,024 writes);
 - **lines**: ``print(i)`` ``--size`` times (issue 19's tool).
 
 Each is timed:
@@ -49,9 +50,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._common import table
 
 #: The most a tool's time in a cell may be, as a multiple of the direct call.
-TARGETS = {"words": 5.0, "write": 3.0, "lines": 5.0}
+TARGETS = {"words": 5.0, "write": 3.0, "write-1k": 3.0, "lines": 5.0}
 SECRET = "sk-bench-" + "0123456789abcdefghij" * 2  # 49 characters, like an API key
 WRITE_CHUNK = "x" * 63 + "\n"
+WRITE_1K = "y" * 1023 + "\n"
 
 
 def print_words(n: int) -> int:
@@ -68,6 +70,13 @@ def write_mib(n: int) -> int:
     return 1 << 20
 
 
+def write_mib_1k(n: int) -> int:
+    """Write 1 MiB to ``sys.stdout`` in writes of 1,024 characters (n is ignored)."""
+    for _ in range((1 << 20) // len(WRITE_1K)):
+        sys.stdout.write(WRITE_1K)
+    return 1 << 20
+
+
 def print_lines(n: int) -> int:
     """Print the numbers 0 to n - 1, one a line."""
     for i in range(n):
@@ -78,6 +87,7 @@ def print_lines(n: int) -> int:
 TOOLS: dict[str, Callable[[int], int]] = {
     "words": print_words,
     "write": write_mib,
+    "write-1k": write_mib_1k,
     "lines": print_lines,
 }
 
@@ -162,7 +172,7 @@ Measure = Callable[[str, int], tuple[float, float, int, int]]
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--work", default="words,write,lines")
+    parser.add_argument("--work", default="words,write,write-1k,lines")
     parser.add_argument("--size", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--paths", default="runtime,text,widgets")
