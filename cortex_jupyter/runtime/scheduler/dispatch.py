@@ -567,8 +567,8 @@ class Scheduler:
     def _settle(self, node: ActionNode, status: str, now: float, error: str | None) -> None:
         """Give a node its final status and say so (what it wrote goes out first)."""
         capture = self._captures.get(node.id)
-        if capture is not None and capture.dirty:
-            self._emit_output(capture)
+        if capture is not None:  # all of it: a batch held back what may begin a secret
+            self._emit_output(capture, final=True)
         node.status = status  # type: ignore[assignment]
         node.error = None if error is None else redact(error)
         node.finished = now
@@ -699,8 +699,8 @@ class Scheduler:
         self._flush_scope = None
         self._flush_all()
 
-    def _emit_output(self, capture: Capture) -> None:
-        event = capture.flush()
+    def _emit_output(self, capture: Capture, final: bool = False) -> None:
+        event = capture.flush(final=final)
         if event is not None:
             self._emit(event)
 
