@@ -4,7 +4,8 @@ Model text is untrusted, and a path through public attributes reaches the interp
 (``$slider.comm.kernel.shell.user_ns``, ``$gen.gi_frame.f_globals``): every deny-list of
 names has been walked around. So a step is allowed only when it is one of:
 
-1. a **key** of a mapping or an **index** of a sequence (not of a string);
+1. a **key** of a mapping or an **index** of a sequence (not of a string) or of a data
+   library's array, index or series (``$arr.0``, ``$df.columns.1``);
 2. an object's **own data**: an attribute in its instance ``__dict__``, a ``__slots__``
    field, a declared field of a dataclass, attrs class, pydantic model or namedtuple;
 3. a **widget's state**: a trait an ipywidget syncs to the front end (``value``,
@@ -176,9 +177,22 @@ def _item(value: Any, part: str) -> Any:
             and int(part) < len(value)
         ):
             return value[int(part)]
+        elif part.isdigit() and _root(kind) in DATA_LIBRARIES and _owner(kind, "__getitem__"):
+            return _indexed(value, int(part))
+    except Refused:
+        raise
     except Exception as exc:  # an odd container refused: the step finds nothing
         raise Refused(f"looking it up raised {type(exc).__name__}") from None
     return _MISSING
+
+
+def _indexed(value: Any, index: int) -> Any:
+    """``value[index]`` of a data library's array, index or series (``$arr.0``,
+    ``$df.columns.1``), or nothing when it has no such item."""
+    try:
+        return value[index]
+    except (IndexError, KeyError, TypeError, ValueError):
+        return _MISSING
 
 
 # ---- 2-4. attributes ---------------------------------------------------------------------
