@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from cortex_jupyter import default_registry
+from cortex_jupyter import Agent, default_registry
 from tests.models.fake_openai_server import FakeOpenAIServer, Stream, finish, texts
 
 DIARY = "my diary: the vault code is 4417"
@@ -239,3 +239,39 @@ def test_a_script_cell_follows_the_same_rule(notebook: InteractiveShell, seen: l
     assert "$gen.gi_frame is not reachable: nothing inside a generator is reachable" in (
         node.error or ""
     )
+
+
+def test_a_nested_agent_and_a_relic_follow_the_same_rule(
+    notebook: InteractiveShell, seen: list[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A nested agent resolves its own actions, and a relic its parameters, through the
+    same resolver: the attack stops at the same step there, and nothing leaks."""
+
+    @default_registry.tool(name="keep", type="relic")
+    def keep(value: Any) -> str:
+        """Keep a value."""
+        seen.append(value)
+        return "kept"
+
+    Agent("helper", instructions="Help.", tools=["peek"])
+    attack = "$gen.gi_frame.f_globals.private_notes"
+    script = (
+        '<action type="agent" id="h">{"name": "helper", "parameters": {"task": "look"}}</action>'
+        f'<action type="relic" id="r">{{"name": "keep", "parameters": {{"value": "{attack}"}}}}'
+        "</action>\n--- next turn ---\n<response>done</response>"
+        f"\n--- reply to h ---\n{action(attack, id='x')}"
+        f"\n--- next turn ---\n<response>Found {attack}</response>"
+    )
+    try:
+        notebook.run_cell_magic("cortex", "--script --delay 0 --text", script)
+    finally:
+        default_registry.remove("agent", "helper")
+        default_registry.remove("relic", "keep")
+    run = notebook.user_ns["_cortex"]
+    nested = run.actions["h"].subrun
+    assert nested is not None and nested.actions["x"].status == "failed"
+    assert "$gen.gi_frame is not reachable" in (nested.actions["x"].error or "")
+    assert run.actions["r"].status == "failed" and seen == []
+    assert "$gen.gi_frame is not reachable" in (run.actions["r"].error or "")
+    out = capsys.readouterr()
+    assert DIARY not in out.out + out.err + run.to_jsonl() + str(run.actions["h"].output)
