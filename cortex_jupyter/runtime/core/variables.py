@@ -142,30 +142,34 @@ class _Hidden:
     """The objects a path may never land on: the values of the notebook names the run's
     ``Scope`` does not show (numbers, booleans, ``None`` and one-character strings
     aside: Python shares equal ones, so they say nothing about where a value came
-    from). Built on first use, for one reference."""
+    from). Which names hold what is read once, on first use, for one reference; a
+    name's visibility only for the names holding the object landed on."""
 
     def __init__(self, scopes: Sequence[Mapping[str, Any]]) -> None:
         self._scopes = [s for s in _flat(scopes) if isinstance(s, Scope)]
-        self._ids: dict[int, str] | None = None
+        self._holders: list[dict[int, list[str]]] | None = None
 
     def owner(self, value: Any) -> str | None:
-        """The hidden name whose value ``value`` is, or None."""
+        """The hidden name whose value ``value`` is (and no visible name's), or None."""
         if not self._scopes or _shared(value):
             return None
-        if self._ids is None:
-            self._ids = self._collect()
-        return self._ids.get(id(value))
-
-    def _collect(self) -> dict[int, str]:
-        hidden: dict[int, str] = {}
-        shown: set[int] = set()
-        for scope in self._scopes:
-            for name, held in list(scope.namespace.items()):
+        if self._holders is None:
+            self._holders = [_holders(scope.namespace) for scope in self._scopes]
+        hidden = None
+        for scope, holders in zip(self._scopes, self._holders, strict=True):
+            for name in holders.get(id(value), ()):
                 if scope.why(name) is not None:
-                    shown.add(id(held))
-                elif not _shared(held):
-                    hidden.setdefault(id(held), name)
-        return {key: name for key, name in hidden.items() if key not in shown}
+                    return None  # also a name the model sees: it may hold it
+                hidden = hidden or name
+        return hidden
+
+
+def _holders(namespace: Mapping[str, Any]) -> dict[int, list[str]]:
+    """Which names of ``namespace`` hold each object, by the object's id."""
+    holders: dict[int, list[str]] = {}
+    for name, held in list(namespace.items()):
+        holders.setdefault(id(held), []).append(name)
+    return holders
 
 
 def _flat(scopes: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
