@@ -219,6 +219,18 @@ def test_the_data_inside_what_was_exposed_stays_reachable(
     assert expected in (node.output if node.status == "done" else node.error or "")
 
 
+def test_a_field_a_cell_showed_stays_reachable(
+    notebook: InteractiveShell, server: FakeOpenAIServer, seen: list[Any]
+) -> None:
+    """IPython keeps what a cell showed under ``_`` and ``_N``, names a model never sees:
+    the object is still the exposed object's data, not a hidden name's value."""
+    assert notebook.run_cell("order.prices", store_history=True).success
+    assert notebook.user_ns["_"] is notebook.user_ns["order"].prices
+    reply(server, action("$order.prices"), "<response>ok</response>")
+    notebook.run_cell_magic("cortex", "--model m --text", "Look around.")
+    assert seen == [[2, 3]] and seen[0] is notebook.user_ns["order"].prices
+
+
 def test_a_whole_reference_hands_the_tool_the_object_itself(
     notebook: InteractiveShell, server: FakeOpenAIServer, seen: list[Any]
 ) -> None:

@@ -35,7 +35,7 @@ from cortex_jupyter.runtime.core.errors import (
     UnknownVariable,
 )
 from cortex_jupyter.runtime.core.reach import Refused, namespace, step
-from cortex_jupyter.runtime.core.scope import Scope
+from cortex_jupyter.runtime.core.scope import NEVER_VISIBLE, Scope
 
 #: One ``$name[.path]`` reference (group 1: the name, group 2: ``.path``), or ``$$``.
 #: The one place the pattern lives: the display fills the same references.
@@ -165,10 +165,13 @@ class _Hidden:
 
 
 def _holders(namespace: Mapping[str, Any]) -> dict[int, list[str]]:
-    """Which names of ``namespace`` hold each object, by the object's id."""
+    """Which names of ``namespace`` hold each object, by the object's id; IPython's
+    output caches (``_``, ``_7``...) aside: they hold whatever a cell showed last, so an
+    exposed object's field shown once would be refused ever after."""
     holders: dict[int, list[str]] = {}
     for name, held in list(namespace.items()):
-        holders.setdefault(id(held), []).append(name)
+        if not NEVER_VISIBLE.fullmatch(name):
+            holders.setdefault(id(held), []).append(name)
     return holders
 
 
