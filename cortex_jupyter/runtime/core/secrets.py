@@ -128,9 +128,11 @@ class Secrets:
         found: set[str] = set()
         for name, value in list(environ.items()):
             if CREDENTIAL_NAME.search(name):
-                found.add(value)
+                found |= _credential_values(value)
             elif HEADERS_NAME.fullmatch(name):
                 found |= _header_values(value)
+            if "@" in value:  # (any variable: ``DATABASE_URL``, ``PIP_INDEX_URL``...)
+                found |= _url_passwords(value)
         return {value for value in found if len(value) >= MIN_SECRET}
 
     def _compiled(self) -> _Compiled:
@@ -342,10 +344,46 @@ def _header_values(headers: str) -> set[str]:
         if not equals:
             continue
         for written in {value.strip(), urllib.parse.unquote(value).strip()}:
-            found.add(written)
-            scheme, space, credential = written.partition(" ")
-            if space and scheme.isalpha():
-                found.add(credential.strip())
+            found |= _credential_values(written)
+    return found
+
+
+def _credential_values(value: str) -> set[str]:
+    """A credential's value, and, when it is an authorization header's (``Bearer x``,
+    ``Basic x``, ``Token x``: a scheme word, then the credential), the bare credential
+    too: a tool or a client sends and prints the token without its scheme. A ``Basic``
+    credential is ``user:password`` in base64: that text and the password as well."""
+    found = {value}
+    scheme, space, credential = value.strip().partition(" ")
+    credential = credential.strip()
+    if not (space and credential and scheme.isalpha()):
+        return found
+    found.add(credential)
+    if scheme.lower() == "basic":
+        with contextlib.suppress(ValueError):  # (binascii.Error, UnicodeDecodeError)
+            pair = base64.b64decode(credential, validate=True).decode("utf-8")
+            found |= {pair, pair.partition(":")[2]} if ":" in pair else set()
+    return found
+
+
+#: A URL's userinfo (``scheme://userinfo@``): up to the last ``@`` before its path, as
+#: ``urllib.parse`` reads it (a password may hold an ``@`` a careless DSN left unescaped).
+_USERINFO = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://([^\s/?#]*)@")
+
+
+def _url_passwords(value: str) -> set[str]:
+    """The passwords of the URLs in ``value`` (``postgres://user:pass@host/db``), as
+    written and percent-decoded, and each such URL's whole userinfo (``user:pass``): a
+    DSN holds its password under a name that does not look like a credential's. A short
+    password (under ``MIN_SECRET``) is still hidden where the URL is shown: the userinfo
+    around it is a secret of its own."""
+    found = set()
+    for match in _USERINFO.finditer(value):
+        userinfo = match.group(1)
+        _, colon, password = userinfo.partition(":")
+        if colon and password:
+            found |= {password, urllib.parse.unquote(password)}
+            found |= {userinfo, urllib.parse.unquote(userinfo)}
     return found
 
 
