@@ -12,6 +12,10 @@ action whose id is a secret is kept as ``[redacted]`` in ``nodes.id``,
 ``outputs.action`` and ``search.field`` alike, as its events and its dependents'
 ``depends_on`` name it, and the stored run opens with the actions joined up.
 
+A JSON body stays JSON: a secret in the digits of a number (a PIN a tool returned as
+an ``int``) makes the number ``"[redacted]"``, not a bare ``[redacted]`` the reader
+could not decode.
+
 Bytes (``outputs.data``, a pickle) are not text: ``store.outputs.keep`` refuses to pickle
 an output whose bytes hold any form of a secret. SQL text itself is never built from
 values here (parameters carry them).
@@ -19,11 +23,12 @@ values here (parameters carry them).
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from cortex_jupyter.runtime.core.secrets import redact
+from cortex_jupyter.runtime.core.secrets import REDACTED, redact
 
 __all__ = ["RedactingConnection", "RedactingCursor", "redacted"]
 
@@ -36,7 +41,40 @@ def redacted(parameters: Any) -> Any:
 
 
 def _one(value: Any) -> Any:
-    return redact(value) if isinstance(value, str) else value
+    if not isinstance(value, str):
+        return value
+    safe = redact(value)
+    if safe == value or not value.startswith(("{", "[")):
+        return safe
+    return _still_json(value, safe)
+
+
+def _still_json(value: str, safe: str) -> str:
+    """A JSON body redacted so that it is JSON still: a secret found in the digits of a
+    number (``9[redacted]``) makes that number ``"[redacted]"`` (the reader decodes
+    every body it wrote). Text that was never JSON is redacted as text."""
+    try:
+        json.loads(safe)
+        return safe  # (almost always: the secret was inside a string)
+    except ValueError:
+        pass
+    try:
+        data = json.loads(value)
+    except (ValueError, RecursionError):
+        return safe
+    return redact(json.dumps(_numbers(data), ensure_ascii=False))
+
+
+def _numbers(value: Any) -> Any:
+    """``value`` with every number whose text holds a secret replaced by ``[redacted]``."""
+    if isinstance(value, dict):
+        return {key: _numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_numbers(item) for item in value]
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        text = json.dumps(value)
+        return REDACTED if redact(text) != text else value
+    return value
 
 
 class RedactingCursor(sqlite3.Cursor):

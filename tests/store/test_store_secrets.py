@@ -184,3 +184,37 @@ def test_every_text_a_store_connection_binds_is_redacted(tmp_path: Path, secret_
                             [("r", "g", TOKEN)])  # fmt: skip
     db.close()
     assert leaks(path) == [] and "[redacted]" in _dump(path)
+
+
+def test_a_secret_of_digits_a_tool_returns_as_a_number_is_kept_nowhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A PIN set as a password, returned as an ``int`` (alone and inside a larger
+    number) into a typed answer: JSON writes numbers bare, so each becomes the text
+    ``"[redacted]"`` and every stored body still reads back."""
+    pin = "73915284"
+    monkeypatch.setenv("DB_PASSWORD", pin)
+    registry = Registry()
+
+    @registry.tool
+    def account() -> dict[str, Any]:
+        return {"pin": int(pin), "number": int("9" + pin + "1"), "ratio": float(pin) / 10}
+
+    body = '<action id="a">{"name": "account", "output_key": "acct"}</action>'
+    answer = '<response>{"account": "$acct"}</response>'
+    path, saved = tmp_path / "runs.db", tmp_path / "run.jsonl"
+    kept = store.open_store(path)
+    agent = Agent(model=ScriptModel(f"{body}\n--- next turn ---\n{answer}"), registry=registry,
+                  output_type=dict[str, Any])  # fmt: skip
+    run = agent.run_sync("go", store=kept)
+    assert run.status == "completed" and run.output["account"]["pin"] == int(pin)
+    run.save(saved)
+    kept.flush()
+    for text in (_dump(path), saved.read_text(encoding="utf-8")):
+        assert pin not in text
+    assert pin.encode() not in b"".join(
+        Path(f"{path}{s}").read_bytes() for s in ("", "-wal") if Path(f"{path}{s}").exists()
+    )
+    back = cortex_jupyter.open_run(run.id, store=path)
+    assert back.status == "completed" and set(back.actions) == {"a"}
+    assert type(run).load(saved).status == "completed"  # the transcript reads back too

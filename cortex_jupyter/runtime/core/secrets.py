@@ -695,6 +695,8 @@ TOO_DEEP = f"[nested over {DEEPEST} levels deep: not kept]"
 def _walk(value: Any, redact: Callable[[str], str], depth: int = 0) -> Any:
     if isinstance(value, str):
         return redact(value)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return _number(value, redact)
     if not isinstance(value, Mapping | list | tuple):
         return value
     if depth >= DEEPEST:
@@ -707,6 +709,19 @@ def _walk(value: Any, redact: Callable[[str], str], depth: int = 0) -> Any:
     if type(value) is tuple:
         return tuple(_walk(item, redact, depth) for item in value)
     return value
+
+
+def _number(value: float, redact: Callable[[str], str]) -> Any:
+    """A number as it is, or ``[redacted]`` when its digits hold a secret (a PIN set as
+    ``DB_PASSWORD`` that a tool returned as an ``int``): JSON writes a number bare,
+    where a redacted text could not stand."""
+    try:
+        text = builtins.repr(value)
+    except ValueError:  # more digits than Python converts
+        return value
+    if len(text) < MIN_SECRET:
+        return value
+    return REDACTED if redact(text) != text else value
 
 
 #: This process's secrets (the environment is the process's, and so are model keys).
