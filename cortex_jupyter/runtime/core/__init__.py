@@ -8,6 +8,7 @@
   filled, pydantic's validation, errors as data;
 - ``variables``, ``scope``: ``$name`` resolution and what a model may reach;
 - ``secrets``, ``bounded``: redaction, and reprs and cuts that never leak a secret;
+  ``credentials``: which values of the environment are secrets;
 - ``registry``, ``schema``, ``coerce``, ``relics``: what actions may call (tools, relics,
   workflows, agents), their JSON schemas, fitting values to them, the built-in cache;
   the registry is also where integrations and the loop pass themselves in;
