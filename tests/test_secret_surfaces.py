@@ -133,3 +133,106 @@ def test_a_list_of_twelve_cities_and_a_long_dict_show_whole_in_the_answer() -> N
     huge = list(range(100_000))  # past the limit: cut with a marker, never all made
     shown = value_text(huge, "n")
     assert shown.startswith("[0, 1, 2") and shown.endswith("; the whole value is n]")
+
+
+#: A bearer token a service's variable holds with its scheme (``Authorization: Bearer x``).
+BARE = "Zq1Xw2Cv3Bn4Mm5Ll6Kk7Jj8"
+
+
+@pytest.fixture
+def echo_tool() -> Iterator[None]:
+    """A tool that gives back what it is asked for from the environment, as a client
+    library would hold it (a DSN's password, a token without its scheme)."""
+
+    @default_registry.tool(name="env_echo")
+    def env_echo(what: str) -> dict[str, Any]:
+        """Give back a credential."""
+        import base64
+        import os
+        import urllib.parse
+
+        if what == "dsn":
+            url = urllib.parse.urlsplit(os.environ["DATABASE_URL"])
+            return {"password": url.password, "url": os.environ["DATABASE_URL"]}
+        scheme, _, token = os.environ["SERVICE_AUTH_TOKEN"].partition(" ")
+        decoded = base64.b64decode(token).decode() if scheme == "Basic" else ""
+        print("token:", token)
+        return {"token": token, "password": decoded.partition(":")[2]}
+
+    yield
+    default_registry.remove("tool", "env_echo")
+
+
+def _stored(ip: InteractiveShell) -> str:
+    """The bytes of the session's store files, as text."""
+    import os
+    from pathlib import Path
+
+    from cortex_jupyter import store
+
+    store.open_store().flush()
+    path = store.current_path()
+    assert path is not None
+    files = [Path(path + suffix) for suffix in ("", "-wal", "-shm")]
+    return "".join(f.read_bytes().decode("utf-8", "replace") for f in files if os.path.exists(f))
+
+
+@pytest.mark.parametrize("scheme", ["Bearer", "Token", "Basic"])
+def test_a_credential_with_an_auth_scheme_hides_its_bare_token(
+    ip: InteractiveShell,
+    server: FakeOpenAIServer,
+    monkeypatch: pytest.MonkeyPatch,
+    echo_tool: None,
+    scheme: str,
+) -> None:
+    import base64
+
+    password = "pw-" + BARE[::-1]
+    token = base64.b64encode(f"ann:{password}".encode()).decode() if scheme == "Basic" else BARE
+    monkeypatch.setenv("SERVICE_AUTH_TOKEN", f"{scheme} {token}")
+    reply(
+        server,
+        '<action id="t">{"name": "env_echo", "parameters": {"what": "token"}}</action>',
+        "<response>Done.</response>",
+    )
+    ip.run_cell_magic("cortex", "--model gpt-test --text", "Read the token.")
+    run = ip.user_ns["_cortex"]
+    assert run.status == "completed" and run.actions["t"].output["token"] == token
+    sent = json.dumps([request.json["messages"] for request in server.requests])
+    assert "[redacted]" in sent
+    for shown in (sent, run.to_jsonl(), _stored(ip)):
+        assert fragments(token, shown) == []
+        if scheme == "Basic":
+            assert fragments(password, shown) == []
+
+
+@pytest.mark.parametrize(
+    ("url", "password"),
+    [
+        ("postgres://admin:s3cr3t-Passw0rd@db.example/app", "s3cr3t-Passw0rd"),
+        ("redis://:p%40ss-w0rd-here@db.example:6379/0", "p@ss-w0rd-here"),  # encoded @
+        ("mysql://root:p@ss@word!x@db.example/app", "p@ss@word!x"),  # an @ left in it
+        ("https://a:b@x, postgres://admin:pw@db.example/app", "admin:pw"),  # short: userinfo
+    ],
+)
+def test_a_url_with_a_password_in_any_variable_is_a_secret(
+    ip: InteractiveShell,
+    server: FakeOpenAIServer,
+    monkeypatch: pytest.MonkeyPatch,
+    echo_tool: None,
+    url: str,
+    password: str,
+) -> None:
+    monkeypatch.setenv("DATABASE_URL", url)  # not a credential's name
+    reply(
+        server,
+        '<action id="d">{"name": "env_echo", "parameters": {"what": "dsn"}}</action>',
+        "<response>Done.</response>",
+    )
+    ip.run_cell_magic("cortex", "--model gpt-test --text", "Read the database URL.")
+    run = ip.user_ns["_cortex"]
+    assert run.status == "completed" and run.actions["d"].output["url"] == url
+    sent = json.dumps([request.json["messages"] for request in server.requests])
+    assert "db.example" in sent and "[redacted]" in sent  # the host is not a secret
+    for shown in (sent, run.to_jsonl(), _stored(ip)):
+        assert fragments(password, shown) == []

@@ -39,6 +39,7 @@ from cortex_jupyter.store.claim import RunTaken, Taken, give_back, here, take
 from cortex_jupyter.store.outputs import keep
 from cortex_jupyter.store.problems import StoreUnavailable, busy, full, why
 from cortex_jupyter.store.read import find_id
+from cortex_jupyter.store.redacting import RedactingConnection
 from cortex_jupyter.store.schema import NewerStore, NotAStore, check, migrate
 
 __all__ = ["INTERVAL", "RunTaken", "Store", "StoreUnavailable", "connect", "why"]
@@ -80,7 +81,11 @@ def connect(path: str | os.PathLike[str], *, create: bool = True) -> sqlite3.Con
         elif not Path(where).exists():
             raise StoreUnavailable(where, "there is no such file")
         db = sqlite3.connect(
-            where, timeout=BUSY_MS / 1000, isolation_level=None, check_same_thread=False
+            where,
+            timeout=BUSY_MS / 1000,
+            isolation_level=None,
+            check_same_thread=False,
+            factory=RedactingConnection,  # every text it binds is redacted: no column can miss
         )
         try:
             db.execute(f"PRAGMA busy_timeout = {BUSY_MS}")
@@ -495,7 +500,7 @@ class Store:
         ).fetchone()
         kept.turns, kept.prompt_tokens, kept.completion_tokens = row
         for node, seq in db.execute("SELECT id, seq FROM nodes WHERE run = ?", (run,)):
-            kept.node_seq[node] = seq
+            kept.node_seq[node] = seq  # (ids as stored: redacted)
             if "/" not in node:
                 kept.actions.add(node)
 
@@ -528,7 +533,7 @@ class Store:
         elif isinstance(event, Metric) and event.name in ("prompt_tokens", "completion_tokens"):
             _add_tokens(kept, event.name, event.value)
         elif isinstance(event, ActionStatus):
-            kept.actions.add(event.id)
+            kept.actions.add(redact(event.id))  # as ``nodes.id`` keeps it
         elif isinstance(event, End):
             kept.status = event.status
         elif isinstance(event, Nested):
@@ -543,7 +548,7 @@ class Store:
         for name in _NODE_TIMES:
             if isinstance(line.get(name), float):
                 line[name] += kept.shift
-        first = kept.node_seq.setdefault(node.id, seq)
+        first = kept.node_seq.setdefault(redact(node.id), seq)  # as ``nodes.id`` keeps it
         db.execute(
             "INSERT OR REPLACE INTO nodes (run, id, seq, body) VALUES (?, ?, ?, ?)",
             (item.run, node.id, first, json.dumps(redact_value(line), default=summarize)),

@@ -129,3 +129,92 @@ def test_a_cell_with_a_secret_in_its_prompt_leaves_none_in_the_store(
     store.open_store(path).flush()
     assert cortex_jupyter.runs("token", store=path)[0].status == "completed"
     assert leaks(path) == []
+
+
+def _dump(path: Path) -> str:
+    """Every row of every table, as SQL (``iterdump``)."""
+    db = sqlite3.connect(path)
+    try:
+        return "\n".join(db.iterdump())
+    finally:
+        db.close()
+
+
+def test_an_action_id_that_is_a_secret_is_in_no_column_and_the_run_still_opens(
+    tmp_path: Path, secret_env: None
+) -> None:
+    """The model named an action after a secret, another depends on it: ``nodes.id``,
+    ``outputs.action`` and ``search.field`` keep it as the events do, ``[redacted]``,
+    and the stored run joins the action to its output and its dependent."""
+    registry = Registry()
+
+    @registry.tool
+    def echo(text: str) -> str:
+        return "got " + text
+
+    first = json.dumps({"name": "echo", "parameters": {"text": "one"}, "output_key": "one"})
+    second = json.dumps({"name": "echo", "parameters": {"text": "two"}, "depends_on": [TOKEN]})
+    body = f'<action id="{TOKEN}">{first}</action>\n<action id="b">{second}</action>'
+    path = tmp_path / "runs.db"
+    kept = store.open_store(path)
+    agent = Agent(model=ScriptModel(body + "\n--- next turn ---\n<response>ok</response>"),
+                  registry=registry)  # fmt: skip
+    run = agent.run_sync("go", store=kept)
+    assert run.status == "completed" and TOKEN in run.actions  # the notebook's own: exact
+    kept.flush()
+    assert TOKEN not in _dump(path) and leaks(path) == []
+    back = cortex_jupyter.open_run(run.id, store=path)
+    assert set(back.actions) == {"[redacted]", "b"}
+    assert back.actions["[redacted]"].output == "got one"  # its output row found it
+    assert back.actions["b"].depends_on == ("[redacted]",)
+    assert back.variables["one"] == "got one"
+    kept.close()
+    assert leaks(path) == []
+
+
+def test_every_text_a_store_connection_binds_is_redacted(tmp_path: Path, secret_env: None) -> None:
+    """The seam, not a column's code: a row written through any connection to a store
+    (a column a later version adds, named parameters, a cursor) holds no secret."""
+    path = tmp_path / "runs.db"
+    db = store.connect(path)
+    db.execute("INSERT INTO search (run, field, text) VALUES (?, ?, ?)", (KEY, TOKEN, PASSWORD))
+    db.execute("INSERT INTO search (run, field, text) VALUES (:r, :f, :t)",
+               {"r": "r", "f": "f", "t": f"the key {KEY}"})  # fmt: skip
+    db.cursor().executemany("INSERT INTO search (run, field, text) VALUES (?, ?, ?)",
+                            [("r", "g", TOKEN)])  # fmt: skip
+    db.close()
+    assert leaks(path) == [] and "[redacted]" in _dump(path)
+
+
+def test_a_secret_of_digits_a_tool_returns_as_a_number_is_kept_nowhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A PIN set as a password, returned as an ``int`` (alone and inside a larger
+    number) into a typed answer: JSON writes numbers bare, so each becomes the text
+    ``"[redacted]"`` and every stored body still reads back."""
+    pin = "73915284"
+    monkeypatch.setenv("DB_PASSWORD", pin)
+    registry = Registry()
+
+    @registry.tool
+    def account() -> dict[str, Any]:
+        return {"pin": int(pin), "number": int("9" + pin + "1"), "ratio": float(pin) / 10}
+
+    body = '<action id="a">{"name": "account", "output_key": "acct"}</action>'
+    answer = '<response>{"account": "$acct"}</response>'
+    path, saved = tmp_path / "runs.db", tmp_path / "run.jsonl"
+    kept = store.open_store(path)
+    agent = Agent(model=ScriptModel(f"{body}\n--- next turn ---\n{answer}"), registry=registry,
+                  output_type=dict[str, Any])  # fmt: skip
+    run = agent.run_sync("go", store=kept)
+    assert run.status == "completed" and run.output["account"]["pin"] == int(pin)
+    run.save(saved)
+    kept.flush()
+    for text in (_dump(path), saved.read_text(encoding="utf-8")):
+        assert pin not in text
+    assert pin.encode() not in b"".join(
+        Path(f"{path}{s}").read_bytes() for s in ("", "-wal") if Path(f"{path}{s}").exists()
+    )
+    back = cortex_jupyter.open_run(run.id, store=path)
+    assert back.status == "completed" and set(back.actions) == {"a"}
+    assert type(run).load(saved).status == "completed"  # the transcript reads back too

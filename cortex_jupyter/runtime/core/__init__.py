@@ -9,6 +9,7 @@
 - ``variables``, ``scope``, ``reach``: ``$name`` resolution, what a model may reach, and
   the allow-list of what one step of ``$name.path`` may go through;
 - ``secrets``, ``bounded``: redaction, and reprs and cuts that never leak a secret;
+  ``credentials``: which values of the environment are secrets;
 - ``captured``: what a tool writes, joined and redacted a batch at a time;
 - ``registry``, ``schema``, ``coerce``, ``relics``: what actions may call (tools, relics,
   workflows, agents), their JSON schemas, fitting values to them, the built-in cache;

@@ -2,8 +2,9 @@
 
 A secret is the API key a model client uses (it registers it with ``add``) or the value
 of an environment variable whose name looks like a credential (``*KEY*``, ``*TOKEN*``,
-``*SECRET*``, ``*PASSWORD*``...), read afresh each time so a key set with ``%env`` later
-is covered too. Every place where text leaves cortex passes it through ``redact``: the
+``*SECRET*``, ``*PASSWORD*``..., a ``Bearer`` token bare too, a URL's password in any
+variable: ``credentials``), read afresh each time so a key set with ``%env`` later is
+covered too. Every place where text leaves cortex passes it through ``redact``: the
 messages sent to the model, the conversation (``%cortex history``), transcripts, the
 live view and its saved static copy, printed lines. Values the user's own notebook holds
 (an ``output_key`` variable, ``_cortex.actions[id].output``) stay exact: they are the
@@ -50,6 +51,7 @@ from typing import Any, NamedTuple
 
 from cortex_jupyter.protocol import MAX_JSON_DEPTH
 from cortex_jupyter.runtime.core.bounded import BoundedRepr, failed
+from cortex_jupyter.runtime.core.credentials import CREDENTIAL_NAME, MIN_SECRET, in_environment
 
 __all__ = [
     "CREDENTIAL_NAME",
@@ -75,13 +77,6 @@ __all__ = [
 ]
 
 REDACTED = "[redacted]"
-#: Environment variable names whose values are treated as secrets.
-CREDENTIAL_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
-MIN_SECRET = 8
-#: Environment variables holding an OTLP exporter's headers (``name=value,...``, values
-#: percent-encoded): a collector's key travels there (``x-honeycomb-team=KEY``,
-#: ``Authorization=Bearer KEY``), under a name that does not look like a credential's.
-HEADERS_NAME = re.compile(r"OTEL_EXPORTER_OTLP(_[A-Z]+)?_HEADERS", re.IGNORECASE)
 #: The shortest part of a secret a cut may leave at its edge that is still hidden.
 MIN_FRAGMENT = 4
 # What others write where they cut a text (pandas, numpy, reprlib, cortex itself).
@@ -103,6 +98,7 @@ class Secrets:
         self._lock = threading.Lock()
         self._cache: _Compiled = _Compiled((), (), None, frozenset(), frozenset(), None)
         self._environment: tuple[dict[Any, Any], tuple[str, ...], int] = ({}, (), -1)
+        self._digits: tuple[tuple[str, ...] | None, bool] = (None, False)
 
     def add(self, value: str | None) -> None:
         """Treat ``value`` as a secret from now on (a model client's API key)."""
@@ -125,13 +121,7 @@ class Secrets:
 
     @staticmethod
     def _read(environ: Mapping[str, str]) -> set[str]:
-        found: set[str] = set()
-        for name, value in list(environ.items()):
-            if CREDENTIAL_NAME.search(name):
-                found.add(value)
-            elif HEADERS_NAME.fullmatch(name):
-                found |= _header_values(value)
-        return {value for value in found if len(value) >= MIN_SECRET}
+        return in_environment(environ)
 
     def _compiled(self) -> _Compiled:
         """Every form of every secret (longest first), one pattern matching them, and
@@ -196,9 +186,19 @@ class Secrets:
         """A JSON-like value with every string in it redacted as ``redact`` redacts a
         text (the part of a secret another library cut at ``...`` too), in new
         containers; other values as they are."""
-        if self._pattern() is None:
+        known = self._compiled()
+        if known.pattern is None:
             return value
-        return _walk(value, self.redact)
+        return _walk(value, self.redact, numbers=self._numeric(known.forms))
+
+    def _numeric(self, forms: tuple[str, ...]) -> bool:
+        """Whether a number's text may hold a secret: some form is all digits, signs,
+        points and exponents (almost never: then numbers are not even looked at)."""
+        seen, numeric = self._digits
+        if seen is not forms:
+            numeric = any(_NUMBER_TEXT.fullmatch(form) for form in forms)
+            self._digits = (forms, numeric)
+        return numeric
 
     # ---- cutting ----------------------------------------------------------------------
 
@@ -336,22 +336,6 @@ def _spaced(values: tuple[str, ...]) -> re.Pattern[str] | None:
         if len(words := base.split()) > 1
     ]
     return re.compile("|".join(spaced)) if spaced else None
-
-
-def _header_values(headers: str) -> set[str]:
-    """The values of OTLP headers (``HEADERS_NAME``): each as written and decoded, and
-    the credential after an authorization scheme (``Bearer``, ``Basic``...)."""
-    found = {headers}
-    for pair in headers.split(","):
-        _, equals, value = pair.partition("=")
-        if not equals:
-            continue
-        for written in {value.strip(), urllib.parse.unquote(value).strip()}:
-            found.add(written)
-            scheme, space, credential = written.partition(" ")
-            if space and scheme.isalpha():
-                found.add(credential.strip())
-    return found
 
 
 def _parts(value: str) -> set[str]:
@@ -659,21 +643,46 @@ DEEPEST = 2 * MAX_JSON_DEPTH
 TOO_DEEP = f"[nested over {DEEPEST} levels deep: not kept]"
 
 
-def _walk(value: Any, redact: Callable[[str], str], depth: int = 0) -> Any:
+def _walk(
+    value: Any, redact: Callable[[str], str], depth: int = 0, *, numbers: bool = False
+) -> Any:
     if isinstance(value, str):
         return redact(value)
+    if numbers and isinstance(value, int | float) and not isinstance(value, bool):
+        return _number(value, redact)
     if not isinstance(value, Mapping | list | tuple):
         return value
     if depth >= DEEPEST:
         return TOO_DEEP
     depth += 1
+    n = numbers
     if isinstance(value, Mapping):
-        return {_walk(k, redact, depth): _walk(v, redact, depth) for k, v in value.items()}
+        return {
+            _walk(k, redact, depth, numbers=n): _walk(v, redact, depth, numbers=n)
+            for k, v in value.items()
+        }
     if type(value) is list:
-        return [_walk(item, redact, depth) for item in value]
+        return [_walk(item, redact, depth, numbers=n) for item in value]
     if type(value) is tuple:
-        return tuple(_walk(item, redact, depth) for item in value)
+        return tuple(_walk(item, redact, depth, numbers=n) for item in value)
     return value
+
+
+#: What a number's text is made of (``repr`` of an ``int`` or a ``float``).
+_NUMBER_TEXT = re.compile(r"[0-9.eE+\-]+")
+
+
+def _number(value: float, redact: Callable[[str], str]) -> Any:
+    """A number as it is, or ``[redacted]`` when its digits hold a secret (a PIN set as
+    ``DB_PASSWORD`` that a tool returned as an ``int``): JSON writes a number bare,
+    where a redacted text could not stand."""
+    try:
+        text = builtins.repr(value)
+    except ValueError:  # more digits than Python converts
+        return value
+    if len(text) < MIN_SECRET:
+        return value
+    return REDACTED if redact(text) != text else value
 
 
 #: This process's secrets (the environment is the process's, and so are model keys).
