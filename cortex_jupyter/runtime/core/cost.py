@@ -42,6 +42,7 @@ __all__ = [
     "fmt_usd",
     "price_request",
     "reply_cap",
+    "reply_limit",
     "with_cap",
     "worst_reply",
 ]
@@ -226,8 +227,9 @@ class Spend:
             return why
         reply, usd = self._room(model, prompt_tokens, least, own)
         by_budget = reply < own
-        # Nothing to send when nothing capped it and the budget did not: the window does.
-        sent = reply if cap or by_budget else None
+        # Nothing to send when nothing capped it and the budget did not: the window does
+        # (a model limit its server said is sent, so the server holds the reservation).
+        sent = reply if cap or by_budget or reply_limit(model) is not None else None
         hold = Hold(self, usd, prompt_tokens + reply, sent, by_budget)
         self.held_usd += hold.usd
         self.held_tokens += hold.tokens
@@ -351,13 +353,25 @@ def with_cap(request: Mapping[str, Any], cap: int | None) -> dict[str, Any]:
 
 def worst_reply(model: Any, prompt_tokens: int, max_tokens: int | None) -> int:
     """The most tokens a reply to a prompt of ``prompt_tokens`` can take: its cap, else
-    what the model's context window (``DEFAULT_WINDOW`` when it does not say) leaves."""
+    what the model's context window (``DEFAULT_WINDOW`` when it does not say) leaves; no
+    more than the model's own limit on a reply when its server said one (``reply_limit``)."""
     if max_tokens:
-        return max_tokens
-    window = getattr(model, "context_window", None)
-    if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
-        window = DEFAULT_WINDOW
-    return max(window - prompt_tokens, 0)
+        most = max_tokens
+    else:
+        window = getattr(model, "context_window", None)
+        if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
+            window = DEFAULT_WINDOW
+        most = max(window - prompt_tokens, 0)
+    limit = reply_limit(model)
+    return most if limit is None else min(most, limit)
+
+
+def reply_limit(model: Any) -> int | None:
+    """The most tokens the model's server allows one reply (``max_reply``: OpenAI says
+    16,384 for gpt-4o-mini when refusing more), once known; None otherwise."""
+    limit = getattr(model, "max_reply", None)
+    ok = isinstance(limit, int) and not isinstance(limit, bool) and limit > 0
+    return limit if ok else None
 
 
 def charge(

@@ -13,10 +13,10 @@ and the one asking the model for a summary of older turns (``Loop._summarise``).
 from __future__ import annotations
 
 from cortex_jupyter.runtime.core.chunks import ReplyEnd, StreamingModel, Usage
-from cortex_jupyter.runtime.core.cost import MIN_REPLY, Hold, charge, reply_cap
+from cortex_jupyter.runtime.core.cost import MIN_REPLY, Hold, charge, reply_cap, reply_limit
 from cortex_jupyter.runtime.scheduler.dispatch import Scheduler
 
-__all__ = ["cut_by_budget", "pay", "payer", "reserve"]
+__all__ = ["budget_cut", "cut_by_budget", "pay", "payer", "reserve"]
 
 
 def pay(
@@ -60,6 +60,16 @@ def reserve(
     if isinstance(held, Hold) or not spend.requests:
         return held
     return f"{held}; everything so far is kept, and {go_on} goes on from here"
+
+
+def budget_cut(hold: Hold, model: StreamingModel) -> bool:
+    """Whether a reply cut at its cap (``finish_reason`` "length") was cut by the budget:
+    its cap was the budget's (``Hold.by_budget``), and not above what the model allows
+    (a server that refused the budget's cap was sent its own limit: that cut it)."""
+    if not hold.by_budget:
+        return False
+    limit = reply_limit(model)
+    return limit is None or (hold.cap or 0) <= limit
 
 
 def cut_by_budget(hold: Hold, go_on: str) -> str:

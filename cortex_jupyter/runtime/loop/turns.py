@@ -59,7 +59,7 @@ from cortex_jupyter.runtime.core.chunks import (
     text_client,
     tool_definition,
 )
-from cortex_jupyter.runtime.core.cost import Hold, with_cap
+from cortex_jupyter.runtime.core.cost import Hold, reply_limit, with_cap
 from cortex_jupyter.runtime.core.events import (
     AnyEvent,
     ChatEntry,
@@ -97,7 +97,7 @@ from cortex_jupyter.runtime.loop.reply import (
     takes_constraint,
 )
 from cortex_jupyter.runtime.loop.resume import Resume
-from cortex_jupyter.runtime.loop.spending import cut_by_budget, pay, payer, reserve
+from cortex_jupyter.runtime.loop.spending import budget_cut, cut_by_budget, pay, payer, reserve
 from cortex_jupyter.runtime.loop.transcript import cut_note
 from cortex_jupyter.runtime.loop.typed_answer import AnswerCheck
 from cortex_jupyter.runtime.scheduler.dispatch import Scheduler
@@ -286,8 +286,9 @@ class Loop:
             if hold is not None:
                 hold.release()  # (settled already unless the reply never started)
             self._close(turn)
-        outcome, reason = decide(turn, self.agent.max_tokens, words)
-        if outcome == "truncated" and hold is not None and hold.by_budget:
+        cap = self.agent.max_tokens
+        outcome, reason = decide(turn, cap and min(cap, reply_limit(self.model) or cap), words)
+        if outcome == "truncated" and hold is not None and budget_cut(hold, self.model):
             self._stop("budget", "budget", cut_by_budget(hold, words["budget"]))
             return True  # the budget's cap cut the reply, not the user's --max-tokens
         if outcome == "results" and getattr(self.model, "remaining_turns", None) == 0:
