@@ -8,6 +8,7 @@ with the limit the server named, and later requests send it at once.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -106,3 +107,49 @@ def test_vllms_refusal_names_its_window_and_the_request_fits_in_it(
     ip.run_cell_magic("cortex", CELL, "Hi?")
     assert ip.user_ns["_cortex"].status == "completed"
     assert caps(server)[1] == 8192 - 1100
+
+
+LLM_ACTION = (
+    '<action type="llm" id="q" mode="sync">{"name": "complete", "output_key": "said", '
+    '"parameters": {"prompt": "Say a lot."}}</action>'
+)
+
+
+def test_an_llm_reply_the_budget_cut_is_a_partial_output_and_the_run_says_so(
+    ip: InteractiveShell, server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The llm action's reply runs to the cap the budget left it: its text is the output,
+    # but partial; the node says so, the cell says so, and the run stops as budget (what
+    # the budget left went to that reply) instead of asking the model for another turn.
+    cut = Stream([*texts("Part of a long text", 9), finish("length"), usage(10, 99_999)])
+    server.script(reply(LLM_ACTION), replace(cut, at_cap=True), reply("<response>Done.</response>"))
+    capsys.readouterr()
+    with pytest.raises(CortexRunError) as caught:
+        ip.run_cell_magic("cortex", CELL, "Ask.")
+    record = ip.user_ns["_cortex"]
+    node = record.actions["q"]
+    cap = server.requests[1].json["max_tokens"]
+    assert node.status == "done" and node.output == "Part of a long text"
+    assert ip.user_ns["said"] == "Part of a long text"
+    assert node.note == (
+        f"the budget of 20,000 tokens cut this reply at {cap:,} tokens, all it left for it "
+        '(finish_reason "length"): the output is partial'
+    )
+    assert f"cortex: q: {node.note}" in capsys.readouterr().err.splitlines()
+    assert record.status == "budget" and len(server.requests) == 2
+    message = str(caught.value)
+    assert f"the budget of 20,000 tokens cut the reply of an llm action at {cap:,}" in message
+    assert "its output is partial" in message and "%cortex continue --budget MORE" in message
+    assert "\n" not in message and record.reason == message
+
+
+def test_an_llm_reply_cut_at_the_users_max_tokens_is_its_output_as_before(
+    ip: InteractiveShell, server: FakeOpenAIServer
+) -> None:
+    cut = Stream([*texts("Part of a long text", 9), finish("length"), usage(10, 100)])
+    server.script(reply(LLM_ACTION), cut, reply("<response>Done.</response>"))
+    ip.run_cell_magic("cortex", f"{CELL} --max-tokens 100", "Ask.")
+    record = ip.user_ns["_cortex"]
+    assert record.status == "completed" and record.actions["q"].note is None
+    assert record.actions["q"].output == "Part of a long text"
+    assert server.requests[1].json["max_tokens"] == 100

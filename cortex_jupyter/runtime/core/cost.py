@@ -38,6 +38,7 @@ __all__ = [
     "Price",
     "Priced",
     "Spend",
+    "budget_cut",
     "charge",
     "fmt_usd",
     "price_request",
@@ -180,6 +181,9 @@ class Spend:
         #: What the requests in flight reserved (``Hold``) and have not settled yet.
         self.held_usd = 0.0
         self.held_tokens = 0
+        #: Why each reply the budget cut short was cut (an ``llm`` action's: its output is
+        #: partial), in order; the run stops at the end of the turn that cut one.
+        self.cuts: list[str] = []
 
     def add(self, price: Price, usage: Usage | None) -> None:
         """Count one request's price and tokens (unknown ones make the sum unknown)."""
@@ -327,6 +331,16 @@ class Hold:
         self.released = True
         self.spend.held_usd = max(0.0, self.spend.held_usd - self.usd)
         self.spend.held_tokens = max(0, self.spend.held_tokens - self.tokens)
+
+
+def budget_cut(hold: Hold, model: Any) -> bool:
+    """Whether a reply cut at its cap (``finish_reason`` "length") was cut by the budget:
+    its cap was the budget's (``Hold.by_budget``), and not above what the model allows
+    (a server that refused the budget's cap was sent its own limit: that cut it)."""
+    if not hold.by_budget:
+        return False
+    limit = reply_limit(model)
+    return limit is None or (hold.cap or 0) <= limit
 
 
 def reply_cap(max_tokens: int | None, request: Mapping[str, Any]) -> int | None:

@@ -13,10 +13,10 @@ and the one asking the model for a summary of older turns (``Loop._summarise``).
 from __future__ import annotations
 
 from cortex_jupyter.runtime.core.chunks import ReplyEnd, StreamingModel, Usage
-from cortex_jupyter.runtime.core.cost import MIN_REPLY, Hold, charge, reply_cap, reply_limit
+from cortex_jupyter.runtime.core.cost import MIN_REPLY, Hold, charge, reply_cap
 from cortex_jupyter.runtime.scheduler.dispatch import Scheduler
 
-__all__ = ["budget_cut", "cut_by_budget", "pay", "payer", "reserve"]
+__all__ = ["actions_cut", "cut_by_budget", "pay", "payer", "reserve"]
 
 
 def pay(
@@ -62,16 +62,6 @@ def reserve(
     return f"{held}; everything so far is kept, and {go_on} goes on from here"
 
 
-def budget_cut(hold: Hold, model: StreamingModel) -> bool:
-    """Whether a reply cut at its cap (``finish_reason`` "length") was cut by the budget:
-    its cap was the budget's (``Hold.by_budget``), and not above what the model allows
-    (a server that refused the budget's cap was sent its own limit: that cut it)."""
-    if not hold.by_budget:
-        return False
-    limit = reply_limit(model)
-    return limit is None or (hold.cap or 0) <= limit
-
-
 def cut_by_budget(hold: Hold, go_on: str) -> str:
     """Why a run stops after a reply that reached the cap its budget set (``hold.cap``,
     below the reply's own): the budget cut it, not a token limit the user chose."""
@@ -81,3 +71,13 @@ def cut_by_budget(hold: Hold, go_on: str) -> str:
         f'left for that reply (finish_reason "length"); everything so far is kept, and '
         f"{go_on} goes on from here"
     )
+
+
+def actions_cut(scheduler: Scheduler, before: int, go_on: str) -> str | None:
+    """Why the run stops after a turn in which the budget cut an ``llm`` action's reply
+    (``Spend.cuts`` past ``before``; None: it cut none): the action's output is partial,
+    and what the budget leaves is spent on it, as when it cuts a turn's reply."""
+    cuts = scheduler.spec.spend.cuts[before:]
+    if not cuts:
+        return None
+    return f"{'; '.join(cuts)}; everything so far is kept, and {go_on} goes on from here"
