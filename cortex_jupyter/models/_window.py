@@ -25,7 +25,7 @@ import httpx
 
 from ._tls import tls_context
 
-__all__ = ["PROBE_TIMEOUT", "known_window", "server_window"]
+__all__ = ["PROBE_TIMEOUT", "known_window", "learn_window", "server_window"]
 
 #: Seconds the whole probe may take (both questions).
 PROBE_TIMEOUT = 2.0
@@ -38,6 +38,12 @@ _SILENT_HOSTS = ("api.openai.com",)
 def known_window(base_url: str, model: str) -> int | None:
     """The window cached for ``base_url`` and ``model`` (None: unknown or not asked)."""
     return _CACHE.get((base_url.rstrip("/"), model))
+
+
+def learn_window(base_url: str, model: str, window: int) -> None:
+    """Keep ``window`` as what ``base_url`` serves ``model`` with: a server said so in
+    another way (a refused reply cap: ``_limits``)."""
+    _CACHE[(base_url.rstrip("/"), model)] = window
 
 
 async def server_window(base_url: str, model: str, api_key: str) -> int | None:

@@ -34,6 +34,7 @@ from cortex_jupyter.runtime.core.chunks import Message, ModelChunk, ToolDefiniti
 from cortex_jupyter.runtime.core.cost import Price
 from cortex_jupyter.runtime.core.secrets import secrets
 
+from ._limits import Refused, known_reply_limit, learn, refused_cap
 from ._redact import endpoint_of, host_port, redact
 from ._reply import ReplyAssembler, ServerFailure, call_ids_in, failure_of
 from ._tls import certificate_file, tls_context, tls_context_ready
@@ -191,6 +192,13 @@ class OpenAIModel:
         found it (llama.cpp's ``/props``, vLLM's ``/v1/models``); None while unknown."""
         return known_window(self._base_url, self.model)
 
+    @property
+    def max_reply(self) -> int | None:
+        """The most completion tokens the server allows a reply of this model, once it
+        said so (refusing a larger ``max_tokens``: ``_limits``); None while unknown. A
+        larger cap is sent as this one; a budget reserves no more than this."""
+        return known_reply_limit(self._base_url, self.model)
+
     async def learn_context_window(self) -> int | None:
         """Ask the server its window (once per endpoint and model, cached, a short
         timeout); None when it does not say. Never raises."""
@@ -303,12 +311,15 @@ class OpenAIModel:
         Of ``fields``, those the SDK knows go as its arguments, the rest in its
         ``extra_body`` (the wire carries both alike, in the request's JSON body); the
         ``constraint``'s grammar fields go in the body over them."""
+        ceiling = self.max_reply  # a reply cap a server refused before, lowered
+        limited = False
         while True:
             known = {k: v for k, v in fields.items() if k in _SDK_FIELDS}
             extra = {k: v for k, v in fields.items() if k not in _SDK_FIELDS}
             max_tokens = extra.pop("max_tokens", None)
             if max_tokens is not None:
                 extra[self._max_tokens_field] = max_tokens
+            sent = _lower_cap(extra, ceiling)
             extra.update(constraint or {})
             try:
                 opened = await client.chat.completions.create(
@@ -322,6 +333,12 @@ class OpenAIModel:
                 )
                 return cast(openai.AsyncStream[Any], opened)
             except (openai.BadRequestError, openai.UnprocessableEntityError) as err:
+                refused = None if limited or sent is None else self._refused_cap(err, sent)
+                if refused is not None:
+                    # Sent again, once, with the cap the server allows: a lower cap only
+                    # lowers the reply's worst case, so the run's reservation still holds.
+                    ceiling, limited = refused.cap, True
+                    continue
                 if not self._adapt(err, max_tokens is not None):
                     said = self._said(_server_message(err.body) or err.message)
                     if constraint and _GRAMMAR_REFUSED.search(said):
@@ -331,6 +348,14 @@ class OpenAIModel:
                     raise self._error(err) from None
             except openai.APIError as err:
                 raise self._error(err) from _cause(err)
+
+    def _refused_cap(self, err: openai.APIStatusError, sent: int) -> Refused | None:
+        """What the server allows when ``err`` refused the reply cap ``sent`` as too
+        large (OpenAI's, vLLM's 400), learned for later requests; None otherwise."""
+        refused = refused_cap(f"{err.message} {_server_message(err.body)}", sent)
+        if refused is not None:
+            learn(self._base_url, self.model, refused)
+        return refused
 
     def _adapt(self, err: openai.APIStatusError, sent_max_tokens: bool) -> bool:
         """Whether the request can be retried without what the server rejected."""
@@ -466,6 +491,19 @@ async def _read_tail(response: openai.AsyncStream[Any], assembler: ReplyAssemble
                 assembler.count_usage(raw)
         except (openai.APIError, ValueError):
             pass  # a broken tail changes nothing: the error is what is reported
+
+
+def _lower_cap(extra: dict[str, Any], ceiling: int | None) -> int | None:
+    """The reply cap ``extra`` holds (``max_tokens`` or ``max_completion_tokens``),
+    each lowered to ``ceiling`` in place; None when it holds none."""
+    caps = []
+    for name in ("max_tokens", "max_completion_tokens"):
+        value = extra.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            if ceiling is not None and value > ceiling:
+                extra[name] = value = ceiling
+            caps.append(value)
+    return max(caps) if caps else None
 
 
 def _server_message(body: object) -> str:

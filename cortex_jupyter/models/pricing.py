@@ -28,7 +28,7 @@ from decimal import Decimal
 
 import genai_prices
 from genai_prices.data_snapshot import get_snapshot
-from genai_prices.types import PriceCalculation
+from genai_prices.types import ModelInfo, ModelPrice, PriceCalculation, Provider
 
 from cortex_jupyter.runtime.core.chunks import Usage
 from cortex_jupyter.runtime.core.cost import Price
@@ -52,23 +52,10 @@ def price(model: str, base_url: str | None, usage: Usage | None) -> Price:
     where = f" at {provider}" if provider else ""
     if usage is None:
         return Price(None, f"{model}{where}: the server reported no token usage")
-    tokens = genai_prices.Usage(
-        input_tokens=usage.prompt_tokens,
-        output_tokens=usage.completion_tokens,
-        cache_read_tokens=usage.cached_tokens or None,  # a part of the input's
-    )
-    try:
-        calc = genai_prices.calc_price(tokens, model_ref=model, provider_id=provider)
-    except LookupError:
-        # A proxy's name for a model may say its provider ("openai/gpt-4o-mini" through
-        # LiteLLM at 127.0.0.1): priced at that provider when genai-prices knows it.
-        named, _, rest = model.partition("/")
-        try:
-            if provider is not None or not rest:
-                raise
-            calc = genai_prices.calc_price(tokens, model_ref=rest, provider_id=named)
-        except LookupError:
-            return Price(None, f"no price is known for the model {model!r}{where} (genai-prices)")
+    found = _find(model, provider)
+    if found is None:
+        return Price(None, f"no price is known for the model {model!r}{where} (genai-prices)")
+    calc = _calc(*found, usage)
     missing = _unpriced(calc, usage)
     if missing:
         # genai-prices lists some models without token prices (``google/gemma-3-27b-it``,
@@ -79,6 +66,96 @@ def price(model: str, base_url: str | None, usage: Usage | None) -> Price:
             "(genai-prices lists it without one)",
         )
     return Price(float(calc.total_price), _note(calc, usage.cached_tokens))
+
+
+@functools.lru_cache(maxsize=256)
+def _find(model: str, provider: str | None) -> tuple[Provider, ModelInfo] | None:
+    """genai-prices' entry for ``model`` at ``provider`` (None: any), found once per
+    pair for the process: which entry a name means does not change with the date, its
+    prices do (``_calc`` picks those in force for each request). None: not listed."""
+    snapshot = get_snapshot()
+    try:
+        return snapshot.find_provider_model(model, None, provider, None)
+    except LookupError:
+        pass
+    # A proxy's name for a model may say its provider ("openai/gpt-4o-mini" through
+    # LiteLLM at 127.0.0.1): priced at that provider when genai-prices knows it.
+    named, _, rest = model.partition("/")
+    if provider is not None or not rest:
+        return None
+    try:
+        return snapshot.find_provider_model(rest, None, named, None)
+    except LookupError:
+        return None
+
+
+def _calc(provider: Provider, info: ModelInfo, usage: Usage) -> PriceCalculation:
+    """What genai-prices' ``calc_price`` gives for ``usage`` now, the same numbers.
+
+    The prices are those in force at this moment (a new price from a date, DeepSeek's
+    off-peak hours). A model priced only per input, cached input and output token is
+    priced here, in ``Decimal`` as genai-prices does (its general calculation resolves
+    and validates the model's units on every call: a tenth of a millisecond, and a
+    budget's reservation prices a request several times); any other (tiers by prompt
+    size, audio, per-request fees) by genai-prices itself."""
+    now = datetime.datetime.now(tz=datetime.timezone.utc)
+    rates = info.get_prices(now)
+    snapshot = get_snapshot()
+    stamp = snapshot.timestamp if snapshot.from_auto_update else None
+    flat = _flat(rates)
+    if flat is None:
+        tokens = genai_prices.Usage(
+            input_tokens=usage.prompt_tokens,
+            output_tokens=usage.completion_tokens,
+            cache_read_tokens=usage.cached_tokens or None,  # a part of the input's
+        )
+        return info.calc_price(
+            tokens, provider, genai_request_timestamp=now, auto_update_timestamp=stamp
+        )
+    cache_read = flat.get("cache_read_mtok")
+    # Cached tokens without a cache-read price are priced as input, as genai-prices does.
+    cached = usage.cached_tokens if cache_read is not None else 0
+    input_price = _per_token(flat.get("input_mtok"), usage.prompt_tokens - cached)
+    input_price += _per_token(cache_read, cached)
+    output_price = _per_token(flat.get("output_mtok"), usage.completion_tokens)
+    return PriceCalculation(
+        input_price=input_price,
+        output_price=output_price,
+        total_price=input_price + output_price,
+        model=info,
+        provider=provider,
+        model_price=rates,
+        auto_update_timestamp=stamp,
+    )
+
+
+# The prices ``_calc`` works out itself: per million tokens, of these kinds.
+_FLAT = frozenset({"input_mtok", "cache_read_mtok", "output_mtok"})
+# Prices of what a request's usage here never reports (web searches, cache writes): they
+# count nothing, so a model that has them besides ``_FLAT`` ones is priced here too.
+_NOT_SENT = frozenset(
+    {"web_searches_kcount", "storage_searches_kcount", "cache_write_mtok", "cache_write_1h_mtok"}
+)
+
+
+def _flat(rates: ModelPrice) -> dict[str, Decimal] | None:
+    """The ``_FLAT`` prices of ``rates`` when they are plain per-token prices and the rest
+    is ``_NOT_SENT`` (None: genai-prices works the price out)."""
+    given = {key: value for key, value in vars(rates).items() if value is not None}
+    flat = {key: value for key, value in given.items() if key in _FLAT}
+    if given.keys() - flat.keys() <= _NOT_SENT and all(
+        isinstance(v, Decimal) for v in flat.values()
+    ):
+        return flat
+    return None
+
+
+def _per_token(rate: Decimal | None, count: int) -> Decimal:
+    """``count`` tokens at ``rate`` per million (genai-prices' ``calc_unit_price``)."""
+    return Decimal(0) if rate is None else rate * Decimal(count) / _MILLION
+
+
+_MILLION = 1_000_000
 
 
 def _unpriced(calc: PriceCalculation, usage: Usage) -> str:

@@ -16,6 +16,10 @@ the server does next, one reply per request, in order:
   stopped the reply there does.
 - ``Error(status, body, headers)``: an error status with a JSON body.
 
+``max_reply = N`` makes it a model that allows replies of at most N tokens: a request whose
+``max_tokens`` (or ``max_completion_tokens``) asks for more gets OpenAI's 400 saying so
+(``too_large``), and no scripted reply is used up.
+
 Every request is recorded (path, headers, JSON body, arrival time) in ``requests``.
 ``GET /props`` and ``GET /v1/models`` answer ``props`` and ``models`` when a test sets
 them (a 404 otherwise); their paths go to ``gets``. A
@@ -229,6 +233,8 @@ class FakeOpenAIServer:
         self.props: dict[str, Any] | None = None
         self.models: dict[str, Any] | None = None
         self.gets: list[str] = []
+        #: The most completion tokens a reply may ask for (None: any): see ``too_large``.
+        self.max_reply: int | None = None
         self.gate_timed_out = False
         self.client_closed = threading.Event()
         self.client_closed_at: float | None = None
@@ -274,6 +280,27 @@ class FakeOpenAIServer:
         self._httpd.shutdown()
         self._httpd.server_close()  # joins the handler threads
         self._thread.join(MAX_WAIT)
+
+
+def too_large(body: Any, limit: int | None) -> Error | None:
+    """OpenAI's 400 for a request whose reply cap is above ``limit`` (None: it is not)."""
+    if limit is None or not isinstance(body, dict):
+        return None
+    for name in ("max_tokens", "max_completion_tokens"):
+        cap = body.get(name)
+        if isinstance(cap, int) and cap > limit:
+            message = (
+                f"{name} is too large: {cap}. This model supports at most {limit} "
+                f"completion tokens, whereas you provided {cap}."
+            )
+            error = {
+                "message": message,
+                "type": "invalid_request_error",
+                "param": name,
+                "code": "invalid_value",
+            }
+            return Error(400, {"error": error})
+    return None
 
 
 def _capped(reply: Stream, body: Any) -> Stream:
@@ -335,7 +362,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.fake.record(request)
         # Every connection serves one request, so no handler thread lingers on keep-alive.
         self.close_connection = True
-        reply = self.fake.next_reply()
+        refused = too_large(request.json, self.fake.max_reply)
+        reply = refused if refused is not None else self.fake.next_reply()
         if isinstance(reply, Error):
             self._error(reply)
         else:

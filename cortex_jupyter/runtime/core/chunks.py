@@ -299,6 +299,8 @@ class _TextClient:
         self.model = model
         self.request = dict(request or {})
         self.on_end = on_end
+        #: The last reply's ``finish_reason`` (None: it sent none).
+        self.finish: str | None = None
 
     async def stream(self, messages: Sequence[Message], /) -> AsyncIterator[str]:
         # Extra fields only when there are some: a model need not know the keyword.
@@ -313,6 +315,8 @@ class _TextClient:
                     usage = chunk
                 elif isinstance(chunk, TextChunk):  # a refusal too: it is the answer given
                     yield chunk.text
+                elif isinstance(chunk, Finish):
+                    self.finish = chunk.reason
         finally:
             await close_stream(chunks)
             if self.on_end is not None:

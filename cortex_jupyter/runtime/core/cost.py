@@ -38,10 +38,12 @@ __all__ = [
     "Price",
     "Priced",
     "Spend",
+    "budget_cut",
     "charge",
     "fmt_usd",
     "price_request",
     "reply_cap",
+    "reply_limit",
     "with_cap",
     "worst_reply",
 ]
@@ -179,6 +181,9 @@ class Spend:
         #: What the requests in flight reserved (``Hold``) and have not settled yet.
         self.held_usd = 0.0
         self.held_tokens = 0
+        #: Why each reply the budget cut short was cut (an ``llm`` action's: its output is
+        #: partial), in order; the run stops at the end of the turn that cut one.
+        self.cuts: list[str] = []
 
     def add(self, price: Price, usage: Usage | None) -> None:
         """Count one request's price and tokens (unknown ones make the sum unknown)."""
@@ -226,8 +231,9 @@ class Spend:
             return why
         reply, usd = self._room(model, prompt_tokens, least, own)
         by_budget = reply < own
-        # Nothing to send when nothing capped it and the budget did not: the window does.
-        sent = reply if cap or by_budget else None
+        # Nothing to send when nothing capped it and the budget did not: the window does
+        # (a model limit its server said is sent, so the server holds the reservation).
+        sent = reply if cap or by_budget or reply_limit(model) is not None else None
         hold = Hold(self, usd, prompt_tokens + reply, sent, by_budget)
         self.held_usd += hold.usd
         self.held_tokens += hold.tokens
@@ -327,6 +333,16 @@ class Hold:
         self.spend.held_tokens = max(0, self.spend.held_tokens - self.tokens)
 
 
+def budget_cut(hold: Hold, model: Any) -> bool:
+    """Whether a reply cut at its cap (``finish_reason`` "length") was cut by the budget:
+    its cap was the budget's (``Hold.by_budget``), and not above what the model allows
+    (a server that refused the budget's cap was sent its own limit: that cut it)."""
+    if not hold.by_budget:
+        return False
+    limit = reply_limit(model)
+    return limit is None or (hold.cap or 0) <= limit
+
+
 def reply_cap(max_tokens: int | None, request: Mapping[str, Any]) -> int | None:
     """The most tokens a reply may take: ``max_tokens`` (``--max-tokens``), else the cap a
     request's own fields set (``{"max_tokens": N}``, ``max_completion_tokens``)."""
@@ -351,13 +367,25 @@ def with_cap(request: Mapping[str, Any], cap: int | None) -> dict[str, Any]:
 
 def worst_reply(model: Any, prompt_tokens: int, max_tokens: int | None) -> int:
     """The most tokens a reply to a prompt of ``prompt_tokens`` can take: its cap, else
-    what the model's context window (``DEFAULT_WINDOW`` when it does not say) leaves."""
+    what the model's context window (``DEFAULT_WINDOW`` when it does not say) leaves; no
+    more than the model's own limit on a reply when its server said one (``reply_limit``)."""
     if max_tokens:
-        return max_tokens
-    window = getattr(model, "context_window", None)
-    if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
-        window = DEFAULT_WINDOW
-    return max(window - prompt_tokens, 0)
+        most = max_tokens
+    else:
+        window = getattr(model, "context_window", None)
+        if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
+            window = DEFAULT_WINDOW
+        most = max(window - prompt_tokens, 0)
+    limit = reply_limit(model)
+    return most if limit is None else min(most, limit)
+
+
+def reply_limit(model: Any) -> int | None:
+    """The most tokens the model's server allows one reply (``max_reply``: OpenAI says
+    16,384 for gpt-4o-mini when refusing more), once known; None otherwise."""
+    limit = getattr(model, "max_reply", None)
+    ok = isinstance(limit, int) and not isinstance(limit, bool) and limit > 0
+    return limit if ok else None
 
 
 def charge(

@@ -16,7 +16,7 @@ from cortex_jupyter.runtime.core.chunks import ReplyEnd, StreamingModel, Usage
 from cortex_jupyter.runtime.core.cost import MIN_REPLY, Hold, charge, reply_cap
 from cortex_jupyter.runtime.scheduler.dispatch import Scheduler
 
-__all__ = ["cut_by_budget", "pay", "payer", "reserve"]
+__all__ = ["actions_cut", "cut_by_budget", "pay", "payer", "reserve"]
 
 
 def pay(
@@ -71,3 +71,13 @@ def cut_by_budget(hold: Hold, go_on: str) -> str:
         f'left for that reply (finish_reason "length"); everything so far is kept, and '
         f"{go_on} goes on from here"
     )
+
+
+def actions_cut(scheduler: Scheduler, before: int, go_on: str) -> str | None:
+    """Why the run stops after a turn in which the budget cut an ``llm`` action's reply
+    (``Spend.cuts`` past ``before``; None: it cut none): the action's output is partial,
+    and what the budget leaves is spent on it, as when it cuts a turn's reply."""
+    cuts = scheduler.spec.spend.cuts[before:]
+    if not cuts:
+        return None
+    return f"{'; '.join(cuts)}; everything so far is kept, and {go_on} goes on from here"

@@ -59,7 +59,7 @@ from cortex_jupyter.runtime.core.chunks import (
     text_client,
     tool_definition,
 )
-from cortex_jupyter.runtime.core.cost import Hold, with_cap
+from cortex_jupyter.runtime.core.cost import Hold, budget_cut, reply_limit, with_cap
 from cortex_jupyter.runtime.core.events import (
     AnyEvent,
     ChatEntry,
@@ -97,7 +97,7 @@ from cortex_jupyter.runtime.loop.reply import (
     takes_constraint,
 )
 from cortex_jupyter.runtime.loop.resume import Resume
-from cortex_jupyter.runtime.loop.spending import cut_by_budget, pay, payer, reserve
+from cortex_jupyter.runtime.loop.spending import actions_cut, cut_by_budget, pay, payer, reserve
 from cortex_jupyter.runtime.loop.transcript import cut_note
 from cortex_jupyter.runtime.loop.typed_answer import AnswerCheck
 from cortex_jupyter.runtime.scheduler.dispatch import Scheduler
@@ -260,6 +260,7 @@ class Loop:
         """One turn (``replay``: the recorded reply of a resumed run's last turn, read
         again); True when the run ends with it."""
         turn = TurnState(number, set(self.run.actions), len(self.run.errors))
+        cuts = len(self.scheduler.spec.spend.cuts)  # llm actions' replies the budget cut
         hold: Hold | None = None
         if replay is None:
             await self.feeds.refresh_due()
@@ -286,8 +287,9 @@ class Loop:
             if hold is not None:
                 hold.release()  # (settled already unless the reply never started)
             self._close(turn)
-        outcome, reason = decide(turn, self.agent.max_tokens, words)
-        if outcome == "truncated" and hold is not None and hold.by_budget:
+        cap = self.agent.max_tokens
+        outcome, reason = decide(turn, cap and min(cap, reply_limit(self.model) or cap), words)
+        if outcome == "truncated" and hold is not None and budget_cut(hold, self.model):
             self._stop("budget", "budget", cut_by_budget(hold, words["budget"]))
             return True  # the budget's cap cut the reply, not the user's --max-tokens
         if outcome == "results" and getattr(self.model, "remaining_turns", None) == 0:
@@ -320,7 +322,14 @@ class Loop:
             self._stop(outcome, stops.get(outcome, "model failed"), reason)
             return True
         self._send_results(turn, reason)
-        return False
+        return self._actions_cut(cuts, words)
+
+    def _actions_cut(self, before: int, words: Mapping[str, str]) -> bool:
+        """Whether the run stops: the budget cut an ``llm`` action's reply this turn."""
+        why = actions_cut(self.scheduler, before, words["budget"])
+        if why is not None:
+            self._stop("budget", "budget", why)  # what the budget left went to that reply
+        return why is not None
 
     async def _learn_window(self) -> None:
         """A model that can ask its server for its real context window (llama.cpp's

@@ -9,6 +9,11 @@ once cannot pass the budget between them; one for which the budget leaves less t
 (``BudgetReached``). When the reply ends the
 reservation settles to what the server reported, which counts in the run's cost, its
 budget and its usage alike (``runtime.core.cost.charge``).
+
+A reply the budget's cap cut short (``finish_reason`` "length" at the cap the budget set,
+below the request's own) is still the action's output, but partial: the action says so
+(``on_cut``: a note on its node, a line in the cell), and the run stops at the end of the
+turn (``Spend.cuts``), as when the budget cuts a turn's reply.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from cortex_jupyter.runtime.core.chunks import StreamingModel, text_client
-from cortex_jupyter.runtime.core.cost import Spend, charge, reply_cap, with_cap
+from cortex_jupyter.runtime.core.cost import Spend, budget_cut, charge, reply_cap, with_cap
 from cortex_jupyter.runtime.core.errors import BudgetReached
 from cortex_jupyter.runtime.core.events import AnyEvent
 from cortex_jupyter.runtime.core.model import Message, complete
@@ -33,9 +38,11 @@ async def ask(
     emit: Callable[[AnyEvent], None],
     request: Mapping[str, Any],
     max_tokens: Any,
+    on_cut: Callable[[str], None] | None = None,
 ) -> str:
     """The model's answer to ``prompt`` (a text, or a list of chat messages), sent with
-    the run's extra ``request`` fields and its reply cap ``max_tokens`` (``--max-tokens``)."""
+    the run's extra ``request`` fields and its reply cap ``max_tokens`` (``--max-tokens``);
+    ``on_cut`` hears why, when the budget cut the answer short."""
     messages: list[Message] = (
         [{"role": "user", "content": str(prompt)}] if not isinstance(prompt, list) else prompt
     )
@@ -45,7 +52,20 @@ async def ask(
         raise BudgetReached(hold)
     fields = with_cap(request, hold.cap if hold.cap is not None else cap)
     on_end = functools.partial(charge, spend, emit, model, hold=hold)
+    client = text_client(model, fields, on_end)
     try:
-        return await complete(text_client(model, fields, on_end), messages)
+        answer = await complete(client, messages)
     finally:
         hold.release()  # (settled already unless the request never started)
+    if getattr(client, "finish", None) == "length" and budget_cut(hold, model):
+        budget = spend.budget
+        spend.cuts.append(
+            f"the budget of {budget} cut the reply of an llm action at {hold.cap or 0:,} "
+            "tokens, all it left for it: its output is partial"
+        )
+        if on_cut is not None:
+            on_cut(
+                f"the budget of {budget} cut this reply at {hold.cap or 0:,} tokens, all it "
+                'left for it (finish_reason "length"): the output is partial'
+            )
+    return answer

@@ -85,6 +85,7 @@ from cortex_jupyter.runtime.scheduler.spec import (
 )
 
 Invoke = Callable[[], Any]
+_Call = tuple[list[Any], dict[str, Any]]  # a tool's positional and keyword arguments
 
 
 class Scheduler:
@@ -632,7 +633,7 @@ class Scheduler:
             return functools.partial(self._run_workflow, node, spec, kwargs)
         if spec.type == "llm":
             model = self._model_for(spec.type, spec.name, node.id)
-            return functools.partial(self._run_llm, spec, model, args, kwargs)
+            return functools.partial(self._run_llm, node, spec, model, (args, kwargs))
         if spec.type == "internal":
             kwargs["feeds"] = self.feeds
         return functools.partial(call_tool, spec, args, kwargs, self.limiter)
@@ -714,11 +715,12 @@ class Scheduler:
         return sub(action_id) if sub is not None else model
 
     async def _run_llm(
-        self, spec: ToolSpec, model: StreamingModel, args: list[Any], kwargs: dict[str, Any]
+        self, node: ActionNode, spec: ToolSpec, model: StreamingModel, call: _Call
     ) -> str:
-        prompt = await call_tool(spec, args, kwargs, self.limiter)
+        prompt = await call_tool(spec, *call, self.limiter)
         cap = self.spec.sampling.get("max_tokens")  # --max-tokens caps its reply too
-        return await ask(model, prompt, self.spec.spend, self.emit, self.request, cap)
+        cut = functools.partial(self._note, node)  # the budget cut its reply: it says so
+        return await ask(model, prompt, self.spec.spend, self.emit, self.request, cap, cut)
 
     async def _run_workflow(
         self, parent: ActionNode, spec: WorkflowSpec, params: dict[str, Any]
