@@ -80,6 +80,7 @@ from cortex_jupyter.runtime.core.registry import (
 )
 from cortex_jupyter.runtime.core.secrets import redact
 from cortex_jupyter.runtime.core.variables import check_variable_name, find_references, resolve
+from cortex_jupyter.runtime.scheduler.approval import ASKED
 from cortex_jupyter.runtime.scheduler.calls import call_tool, error_text
 from cortex_jupyter.runtime.scheduler.capture import FLUSH_HZ, Capture, capturing
 from cortex_jupyter.runtime.scheduler.spec import (
@@ -507,9 +508,11 @@ class Scheduler:
             )
         )  # fmt: skip
         why = "denied by the user"
+        approved: object = False
         try:
             with anyio.fail_after(self.approve_timeout):
                 approved = await self.approve(node)
+            why = f"denied by {getattr(approved, 'by', ASKED)}"
         except TimeoutError:
             approved = False
             why = f"denied: not approved within {self.approve_timeout:g} s (approve_timeout)"
@@ -518,7 +521,7 @@ class Scheduler:
             why = f"denied: asking for approval failed ({error_text(exc)})"
         if not approved:
             self._settle(node, "skipped", time.monotonic(), why)
-        return approved
+        return bool(approved)
 
     async def _attempts(self, node: ActionNode, action: Action, prepared: Invoke) -> Any:
         """Call with the action's timeout, retries and backoff, capturing its output."""
