@@ -159,11 +159,16 @@ _MARK = "background:#fff3b0;color:#1f2328;padding:0 1px;border-radius:2px"
 _NUMERIC = {"turns", "actions", "tokens", "cost"}
 
 
-def _snippet_html(snippet: Any) -> str:
-    pieces = "".join(
+def _marked(snippet: Any) -> str:
+    """A snippet's pieces, escaped, the matched ones in ``<mark>``."""
+    return "".join(
         f'<mark style="{_MARK}">{esc(text)}</mark>' if hit else esc(text)
         for text, hit in snippet.pieces
     )
+
+
+def _snippet_html(snippet: Any) -> str:
+    pieces = _marked(snippet)
     return (
         f'<div class="cortex-snippet" style="color:{MUTED_VAR};white-space:normal;'
         f'font-size:12px"><span style="font-style:italic">{esc(snippet.field)}:</span> '
@@ -190,8 +195,13 @@ def _row_html(row: Row, buttons: bool) -> str:
         )
         tds.append(f'<td style="{_TD}{align}"{tip}>{esc(cell)}</td>')
     title = shorten(row.title, 400)
-    snippet = "" if row.snippet is None else _snippet_html(row.snippet)
-    tds.append(f'<td style="{_PROMPT_TD}" title="{esc(title)}">{esc(title)}{snippet}</td>')
+    snippet = row.snippet
+    if snippet is not None and snippet.field == "prompt":  # the words found in the prompt
+        shown, snippet = _marked(snippet), None
+    else:
+        shown = esc(title)
+    under = "" if snippet is None else _snippet_html(snippet)
+    tds.append(f'<td style="{_PROMPT_TD}" title="{esc(title)}">{shown}{under}</td>')
     return f'<tr data-run="{esc(row.id)}">{"".join(tds)}</tr>'
 
 

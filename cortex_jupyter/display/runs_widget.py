@@ -44,7 +44,7 @@ class RunsTable(anywidget.AnyWidget):
     value = traitlets.Unicode("").tag(sync=True)
 
     def __init__(self, html: str, on_open: Callable[[str], None], **kwargs: Any) -> None:
-        super().__init__(value=html, **kwargs)
+        super().__init__(value=html, _dom_classes=("cortex-runs-table",), **kwargs)
         self._on_open = on_open
         self.on_msg(self._message)
 
