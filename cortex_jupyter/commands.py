@@ -25,8 +25,6 @@ from IPython.core.error import UsageError
 from IPython.core.magic_arguments import MagicArgumentParser
 
 from cortex_jupyter import mcp, store
-from cortex_jupyter.display.listing import ToolLine, runs_html, runs_text, tools_html, tools_text
-from cortex_jupyter.display.static import STATIC_CLASS, SWITCH_CSS
 from cortex_jupyter.runtime import Registry
 from cortex_jupyter.runtime.core.cost import Budget
 from cortex_jupyter.runtime.core.errors import CortexRuntimeError
@@ -40,6 +38,7 @@ from cortex_jupyter.session import RUN_VARIABLE, CellOptions, NotebookRun, Sessi
 from cortex_jupyter.session.cell import LOCAL_KEY, stored_cell
 
 if TYPE_CHECKING:
+    from cortex_jupyter.display.listing import ToolLine
     from cortex_jupyter.runtime.integrations.mcp import ServerStatus
 
 MCP_COMMANDS = ("add", "list", "remove")
@@ -71,6 +70,9 @@ def show_runs(
     """``%cortex runs [TEXT] [--limit N] [--text]``: the stored runs, newest first. In a
     notebook a table whose ids open each run in place (``display.runs_widget``), with a
     static copy for saved notebooks; in a terminal, or with ``as_text``, text."""
+    from cortex_jupyter.display.listing import runs_html, runs_text
+    from cortex_jupyter.display.static import STATIC_CLASS, SWITCH_CSS
+
     try:
         found = store.runs(text, limit)
     except store.StoreUnavailable as exc:
@@ -163,6 +165,8 @@ def show_tools(registry: Registry, *, as_text: bool = False) -> None:
     """Every registered tool, agent, relic and workflow: name, kind, the description's
     first line and the parameters the model passes; cortex's own built-ins last, folded
     under one line in a notebook (HTML), under one heading in text."""
+    from cortex_jupyter.display.listing import tools_html, tools_text
+
     lines = tool_lines(registry)
     if as_text:
         print(tools_text(lines))
@@ -174,6 +178,8 @@ def show_tools(registry: Registry, *, as_text: bool = False) -> None:
 
 def tool_lines(registry: Registry) -> list[ToolLine]:
     """``registry``'s entries as ``%cortex tools`` lists them, the user's first."""
+    from cortex_jupyter.display.listing import ToolLine
+
     builtin = _builtin_names()
     lines = []
     for kind in ("tool", "relic", "workflow", "agent", "llm", "internal"):

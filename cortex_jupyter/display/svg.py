@@ -520,10 +520,11 @@ def _chips(
 
 
 def _kind_line(node: NodeView) -> str:
-    """``tool · async  fetch_page_12``: the id keeps its end (where ids of one tool differ)
-    and as much of the line as type and mode leave it, never fewer than 10 characters."""
+    """``tool · async  #fetch_page_12``: the id, marked as one and apart from the kind and
+    mode (``tool · async weather`` read as a type), keeps its end (where ids of one tool
+    differ) and as much of the line as type and mode leave it, never fewer than 10."""
     kind = f"{node.type} · {node.mode}  "
-    return kind + shorten_middle(node.id, max(10, _LINE_CHARS - len(kind)))
+    return kind + "#" + shorten_middle(node.id, max(10, _LINE_CHARS - len(kind) - 1))
 
 
 def _text(
