@@ -197,9 +197,29 @@ def rows(db: sqlite3.Connection, query: str | None = None, limit: int = 20) -> R
     ).fetchall()
     (total,) = db.execute(f"SELECT count(*) FROM runs WHERE {matching}", (words,)).fetchone()
     snippets = _snippets(db, words, [str(row[0]) for row in found])
-    return RunList(
-        [RunRow.of(row, snippets.get(str(row[0]))) for row in found], total=total, query=query
-    )
+    listed = [RunRow.of(row, snippets.get(str(row[0]))) for row in found]
+    return RunList([_in_title(row, query or "") for row in listed], total=total, query=query)
+
+
+def _in_title(row: RunRow, query: str) -> RunRow:
+    """A script's row found by its prompt: the words marked in its ``title`` (the words
+    of the script), not in a cut of its protocol text (tags and action bodies)."""
+    if row.snippet is None or row.snippet.field != "prompt" or not row.options.get("script"):
+        return row
+    words = sorted({w for w in query.replace("\x00", " ").split() if w}, key=len, reverse=True)
+    title = row.title
+    pieces: list[tuple[str, bool]] = []
+    at = 0
+    for match in re.finditer("|".join(map(re.escape, words)), title, re.IGNORECASE):
+        if match.start() > at:
+            pieces.append((title[at : match.start()], False))
+        pieces.append((match.group(), True))
+        at = match.end()
+    if not pieces:
+        return row  # the words were in its tags or parameters: where FTS found them
+    if at < len(title):
+        pieces.append((title[at:], False))
+    return dataclasses.replace(row, snippet=Snippet("prompt", tuple(pieces)))
 
 
 #: Words of context a snippet keeps around what matched.

@@ -120,3 +120,13 @@ def test_runs_convert_to_a_dataframe(ip: InteractiveShell, shown: list[Any]) -> 
     assert frame.loc[0, "title"] == "Checking the weather in Paris before the picnic."
     assert bool(frame.loc[0, "estimated"]) and frame.loc[0, "tokens"] > 0
     assert list(pd.DataFrame(rows)["id"]) == [run.id]
+
+
+def test_a_script_found_by_its_words_is_marked_in_its_words_not_its_tags(
+    ip: InteractiveShell, shown: list[Any]
+) -> None:
+    script(ip, SCRIPT)
+    ip.run_line_magic("cortex", "runs weather")
+    html = html_of(shown)
+    assert re.search(r"Checking the <mark[^>]*>weather</mark> in Paris", html)
+    assert "&lt;thought" not in html and "thought&gt;" not in html
