@@ -250,7 +250,11 @@ def _snippets(db: sqlite3.Connection, words: str, runs: list[str]) -> dict[str, 
 
 
 #: The protocol's tags, left out of a snippet (a ``--script`` cell's prompt holds them).
-_TAGS = re.compile(r"</?(?:thought|think|thinking|response|action|context_feed)\b[^<>…]*>?")
+_TAGS = re.compile(
+    r"</?(?:thought|think|thinking|response|action|context_feed)\b[^<>…]*>?"
+    # a tag whose start the snippet's cut left out: "…thought> ..."
+    r"|^…/?(?:thought|think|thinking|response|action|context_feed)\b[^<>…]*>"
+)
 
 
 def _pieces(text: str, start: str, end: str) -> tuple[tuple[str, bool], ...]:
