@@ -80,7 +80,6 @@ from cortex_jupyter.runtime.core.registry import (
 )
 from cortex_jupyter.runtime.core.secrets import redact
 from cortex_jupyter.runtime.core.variables import check_variable_name, find_references, resolve
-from cortex_jupyter.runtime.scheduler.approval import ASKED
 from cortex_jupyter.runtime.scheduler.calls import call_tool, error_text
 from cortex_jupyter.runtime.scheduler.capture import FLUSH_HZ, Capture, capturing
 from cortex_jupyter.runtime.scheduler.spec import (
@@ -507,12 +506,11 @@ class Scheduler:
                 parameters=brief_json(node.resolved),
             )
         )  # fmt: skip
-        why = "denied by the user"
         approved: object = False
         try:
             with anyio.fail_after(self.approve_timeout):
                 approved = await self.approve(node)
-            why = f"denied by {getattr(approved, 'by', ASKED)}"
+            why = f"denied by {getattr(approved, 'by', 'the user')}"
         except TimeoutError:
             approved = False
             why = f"denied: not approved within {self.approve_timeout:g} s (approve_timeout)"
