@@ -12,6 +12,7 @@ from IPython.core.magic_arguments import MagicArgumentParser
 from traitlets import Bool, Dict, Float, Int, Union
 
 from cortex_jupyter.runtime.core.cost import Budget
+from cortex_jupyter.runtime.core.secrets import shorten
 from cortex_jupyter.runtime.loop.grammar import CONSTRAIN_FORMS
 from cortex_jupyter.runtime.loop.request import check_request
 
@@ -67,6 +68,24 @@ def resume(words: list[str]) -> tuple[str, bool, Budget | None]:
     if len(rest) != 1 or rest[0].startswith("-"):
         raise UsageError(say)
     return rest[0], force, None if given is None else budget(given, None)
+
+
+#: The most rows a store can be asked for: the largest INTEGER SQLite holds.
+MOST_ROWS = 2**63 - 1
+
+
+def limit(raw: str, command: str) -> int:
+    """``--limit N`` of ``command``: a whole number from 1 to what SQLite holds."""
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MOST_ROWS:
+        raise UsageError(
+            f"{command}: --limit takes a whole number from 1 to {MOST_ROWS:,} (the most "
+            f"SQLite holds), not {shorten(raw, 40)!r}; e.g. --limit 50"
+        )
+    return value
 
 
 def unquote(text: str | None) -> str | None:

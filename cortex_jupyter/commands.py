@@ -15,9 +15,11 @@ them: together they would add about 0.05 s to ``%load_ext`` (of about 0.55 s).
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import sys
 import traceback
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,8 +36,14 @@ from cortex_jupyter.runtime.integrations import executors
 from cortex_jupyter.runtime.integrations.mcp import DEFAULT_TIMEOUT
 from cortex_jupyter.runtime.loop.conversation import Conversation
 from cortex_jupyter.runtime.loop.prompt import system_prompt
-from cortex_jupyter.session import RUN_VARIABLE, CellOptions, NotebookRun, Session
-from cortex_jupyter.session.cell import LOCAL_KEY, stored_cell
+from cortex_jupyter.session import (
+    RUN_VARIABLE,
+    CellOptions,
+    CortexRunError,
+    NotebookRun,
+    Session,
+)
+from cortex_jupyter.session.cell import LOCAL_KEY, live_request, named_agent, stored_cell
 
 if TYPE_CHECKING:
     from cortex_jupyter.display.listing import ToolLine
@@ -76,7 +84,7 @@ def show_runs(
     try:
         found = store.runs(text, limit)
     except store.StoreUnavailable as exc:
-        complain(str(exc))
+        complain(f"%cortex runs: {exc}")
         return
     if as_text or not found:
         print(runs_text(found, query=text, more=found.more))
@@ -113,7 +121,7 @@ def open_stored(session: Session, run_id: str) -> store.StoredRun | None:
     try:
         run = store.open_run(run_id)
     except (store.StoreUnavailable, store.UnknownRun) as exc:
-        complain(str(exc))
+        complain(f"%cortex open {run_id}: {exc}")
         return None
     state = from_run(run, model=run.model or "")
     end = run.ended if run.ended is not None else max(run.event_times, default=run.started)
@@ -142,20 +150,39 @@ def resume(
         kept = store.open_store()
         taken = kept.claim(run_id, force=force)  # a finished run is refused too, in one line
     except (store.StoreUnavailable, store.UnknownRun, store.RunTaken) as exc:
-        complain(str(exc))
+        complain(f"%cortex resume {run_id}: {exc}")
         return None
     try:
         try:
             stored = store.open_run(taken)
         except (store.StoreUnavailable, store.UnknownRun) as exc:
-            complain(str(exc))
+            complain(f"%cortex resume {run_id}: {exc}")
             return None
-        options = stored_cell(defaults, stored.options)
+        options = _with_live_request(
+            session, taken, stored_cell(defaults, stored.options), defaults
+        )
+        if options is None:
+            return None
         if budget is not None:
             options = dataclasses.replace(options, budget=budget, given=options.given | {"budget"})
         return session.resume(stored, stored.prompt, options)
     finally:
         kept.release(taken)  # taken but never recorded (its options were refused...)
+
+
+def _with_live_request(
+    session: Session, run_id: str, options: CellOptions, defaults: CellOptions
+) -> CellOptions | None:
+    """``options`` with the request fields the store kept redacted given again from this
+    session (``session.cell.live_request``); None, and one line, when one is not."""
+    agent: Mapping[str, Any] = {}
+    if options.agent is not None and options.agent in session.registry.names("agent"):
+        agent = named_agent(session.registry, options.agent).request or {}
+    try:
+        return live_request(run_id, options, defaults.request_default, agent, os.environ)
+    except CortexRunError as exc:
+        complain(str(exc))
+        return None
 
 
 # ---- what models may reach -------------------------------------------------------------

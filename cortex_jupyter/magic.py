@@ -385,7 +385,10 @@ class CortexMagics(Magics):
         every name it matches, and the latest expose or hide that matches a name decides
         (``expose data_*`` then ``hide data_b`` leaves data_b hidden). A name a run bound
         is visible while it holds what the run bound; once you assign it, it is yours."""
-        words = shlex.split(line)
+        try:
+            words = shlex.split(line)
+        except ValueError:  # an unbalanced quote (``runs don't``): the words as written
+            words = line.split()
         if not words or words[0] not in COMMANDS:
             given = f" {words[0]!r}" if words else ""
             raise UsageError(
@@ -557,7 +560,7 @@ class CortexMagics(Magics):
             at = words.index("--limit")
             if at + 1 >= len(words):
                 raise UsageError("%cortex runs: --limit takes a number, e.g. --limit 50")
-            limit = arguments.number(words[at + 1], "--limit", int, 20, low=1)
+            limit = arguments.limit(words[at + 1], "%cortex runs")
             del words[at : at + 2]
         commands.show_runs(" ".join(words) or None, limit, session=self.session, as_text=as_text)
 

@@ -11,6 +11,7 @@ completed with its whole history. (A killed kernel: ``tests/kernel/test_resume.p
 from __future__ import annotations
 
 import _thread
+import json
 import os
 import threading
 from collections.abc import Iterator
@@ -169,12 +170,15 @@ def test_resume_of_a_finished_or_unknown_run_says_so_in_one_line(
     ip.run_line_magic("cortex", f"resume {done.id}")
     err = capsys.readouterr().err
     assert err.strip() == (
-        f"cortex: run {done.id} already completed: there is nothing to resume "
+        f"cortex: %cortex resume {done.id}: "
+        f"run {done.id} already completed: there is nothing to resume "
         f"(%cortex open {done.id} shows it)."
     )
     ip.run_line_magic("cortex", "resume zz-no-such-run")
     err = capsys.readouterr().err.strip()
-    assert err.startswith("cortex: no stored run has the id 'zz-no-such-run'")
+    assert err.startswith(
+        "cortex: %cortex resume zz-no-such-run: no stored run has the id 'zz-no-such-run'"
+    )
     assert "\n" not in err
     assert len(server.requests) == 2 and tools.calls == {"first": 1, "second": 1}
 
@@ -336,3 +340,52 @@ def test_a_run_its_budget_stopped_resumes_under_a_larger_one_given_to_resume(
 def test_resume_takes_one_budget_said_in_one_line(ip: InteractiveShell, line: str) -> None:
     with pytest.raises(UsageError, match="--budget"):
         ip.run_line_magic("cortex", f"resume {line}")
+
+
+# ---- a credential the store kept redacted is given again, never sent as "[redacted]" ----
+
+TOKEN = "tok-live-0123456789abcdef"
+REQUEST = f"""--model fake-model --request '{{"api_token": "{TOKEN}", "seed": 3}}'"""
+
+
+def test_a_redacted_request_field_is_refused_on_resume_then_sent_as_given_again(
+    ip: InteractiveShell,
+    server: FakeOpenAIServer,
+    tools: Tools,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    server.script(Stream([*texts(TURN_1, 9), finish()]))
+    stopped = _stop_in_second(ip, server, tools, REQUEST)
+    assert server.requests[0].json["api_token"] == TOKEN
+    assert store.open_run(stopped.id).options["request"]["api_token"] == "[redacted]"
+    capsys.readouterr()
+
+    ip.run_line_magic("cortex", f"resume {stopped.id}")  # nothing gives it again here
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"cortex: %cortex resume {stopped.id}: the request field 'api_token'")
+    assert "CortexMagics.request" in err and "API_TOKEN" in err and "\n" not in err
+    assert len(server.requests) == 1  # nothing was sent
+
+    ip.run_line_magic("config", f"CortexMagics.request = {{'api_token': {TOKEN!r}}}")
+    server.script(Stream([*texts(TURN_2, 9), finish()]))
+    ip.run_line_magic("cortex", f"resume {stopped.id}")
+    run = ip.user_ns["_cortex"]
+    assert (run.id, run.status) == (stopped.id, "completed")
+    sent = server.requests[-1].json
+    assert (sent["api_token"], sent["seed"]) == (TOKEN, 3)
+    assert "[redacted]" not in json.dumps(sent)
+
+
+def test_a_redacted_request_field_is_taken_from_the_environment_on_resume(
+    ip: InteractiveShell,
+    server: FakeOpenAIServer,
+    tools: Tools,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server.script(Stream([*texts(TURN_1, 9), finish()]))
+    stopped = _stop_in_second(ip, server, tools, REQUEST)
+    monkeypatch.setenv("API_TOKEN", TOKEN)
+    server.script(Stream([*texts(TURN_2, 9), finish()]))
+    ip.run_line_magic("cortex", f"resume {stopped.id}")
+    assert ip.user_ns["_cortex"].status == "completed"
+    assert server.requests[-1].json["api_token"] == TOKEN

@@ -140,10 +140,10 @@ def test_names_the_prompt_writes_are_visible_with_their_objects(
     ("reference", "message"),
     [
         ("$frame.__class__", "$frame.__class__ is not reachable: names starting with '_'"),
-        ("$frame.append", "$frame.append is not reachable: only data attributes are reachable"),
-        ("$helper.__globals__", "names starting with '_' are private"),
-        ("$helper.x", "nothing inside a module, class or function is reachable"),
-        ("$box.inner.secret_method", "only data attributes are reachable"),
+        ("$frame.append", "$frame.append is not reachable: 'append' is not data of list"),
+        ("$helper.__globals__", "nothing inside a function or method is reachable"),
+        ("$helper.x", "nothing inside a function or method is reachable"),
+        ("$box.inner.secret_method", "it is a function or method, never a value"),
     ],
 )
 def test_reaching_inside_follows_keys_indexes_and_public_data_only(

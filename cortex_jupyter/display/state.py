@@ -58,6 +58,8 @@ PARTS: tuple[str, ...] = ("header", "thought", "graph", "details", "response", "
 
 # Error codes that concern an action id but not the node already shown under that id.
 _NOT_THE_NODE = frozenset(("duplicate_id",))
+#: The token metrics a run sums over every request (``runtime.core.cost.charge``).
+_TOKENS = frozenset(("prompt_tokens", "completion_tokens", "cached_tokens"))
 # The header's word for a run a limit stopped, by its end status or its interrupt's reason.
 _STOPPED = {
     "truncated": "truncated",
@@ -578,6 +580,8 @@ class ViewState:
     def _on_metric(self, event: Any, at: float, scope: _Scope) -> None:
         name, value = str(event.name), float(event.value)
         target = getattr(event, "id", None)
+        if name in _TOKENS and target is None and scope.parent is not None:
+            self._count_tokens(name, int(value))  # a nested agent's request: the run's too
         if scope.parent is not None or target is not None:
             node = self.nodes.get(scope.prefix + str(target)) if target else None
             node = node or self.nodes.get(scope.parent or "")
@@ -585,18 +589,25 @@ class ViewState:
                 node.metrics[name] = node.metrics.get(name, 0.0) + value
                 self._changed(node, "graph")
             return
-        # Token metrics arrive once per model reply: a run's total is their sum.
-        if name == "prompt_tokens":
-            self.prompt_tokens = (self.prompt_tokens or 0) + int(value)
-        elif name == "completion_tokens":
-            self.completion_tokens = (self.completion_tokens or 0) + int(value)
-            if self._in_turn:  # a turn's reply (not a summary asked between turns)
-                self._turn_usage = (self._turn_usage or 0) + int(value)
-        elif name == "cached_tokens":
-            self.cached_tokens = (self.cached_tokens or 0) + int(value)
+        # Token metrics arrive once per request (``runtime.core.cost.charge``): a run's
+        # total is their sum, its nested agents' included.
+        if name in _TOKENS:
+            self._count_tokens(name, int(value))
+        if name == "completion_tokens" and self._in_turn:
+            # a turn's reply (not a summary asked between turns)
+            self._turn_usage = (self._turn_usage or 0) + int(value)
         elif name == "context_tokens":  # the server's count of what this turn sent
             self.context_tokens, self.context_counted = int(value), True
         self.metrics[name] = value
+        self._touch("header")
+
+    def _count_tokens(self, name: str, count: int) -> None:
+        if name == "prompt_tokens":
+            self.prompt_tokens = (self.prompt_tokens or 0) + count
+        elif name == "completion_tokens":
+            self.completion_tokens = (self.completion_tokens or 0) + count
+        else:
+            self.cached_tokens = (self.cached_tokens or 0) + count
         self._touch("header")
 
     def _on_cost(self, event: Any, at: float, scope: _Scope) -> None:

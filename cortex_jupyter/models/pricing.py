@@ -7,8 +7,9 @@ priced by its name, at the provider its base URL names when that is a known one
 differently there. Any other address (``127.0.0.1``, a company proxy) may stand in
 front of a paid model, so the address alone never makes a request free: the model is
 then priced by its name alone, and a name genai-prices does not know has no price
-(``None``, shown as unknown). What is known to cost nothing says so itself (the model
-``cortex_jupyter.local`` serves, a script).
+(``None``, shown as unknown), and so has a model it lists without a price for the
+tokens a request used (its total would read $0). What is known to cost nothing says so
+itself (the model ``cortex_jupyter.local`` serves, a script).
 
 Prompt tokens the server read from its cache (``Usage.cached_tokens``: OpenAI's
 ``prompt_tokens_details.cached_tokens``) are passed to genai-prices as
@@ -68,7 +69,27 @@ def price(model: str, base_url: str | None, usage: Usage | None) -> Price:
             calc = genai_prices.calc_price(tokens, model_ref=rest, provider_id=named)
         except LookupError:
             return Price(None, f"no price is known for the model {model!r}{where} (genai-prices)")
+    missing = _unpriced(calc, usage)
+    if missing:
+        # genai-prices lists some models without token prices (``google/gemma-3-27b-it``,
+        # speech models): its total is then 0, which is not a price but a gap.
+        return Price(
+            None,
+            f"no price is known for the {missing} tokens of the model {model!r}{where} "
+            "(genai-prices lists it without one)",
+        )
     return Price(float(calc.total_price), _note(calc, usage.cached_tokens))
+
+
+def _unpriced(calc: PriceCalculation, usage: Usage) -> str:
+    """Which tokens of ``usage`` the model's prices leave without a price ("input",
+    "output"), or "" when each kind it used has one."""
+    rates = vars(calc.model_price)
+    if rates.get("input_mtok") is None:
+        return "input"  # every request sends a prompt
+    if usage.completion_tokens and rates.get("output_mtok") is None:
+        return "output"
+    return ""
 
 
 def _note(calc: PriceCalculation, cached: int) -> str:

@@ -19,7 +19,7 @@ from cortex_jupyter.runtime.core.chunks import StreamingModel
 from cortex_jupyter.runtime.core.cost import Budget
 from cortex_jupyter.runtime.core.errors import TranscriptError
 from cortex_jupyter.runtime.core.registry import AgentSpec
-from cortex_jupyter.runtime.core.secrets import redact
+from cortex_jupyter.runtime.core.secrets import REDACTED, redact
 from cortex_jupyter.runtime.loop.feeds import FeedSet
 from cortex_jupyter.runtime.loop.request import merge_requests
 from cortex_jupyter.session.record import CortexRunError
@@ -233,3 +233,60 @@ def cell_settings(options: CellOptions) -> dict[str, Any]:
     if budget is not None:
         settings["budget"] = budget.limit if budget.unit == "usd" else f"{budget.limit:.0f}tok"
     return settings
+
+
+def redacted_fields(request: Mapping[str, Any]) -> list[str]:
+    """The fields of a stored run's request the store kept redacted (a credential, or a
+    text holding one): what it holds now is the placeholder, never to be sent."""
+    return [name for name, value in request.items() if _holds_placeholder(value)]
+
+
+def _holds_placeholder(value: Any) -> bool:
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str) and REDACTED in item:
+            return True
+        if isinstance(item, Mapping):
+            pending.extend(item.values())
+        elif isinstance(item, list | tuple):
+            pending.extend(item)
+    return False
+
+
+def live_request(
+    run_id: str,
+    options: CellOptions,
+    live: Mapping[str, Any],
+    agent: Mapping[str, Any],
+    environ: Mapping[str, str],
+) -> CellOptions:
+    """A resumed run's ``options`` with every field its store kept redacted given again
+    from this session: ``live`` (``CortexMagics.request`` now), else the ``--agent``'s own
+    ``Agent(request=...)`` (``agent``), else the environment variable of the field's name
+    in capitals (``api_token``: ``API_TOKEN``). A field none of them gives is refused in
+    one sentence naming it and how to give it (``CortexRunError``): the placeholder is
+    never sent."""
+    request = dict(options.request)
+    missing = []
+    for name in redacted_fields(request):
+        if name in live:
+            request[name] = live[name]
+        elif name in agent:
+            del request[name]  # the agent's own value goes through (cell_agent merges it)
+        elif name.upper() in environ:
+            request[name] = environ[name.upper()]
+        else:
+            missing.append(name)
+    if missing:
+        fields = ", ".join(repr(name) for name in missing)
+        example = ", ".join(f"{name!r}: ..." for name in missing)
+        raise CortexRunError(
+            f"%cortex resume {run_id}: the request field{'s' if len(missing) > 1 else ''} "
+            f"{fields} of its cell {'were' if len(missing) > 1 else 'was'} kept redacted in "
+            f"the store and {'are' if len(missing) > 1 else 'is'} not sent as the placeholder; "
+            f"give {'them' if len(missing) > 1 else 'it'} again with "
+            f"%config CortexMagics.request = {{{example}}} (or the environment variable "
+            f"{', '.join(name.upper() for name in missing)}), then resume again"
+        )
+    return dataclasses.replace(options, request=request)

@@ -309,7 +309,7 @@ class Session:
         try:
             kept = store.open_store()
         except store.StoreUnavailable as exc:
-            print(redact(f"cortex: {exc}; this run is not stored."), file=sys.stderr)
+            print(redact(f"cortex: %%cortex: {exc}; this run is not stored."), file=sys.stderr)
             return None
         settings = {**agent.settings(), **cell_settings(options)}
         return kept.record(run, prompt, settings)
@@ -403,7 +403,7 @@ class Session:
         cell.recording.finish()
         problem = store.take_problem()
         if problem is not None:
-            print(f"cortex: {problem}", file=sys.stderr)
+            print(f"cortex: %%cortex: {problem}", file=sys.stderr)
 
     # ---- actions that outlive their cell -----------------------------------------
 

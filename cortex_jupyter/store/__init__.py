@@ -11,6 +11,8 @@ hands it each run's events, and it never drives a run. Modules:
 - ``outputs``: how an action's output is kept (JSON, a pickle, or a marked repr) without
   a secret ever reaching the disk;
 - ``read``: the stored runs (``runs``), FTS5 search, and a run rebuilt (``open_run``).
+- ``problems``: why a store cannot be used (``StoreUnavailable``), in one line that says
+  what to do (and, for a lock another program holds, who has the store open).
 
 Where: ``CortexMagics.store``, by default ``runs.db`` in the user data directory; the
 environment variable ``CORTEX_STORE`` overrides the default, and an empty one turns the
@@ -19,14 +21,17 @@ store off.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import platformdirs
 
 from cortex_jupyter.runtime.core.record import user_path
+from cortex_jupyter.runtime.core.secrets import shorten
 from cortex_jupyter.store.read import (
     RunList,
     RunRow,
@@ -39,7 +44,10 @@ from cortex_jupyter.store.read import (
 from cortex_jupyter.store.read import load as _load
 from cortex_jupyter.store.read import rows as _rows
 from cortex_jupyter.store.schema import VERSION
-from cortex_jupyter.store.writer import Recording, RunTaken, Store, StoreUnavailable, connect
+from cortex_jupyter.store.writer import Recording, RunTaken, Store, StoreUnavailable, connect, why
+
+#: The most rows ``runs`` may ask for: the largest INTEGER SQLite holds.
+MOST_ROWS = 2**63 - 1
 
 __all__ = [
     "ENVIRONMENT",
@@ -136,28 +144,48 @@ def runs(
     prompt, answer, action names or outputs hold all of its words, each with the
     ``snippet`` that matched. A ``RunList``: ``.more`` says how many did not fit, and
     ``.to_pandas()`` (or ``pd.DataFrame(rows)``) makes a DataFrame."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise ValueError(f"limit must be a whole number, at least 1; got {limit!r}")
-    db = _reader(store)
-    try:
-        return _rows(db, query, limit)
-    finally:
-        db.close()
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MOST_ROWS:
+        raise ValueError(
+            f"limit must be a whole number from 1 to {MOST_ROWS:,} (the most SQLite "
+            f"holds); got {shorten(repr(limit), 60)}"
+        )
+    with _called("cortex_jupyter.runs()"):
+        db, where = _reader(store)
+        try:
+            return _rows(db, query, limit)
+        except sqlite3.Error as exc:  # the file went bad, or is held, after it was opened
+            raise StoreUnavailable(where, why(exc, where)) from None
+        finally:
+            db.close()
 
 
 def open_run(run_id: str, *, store: str | os.PathLike[str] | None = None) -> StoredRun:
     """The stored run ``run_id`` (or the one run whose id starts with it), rebuilt: its
     answer, actions with their outputs (the objects, for JSON and pickled ones), usage,
     cost and ``timeline()``. ``UnknownRun`` when no run (or several) match."""
-    db = _reader(store)
+    with _called("cortex_jupyter.open_run()"):
+        db, where = _reader(store)
+        try:
+            return _load(db, str(run_id))
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(where, why(exc, where)) from None
+        finally:
+            db.close()
+
+
+@contextlib.contextmanager
+def _called(command: str) -> Iterator[None]:
+    """A store error raised inside says, in IPython's one line, which call it came from."""
     try:
-        return _load(db, str(run_id))
-    finally:
-        db.close()
+        yield
+    except (StoreUnavailable, UnknownRun) as exc:
+        exc.command = command
+        raise
 
 
-def _reader(store: str | os.PathLike[str] | None) -> sqlite3.Connection:
-    """A connection to read the store (what this process wrote is committed first)."""
+def _reader(store: str | os.PathLike[str] | None) -> tuple[sqlite3.Connection, str]:
+    """A connection to read the store, and where it is (what this process wrote is
+    committed first)."""
     where = current_path() if store is None else _normal(store)
     if where is None:
         raise StoreUnavailable("(none)", "the run store is off (CortexMagics.store is None)")
@@ -165,4 +193,4 @@ def _reader(store: str | os.PathLike[str] | None) -> sqlite3.Connection:
         writing = _stores.get(os.path.abspath(where))
     if writing is not None:
         writing.flush()
-    return connect(where, create=False)
+    return connect(where, create=False), where

@@ -41,6 +41,12 @@ class RunTaken(Exception):
     """Raised when a stored run cannot be taken to resume it: the message (one sentence)
     says where it runs and what to do."""
 
+    #: What was called (``cortex_jupyter.open_run()``): IPython's one line names it.
+    command = ""
+
+    def _render_traceback_(self) -> list[str]:  # IPython shows this one line
+        return [f"cortex: {self.command + ': ' if self.command else ''}{self}"]
+
 
 @dataclass(frozen=True)
 class Owner:

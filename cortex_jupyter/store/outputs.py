@@ -1,9 +1,13 @@
 """How an action's output is kept, and given back: JSON, a pickle, or a marked repr.
 
-An output that is JSON is kept as JSON. Anything else is pickled with cloudpickle (so a
-resumed run gets the object itself back), unless it cannot be (a lock, a generator): then
-its short repr is kept, marked ``repr``. A pickle is loaded only from the user's own store:
-loading a pickle runs code, so a store from someone else is a program from them.
+An output is kept as JSON only when JSON gives it back as it was: equal, and of the same
+types all the way down (``faithful``). A tuple or namedtuple (JSON reads a list), a dict
+with keys that are not strings (JSON reads ``{1: 'one'}`` as ``{'1': 'one'}``), an Enum,
+a str or float subclass, a set, a Decimal, a datetime, bytes... are not. Anything else
+is pickled with cloudpickle (so a resumed run gets the object itself back), unless it
+cannot be (a lock, a generator): then its short repr is kept, marked ``repr``. A pickle
+is loaded only from the user's own store: loading a pickle runs code, so a store from
+someone else is a program from them.
 
 Secrets never reach the disk: an output that holds one, in any form the redaction knows
 (JSON-escaped, in a DataFrame's cells, in a pickled object's attributes), is kept as its
@@ -24,7 +28,7 @@ import cloudpickle  # type: ignore[import-untyped]  # 3.1 ships no py.typed or s
 from cortex_jupyter.runtime.core.record import OutputRepr, summarize, to_json_value
 from cortex_jupyter.runtime.core.secrets import redact, redact_value, secrets
 
-__all__ = ["MAX_PICKLE", "Kept", "keep", "restore"]
+__all__ = ["MAX_PICKLE", "Kept", "faithful", "keep", "restore"]
 
 #: Pickles larger than this are not kept (the short repr is): a store is not a data lake.
 MAX_PICKLE = 64 << 20
@@ -46,7 +50,7 @@ class Kept:
 def keep(output: Any) -> Kept:
     """``output`` as it may be written to the store (see the module docstring)."""
     shown, is_repr = to_json_value(output)
-    if not is_repr:
+    if not is_repr and faithful(output, shown):
         text = json.dumps(shown, ensure_ascii=False)
         safe = redact(text)
         if safe != text or _holds_secret(text.encode()):
@@ -63,6 +67,28 @@ def keep(output: Any) -> Kept:
     if _holds_secret(data):
         return Kept("redacted", brief, None, brief)
     return Kept("pickle", brief, data, brief)
+
+
+def faithful(value: Any, back: Any) -> bool:
+    """Whether ``back`` (``value`` read back from its JSON) is ``value``: equal, with the
+    same type at every place (a ``bool`` is not an ``int``, a tuple not a list, an
+    Enum not its value), and every mapping's keys strings. Walked without recursion."""
+    pending = [(value, back)]
+    while pending:
+        given, got = pending.pop()
+        if type(given) is not type(got):
+            return False
+        if type(given) is dict:
+            if list(given) != list(got) or not all(type(key) is str for key in given):
+                return False
+            pending.extend((given[key], got[key]) for key in given)
+        elif type(given) is list:
+            if len(given) != len(got):
+                return False
+            pending.extend(zip(given, got, strict=True))
+        elif given != got:
+            return False
+    return True
 
 
 def restore(kind: str, value: str | None, data: bytes | None) -> Any:

@@ -52,6 +52,12 @@ _LISTED = ", text_chars"
 class UnknownRun(LookupError):
     """Raised when no stored run has the id asked for (or a prefix names several)."""
 
+    #: What was called (``cortex_jupyter.open_run()``): IPython's one line names it.
+    command = ""
+
+    def _render_traceback_(self) -> list[str]:  # IPython shows this one line
+        return [f"cortex: {self.command + ': ' if self.command else ''}{self}"]
+
 
 @dataclass(frozen=True)
 class RunRow:

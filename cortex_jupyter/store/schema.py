@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import sqlite3
 
-__all__ = ["MIGRATIONS", "VERSION", "NewerStore", "check", "migrate"]
+__all__ = ["MIGRATIONS", "VERSION", "NewerStore", "NotAStore", "check", "migrate"]
 
 _V1 = """
 CREATE TABLE runs (
@@ -112,12 +112,52 @@ class NewerStore(Exception):
         super().__init__(f"the run store {path}: {self.why}")
 
 
+class NotAStore(Exception):
+    """Raised when a SQLite file is another program's database, not a run store: it is
+    left as it is (no table of ours is added to it)."""
+
+    def __init__(self, path: str, tables: list[str]) -> None:
+        shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
+        self.why = (
+            f"it is another program's SQLite database (its tables: {shown}), not a run "
+            "store; point CortexMagics.store (or CORTEX_STORE) at another file (it was left "
+            "as it is)"
+        )
+        super().__init__(f"the run store {path}: {self.why}")
+
+
+#: The tables every version of the store has (FTS5's own shadow tables aside).
+_OURS = ("runs", "events", "nodes", "outputs", "search")
+
+
 def check(db: sqlite3.Connection, path: str) -> int:
-    """``db``'s schema version; ``NewerStore`` when it is newer than this one (read only:
-    call it before anything that could write, even a journal mode)."""
-    found = int(db.execute("PRAGMA user_version").fetchone()[0])
+    """``db``'s schema version; ``NewerStore`` when it is newer than this one,
+    ``NotAStore`` when it is another program's database (tables at version 0, or a
+    store's tables missing). Read only: call it before anything that could write, even a
+    journal mode."""
+    reading = not db.in_transaction
+    if reading:  # the version and the tables read together (another kernel may migrate)
+        db.execute("BEGIN")
+    try:
+        found = int(db.execute("PRAGMA user_version").fetchone()[0])
+        tables = [
+            str(name)
+            for (name,) in db.execute(
+                "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') "
+                "AND name NOT LIKE 'sqlite_%' ORDER BY name"
+            )
+        ]
+    finally:
+        if reading and db.in_transaction:  # (an I/O error may have ended it already)
+            db.execute("COMMIT")
     if found > VERSION:
         raise NewerStore(path, found)
+    # A store of ours sets its version with its first tables, in one transaction: a
+    # database at version 0 with tables, or one past it without ours, is another's.
+    # (Tables a user adds to a store of ours are theirs to add.)
+    if (found == 0 and tables) or (found > 0 and not set(_OURS) <= set(tables)):
+        theirs = [name for name in tables if not name.startswith(_OURS)]
+        raise NotAStore(path, theirs or tables or ["none"])
     return found
 
 

@@ -12,6 +12,7 @@ killed kernel loses at most the last half second. SQLite in WAL mode, with a
 from __future__ import annotations
 
 import atexit
+import contextlib
 import copy
 import dataclasses
 import json
@@ -36,10 +37,11 @@ from cortex_jupyter.runtime.core.record import Run, encode_event, encode_node, s
 from cortex_jupyter.runtime.core.secrets import redact, redact_value, secrets
 from cortex_jupyter.store.claim import RunTaken, Taken, give_back, here, take
 from cortex_jupyter.store.outputs import keep
+from cortex_jupyter.store.problems import StoreUnavailable, busy, full, why
 from cortex_jupyter.store.read import find_id
-from cortex_jupyter.store.schema import NewerStore, check, migrate
+from cortex_jupyter.store.schema import NewerStore, NotAStore, check, migrate
 
-__all__ = ["INTERVAL", "RunTaken", "Store", "StoreUnavailable", "connect"]
+__all__ = ["INTERVAL", "RunTaken", "Store", "StoreUnavailable", "connect", "why"]
 
 #: Most seconds between an event and its commit.
 INTERVAL = 0.5
@@ -55,15 +57,6 @@ _going: set[str] = set()
 #: Runs claimed and not recorded yet -> what their row said before (``Store.release``).
 _taken: dict[str, Taken] = {}
 _going_lock = threading.Lock()
-
-
-class StoreUnavailable(Exception):
-    """Raised when a run store cannot be opened (its folder is read-only, the file is not
-    a database, it was written by a newer cortex_jupyter...): the message says why."""
-
-    def __init__(self, path: str, why: str) -> None:
-        super().__init__(f"the run store {path} cannot be used: {why}")
-        self.path = path
 
 
 def _keeper(run_id: str) -> Callable[[Taken], None]:
@@ -95,10 +88,10 @@ def connect(path: str | os.PathLike[str], *, create: bool = True) -> sqlite3.Con
         except BaseException:
             db.close()
             raise
-    except NewerStore as exc:
+    except (NewerStore, NotAStore) as exc:
         raise StoreUnavailable(where, exc.why) from None
     except (sqlite3.Error, OSError) as exc:
-        raise StoreUnavailable(where, str(exc) or type(exc).__name__) from None
+        raise StoreUnavailable(where, why(exc, where)) from None
     return db
 
 
@@ -124,28 +117,15 @@ def _open(db: sqlite3.Connection, where: str) -> None:
             time.sleep(0.02)
 
 
-_BUSY = {5: "database is locked", 6: "database table is locked"}  # SQLITE_BUSY, _LOCKED
-# SQLITE_FULL; SQLITE_IOERR_WRITE: the file may not grow (a quota's EDQUOT, a file-size
-# limit's EFBIG), which SQLite does not call full (Python 3.10 sees any I/O error so).
-_FULL = {13: "database or disk is full", 778: "disk I/O error"}
-
-
 def _busy(exc: sqlite3.Error) -> bool:
     """Whether ``exc`` is another connection holding the store (it passes: try again)."""
-    return _coded(exc, _BUSY)
+    return busy(exc)
 
 
 def _passing(exc: sqlite3.Error) -> bool:
     """Whether a write that failed with ``exc`` may succeed later: the store was held
     by another kernel, or the disk was full (or the file at its size limit)."""
-    return _coded(exc, {**_BUSY, **_FULL})
-
-
-def _coded(exc: sqlite3.Error, codes: Mapping[int, str]) -> bool:
-    code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+
-    if isinstance(code, int):
-        return code in codes or (code & 0xFF) in codes  # an extended code, or its primary
-    return str(exc).startswith(tuple(codes.values()))
+    return busy(exc) or full(exc)
 
 
 @dataclass
@@ -308,22 +288,31 @@ class Store:
         self.flush()  # this process's own writes first (a run of it that just ended)
         db = connect(self.path, create=False)
         try:
-            run_id = find_id(db, given)
-            with _going_lock:
-                if run_id in _going:
-                    raise here(run_id)
-                _going.add(run_id)  # two threads of this process: one claims
-            try:
-                take(db, run_id, self._host, time.time(), force=force, keep=_keeper(run_id))
-            except BaseException:  # refused, or stopped (a Stop may come after the commit)
-                with _going_lock:
-                    _going.discard(run_id)
-                    taken = _taken.pop(run_id, None)
-                if taken is not None:
-                    give_back(db, taken, self._host)
-                raise
+            return self._claim(db, given, force)
+        except sqlite3.Error as exc:  # held past the busy wait, a full disk, not a store
+            raise StoreUnavailable(self.path, why(exc, self.path)) from None
         finally:
             db.close()
+
+    def _claim(self, db: sqlite3.Connection, given: str, force: bool) -> str:
+        """``claim`` on an open connection (its sqlite errors are the caller's)."""
+        run_id = find_id(db, given)
+        with _going_lock:
+            if run_id in _going:
+                raise here(run_id)
+            _going.add(run_id)  # two threads of this process: one claims
+        try:
+            take(db, run_id, self._host, time.time(), force=force, keep=_keeper(run_id))
+        except BaseException:  # refused, or stopped (a Stop may come after the commit)
+            with _going_lock:
+                _going.discard(run_id)
+                taken = _taken.pop(run_id, None)
+            if taken is not None:
+                # What stopped it is what to say: a give-back the same full disk refuses
+                # too must not replace it (a take that failed to commit took nothing).
+                with contextlib.suppress(sqlite3.Error):
+                    give_back(db, taken, self._host)
+            raise
         return run_id
 
     def release(self, run_id: str) -> None:
@@ -341,8 +330,11 @@ class Store:
                 give_back(db, taken, self._host)
             finally:
                 db.close()
-        except (StoreUnavailable, sqlite3.Error) as exc:
-            self.problem = redact(f"the run store {self.path} could not be written: {exc}")
+        except StoreUnavailable as exc:
+            self.problem = redact(str(exc))
+        except sqlite3.Error as exc:
+            said = _said(exc, self.path)
+            self.problem = redact(f"the run store {self.path} could not be written: {said}")
 
     @property
     def alive(self) -> bool:
@@ -424,7 +416,7 @@ class Store:
                     db.execute("ROLLBACK")
                 raise
         except Exception as exc:  # a full disk, a store locked too long: say so, go on
-            said = f"the run store {self.path} could not be written: {exc}"
+            said = f"the run store {self.path} could not be written: {_said(exc, self.path)}"
             for run in runs:
                 self._runs.pop(run, None)
             self._runs.update(before)
@@ -598,6 +590,13 @@ class Store:
             (kept.turns, len(kept.actions), kept.prompt_tokens, kept.completion_tokens,
              min(kept.text_chars, _MOST_TOKENS), kept.model, kept.status, run),
         )  # fmt: skip
+
+
+def _said(exc: BaseException, path: str) -> str:
+    """Why a write failed: for a store held or a full disk, what to do too."""
+    if isinstance(exc, sqlite3.Error) and (busy(exc) or full(exc)):
+        return why(exc, path, look=False)
+    return str(exc)
 
 
 def _index(db: sqlite3.Connection, run: str, what: str, text: str) -> None:

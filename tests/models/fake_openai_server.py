@@ -11,7 +11,9 @@ the server does next, one reply per request, in order:
   closes the connection after the chunks instead (no ``[DONE]``, chunked body
   unfinished); ``stall=True`` keeps it open until the client closes it (and records
   when); ``gates=[(n, event)]`` sends the first ``n`` chunks, then waits for the test to
-  set ``event``.
+  set ``event``. ``at_cap=True`` reports, in its usage chunks, no more completion tokens
+  than the request's ``max_tokens`` (or ``max_completion_tokens``) allowed, as a server that
+  stopped the reply there does.
 - ``Error(status, body, headers)``: an error status with a JSON body.
 
 Every request is recorded (path, headers, JSON body, arrival time) in ``requests``.
@@ -34,7 +36,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -194,6 +196,7 @@ class Stream:
     stall: bool = False
     gates: Sequence[tuple[int, threading.Event]] = ()  # (n, event): wait before chunk n
     gap: float = 0.0  # seconds between chunks
+    at_cap: bool = False  # usage: completion tokens no more than the request's cap
 
 
 @dataclass
@@ -273,6 +276,28 @@ class FakeOpenAIServer:
         self._thread.join(MAX_WAIT)
 
 
+def _capped(reply: Stream, body: Any) -> Stream:
+    """``reply`` with its usage held to the request's reply cap (``Stream.at_cap``)."""
+    cap = None
+    if isinstance(body, dict):
+        cap = body.get("max_tokens", body.get("max_completion_tokens"))
+    if not reply.at_cap or not isinstance(cap, int):
+        return reply
+    chunks: list[dict[str, Any] | str | Raw] = []
+    for payload in reply.chunks:
+        if isinstance(payload, dict) and isinstance(payload.get("usage"), dict):
+            counts = payload["usage"]
+            completion = min(int(counts["completion_tokens"]), cap)
+            counts = {
+                **counts,
+                "completion_tokens": completion,
+                "total_tokens": int(counts["prompt_tokens"]) + completion,
+            }
+            payload = {**payload, "usage": counts}
+        chunks.append(payload)
+    return replace(reply, chunks=chunks)
+
+
 def _handler_for(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
     class Handler(_Handler):
         fake = server
@@ -306,14 +331,15 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("content-length", "0"))
         raw = self.rfile.read(length)
         headers = {name.lower(): value for name, value in self.headers.items()}
-        self.fake.record(Request(self.path, headers, json.loads(raw or b"null"), time.monotonic()))
+        request = Request(self.path, headers, json.loads(raw or b"null"), time.monotonic())
+        self.fake.record(request)
         # Every connection serves one request, so no handler thread lingers on keep-alive.
         self.close_connection = True
         reply = self.fake.next_reply()
         if isinstance(reply, Error):
             self._error(reply)
         else:
-            self._stream(reply)
+            self._stream(_capped(reply, request.json))
 
     def _error(self, reply: Error) -> None:
         body = reply.body if isinstance(reply.body, str) else json.dumps(reply.body)

@@ -180,7 +180,8 @@ def test_open_an_unknown_id_is_one_line(
     ip.run_line_magic("cortex", "open 0000nothing")
     err = capsys.readouterr().err
     assert err.strip() == (
-        "cortex: no stored run has the id '0000nothing' (%cortex runs lists them)"
+        "cortex: %cortex open 0000nothing: no stored run has the id '0000nothing' "
+        "(%cortex runs lists them)"
     )
 
 
@@ -241,7 +242,7 @@ def test_a_store_that_cannot_be_opened_is_one_line_and_the_cell_runs(
     assert ip.user_ns["_cortex"].status == "completed"
     assert ip.user_ns["_cortex"].answer == "still fine"
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("cortex: the run store ")
+    assert len(lines) == 1 and lines[0].startswith("cortex: %%cortex: the run store ")
     assert lines[0].endswith("this run is not stored.") and "Traceback" not in lines[0]
     if before is not None:
         assert path.read_bytes() == before

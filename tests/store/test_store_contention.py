@@ -36,8 +36,7 @@ def held(path: Path) -> Iterator[threading.Event]:
 
     def hold() -> None:
         other = sqlite3.connect(path, isolation_level=None)
-        other.execute("BEGIN IMMEDIATE")
-        other.execute("CREATE TABLE IF NOT EXISTS other_kernel (x)")
+        other.execute("BEGIN IMMEDIATE")  # the write lock (as a kernel writing holds it)
         ready.set()
         release.wait(30)
         other.execute("COMMIT")

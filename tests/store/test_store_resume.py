@@ -132,7 +132,8 @@ def test_a_run_going_on_in_another_live_kernel_is_refused_and_left_as_it_is(
 
     assert resumed(ip, run_id) is None
     assert one_line(capsys) == (
-        f"cortex: run {run_id} is still running in another kernel (process {process.pid} "
+        f"cortex: %cortex resume {run_id}: "
+        f"run {run_id} is still running in another kernel (process {process.pid} "
         f"on {HOSTNAME}): resuming it would run its actions twice; wait for it to end, or "
         "stop that kernel and resume it again."
     )
@@ -190,7 +191,8 @@ def test_a_run_going_on_in_a_thread_of_this_kernel_is_refused(
         capsys.readouterr()
         assert resumed(ip, run.id) is None
         assert one_line(capsys) == (
-            f"cortex: run {run.id} is still running in this kernel (a cell, a thread or a "
+            f"cortex: %cortex resume {run.id}: "
+            f"run {run.id} is still running in this kernel (a cell, a thread or a "
             "task here runs it): resuming it would run its actions twice; wait for it to "
             "end, or stop it, then resume it."
         )
@@ -201,7 +203,8 @@ def test_a_run_going_on_in_a_thread_of_this_kernel_is_refused(
     assert (run.status, run.answer) == ("completed", ANSWER)
     assert resumed(ip, run.id) is None
     assert one_line(capsys) == (
-        f"cortex: run {run.id} already completed: there is nothing to resume "
+        f"cortex: %cortex resume {run.id}: "
+        f"run {run.id} already completed: there is nothing to resume "
         f"(%cortex open {run.id} shows it)."
     )
 
@@ -222,7 +225,7 @@ def test_two_kernels_resuming_one_dead_run_at_once_run_it_once(
     last = [out.strip().splitlines()[-1] for out, _ in said]  # after the run's text view
     assert sorted(last) == ["REFUSED", "RESUMED completed"]
     refused = said[last.index("REFUSED")][1]
-    assert f"cortex: run {run_id} " in refused
+    assert f"cortex: %cortex resume {run_id}: run {run_id} " in refused
     assert ("still running in another kernel" in refused) or ("already completed" in refused)
     ran = [line for line in calls(here) if not line.endswith("holder")]
     assert len(ran) == 1 and ran[0].startswith("second resumer-")  # the first was restored
@@ -242,7 +245,8 @@ def test_a_run_marked_running_on_another_machine_takes_force(
     capsys.readouterr()
     assert resumed(ip, run_id) is None
     assert one_line(capsys) == (
-        f"cortex: run {run_id} is marked running by process 4242 on another-machine.invalid "
+        f"cortex: %cortex resume {run_id}: "
+        f"run {run_id} is marked running by process 4242 on another-machine.invalid "
         "(another machine, which cannot be checked from here): if that kernel is gone, "
         f"%cortex resume {run_id} --force takes the run over (if it still runs, its actions "
         "run twice)."

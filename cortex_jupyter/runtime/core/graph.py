@@ -16,11 +16,12 @@ stream); a cycle is found the moment the action that closes it arrives.
 
 from __future__ import annotations
 
-import threading
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from cortex_jupyter.runtime.core.captured import CapturedText
 
 if TYPE_CHECKING:
     from cortex_jupyter.protocol.events import Action
@@ -47,41 +48,6 @@ _PAST = {"failed": "failed", "skipped": "was skipped", "cancelled": "was cancell
 NOT_STARTED = "not started: the run was stopped"
 
 
-class CapturedText:
-    """Text written a piece at a time (what a tool prints), joined only when read.
-
-    Appending costs the piece, not a copy of everything so far (``str +=`` made 100,000
-    printed lines quadratic); a read joins the pieces once and keeps the result. One
-    writer at a time (the action's capture holds its lock) appends from worker threads
-    while readers on other threads join: ``list.append`` and slice assignment are each
-    atomic, and pieces appended during a join stay after it. Two threads of one tool
-    printing at once may each append (the capture takes no lock for a print); only the
-    size count can then lag, by what they raced on.
-    """
-
-    __slots__ = ("_pieces", "_read_lock", "_size")
-
-    def __init__(self, text: str = "") -> None:
-        self._read_lock = threading.Lock()
-        self._pieces: list[str] = [text] if text else []
-        self._size = len(text)
-
-    def __len__(self) -> int:
-        return self._size
-
-    def append(self, text: str) -> None:
-        self._pieces.append(text)
-        self._size += len(text)
-
-    def text(self) -> str:
-        pieces = self._pieces
-        if len(pieces) > 1:
-            with self._read_lock:
-                head = pieces[:]
-                pieces[: len(head)] = ["".join(head)]
-        return pieces[0] if pieces else ""
-
-
 @dataclass(eq=False)
 class ActionNode:
     """One action of a run and everything that happened to it.
@@ -90,7 +56,8 @@ class ActionNode:
     is set on the steps of a workflow. ``subrun`` holds an agent's nested run.
     ``stdout``, ``stderr``, ``logs`` and ``progress`` are what the tool wrote and
     reported while it ran (kept up to ``capture.MAX_KEPT`` characters each; ``dropped``
-    counts the characters of each that were not kept).
+    counts the characters of each that were not kept), secrets redacted: ``stdout`` and
+    ``stderr`` are joined before they are redacted (``captured``).
     """
 
     id: str

@@ -245,11 +245,13 @@ class Run:
 
     @property
     def usage(self) -> dict[str, int]:
-        """Tokens the model reported over all turns: ``prompt_tokens``, ``completion_tokens``,
-        and ``cached_tokens`` (the part of ``prompt_tokens`` the server read from its prompt
+        """Tokens the model reported for every request of the run (its turns, its ``llm``
+        actions, its context summaries, its nested agents'), the same requests ``cost``
+        and the budget count: ``prompt_tokens``, ``completion_tokens``, and
+        ``cached_tokens`` (the part of ``prompt_tokens`` the server read from its prompt
         cache, priced lower) when the server reported any."""
         totals = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0}
-        for event in self.events:
+        for event in map(_unnest, self.events):
             if isinstance(event, Metric) and event.name in totals:
                 totals[event.name] += int(event.value)
         if not totals["cached_tokens"]:

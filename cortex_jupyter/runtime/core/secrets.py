@@ -85,7 +85,7 @@ HEADERS_NAME = re.compile(r"OTEL_EXPORTER_OTLP(_[A-Z]+)?_HEADERS", re.IGNORECASE
 #: The shortest part of a secret a cut may leave at its edge that is still hidden.
 MIN_FRAGMENT = 4
 # What others write where they cut a text (pandas, numpy, reprlib, cortex itself).
-_ELLIPSIS = re.compile(r"(\.\.\.|…)")
+_ELLIPSIS = re.compile(r"(\.{3,}|…)")  # a run of dots is one mark
 #: What an XML (SVG) document may not hold: XML 1.0 allows tab, LF, CR and everything from
 #: U+0020 except surrogates, U+FFFE/U+FFFF. The views replace it with U+FFFD
 #: (``theme.clean``), so a secret holding it reads so there: one of its forms.
@@ -151,6 +151,11 @@ class Secrets:
 
     def _pattern(self) -> re.Pattern[str] | None:
         return self._compiled().pattern
+
+    def known(self) -> _Compiled:
+        """Every form now, the patterns finding them and their edges (kept until the
+        secrets change): what redacting a stream a batch at a time needs (``captured``)."""
+        return self._compiled()
 
     def forms(self) -> tuple[str, ...]:
         """Every form of every secret now (``escaped_forms``), longest first."""

@@ -6,10 +6,11 @@ searched in order (outputs of this run, context feeds, the notebook namespace):
 - a string that is exactly ``"$name"`` (or ``"$name.key.attr"``) becomes the object
   itself, identity preserved;
 - ``$name`` inside a longer string is replaced by ``str(value)``;
-- ``$name.key`` / ``$name.attr`` / ``$name.0`` reach inside: a mapping's key, a
-  sequence's index, or a public data attribute; never a name starting with ``_``, nor
-  anything of a module, function, class or method, nor a method itself (model text is
-  untrusted: ``$x.__class__.__init__.__globals__`` must lead nowhere);
+- ``$name.key`` / ``$name.attr`` / ``$name.0`` reach inside, one step at a time, by the
+  allow-list in ``reach`` (keys, indexes, an object's own fields, a widget's state, the
+  public attributes of notebook classes and data libraries; never interpreter
+  machinery), and never land on the value of a notebook name the run's ``Scope`` hides
+  (model text is untrusted: ``$gen.gi_frame.f_globals`` must lead nowhere);
 - ``$$`` is a literal ``$``; a ``$`` not followed by a name is left as it is.
 
 Lists, tuples and dict values are walked recursively; dict keys are left alone.
@@ -19,10 +20,9 @@ from __future__ import annotations
 
 import builtins
 import difflib
-import inspect
 import keyword
 import re
-import types
+from collections import ChainMap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -34,6 +34,8 @@ from cortex_jupyter.runtime.core.errors import (
     NotVisible,
     UnknownVariable,
 )
+from cortex_jupyter.runtime.core.reach import Refused, namespace, step
+from cortex_jupyter.runtime.core.scope import NEVER_VISIBLE, Scope
 
 #: One ``$name[.path]`` reference (group 1: the name, group 2: ``.path``), or ``$$``.
 #: The one place the pattern lives: the display fills the same references.
@@ -113,47 +115,79 @@ def _lookup(name: str, path: str, scopes: Sequence[Mapping[str, Any]]) -> Any:
             if why:
                 raise NotVisible(name, why)
         raise UnknownVariable(name, suggest(name, scopes))
+    if namespace(value):  # the notebook's globals() under another name: all it hides
+        raise BadReference(name, name, type(value).__name__, _NAMESPACE)
+    if not path:
+        return value
+    guard = _Hidden(scopes)
     reached = name
     for part in path.split(".")[1:]:
-        value = _reach(value, part, reached)
-        reached = f"{reached}.{part}"
+        ref = f"{reached}.{part}"
+        try:
+            value = step(value, part)
+        except Refused as refused:
+            raise BadReference(ref, part, type(value).__name__, refused.why) from None
+        owner = guard.owner(value)
+        if owner is not None:
+            why = f"it is the value of ${owner}, which the model may not see"
+            raise BadReference(ref, part, type(value).__name__, why)
+        reached = ref
     return value
 
 
-def _reach(value: Any, part: str, reached: str) -> Any:
-    if isinstance(value, Mapping):
-        if part in value:
-            return value[part]
-        if part.isdigit() and int(part) in value:
-            return value[int(part)]
-    if (
-        part.isdigit()
-        and isinstance(value, Sequence)
-        and not isinstance(value, str)
-        and int(part) < len(value)
-    ):
-        return value[int(part)]
-    ref = f"{reached}.{part}"
-    if part.startswith("_"):
-        raise BadReference(ref, part, type(value).__name__, "names starting with '_' are private")
-    if _opaque(value):
-        raise BadReference(
-            ref,
-            part,
-            type(value).__name__,
-            "nothing inside a module, class or function is reachable",
-        )
-    if not hasattr(value, part):
-        raise BadReference(ref, part, type(value).__name__)
-    found = getattr(value, part)
-    if _opaque(found) or inspect.ismethod(found) or inspect.isroutine(found):
-        raise BadReference(ref, part, type(value).__name__, "only data attributes are reachable")
-    return found
+_NAMESPACE = "it is a namespace (the variables of a module, the notebook or the process)"
 
 
-def _opaque(value: Any) -> bool:
-    """Modules, classes and functions: code, not data a model may walk through."""
-    return isinstance(value, types.ModuleType) or inspect.isclass(value) or inspect.isroutine(value)
+class _Hidden:
+    """The objects a path may never land on: the values of the notebook names the run's
+    ``Scope`` does not show (numbers, booleans, ``None`` and one-character strings
+    aside: Python shares equal ones, so they say nothing about where a value came
+    from). Which names hold what is read once, on first use, for one reference; a
+    name's visibility only for the names holding the object landed on."""
+
+    def __init__(self, scopes: Sequence[Mapping[str, Any]]) -> None:
+        self._scopes = [s for s in _flat(scopes) if isinstance(s, Scope)]
+        self._holders: list[dict[int, list[str]]] | None = None
+
+    def owner(self, value: Any) -> str | None:
+        """The hidden name whose value ``value`` is (and no visible name's), or None."""
+        if not self._scopes or _shared(value):
+            return None
+        if self._holders is None:
+            self._holders = [_holders(scope.namespace) for scope in self._scopes]
+        hidden = None
+        for scope, holders in zip(self._scopes, self._holders, strict=True):
+            for name in holders.get(id(value), ()):
+                if scope.why(name) is not None:
+                    return None  # also a name the model sees: it may hold it
+                hidden = hidden or name
+        return hidden
+
+
+def _holders(namespace: Mapping[str, Any]) -> dict[int, list[str]]:
+    """Which names of ``namespace`` hold each object, by the object's id; IPython's
+    output caches (``_``, ``_7``...) aside: they hold whatever a cell showed last, so an
+    exposed object's field shown once would be refused ever after."""
+    holders: dict[int, list[str]] = {}
+    for name, held in list(namespace.items()):
+        if not NEVER_VISIBLE.fullmatch(name):
+            holders.setdefault(id(held), []).append(name)
+    return holders
+
+
+def _flat(scopes: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """``scopes`` with each ``ChainMap`` opened into the mappings it chains."""
+    out: list[Mapping[str, Any]] = []
+    for scope in scopes:
+        out.extend(_flat(scope.maps) if isinstance(scope, ChainMap) else (scope,))
+    return out
+
+
+def _shared(value: Any) -> bool:
+    kind = type(value)
+    if value is None or issubclass(kind, bool | int | float | complex):
+        return True
+    return issubclass(kind, str | bytes) and len(value) <= 1
 
 
 def suggest(name: str, scopes: Sequence[Mapping[str, Any]], n: int = 3) -> list[str]:

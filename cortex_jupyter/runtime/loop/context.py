@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cortex_jupyter.runtime.core.chunks import ChatMessage
+from cortex_jupyter.runtime.core.cost import DEFAULT_WINDOW
 from cortex_jupyter.runtime.core.secrets import head, redact, shorten
 
 __all__ = [
@@ -43,7 +44,7 @@ __all__ = [
 ]
 
 #: The budget when neither the agent nor the model says (tokens).
-DEFAULT_BUDGET = 32_000
+DEFAULT_BUDGET = DEFAULT_WINDOW  # (the window a budget reserves for an uncapped reply too)
 #: Room kept for the reply when the agent sets no ``max_tokens``.
 DEFAULT_REPLY_ROOM = 1_024
 #: What one message costs beyond its text (role, separators), in tokens.

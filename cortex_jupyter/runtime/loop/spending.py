@@ -1,68 +1,73 @@
 """What each request cost, and whether the next one fits the budget.
 
-The loop calls these two at its two points of contact with money: after a reply
-(``pay``: the request's price becomes a ``Cost`` event and counts towards the run's
-``Spend``) and before a request (``over_budget``: what was spent plus the prompt about
-to be sent, priced as input tokens, and the reply's ``max_tokens`` when it is set,
-priced as output tokens). A request that would pass the budget is not sent: a turn's,
+The loop calls these at its two points of contact with money: before a request
+(``reserve``: what was spent, what the requests in flight hold, and this request's worst
+case: the prompt about to be sent, priced as input tokens, and its reply's cap, priced as
+output tokens, where the cap is the smaller of the request's own, or what the model's window
+leaves when nothing caps it, and what the budget leaves) and after its reply (``pay``: the
+reservation settles to the request's price, a ``Cost`` event, and its tokens). A request
+for which the budget leaves less than ``MIN_REPLY`` tokens of reply is not sent: a turn's,
 and the one asking the model for a summary of older turns (``Loop._summarise``).
 """
 
 from __future__ import annotations
 
-import time
-
 from cortex_jupyter.runtime.core.chunks import ReplyEnd, StreamingModel, Usage
-from cortex_jupyter.runtime.core.cost import charge, price_request
-from cortex_jupyter.runtime.core.events import Metric
+from cortex_jupyter.runtime.core.cost import MIN_REPLY, Hold, charge, reply_cap
 from cortex_jupyter.runtime.scheduler.dispatch import Scheduler
 
-__all__ = ["over_budget", "pay", "payer"]
+__all__ = ["cut_by_budget", "pay", "payer", "reserve"]
 
 
-def pay(scheduler: Scheduler, model: StreamingModel, usage: Usage | None, replied: bool) -> None:
-    """Record one request's price (``runtime.core.cost.charge``) in ``scheduler``'s run."""
-    charge(scheduler.spec.spend, scheduler.emit, model, usage, replied)
+def pay(
+    scheduler: Scheduler,
+    model: StreamingModel,
+    usage: Usage | None,
+    replied: bool,
+    hold: Hold | None = None,
+) -> None:
+    """Settle one request (``runtime.core.cost.charge``) in ``scheduler``'s run."""
+    charge(scheduler.spec.spend, scheduler.emit, model, usage, replied, hold)
 
 
-def payer(scheduler: Scheduler, model: StreamingModel) -> ReplyEnd:
-    """``pay`` for a text-only request (a context summary): what ``text_client`` calls.
-    Its tokens count in the run's usage too, as a turn's do (the ``*_tokens`` metrics
-    a turn's reply reports as it arrives)."""
+def payer(scheduler: Scheduler, model: StreamingModel, hold: Hold | None = None) -> ReplyEnd:
+    """``pay`` for a text-only request (a context summary): what ``text_client`` calls."""
 
     def paid(usage: Usage | None, replied: bool) -> None:
-        pay(scheduler, model, usage, replied)
-        if usage is not None:
-            now = time.monotonic()
-            counts = {
-                "prompt_tokens": usage.prompt_tokens,
-                "completion_tokens": usage.completion_tokens,
-                "cached_tokens": usage.cached_tokens,
-            }
-            for name, count in counts.items():
-                if count or name != "cached_tokens":
-                    scheduler.emit(Metric(name, count, now, "tokens"))
+        pay(scheduler, model, usage, replied, hold)
 
     return paid
 
 
-def over_budget(
+def reserve(
     scheduler: Scheduler,
     model: StreamingModel,
     prompt_tokens: int,
     max_tokens: int | None,
     go_on: str,
-    request: str = "its next request",
-) -> str | None:
-    """Why the next request (``prompt_tokens`` estimated, replies capped at
-    ``max_tokens``) must not be sent, or None. ``go_on`` names how to continue the run,
-    ``request`` the request that was not sent."""
+    request: str = "the run before its next request",
+    shortest: int = MIN_REPLY,
+) -> Hold | str:
+    """Reserve the next request's worst case, or say why it must not be sent: its prompt
+    (``prompt_tokens`` estimated) and its reply, capped at ``max_tokens``, else at the cap
+    the run's extra request fields set, else at what the model's window leaves, and under
+    a budget at what the budget leaves too (``Hold.cap``: send the request with it).
+    ``go_on`` names how to continue the run, ``request`` what was stopped, ``shortest``
+    the fewest reply tokens worth sending it for."""
     spend = scheduler.spec.spend
-    if spend.budget is None:
-        return None
-    reply = max_tokens or 0
-    estimate = price_request(model, Usage(prompt_tokens, reply))
-    why = spend.check(estimate, prompt_tokens, reply, request)
-    if why is None or not spend.requests:
-        return why
-    return f"{why}; everything so far is kept, and {go_on} goes on from here"
+    cap = reply_cap(max_tokens, scheduler.request)
+    held = spend.reserve(model, prompt_tokens, cap, request, shortest)
+    if isinstance(held, Hold) or not spend.requests:
+        return held
+    return f"{held}; everything so far is kept, and {go_on} goes on from here"
+
+
+def cut_by_budget(hold: Hold, go_on: str) -> str:
+    """Why a run stops after a reply that reached the cap its budget set (``hold.cap``,
+    below the reply's own): the budget cut it, not a token limit the user chose."""
+    budget = hold.spend.budget
+    return (
+        f"the budget of {budget} cut the model's reply at {hold.cap or 0:,} tokens, all it "
+        f'left for that reply (finish_reason "length"); everything so far is kept, and '
+        f"{go_on} goes on from here"
+    )

@@ -59,6 +59,7 @@ from cortex_jupyter.runtime.core.chunks import (
     text_client,
     tool_definition,
 )
+from cortex_jupyter.runtime.core.cost import Hold, with_cap
 from cortex_jupyter.runtime.core.events import (
     AnyEvent,
     ChatEntry,
@@ -96,7 +97,7 @@ from cortex_jupyter.runtime.loop.reply import (
     takes_constraint,
 )
 from cortex_jupyter.runtime.loop.resume import Resume
-from cortex_jupyter.runtime.loop.spending import over_budget, pay, payer
+from cortex_jupyter.runtime.loop.spending import cut_by_budget, pay, payer, reserve
 from cortex_jupyter.runtime.loop.transcript import cut_note
 from cortex_jupyter.runtime.loop.typed_answer import AnswerCheck
 from cortex_jupyter.runtime.scheduler.dispatch import Scheduler
@@ -259,15 +260,17 @@ class Loop:
         """One turn (``replay``: the recorded reply of a resumed run's last turn, read
         again); True when the run ends with it."""
         turn = TurnState(number, set(self.run.actions), len(self.run.errors))
+        hold: Hold | None = None
         if replay is None:
             await self.feeds.refresh_due()
             messages, fit, budget = await self._messages(words["budget"])
-            budget = budget or over_budget(
+            held = budget or reserve(
                 self.scheduler, self.model, fit.tokens, self.agent.max_tokens, words["budget"]
             )
-            if budget is not None:  # the request is not sent
-                self._stop("budget", "budget", budget)
+            if isinstance(held, str):  # the request is not sent
+                self._stop("budget", "budget", held)
                 return True
+            hold = held
             cut = self._resume.open if self._picked_up and self._resume is not None else None
             self.scheduler.emit(Turn(number, time.monotonic(), self.model.name, cut))
             self._report_fit(number, fit)
@@ -275,13 +278,18 @@ class Loop:
             turn.before, turn.errors_before = set(replay.before), replay.errors_before
         try:
             if replay is None:
-                await self._stream(turn, messages)
+                await self._stream(turn, messages, hold)
             else:
                 await self._reread(turn, replay.chunks)
             await self.scheduler.drain()
         finally:
+            if hold is not None:
+                hold.release()  # (settled already unless the reply never started)
             self._close(turn)
         outcome, reason = decide(turn, self.agent.max_tokens, words)
+        if outcome == "truncated" and hold is not None and hold.by_budget:
+            self._stop("budget", "budget", cut_by_budget(hold, words["budget"]))
+            return True  # the budget's cap cut the reply, not the user's --max-tokens
         if outcome == "results" and getattr(self.model, "remaining_turns", None) == 0:
             # A script or a replay that has no more turns: its end is the run's end,
             # not a question for a turn that does not exist.
@@ -429,22 +437,25 @@ class Loop:
                 return None
         # The reply is capped: a small model may otherwise write until its context is
         # full (minutes on a CPU), for a summary asked to be 200 words.
-        budget = over_budget(
+        hold = reserve(
             self.scheduler, model,
             self.conversation.counter.count({"role": "user", "content": prompt}), SUMMARY_TOKENS,
-            go_on, "its request for a summary of the older conversation",
+            go_on, "the run before its request for a summary of the older conversation",
+            SUMMARY_TOKENS,  # a summary cut short would stand for the turns it left out
         )  # fmt: skip
-        if budget is not None:
-            return budget
-        request = {**self.scheduler.request, "max_tokens": SUMMARY_TOKENS}
+        if isinstance(hold, str):
+            return hold
+        request = {**self.scheduler.request, "max_tokens": SUMMARY_TOKENS}  # (all it holds)
         try:
             with anyio.fail_after(120):
                 text = await complete(
-                    text_client(model, request, payer(self.scheduler, model)),
+                    text_client(model, request, payer(self.scheduler, model, hold)),
                     [{"role": "user", "content": prompt}],
                 )
         except Exception:
             return None
+        finally:
+            hold.release()
         if text.strip():
             self.conversation.summaries[(folded.start, folded.stop)] = redact(text.strip())
         return None
@@ -514,7 +525,7 @@ class Loop:
         turn.constrained = True
         return {"constraint": grammar.Constraint(text, form, stage).body()}
 
-    async def _stream(self, turn: TurnState, messages: list[Message]) -> None:
+    async def _stream(self, turn: TurnState, messages: list[Message], hold: Hold | None) -> None:
         parser = Parser(self.dialect, taken_ids=self.taken | set(self.run.actions))
         turn.resume, self._resume = self._resume, None
         if turn.resume is not None:
@@ -523,11 +534,17 @@ class Loop:
         request = self.scheduler.request
         if self.typed is not None:
             request = self.typed.request(request)
+        max_tokens = self.agent.max_tokens
+        if hold is not None and hold.cap is not None:  # the cap its budget reserved
+            if "max_completion_tokens" in request:  # (the field the user's request named)
+                request, max_tokens = with_cap(request, hold.cap), None
+            else:
+                max_tokens = hold.cap
         stream = self.model.stream(
             messages,
             tools=self._tools(),
             temperature=self.agent.temperature,
-            max_tokens=self.agent.max_tokens,
+            max_tokens=max_tokens,
             **cast(dict[str, Any], {"request": request} if request else {}),
             **self._constraint(turn),
         )
@@ -546,7 +563,7 @@ class Loop:
             self._recorder.flush()
             # Paid when the reply ends, before its actions finish: a nested agent they
             # start spends the same budget, and sees this reply's cost in it.
-            pay(self.scheduler, self.model, turn.usage, turn.chunks > 0)
+            pay(self.scheduler, self.model, turn.usage, turn.chunks > 0, hold)
             aclose = getattr(stream, "aclose", None)
             if aclose is not None:
                 await aclose()
@@ -593,10 +610,7 @@ class Loop:
                     cast(list[ChatMessage], self._sent), chunk.prompt_tokens
                 )
                 self.scheduler.emit(Metric("context_tokens", chunk.prompt_tokens, now, "tokens"))
-            self.scheduler.emit(Metric("prompt_tokens", chunk.prompt_tokens, now, "tokens"))
-            self.scheduler.emit(Metric("completion_tokens", chunk.completion_tokens, now, "tokens"))
-            if chunk.cached_tokens:  # (of the prompt's: read from the server's cache)
-                self.scheduler.emit(Metric("cached_tokens", chunk.cached_tokens, now, "tokens"))
+            # (its prompt and completion tokens are counted when it is paid: ``pay``)
         elif isinstance(chunk, Finish):
             turn.finish = chunk.reason
         return False

@@ -14,6 +14,11 @@ mark the capture dirty and wake the run's flusher, which sends what gathered at 
 ``FLUSH_HZ`` times a second. So a tool printing a thousand lines, or reporting progress a
 hundred times a second, costs a few events, not thousands.
 
+Nothing is redacted on a write: the text is joined and redacted a batch at a time when
+it is flushed (``runtime.core.captured``), so a secret printed in two writes is redacted
+whole, in the events, on the node, in the store and the transcript, and a write costs a
+list append.
+
 ``progress(done, total, note)`` is the public way for a tool to report progress; a
 ``tqdm`` bar inside a tool reports through it too instead of drawing its own widget.
 """
@@ -39,7 +44,8 @@ from cortex_jupyter.runtime.core.events import ActionOutput, Progress
 from cortex_jupyter.runtime.core.secrets import head
 
 if TYPE_CHECKING:
-    from cortex_jupyter.runtime.core.graph import ActionNode, CapturedText
+    from cortex_jupyter.runtime.core.captured import CapturedText
+    from cortex_jupyter.runtime.core.graph import ActionNode
 
 __all__ = ["FLUSH_HZ", "MAX_KEPT", "Capture", "capturing", "current", "install", "progress"]
 
@@ -72,14 +78,16 @@ class Capture:
 
     ``wake()`` asks the run to flush soon (the scheduler passes a thread-safe function);
     ``flush()`` (on the run's loop) returns the ``ActionOutput`` event of what gathered
-    since the last flush, or None.
+    since the last flush, or None; ``flush(final=True)`` when the action ends also sends
+    what a batch held back (the beginning of what may be a secret).
 
     Printed text is the hot path (a tool may print 100,000 lines): a write appends to
-    the node's ``CapturedText`` and marks the capture dirty, without a lock (a list
-    append is atomic; the flusher clears ``dirty`` before it reads, and a writer sets it
-    after it appended, so nothing written is missed). The flusher sends the text past
-    what it sent last time. Only text that would pass ``MAX_KEPT``, log lines, progress
-    and partial values take the lock.
+    the node's ``CapturedText`` and marks the capture dirty, without a lock and without
+    redacting (a list append is atomic; the flusher clears ``dirty`` before it reads,
+    and a writer sets it after it appended, so nothing written is missed). The flusher
+    takes what gathered, joined and redacted. Only text that would pass ``MAX_KEPT``
+    (past it, a write is only counted), log lines, progress and partial values take the
+    lock.
     """
 
     def __init__(self, node: ActionNode, wake: Callable[[], None]) -> None:
@@ -89,27 +97,40 @@ class Capture:
         self._logs: list[str] = []
         self._progress: Progress | None = None
         self._partial: str | None = None
-        self._dirty = False
+        self.dirty = False
         # What the node holds already (an earlier attempt's output counts too) and how
         # much of it was reported.
         self._logs_kept = sum(map(len, node.logs))
-        self._sent = {"stdout": len(node.captured_stdout), "stderr": len(node.captured_stderr)}
 
     # ---- writers (any thread) --------------------------------------------------------
 
     def write(self, stream: str, text: str) -> None:
+        if not isinstance(text, str):  # (what a text stream says: the flush joins text)
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
         if not text:
             return
         kept = self.node.captured_stdout if stream == "stdout" else self.node.captured_stderr
-        if len(kept) + len(text) > MAX_KEPT:
-            with self._lock:
-                # (secrets redacted first: none of one is left at the cut)
-                text = head(text, self._room(stream, len(kept), len(text)))
-        if text:
-            kept.append(text)
-        if not self._dirty:
-            self._dirty = True
+        if kept.size + len(text) > MAX_KEPT:
+            if kept.full:  # only counted (``node.dropped`` says so at the next flush)
+                kept.dropped += len(text)
+                return
+            text = self._over(kept, text)
+            if not text:
+                return
+        kept.pieces.append(text)
+        kept.size += len(text)
+        if not self.dirty:
+            self.dirty = True
             self._wake()
+
+    def _over(self, kept: CapturedText, text: str) -> str:
+        """What fits of ``text`` under ``MAX_KEPT`` (the rest is counted); the raw text is
+        cut there, so its redaction hides the part of a secret at the cut."""
+        with self._lock:
+            room = max(MAX_KEPT - kept.size, 0)
+            if room < len(text):
+                kept.cut(len(text) - room)
+            return text[:room]
 
     def log(self, line: str) -> None:
         with self._lock:
@@ -146,8 +167,8 @@ class Capture:
 
     def _mark(self) -> bool:
         """Marks the capture dirty (under the lock); True when it was clean."""
-        news = not self._dirty
-        self._dirty = True
+        news = not self.dirty
+        self.dirty = True
         return news
 
     def _tell(self, news: bool) -> None:
@@ -158,20 +179,15 @@ class Capture:
 
     # ---- the flusher (the run's loop) ------------------------------------------------
 
-    @property
-    def dirty(self) -> bool:
-        return self._dirty
-
-    def flush(self) -> ActionOutput | None:
-        if not self._dirty:
+    def flush(self, *, final: bool = False) -> ActionOutput | None:
+        if not (self.dirty or final):
             return None
-        self._dirty = False  # before reading: a write after this point marks it again
+        self.dirty = False  # before reading: a write after this point marks it again
         with self._lock:
             logs, progress, partial = tuple(self._logs), self._progress, self._partial
             self._logs = []
             self._progress = self._partial = None
-        stdout = self._unsent("stdout", self.node.captured_stdout)
-        stderr = self._unsent("stderr", self.node.captured_stderr)
+        stdout, stderr = self._take("stdout", final), self._take("stderr", final)
         if not (stdout or stderr or logs or progress or partial):
             return None
         return ActionOutput(
@@ -185,10 +201,11 @@ class Capture:
             parent=self.node.parent,
         )
 
-    def _unsent(self, stream: str, kept: CapturedText) -> str:
-        text = kept.text()
-        sent, self._sent[stream] = self._sent[stream], len(text)
-        return text[sent:]
+    def _take(self, stream: str, final: bool) -> str:
+        kept = self.node.captured_stdout if stream == "stdout" else self.node.captured_stderr
+        if kept.dropped:
+            self.node.dropped[stream] = kept.dropped
+        return kept.take(end=final)
 
 
 @contextlib.contextmanager
@@ -218,7 +235,16 @@ class _Router(io.TextIOBase):
         capture = _current.get()
         if capture is None:
             return self.inner.write(text)
-        capture.write(self.stream_name, text)
+        # The hot path, inline (every write of every print): a piece of text that fits
+        # under ``MAX_KEPT``, to a capture already marked dirty, is appended; anything
+        # else goes the long way.
+        node = capture.node
+        kept = node.captured_stdout if self.stream_name == "stdout" else node.captured_stderr
+        if type(text) is str and capture.dirty and kept.size + len(text) <= MAX_KEPT:
+            kept.pieces.append(text)
+            kept.size += len(text)
+        else:
+            capture.write(self.stream_name, text)
         return len(text)
 
     def writelines(self, lines: Any) -> None:

@@ -41,13 +41,11 @@ from cortex_jupyter.protocol.events import (
     Event,
     ProtocolError,
 )
-from cortex_jupyter.runtime.core.chunks import StreamingModel, text_client
+from cortex_jupyter.runtime.core.chunks import StreamingModel
 from cortex_jupyter.runtime.core.coerce import fit
-from cortex_jupyter.runtime.core.cost import charge
 from cortex_jupyter.runtime.core.errors import (
     ActionTimeout,
     AgentDepthExceeded,
-    BudgetReached,
     CortexRuntimeError,
     InvalidVariableName,
     NoModelConfigured,
@@ -57,7 +55,6 @@ from cortex_jupyter.runtime.core.errors import (
 )
 from cortex_jupyter.runtime.core.events import ActionStatus, AnyEvent, End, Interrupt, Metric
 from cortex_jupyter.runtime.core.graph import NOT_STARTED, ActionNode, Graph, Update
-from cortex_jupyter.runtime.core.model import Message, complete
 from cortex_jupyter.runtime.core.observer import (
     RunObserver,
     RunStart,
@@ -80,6 +77,7 @@ from cortex_jupyter.runtime.core.registry import (
 )
 from cortex_jupyter.runtime.core.secrets import redact
 from cortex_jupyter.runtime.core.variables import check_variable_name, find_references, resolve
+from cortex_jupyter.runtime.scheduler.asking import ask
 from cortex_jupyter.runtime.scheduler.calls import call_tool, error_text
 from cortex_jupyter.runtime.scheduler.capture import FLUSH_HZ, Capture, capturing
 from cortex_jupyter.runtime.scheduler.spec import (
@@ -570,8 +568,8 @@ class Scheduler:
     def _settle(self, node: ActionNode, status: str, now: float, error: str | None) -> None:
         """Give a node its final status and say so (what it wrote goes out first)."""
         capture = self._captures.get(node.id)
-        if capture is not None and capture.dirty:
-            self._emit_output(capture)
+        if capture is not None:  # all of it: a batch held back what may begin a secret
+            self._emit_output(capture, final=True)
         node.status = status  # type: ignore[assignment]
         node.error = None if error is None else redact(error)
         node.finished = now
@@ -702,8 +700,8 @@ class Scheduler:
         self._flush_scope = None
         self._flush_all()
 
-    def _emit_output(self, capture: Capture) -> None:
-        event = capture.flush()
+    def _emit_output(self, capture: Capture, final: bool = False) -> None:
+        event = capture.flush(final=final)
         if event is not None:
             self._emit(event)
 
@@ -720,15 +718,8 @@ class Scheduler:
         self, spec: ToolSpec, model: StreamingModel, args: list[Any], kwargs: dict[str, Any]
     ) -> str:
         prompt = await call_tool(spec, args, kwargs, self.limiter)
-        messages: list[Message] = (
-            [{"role": "user", "content": str(prompt)}] if not isinstance(prompt, list) else prompt
-        )
-        spend = self.spec.spend
-        why = spend.check_text(model, repr(messages))  # before the request, as a turn's is
-        if why is not None:
-            raise BudgetReached(why)
-        on_end = functools.partial(charge, spend, self.emit, model)
-        return await complete(text_client(model, self.request, on_end), messages)
+        cap = self.spec.sampling.get("max_tokens")  # --max-tokens caps its reply too
+        return await ask(model, prompt, self.spec.spend, self.emit, self.request, cap)
 
     async def _run_workflow(
         self, parent: ActionNode, spec: WorkflowSpec, params: dict[str, Any]

@@ -160,7 +160,7 @@ class _Recorder:
 
     def _flush(self, final: bool = False) -> None:
         with self._flush_lock:
-            event = self.capture.flush()
+            event = self.capture.flush(final=final)
             if event is None:
                 return
             text: dict[str, Any] | None = None

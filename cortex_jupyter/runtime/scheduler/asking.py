@@ -1,0 +1,51 @@
+"""An ``llm`` action's one request to the model: reserved, sent, settled.
+
+Like a turn's, the request reserves its worst case of the run's budget before it is sent
+(its prompt estimated at ~4 characters a token, and its reply's cap: the run's, else what
+the model's window leaves, and no more than what the budget leaves, the ``max_tokens`` it
+is sent with: ``runtime.core.cost.Spend.reserve``), so several ``llm`` actions started at
+once cannot pass the budget between them; one for which the budget leaves less than
+``MIN_REPLY`` tokens of reply is not sent and its action fails with one line
+(``BudgetReached``). When the reply ends the
+reservation settles to what the server reported, which counts in the run's cost, its
+budget and its usage alike (``runtime.core.cost.charge``).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from cortex_jupyter.runtime.core.chunks import StreamingModel, text_client
+from cortex_jupyter.runtime.core.cost import Spend, charge, reply_cap, with_cap
+from cortex_jupyter.runtime.core.errors import BudgetReached
+from cortex_jupyter.runtime.core.events import AnyEvent
+from cortex_jupyter.runtime.core.model import Message, complete
+
+__all__ = ["ask"]
+
+
+async def ask(
+    model: StreamingModel,
+    prompt: Any,
+    spend: Spend,
+    emit: Callable[[AnyEvent], None],
+    request: Mapping[str, Any],
+    max_tokens: Any,
+) -> str:
+    """The model's answer to ``prompt`` (a text, or a list of chat messages), sent with
+    the run's extra ``request`` fields and its reply cap ``max_tokens`` (``--max-tokens``)."""
+    messages: list[Message] = (
+        [{"role": "user", "content": str(prompt)}] if not isinstance(prompt, list) else prompt
+    )
+    cap = reply_cap(max_tokens if isinstance(max_tokens, int) else None, request)
+    hold = spend.reserve_text(model, repr(messages), cap)
+    if isinstance(hold, str):
+        raise BudgetReached(hold)
+    fields = with_cap(request, hold.cap if hold.cap is not None else cap)
+    on_end = functools.partial(charge, spend, emit, model, hold=hold)
+    try:
+        return await complete(text_client(model, fields, on_end), messages)
+    finally:
+        hold.release()  # (settled already unless the request never started)

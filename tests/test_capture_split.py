@@ -1,0 +1,104 @@
+"""A secret a tool writes in pieces (issue 33 §2): ``sys.stdout.write(secret[:k])``, then
+the rest a moment later (so the run's flusher sends the first piece on its own), on
+stdout and on stderr. The run store's files (every table as ``iterdump`` writes it, and
+the raw bytes of the file, its -wal and -shm), ``_cortex.to_jsonl()``, ``%cortex save``,
+the node's ``.stdout`` / ``.stderr`` and the cell's output hold no six characters of it,
+wherever the writes cut it; what the tool printed around it is all there."""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+
+from cortex_jupyter import default_registry, store
+from cortex_jupyter.runtime.scheduler.capture import FLUSH_HZ
+
+SECRET = "sk-SPLITsecret0123456789abcdefXYZ"
+SIZE = 6
+_CUT = {"at": 5}
+SCRIPT = (
+    '<action type="tool" mode="sync" id="w">{"name": "write_in_halves"}</action>'
+    "<response>written</response>"
+)
+
+
+def fragments(text: str) -> list[str]:
+    return sorted({SECRET[i : i + SIZE] for i in range(len(SECRET) - SIZE + 1)} & _grams(text))
+
+
+def _grams(text: str) -> set[str]:
+    return {text[i : i + SIZE] for i in range(len(text) - SIZE + 1)}
+
+
+@pytest.fixture
+def tool() -> Iterator[None]:
+    @default_registry.tool(name="write_in_halves")
+    def write_in_halves() -> str:
+        """Write the key in two pieces, on stdout and on stderr."""
+        cut = _CUT["at"]
+        sys.stdout.write("key=" + SECRET[:cut])
+        sys.stderr.write("err " + SECRET[:cut])
+        time.sleep(4 / FLUSH_HZ)  # the flusher sends what came so far meanwhile
+        sys.stdout.write(SECRET[cut:] + " end\n")
+        sys.stderr.write(SECRET[cut:] + " end\n")
+        return "ok"
+
+    yield
+    default_registry.remove("tool", "write_in_halves")
+
+
+def _store_texts(path: Path) -> list[tuple[str, str]]:
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        out = [("iterdump", "\n".join(db.iterdump()))]
+    finally:
+        db.close()
+    for suffix in ("", "-wal", "-shm"):
+        file = Path(f"{path}{suffix}")
+        if file.exists():
+            out.append((file.name, file.read_bytes().decode("utf-8", "replace")))
+    return out
+
+
+@pytest.mark.parametrize("cut", [1, 5, 16, len(SECRET) - 1])
+@pytest.mark.parametrize("display", ["text", "widgets"])
+def test_a_key_a_tool_writes_in_two_pieces_is_on_no_surface(
+    ip: InteractiveShell,
+    tool: None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cut: int,
+    display: str,
+) -> None:
+    monkeypatch.setenv("DB_PASSWORD", SECRET)
+    monkeypatch.setitem(_CUT, "at", cut)
+    path, saved = tmp_path / "runs.db", tmp_path / "run.jsonl"
+    ip.run_line_magic("config", f"CortexMagics.store = {str(path)!r}")
+    ip.run_line_magic("config", f"CortexMagics.display = {display!r}")
+    with capture_output() as cell:
+        ip.run_cell_magic("cortex", "--script --delay 0", SCRIPT)
+        run = ip.user_ns["_cortex"]
+        ip.run_line_magic("cortex", f"save {saved}")
+    store.open_store(path).flush()
+    node = run.actions["w"]
+    assert node.status == "done"
+    assert node.stdout == "key=[redacted] end\n"
+    assert node.stderr == "err [redacted] end\n"
+    shown = [
+        ("to_jsonl", run.to_jsonl()),
+        ("save", saved.read_text(encoding="utf-8")),
+        *_store_texts(path),
+        ("cell stdout", cell.stdout),
+        ("cell stderr", cell.stderr),
+        *(("cell output", str(o.data)) for o in cell.outputs),
+    ]
+    found = {name: fragments(text) for name, text in shown if fragments(text)}
+    assert found == {}
+    assert "key=[redacted] end" in run.to_jsonl()

@@ -1,0 +1,289 @@
+"""A ``$name.path`` reaches the data inside what the user exposed, never the interpreter or
+the kernel (issue 33, item 1), through ``%%cortex`` against an OpenAI-compatible server on
+127.0.0.1, as a prompt-injected model would try it.
+
+With only a widget ``slider`` and a generator ``gen`` exposed, a model wrote
+``$slider.comm.kernel.shell.user_ns.private_notes`` and
+``$gen.gi_frame.f_globals.private_notes`` and read a hidden notebook value. Each path is
+played in an action parameter, in the answer and in a typed answer: the step it breaks at
+is named in one line, and the hidden value is nowhere (the tool, the cell's output, the
+answer, ``_cortex``, the requests the model is sent).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+from cortex_jupyter import Agent, default_registry
+from tests.models.fake_openai_server import FakeOpenAIServer, Stream, finish, texts
+
+DIARY = "my diary: the vault code is 4417"
+SIGNING_KEY = "signing-key-f00dfeedc0ffee"
+
+#: The notebook: a widget whose comm knows its kernel (a stand-in for ipykernel's, with
+#: the real shell and a session key, as ``comm.kernel`` is in a live kernel), a generator
+#: made in the notebook, a hidden note, and data a model is meant to reach.
+NOTEBOOK = f"""
+import os
+from dataclasses import dataclass
+from types import SimpleNamespace
+import ipywidgets, numpy as np, pandas as pd
+from pydantic import BaseModel
+
+private_notes = {DIARY!r}
+slider = ipywidgets.IntSlider(value=7, description="speed")
+slider.comm.kernel = SimpleNamespace(
+    shell=get_ipython(), session=SimpleNamespace(key={SIGNING_KEY!r}.encode())
+)
+def counter():
+    yield 1
+gen = counter()
+
+class Settings(BaseModel):
+    field: str = "blue"
+
+class Order:
+    def __init__(self, prices):
+        self.prices = prices
+    @property
+    def total(self):
+        return sum(self.prices)
+
+@dataclass
+class Point:
+    x: int
+    y: int
+
+class Holder:
+    module = os
+    def __init__(self):
+        self.names = globals()
+
+class Report:
+    def __init__(self, title, rows):
+        self.title, self.rows = title, rows
+    def __repr__(self):
+        return f"Report({{self.title}})"
+
+private_rows = [{{"note": {DIARY!r}}}]
+report = Report("q3", private_rows)
+df = pd.DataFrame({{"price": [1.5, 2.5, 3.0]}})
+arr = np.arange(6).reshape(2, 3)
+model, order, point, holder = Settings(), Order([2, 3]), Point(1, 2), Holder()
+"""
+EXPOSED = "slider gen df arr model order point holder report"
+
+#: The attack paths, and the step each is refused at, as the one line names it.
+ATTACKS = [
+    ("$slider.comm.kernel.shell.user_ns.private_notes", "$slider.comm is not reachable"),
+    ("$gen.gi_frame.f_globals.private_notes", "$gen.gi_frame is not reachable"),
+    ("$slider.comm.kernel.shell.user_ns.os", "$slider.comm is not reachable"),
+    ("$slider.comm.kernel.session.key", "$slider.comm is not reachable"),
+    ("$holder.names.private_notes", "$holder.names is not reachable: it is a namespace"),
+    ("$holder.module.environ", "$holder.module is not reachable: it is a module"),
+    ("$report.rows.0.note", "$report.rows is not reachable: it is the value of $private_rows"),
+]
+
+
+@pytest.fixture
+def seen() -> Iterator[list[Any]]:
+    """A tool, ``peek``, that records what it was given."""
+    received: list[Any] = []
+
+    @default_registry.tool(name="peek")
+    def peek(value: Any) -> str:
+        """Look at a value."""
+        received.append(value)
+        return f"peeked: {value}"
+
+    yield received
+    default_registry.remove("tool", "peek")
+
+
+@pytest.fixture
+def notebook(ip: InteractiveShell) -> InteractiveShell:
+    assert ip.run_cell(NOTEBOOK).success
+    ip.run_line_magic("cortex", f"expose {EXPOSED}")
+    return ip
+
+
+def reply(server: FakeOpenAIServer, *turns: str) -> None:
+    server.script(*(Stream([*texts(text, 11), finish()]) for text in turns))
+
+
+def action(value: str, id: str = "a") -> str:
+    body = json.dumps({"name": "peek", "parameters": {"value": value}})
+    return f'<action id="{id}">{body}</action>'
+
+
+def nowhere(
+    secret: str, run: Any, server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``secret`` is in nothing a user or the model sees."""
+    out = capsys.readouterr()
+    assert secret not in out.out + out.err
+    assert secret not in run.to_jsonl() and secret not in run.answer
+    assert secret not in repr(run.output)
+    assert secret not in json.dumps([r.json for r in server.requests])
+
+
+@pytest.mark.parametrize(("path", "refused"), ATTACKS)
+def test_an_attack_path_in_an_action_parameter_fails_in_one_line_naming_the_step(
+    notebook: InteractiveShell,
+    server: FakeOpenAIServer,
+    seen: list[Any],
+    capsys: pytest.CaptureFixture[str],
+    path: str,
+    refused: str,
+) -> None:
+    reply(server, action(path), "<response>done</response>")
+    notebook.run_cell_magic("cortex", "--model m --text", "Look around.")
+    run = notebook.user_ns["_cortex"]
+    node = run.actions["a"]
+    assert node.status == "failed" and seen == []  # the tool never ran
+    error = node.error or ""
+    assert refused in error and "\n" not in error.strip()
+    for secret in (DIARY, SIGNING_KEY):
+        nowhere(secret, run, server, capsys)
+
+
+@pytest.mark.parametrize(("path", "refused"), ATTACKS)
+def test_an_attack_path_in_the_answer_stays_as_written(
+    notebook: InteractiveShell,
+    server: FakeOpenAIServer,
+    capsys: pytest.CaptureFixture[str],
+    path: str,
+    refused: str,
+) -> None:
+    reply(server, f"<response>Here: {path}</response>")
+    notebook.run_cell_magic("cortex", "--model m --text", "Look around.")
+    run = notebook.user_ns["_cortex"]
+    # what resolves is filled; from the refused step on, the path stays as written
+    step = refused.split(" is not reachable")[0]
+    assert path[len(step) - len(step.split(".")[-1]) - 1 :] in run.answer
+    for secret in (DIARY, SIGNING_KEY):
+        nowhere(secret, run, server, capsys)
+
+
+@pytest.mark.parametrize(("path", "refused"), ATTACKS)
+def test_an_attack_path_in_a_typed_answer_is_a_field_error_naming_the_step(
+    notebook: InteractiveShell,
+    server: FakeOpenAIServer,
+    capsys: pytest.CaptureFixture[str],
+    path: str,
+    refused: str,
+) -> None:
+    reply(server, json.dumps({"notes": path}), json.dumps({"notes": "none"}))
+    notebook.run_cell_magic("cortex", "--model m --text --output dict[str,str]", "Notes?")
+    run = notebook.user_ns["_cortex"]
+    assert run.output == {"notes": "none"}
+    retry = server.requests[1].json["messages"][-1]["content"]
+    assert f"- notes: {refused}" in retry
+    for secret in (DIARY, SIGNING_KEY):
+        nowhere(secret, run, server, capsys)
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("$df.shape", "(3, 1)"),
+        ("$df.shape.0", "3"),
+        ("$df.columns", "Index(['price']"),
+        ("$df.price.sum", "it is a function or method"),
+        ("$arr.dtype", "int64"),
+        ("$arr.shape.1", "3"),
+        ("$model.field", "blue"),
+        ("$order.total", "5"),
+        ("$order.prices.1", "3"),
+        ("$point.y", "2"),
+        ("$slider.value", "7"),
+        ("$slider.description", "speed"),
+        ("$report.title", "q3"),
+    ],
+)
+def test_the_data_inside_what_was_exposed_stays_reachable(
+    notebook: InteractiveShell,
+    server: FakeOpenAIServer,
+    seen: list[Any],
+    path: str,
+    expected: str,
+) -> None:
+    reply(server, action(f"{path} here"), "<response>ok</response>")
+    notebook.run_cell_magic("cortex", "--model m --text", "Look around.")
+    node = notebook.user_ns["_cortex"].actions["a"]
+    assert expected in (node.output if node.status == "done" else node.error or "")
+
+
+def test_a_field_a_cell_showed_stays_reachable(
+    notebook: InteractiveShell, server: FakeOpenAIServer, seen: list[Any]
+) -> None:
+    """IPython keeps what a cell showed under ``_`` and ``_N``, names a model never sees:
+    the object is still the exposed object's data, not a hidden name's value."""
+    assert notebook.run_cell("order.prices", store_history=True).success
+    assert notebook.user_ns["_"] is notebook.user_ns["order"].prices
+    reply(server, action("$order.prices"), "<response>ok</response>")
+    notebook.run_cell_magic("cortex", "--model m --text", "Look around.")
+    assert seen == [[2, 3]] and seen[0] is notebook.user_ns["order"].prices
+
+
+def test_a_whole_reference_hands_the_tool_the_object_itself(
+    notebook: InteractiveShell, server: FakeOpenAIServer, seen: list[Any]
+) -> None:
+    both = action("$df.columns") + action("$slider.layout", id="b")
+    reply(server, both, "<response>ok</response>")
+    notebook.run_cell_magic("cortex", "--model m --text", "Look around.")
+    assert seen[0] is notebook.user_ns["df"].columns
+    assert seen[1] is notebook.user_ns["slider"].layout
+
+
+def test_a_script_cell_follows_the_same_rule(notebook: InteractiveShell, seen: list[Any]) -> None:
+    """The user's own ``--script`` text sees every name it writes, but a path still
+    stops where the interpreter begins."""
+    body = action("$gen.gi_frame.f_globals.private_notes") + "\n<response>x</response>"
+    notebook.run_cell_magic("cortex", "--script --delay 0 --text", body)
+    node = notebook.user_ns["_cortex"].actions["a"]
+    assert node.status == "failed" and seen == []
+    assert "$gen.gi_frame is not reachable: nothing inside a generator is reachable" in (
+        node.error or ""
+    )
+
+
+def test_a_nested_agent_and_a_relic_follow_the_same_rule(
+    notebook: InteractiveShell, seen: list[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A nested agent resolves its own actions, and a relic its parameters, through the
+    same resolver: the attack stops at the same step there, and nothing leaks."""
+
+    @default_registry.tool(name="keep", type="relic")
+    def keep(value: Any) -> str:
+        """Keep a value."""
+        seen.append(value)
+        return "kept"
+
+    Agent("helper", instructions="Help.", tools=["peek"])
+    attack = "$gen.gi_frame.f_globals.private_notes"
+    script = (
+        '<action type="agent" id="h">{"name": "helper", "parameters": {"task": "look"}}</action>'
+        f'<action type="relic" id="r">{{"name": "keep", "parameters": {{"value": "{attack}"}}}}'
+        "</action>\n--- next turn ---\n<response>done</response>"
+        f"\n--- reply to h ---\n{action(attack, id='x')}"
+        f"\n--- next turn ---\n<response>Found {attack}</response>"
+    )
+    try:
+        notebook.run_cell_magic("cortex", "--script --delay 0 --text", script)
+    finally:
+        default_registry.remove("agent", "helper")
+        default_registry.remove("relic", "keep")
+    run = notebook.user_ns["_cortex"]
+    nested = run.actions["h"].subrun
+    assert nested is not None and nested.actions["x"].status == "failed"
+    assert "$gen.gi_frame is not reachable" in (nested.actions["x"].error or "")
+    assert run.actions["r"].status == "failed" and seen == []
+    assert "$gen.gi_frame is not reachable" in (run.actions["r"].error or "")
+    out = capsys.readouterr()
+    assert DIARY not in out.out + out.err + run.to_jsonl() + str(run.actions["h"].output)
