@@ -15,7 +15,6 @@ them: together they would add about 0.05 s to ``%load_ext`` (of about 0.55 s).
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 import sys
@@ -31,6 +30,7 @@ from cortex_jupyter import mcp, store
 from cortex_jupyter.runtime import Registry
 from cortex_jupyter.runtime.core.cost import Budget
 from cortex_jupyter.runtime.core.errors import CortexRuntimeError
+from cortex_jupyter.runtime.core.registry import REGISTRY_TYPES
 from cortex_jupyter.runtime.core.secrets import redact, safe_repr, shorten
 from cortex_jupyter.runtime.integrations import executors
 from cortex_jupyter.runtime.integrations.mcp import DEFAULT_TIMEOUT
@@ -46,6 +46,7 @@ from cortex_jupyter.session import (
 from cortex_jupyter.session.cell import LOCAL_KEY, live_request, named_agent, stored_cell
 
 if TYPE_CHECKING:
+    from cortex_jupyter.display.listing import ToolLine
     from cortex_jupyter.runtime.integrations.mcp import ServerStatus
 
 MCP_COMMANDS = ("add", "list", "remove")
@@ -71,30 +72,41 @@ def complain(text: str) -> None:
 RUNS_HEADINGS = ("id", "when", "model", "status", "turns", "actions", "tokens", "cost", "prompt")
 
 
-def show_runs(text: str | None, limit: int) -> None:
-    """``%cortex runs [TEXT] [--limit N]``: the stored runs, newest first, as a table."""
+def show_runs(
+    text: str | None, limit: int, *, session: Session | None = None, as_text: bool = False
+) -> None:
+    """``%cortex runs [TEXT] [--limit N] [--text]``: the stored runs, newest first. In a
+    notebook a table whose ids open each run in place (``display.runs_widget``), with a
+    static copy for saved notebooks; in a terminal, or with ``as_text``, text."""
+    from cortex_jupyter.display.listing import runs_html, runs_text
+    from cortex_jupyter.display.static import STATIC_CLASS, SWITCH_CSS
+
     try:
         found = store.runs(text, limit)
     except store.StoreUnavailable as exc:
         complain(f"%cortex runs: {exc}")
         return
-    if not found:
-        print("no stored runs match." if text else "no runs are stored yet.")
+    if as_text or not found:
+        print(runs_text(found, query=text, more=found.more))
         return
-    table = [RUNS_HEADINGS, *(run_cells(row) for row in found)]
-    widths = [max(len(line[i]) for line in table) for i in range(len(RUNS_HEADINGS) - 1)]
-    for line in table:
-        print("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=False)), line[-1])
+    from IPython.display import display
+
+    copy = runs_html(found, query=text, more=found.more)
+    bundle = {
+        "text/html": f'<style>{SWITCH_CSS}</style><div class="{STATIC_CLASS}">{copy}</div>',
+        "text/plain": runs_text(found, query=text, more=found.more),
+    }
+    if session is not None and getattr(session.shell, "kernel", None) is not None:
+        from cortex_jupyter.display.runs_widget import runs_view
+
+        live = runs_html(found, query=text, more=found.more, buttons=True)
+        display(runs_view(live, lambda run_id: _open_in_place(session, run_id)))
+    display(bundle, raw=True)
 
 
-def run_cells(row: store.RunRow) -> tuple[str, ...]:
-    """One stored run as a row of ``%cortex runs``: cost shown as unknown, never 0."""
-    cost = "unknown" if row.cost is None else f"${row.cost:.4g}"
-    first = row.prompt.strip().splitlines()[0] if row.prompt.strip() else ""
-    return (
-        row.id, row.started.strftime("%Y-%m-%d %H:%M"), row.model or "", row.status,
-        str(row.turns), str(row.actions), f"{row.tokens:,}", cost, shorten(first, 60),
-    )  # fmt: skip
+def _open_in_place(session: Session, run_id: str) -> None:
+    """A run's id clicked in ``%cortex runs``: its view (``%cortex open ID``)."""
+    open_stored(session, run_id)
 
 
 def open_stored(session: Session, run_id: str) -> store.StoredRun | None:
@@ -176,20 +188,52 @@ def _with_live_request(
 # ---- what models may reach -------------------------------------------------------------
 
 
-def show_tools(registry: Registry) -> None:
-    """Every registered tool, agent, relic and workflow with its JSON schema."""
+def show_tools(registry: Registry, *, as_text: bool = False) -> None:
+    """Every registered tool, agent, relic and workflow: name, kind, the description's
+    first line and the parameters the model passes; cortex's own built-ins last, folded
+    under one line in a notebook (HTML), under one heading in text."""
+    from cortex_jupyter.display.listing import tools_html, tools_text
+
+    lines = tool_lines(registry)
+    if as_text:
+        print(tools_text(lines))
+        return
+    from IPython.display import display
+
+    display({"text/html": tools_html(lines), "text/plain": tools_text(lines)}, raw=True)
+
+
+def tool_lines(registry: Registry) -> list[ToolLine]:
+    """``registry``'s entries as ``%cortex tools`` lists them, the user's first."""
+    from cortex_jupyter.display.listing import ToolLine
+
+    builtin = _builtin_names()
+    lines = []
     for kind in ("tool", "relic", "workflow", "agent", "llm", "internal"):
-        names = registry.names(kind)
-        if not names:
-            continue
-        print(f"{kind}s:")
-        for name in names:
+        for name in registry.names(kind):
             spec = registry.get(kind, name)
-            description = getattr(spec, "description", "") or ""
-            print(f"  {name}: {description}".rstrip())
-            parameters = getattr(spec, "parameters", None)
-            if parameters:
-                print("    " + json.dumps(parameters, ensure_ascii=False))
+            takes = getattr(spec, "takes", None)
+            lines.append(
+                ToolLine(
+                    name, kind, str(getattr(spec, "description", "") or ""),
+                    str(takes()) if callable(takes) else _parameters(spec),
+                    builtin=(kind, name) in builtin,
+                )
+            )  # fmt: skip
+    return sorted(lines, key=lambda line: line.builtin)
+
+
+def _parameters(spec: object) -> str:
+    """The parameters of an entry that is not a function (an agent): their names."""
+    schema = getattr(spec, "parameters", None)
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    return ", ".join(properties) if isinstance(properties, dict) and properties else "prompt"
+
+
+def _builtin_names() -> set[tuple[str, str]]:
+    """The ``(kind, name)`` of what every registry starts with (cortex's own)."""
+    fresh = Registry()
+    return {(kind, name) for kind in REGISTRY_TYPES for name in fresh.names(kind)}
 
 
 def show_vars(session: Session) -> None:

@@ -458,8 +458,10 @@ class CortexMagics(Magics):
     # ---- line commands: each checks its words and calls ``commands`` ---------------
 
     def _cmd_tools(self, args: list[str]) -> None:
-        """Every registered tool, agent, relic and workflow with its JSON schema."""
-        commands.show_tools(self.session.registry)
+        """Every registered tool, agent, relic and workflow: a table (--text: text)."""
+        if [a for a in args if a != "--text"]:
+            raise UsageError("%cortex tools takes only --text (a plain-text list)")
+        commands.show_tools(self.session.registry, as_text="--text" in args)
 
     def _cmd_vars(self, args: list[str]) -> None:
         """What a model may reach with $name and why; what it may not (hidden, yours)."""
@@ -550,15 +552,17 @@ class CortexMagics(Magics):
         commands.save(run, args[0])
 
     def _cmd_runs(self, args: list[str]) -> None:
-        """Stored runs, newest first: %cortex runs [TEXT] [--limit N] (TEXT searches them)."""
-        words, limit = list(args), 20
+        """Stored runs, newest first: %cortex runs [TEXT] [--limit N] [--text] (TEXT
+        searches them; --text: a plain-text table)."""
+        as_text = "--text" in args
+        words, limit = [a for a in args if a != "--text"], 20
         if "--limit" in words:
             at = words.index("--limit")
             if at + 1 >= len(words):
                 raise UsageError("%cortex runs: --limit takes a number, e.g. --limit 50")
             limit = arguments.limit(words[at + 1], "%cortex runs")
             del words[at : at + 2]
-        commands.show_runs(" ".join(words) or None, limit)
+        commands.show_runs(" ".join(words) or None, limit, session=self.session, as_text=as_text)
 
     def _cmd_open(self, args: list[str]) -> None:
         """Show a stored run and make it _cortex: %cortex open ID (an id's start will do)."""

@@ -197,7 +197,7 @@ def test_the_cells_deny_holds_inside_a_nested_agent_that_would_allow(
     finally:
         ip.run_line_magic("config", "CortexMagics.approve = 'ask'")
     inner = ip.user_ns["_cortex"].actions["deleg"].subrun
-    assert tools == [] and inner.actions["mail"].error == "denied by the user"
+    assert tools == [] and inner.actions["mail"].error == "denied by the policy approval='deny'"
     assert inner.actions["look"].status == "done"
 
 
@@ -209,7 +209,7 @@ def test_a_named_agents_approve_set_covers_its_nested_agent(
     inner = ip.user_ns["_cortex"].actions["deleg"].subrun
     assert tools == [] and inner.actions["mail"].status == "skipped"
     assert inner.actions["look"].status == "skipped"
-    assert inner.actions["look"].error == "denied by the user"
+    assert inner.actions["look"].error == "denied by the policy approval='deny'"
 
 
 # ---- an answer reaches exactly the node it was asked about (issue 18 §12) ---------------

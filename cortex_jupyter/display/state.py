@@ -152,6 +152,9 @@ class ViewState:
     _body_kind: str | None = field(default=None, repr=False)
     _answer: list[tuple[str, str]] = field(default_factory=list, repr=False)
     _block_open: dict[str, bool] = field(default_factory=dict, repr=False)
+    #: An action was just taken out of the thought: the line break after it is its own
+    #: (the text goes on from the line before, without an empty line where it was).
+    _thought_gap: bool = field(default=False, repr=False)
     _open_tag: Segment | None = field(default=None, repr=False)
     _scopes: dict[str, _Scope] = field(default_factory=lambda: {"": _Scope()}, repr=False)
     _nested_ended: set[tuple[str, str]] = field(default_factory=set, repr=False)
@@ -352,6 +355,10 @@ class ViewState:
         self.text_chars += len(text)
         self._turn_chars += len(text)
         self._turn_span[:] = [self._turn_span[0] if self._turn_span else at, at]
+        if kind == "thought" and self._thought_gap:
+            text = self._close_gap(text)
+            if not text:
+                return
         if kind == "thought":
             if not self._block_open.get("thought") and self._thought:
                 self._thought.append("\n\n")
@@ -470,6 +477,17 @@ class ViewState:
             self.last_text = max(self.last_text or at, at)
             self._open_tag = None
 
+    def _close_gap(self, text: str) -> str:
+        """``text`` after an action taken out of the thought, without the line break that
+        ended the action's line (when the line before it ended too)."""
+        if not (self._thought and self._thought[-1].endswith("\n")):
+            self._thought_gap = False
+            return text
+        rest = text.lstrip("\r\n")
+        if rest:
+            self._thought_gap = False
+        return rest
+
     def _on_action(self, event: Any, at: float, scope: _Scope) -> None:
         action = event.action
         raw_id = str(action.id)
@@ -481,6 +499,8 @@ class ViewState:
         node.parameters = action.parameters if isinstance(action.parameters, Mapping) else {}
         node.output_key = action.output_key
         node.in_thought = bool(action.in_thought)
+        if node.in_thought and scope.parent is None:
+            self._thought_gap = True
         node.streaming = False
         node.source = str(getattr(event, "source", "") or "")
         if scope.parent is None:  # the body counts towards the estimated tokens written

@@ -520,10 +520,11 @@ def _chips(
 
 
 def _kind_line(node: NodeView) -> str:
-    """``tool · async  fetch_page_12``: the id keeps its end (where ids of one tool differ)
-    and as much of the line as type and mode leave it, never fewer than 10 characters."""
+    """``tool · async  #fetch_page_12``: the id, marked as one and apart from the kind and
+    mode (``tool · async weather`` read as a type), keeps its end (where ids of one tool
+    differ) and as much of the line as type and mode leave it, never fewer than 10."""
     kind = f"{node.type} · {node.mode}  "
-    return kind + shorten_middle(node.id, max(10, _LINE_CHARS - len(kind)))
+    return kind + "#" + shorten_middle(node.id, max(10, _LINE_CHARS - len(kind) - 1))
 
 
 def _text(
@@ -619,26 +620,21 @@ def node_tooltip(node: NodeView, now: float | None = None) -> str:
 
 
 def details_html(state: ViewState, *, live: bool = False) -> str:
-    """The list under the graph: failed, skipped and cancelled actions with their
-    reasons (and the text the model wrote, when it was refused), retries in progress,
-    notes, and the run's own errors. Empty when all is well. ``live``: each action's
+    """The list under the graph: retries in progress and the run's own errors (the text
+    the model wrote, when it was refused). Empty when all is well. A failed, skipped or
+    cancelled action and an action's note are not repeated here: its own panel (the
+    inspector, which opens by itself for a failed one; the copy's list of actions) says
+    it, and one line under the cell (issue 37: one report per failure). ``live``: each
     row opens its inspector when clicked."""
     items = []
     for node_id in state.order:
         node = state.nodes[node_id]
         style = style_for(node.shown_status)
         who = f'<b>{esc(node.label)}</b> <span style="color:{MUTED}">({esc(node.id)})</span>'
-        row = _clickable(live, "select", node.id)
-        if node.status in ("failed", "skipped", "cancelled"):
-            message = esc(node.error or node.status)
-            if node.source and node.started is None and node.status == "failed":
-                message += _refused(node.source)
-            items.append(_item(style.ink, f"{style.icon} {style.label}", who, message, row))
-        elif node.retry_error:
+        if node.retry_error and not node.final:
             message = esc(node.retry_error)
+            row = _clickable(live, "select", node.id)
             items.append(_item(style.ink, f"↻ attempt {node.attempt} failed", who, message, row))
-        if node.note:
-            items.append(_item(MUTED, "note", who, esc(node.note), row))
     for index, error in enumerate(state.errors):
         refused = state.refused.get(index)
         message = esc(error) + (_refused(refused) if refused else "")

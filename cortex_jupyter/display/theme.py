@@ -47,8 +47,10 @@ UNKNOWN_STATUS = StatusStyle("#8c8c8c", "#f4f4f4", "#4d4d4d", "?", "unknown")
 
 # The segments of the model's stream in the timeline.
 STREAM_COLOURS: dict[str, str] = {
-    "thought": "#cc79a7",
-    "action": "#e69f00",
+    # Lavender and tan: no action status uses them (the status colours are Okabe-Ito's,
+    # and "skipped" orange beside an "action" orange read as one; issue 37).
+    "thought": "#9d8ec7",
+    "action": "#a0785a",
     # Okabe-Ito sky blue: no action status uses it (done's green would read as an action).
     "response": "#56b4e9",
     "text": "#999999",

@@ -67,7 +67,7 @@ def timeline_svg(source: ViewState | Run, now: float | None = None, width: int =
     plot_w = max(width - LABEL_W - 16, 100)
     rows = _rows(state)
     legend_y = TOP + ROW_H * (len(rows) + 1) + AXIS_H
-    legend, legend_h = _legend(legend_y, width)
+    legend, legend_h = _legend(legend_y, width, _shown(state, rows, marks))
     height = legend_y + legend_h
 
     def x(t: float) -> float:
@@ -238,14 +238,33 @@ def _axis(t0: float, span: float, plot_w: float, y: float) -> list[str]:
     return parts
 
 
-def _legend(y: float, width: int) -> tuple[str, int]:
-    """The colour key, wrapped to ``width``; returns the SVG and its height."""
+#: The statuses an action's bar is drawn in (a bar is drawn once it started).
+_BAR_STATUSES = ("running", "done", "failed", "skipped", "cancelled")
+#: The legend's name for each kind of mark.
+_MARK_NAMES = {"output": "printed", "stderr": "stderr / log", "progress": "progress"}
+
+
+def _shown(
+    state: ViewState, rows: list[tuple[NodeView, int]], marks: dict[str, list[Mark]]
+) -> set[str]:
+    """The names of what the picture draws: the stream's kinds, the statuses of the bars
+    drawn, the kinds of marks on them (the legend lists these only)."""
+    shown = {seg.kind if seg.kind in STREAM else "text" for seg in state.segments}
+    for node, _ in rows:
+        if node.started is not None:
+            shown.add(node.shown_status)
+        shown.update(_MARK_NAMES[m.kind] for m in marks.get(node.id, ()))
+    return shown
+
+
+def _legend(y: float, width: int, shown: set[str]) -> tuple[str, int]:
+    """The colour key of what the picture shows (``shown``), wrapped to ``width``;
+    returns the SVG and its height."""
     parts, px, line = [], 4, 0
     entries = list(STREAM.items())
-    entries += [(s, style_for(s).stroke) for s in ("running", "done", "failed", "skipped")]
-    entries += [("printed", MARK_COLOURS["output"]), ("stderr / log", MARK_COLOURS["stderr"])]
-    entries += [("progress", MARK_COLOURS["progress"])]
-    for name, colour in entries:
+    entries += [(s, style_for(s).stroke) for s in _BAR_STATUSES]
+    entries += [(name, MARK_COLOURS[kind]) for kind, name in _MARK_NAMES.items()]
+    for name, colour in [(n, c) for n, c in entries if n in shown]:
         entry_w = 14 + 7 * len(name) + 12
         if px + entry_w > width and px > 4:
             px, line = 4, line + 1
@@ -253,7 +272,7 @@ def _legend(y: float, width: int) -> tuple[str, int]:
         # Marks are thin ticks on a bar: their key is a tick on a grey bar.
         swatch = (
             f'<rect x="{px}" y="{top}" width="10" height="10" rx="2" fill="{colour}"/>'
-            if name in STREAM or name in ("running", "done", "failed", "skipped")
+            if name in STREAM or name in _BAR_STATUSES
             else f'<rect x="{px}" y="{top + 2}" width="10" height="6" rx="1" fill="{EDGE}"/>'
             f'<rect x="{px + 4}" y="{top}" width="2" height="10" fill="{colour}"/>'
         )

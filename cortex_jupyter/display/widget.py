@@ -127,9 +127,12 @@ _NO_FREEZE = 2.0
 #: A thought line longer than this is cut at a space (a visible line break), so that one
 #: endless paragraph is not re-sent whole on every redraw.
 _LONG_LINE = 8 * FREEZE_CHARS
+#: The thought box shows whole lines: its height is this many lines of this height, plus
+#: its padding and border (a widget box is border-box), so no line is cut in half.
+_THOUGHT_LINES, _THOUGHT_LINE_PX = 8, 18
 _THOUGHT_STYLE = (
     "white-space:pre-wrap;word-break:break-word;font-style:italic;font-size:12.5px;"
-    f"line-height:1.45;color:{MUTED_VAR}"
+    f"line-height:{_THOUGHT_LINE_PX}px;color:{MUTED_VAR}"
 )
 
 
@@ -657,7 +660,7 @@ class WidgetView:
             box = ipywidgets.Box(
                 [self._thought.box],
                 layout=ipywidgets.Layout(
-                    max_height="12em",
+                    max_height=f"{_THOUGHT_LINES * _THOUGHT_LINE_PX + 2 * 4 + 2}px",
                     overflow="hidden auto",
                     flex_flow="column-reverse",
                     border=f"1px solid {BORDER_VAR}",

@@ -9,6 +9,7 @@ depends on the record alone, not on how the run was wired.
 from __future__ import annotations
 
 import sys
+import textwrap
 import time
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -110,15 +111,11 @@ def report(run: NotebookRun) -> None:
     """End the cell: a short line for failed actions, an error for a missing answer."""
     failed = [node for node in run.actions.values() if node.status == "failed"]
     if failed:
-        names = ", ".join(f"{node.id} ({node.name})" for node in failed[:5])
-        more = f" and {len(failed) - 5} more" if len(failed) > 5 else ""
-        print(
-            f"cortex: {len(failed)} action(s) failed: {names}{more}; see the details "
-            "above or _cortex.actions[id].error.",
-            file=sys.stderr,
-        )
+        names = ", ".join(f"{node.id} ({node.name})" for node in failed[:3])
+        more = f" and {len(failed) - 3} more" if len(failed) > 3 else ""
+        say(f"cortex: {len(failed)} action(s) failed: {names}{more}; its panel above says why.")
     for note in run.notes:
-        print(f"cortex: {note}", file=sys.stderr)
+        say(f"cortex: {note}")
     still = [node.id for node in unfinished(run)]
     if still:
         print(
@@ -135,6 +132,20 @@ def report(run: NotebookRun) -> None:
         if run.status in ("truncated", "budget"):
             hint = ""  # the reason says what to do already
         raise CortexRunError(redact(f"{reason}{hint}"))
+
+
+#: Columns a line under the cell is wrapped at, between words: JupyterLab breaks its
+#: outputs' lines anywhere (``word-break: break-all``), in the middle of a word too.
+LINE_WIDTH = 88
+
+
+def say(text: str) -> None:
+    """One report under the cell on stderr, wrapped between words (never inside one)."""
+    lines = textwrap.wrap(
+        " ".join(text.split()), LINE_WIDTH, subsequent_indent="  ", break_long_words=False,
+        break_on_hyphens=False,
+    )  # fmt: skip
+    print("\n".join(lines), file=sys.stderr)
 
 
 def nothing() -> None:

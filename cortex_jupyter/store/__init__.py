@@ -32,7 +32,15 @@ import platformdirs
 
 from cortex_jupyter.runtime.core.record import user_path
 from cortex_jupyter.runtime.core.secrets import shorten
-from cortex_jupyter.store.read import RunRow, StoredRun, Timeline, UnknownRun, fts_query
+from cortex_jupyter.store.read import (
+    RunList,
+    RunRow,
+    Snippet,
+    StoredRun,
+    Timeline,
+    UnknownRun,
+    fts_query,
+)
 from cortex_jupyter.store.read import load as _load
 from cortex_jupyter.store.read import rows as _rows
 from cortex_jupyter.store.schema import VERSION
@@ -45,8 +53,10 @@ __all__ = [
     "ENVIRONMENT",
     "VERSION",
     "Recording",
+    "RunList",
     "RunRow",
     "RunTaken",
+    "Snippet",
     "Store",
     "StoreUnavailable",
     "StoredRun",
@@ -129,9 +139,11 @@ def take_problem() -> str | None:
 
 def runs(
     query: str | None = None, limit: int = 20, *, store: str | os.PathLike[str] | None = None
-) -> list[RunRow]:
+) -> RunList:
     """The stored runs, newest first (at most ``limit``); with ``query``, those whose
-    prompt, answer, action names or outputs hold all of its words."""
+    prompt, answer, action names or outputs hold all of its words, each with the
+    ``snippet`` that matched. A ``RunList``: ``.more`` says how many did not fit, and
+    ``.to_pandas()`` (or ``pd.DataFrame(rows)``) makes a DataFrame."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MOST_ROWS:
         raise ValueError(
             f"limit must be a whole number from 1 to {MOST_ROWS:,} (the most SQLite "

@@ -10,10 +10,14 @@ the user's words are quoted, so no text can be an FTS syntax error.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
+import math
+import re
+import secrets
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,12 +29,24 @@ from cortex_jupyter.runtime.core.record import (
 )
 from cortex_jupyter.store.outputs import restore
 
-__all__ = ["RunRow", "StoredRun", "Timeline", "UnknownRun", "fts_query", "load", "rows"]
+__all__ = [
+    "RunList",
+    "RunRow",
+    "Snippet",
+    "StoredRun",
+    "Timeline",
+    "UnknownRun",
+    "fts_query",
+    "load",
+    "rows",
+]
 
 _COLUMNS = (
     "id, started, ended, model, status, reason, turns, actions, prompt_tokens, "
     "completion_tokens, cost, prompt, answer, options"
 )
+#: What a row adds to ``_COLUMNS`` for ``runs()`` (``load`` reads ``_COLUMNS`` alone).
+_LISTED = ", text_chars"
 
 
 class UnknownRun(LookupError):
@@ -62,20 +78,104 @@ class RunRow:
     prompt: str
     answer: str | None
     options: dict[str, Any]
+    #: The characters of the model's text, as the view counts them for its estimate.
+    text_chars: int = 0
+    #: Where a search found its words: ``(field, pieces)``, each piece ``(text, matched)``.
+    snippet: Snippet | None = None
+
+    @property
+    def estimated(self) -> bool:
+        """True when the server never counted the tokens written (a script, a replay):
+        ``tokens`` is then the view's estimate, ~4 characters a token."""
+        return self.completion_tokens == 0 and self.text_chars > 0
 
     @property
     def tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
+        """The tokens the model wrote, as the run's view counted them: the server's
+        count, else the estimate the view showed (``~`` before it)."""
+        return math.ceil(self.text_chars / 4) if self.estimated else self.completion_tokens
+
+    @property
+    def title(self) -> str:
+        """The prompt as the user wrote it, on one line; for a ``--script`` cell (the
+        cell is the model's reply) the first words of its text, not its tags."""
+        from cortex_jupyter.display.listing import prompt_words
+
+        return prompt_words(self.prompt, script=bool(self.options.get("script")))
 
     @classmethod
-    def of(cls, row: tuple[Any, ...]) -> RunRow:
+    def of(cls, row: tuple[Any, ...], snippet: Snippet | None = None) -> RunRow:
         (id_, started, ended, model, status, reason, turns, actions, prompt_tokens,
-         completion_tokens, cost, prompt, answer, options) = row  # fmt: skip
+         completion_tokens, cost, prompt, answer, options, *more) = row  # fmt: skip
         return cls(
             id_, _when(started), None if ended is None else _when(ended), model, status,
             reason, turns, actions, prompt_tokens, completion_tokens, cost, prompt, answer,
-            json.loads(options or "{}"),
+            json.loads(options or "{}"), int(more[0] or 0) if more else 0, snippet,
         )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Snippet:
+    """Where a search found its words in one run: the ``field`` (``prompt``, ``answer``,
+    ``action``, ``output:ID``) and a short cut of its text around them, as ``pieces``
+    of ``(text, matched)``. Plain text: whoever shows it escapes it."""
+
+    field: str
+    pieces: tuple[tuple[str, bool], ...]
+
+    def __str__(self) -> str:
+        return "".join(f"[{text}]" if hit else text for text, hit in self.pieces)
+
+
+class RunList(list[RunRow]):
+    """The stored runs ``runs()`` found (a list of ``RunRow``), and how many more there
+    are: ``total`` is every run that matched, ``query`` what was searched.
+    ``to_pandas()`` (or ``pd.DataFrame(rows)``) makes a DataFrame of them; in a notebook
+    it shows as a table."""
+
+    def __init__(
+        self, found: Iterable[RunRow] = (), *, total: int | None = None, query: str | None = None
+    ) -> None:
+        super().__init__(found)
+        self.total = len(self) if total is None else total
+        self.query = query
+
+    @property
+    def more(self) -> int:
+        """How many matching runs are not in this list (a larger ``limit`` shows them)."""
+        return max(self.total - len(self), 0)
+
+    def to_pandas(self) -> Any:
+        """One row a run: its fields, the prompt as shown (``title``), the tokens as the
+        view counted them with ``estimated``. pandas is imported here, not before."""
+        import pandas as pd  # type: ignore[import-untyped]
+
+        return pd.DataFrame(
+            [
+                {**dataclasses.asdict(row), "title": row.title, "tokens": row.tokens,
+                 "estimated": row.estimated,
+                 "snippet": None if row.snippet is None else str(row.snippet)}
+                for row in self
+            ],
+            columns=[*_FRAME_COLUMNS],
+        )  # fmt: skip
+
+    def _repr_html_(self) -> str:
+        from cortex_jupyter.display.listing import runs_html
+
+        return runs_html(self, query=self.query, more=self.more)
+
+    def __repr__(self) -> str:
+        from cortex_jupyter.display.listing import runs_text
+
+        return runs_text(self, query=self.query, more=self.more)
+
+
+_FRAME_COLUMNS = (
+    "id", "started", "ended", "model", "status", "reason", "turns", "actions", "tokens",
+    "estimated", "prompt_tokens", "completion_tokens", "cost", "title", "prompt", "answer",
+    "snippet", "options",
+)  # fmt: skip
 
 
 def fts_query(text: str) -> str:
@@ -85,21 +185,96 @@ def fts_query(text: str) -> str:
     return " ".join('"' + word.replace('"', '""') + '"' for word in words)
 
 
-def rows(db: sqlite3.Connection, query: str | None = None, limit: int = 20) -> list[RunRow]:
+def rows(db: sqlite3.Connection, query: str | None = None, limit: int = 20) -> RunList:
     """The stored runs, newest first; with ``query``, those whose prompt, answer, action
-    names or outputs hold all its words (a text of no words, a NUL alone: every run)."""
+    names or outputs hold all its words (a text of no words, a NUL alone: every run),
+    each with the ``snippet`` where its words were found."""
     words = fts_query(query) if query is not None else ""
     if not words:
         found = db.execute(
-            f"SELECT {_COLUMNS} FROM runs ORDER BY started DESC LIMIT ?", (limit,)
+            f"SELECT {_COLUMNS}{_LISTED} FROM runs ORDER BY started DESC LIMIT ?", (limit,)
         ).fetchall()
-    else:
-        found = db.execute(
-            f"SELECT {_COLUMNS} FROM runs WHERE id IN "
-            "(SELECT run FROM search WHERE search MATCH ?) ORDER BY started DESC LIMIT ?",
-            (words, limit),
-        ).fetchall()
-    return [RunRow.of(row) for row in found]
+        (total,) = db.execute("SELECT count(*) FROM runs").fetchone()
+        return RunList([RunRow.of(row) for row in found], total=total, query=None)
+    matching = "id IN (SELECT run FROM search WHERE search MATCH ?)"
+    found = db.execute(
+        f"SELECT {_COLUMNS}{_LISTED} FROM runs WHERE {matching} ORDER BY started DESC LIMIT ?",
+        (words, limit),
+    ).fetchall()
+    (total,) = db.execute(f"SELECT count(*) FROM runs WHERE {matching}", (words,)).fetchone()
+    snippets = _snippets(db, words, [str(row[0]) for row in found])
+    listed = [RunRow.of(row, snippets.get(str(row[0]))) for row in found]
+    return RunList([_in_title(row, query or "") for row in listed], total=total, query=query)
+
+
+def _in_title(row: RunRow, query: str) -> RunRow:
+    """A script's row found by its prompt: the words marked in its ``title`` (the words
+    of the script), not in a cut of its protocol text (tags and action bodies)."""
+    if row.snippet is None or row.snippet.field != "prompt" or not row.options.get("script"):
+        return row
+    words = sorted({w for w in query.replace("\x00", " ").split() if w}, key=len, reverse=True)
+    title = row.title
+    pieces: list[tuple[str, bool]] = []
+    at = 0
+    for match in re.finditer("|".join(map(re.escape, words)), title, re.IGNORECASE):
+        if match.start() > at:
+            pieces.append((title[at : match.start()], False))
+        pieces.append((match.group(), True))
+        at = match.end()
+    if not pieces:
+        return row  # the words were in its tags or parameters: where FTS found them
+    if at < len(title):
+        pieces.append((title[at:], False))
+    return dataclasses.replace(row, snippet=Snippet("prompt", tuple(pieces)))
+
+
+#: Words of context a snippet keeps around what matched.
+_SNIPPET_WORDS = 12
+#: Where the field a snippet comes from is chosen: what the user wrote first.
+_FIELD_ORDER = {"prompt": 0, "answer": 1, "action": 2}
+
+
+def _snippets(db: sqlite3.Connection, words: str, runs: list[str]) -> dict[str, Snippet]:
+    """Each run's best snippet: the prompt's, else the answer's, an action name's, an
+    output's. The marks around a match are made of a random word for this query only, so
+    no stored text can forge one (model text is untrusted)."""
+    if not runs:
+        return {}
+    mark = secrets.token_hex(8)
+    start, end = f"[{mark}:", f":{mark}]"
+    holes = ", ".join("?" * len(runs))
+    found: dict[str, tuple[int, Snippet]] = {}
+    for run, what, text in db.execute(
+        f"SELECT run, field, snippet(search, 2, ?, ?, '…', ?) FROM search "
+        f"WHERE search MATCH ? AND run IN ({holes})",
+        (start, end, _SNIPPET_WORDS, words, *runs),
+    ):
+        order = _FIELD_ORDER.get(str(what), 3)
+        if run not in found or order < found[run][0]:
+            found[run] = (order, Snippet(str(what), _pieces(str(text), start, end)))
+    return {run: snippet for run, (_, snippet) in found.items()}
+
+
+#: The protocol's tags, left out of a snippet (a ``--script`` cell's prompt holds them).
+_TAGS = re.compile(
+    r"</?(?:thought|think|thinking|response|action|context_feed)\b[^<>…]*>?"
+    # a tag whose start the snippet's cut left out: "…thought> ..."
+    r"|^…/?(?:thought|think|thinking|response|action|context_feed)\b[^<>…]*>"
+)
+
+
+def _pieces(text: str, start: str, end: str) -> tuple[tuple[str, bool], ...]:
+    """``text`` on one line, without protocol tags, cut at the marks ``snippet()`` put
+    around each match."""
+    pieces: list[tuple[str, bool]] = []
+    for part in " ".join(_TAGS.sub(" ", text).split()).split(start):
+        hit, found, rest = part.partition(end)
+        if found and hit:
+            pieces.append((hit, True))
+        tail = rest if found else hit
+        if tail:
+            pieces.append((tail, False))
+    return tuple(pieces)
 
 
 def find_id(db: sqlite3.Connection, given: str) -> str:

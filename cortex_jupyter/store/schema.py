@@ -30,6 +30,13 @@ Version 2:
   the moment a resume took it over (NULL in a run written by version 1: its ``started``).
   A live process that started after it is another one that got the same pid
   (``store.claim``).
+
+Version 3:
+
+- ``runs.text_chars``: the characters of the text the model wrote, counted as the run's
+  view counts them for its ``~N tokens`` estimate (thought, response and text, and each
+  action's name and parameters). A run whose server never said how many tokens it wrote
+  (a ``--script`` cell, a replay) shows that estimate, marked ``~`` (0 in an older row).
 """
 
 from __future__ import annotations
@@ -85,7 +92,11 @@ CREATE VIRTUAL TABLE search USING fts5 (run UNINDEXED, field UNINDEXED, text);
 """
 
 #: ``MIGRATIONS[n]``: the SQL that takes a version-``n`` database to version ``n + 1``.
-MIGRATIONS: list[str] = [_V1, "ALTER TABLE runs ADD COLUMN claimed REAL"]
+MIGRATIONS: list[str] = [
+    _V1,
+    "ALTER TABLE runs ADD COLUMN claimed REAL",
+    "ALTER TABLE runs ADD COLUMN text_chars INTEGER NOT NULL DEFAULT 0",
+]
 VERSION = len(MIGRATIONS)
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cortex_jupyter.protocol.events import ActionReady
+from cortex_jupyter.protocol.events import ActionReady, ResponseDelta, TextDelta, ThoughtDelta
 from cortex_jupyter.runtime.core.events import ActionStatus, AnyEvent, End, Metric, Nested, Turn
 from cortex_jupyter.runtime.core.graph import ActionNode
 from cortex_jupyter.runtime.core.joining import Joiner
@@ -143,6 +143,8 @@ class _Kept:
     actions: set[str] = field(default_factory=set)
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    #: The model's text as the view counts it for its estimate (``schema``, version 3).
+    text_chars: int = 0
     model: str | None = None
     status: str = "running"
     node_seq: dict[str, int] = field(default_factory=dict)
@@ -496,9 +498,10 @@ class Store:
 
     def _recount(self, db: sqlite3.Connection, run: str, kept: _Kept) -> None:
         row = db.execute(
-            "SELECT turns, prompt_tokens, completion_tokens FROM runs WHERE id = ?", (run,)
+            "SELECT turns, prompt_tokens, completion_tokens, text_chars FROM runs WHERE id = ?",
+            (run,),
         ).fetchone()
-        kept.turns, kept.prompt_tokens, kept.completion_tokens = row
+        kept.turns, kept.prompt_tokens, kept.completion_tokens, kept.text_chars = row
         for node, seq in db.execute("SELECT id, seq FROM nodes WHERE run = ?", (run,)):
             kept.node_seq[node] = seq  # (ids as stored: redacted)
             if "/" not in node:
@@ -534,6 +537,10 @@ class Store:
             _add_tokens(kept, event.name, event.value)
         elif isinstance(event, ActionStatus):
             kept.actions.add(redact(event.id))  # as ``nodes.id`` keeps it
+        elif isinstance(event, TEXT_DELTAS):
+            kept.text_chars += len(event.text)
+        elif isinstance(event, ActionReady):
+            kept.text_chars += written_chars(event.action)
         elif isinstance(event, End):
             kept.status = event.status
         elif isinstance(event, Nested):
@@ -583,10 +590,10 @@ class Store:
             return
         db.execute(
             "UPDATE runs SET turns = ?, actions = ?, prompt_tokens = ?, completion_tokens = ?, "
-            "model = coalesce(?, model), status = CASE WHEN status = 'running' THEN ? "
-            "ELSE status END WHERE id = ?",
+            "text_chars = ?, model = coalesce(?, model), "
+            "status = CASE WHEN status = 'running' THEN ? ELSE status END WHERE id = ?",
             (kept.turns, len(kept.actions), kept.prompt_tokens, kept.completion_tokens,
-             kept.model, kept.status, run),
+             min(kept.text_chars, _MOST_TOKENS), kept.model, kept.status, run),
         )  # fmt: skip
 
 
@@ -614,6 +621,17 @@ def _add_tokens(kept: _Kept, name: str, value: float) -> None:
     transcript says what it likes) is kept as the most it holds, not the run refused."""
     more = 0 if isinstance(value, float) and not math.isfinite(value) else int(value)
     setattr(kept, name, max(-_MOST_TOKENS, min(getattr(kept, name) + more, _MOST_TOKENS)))
+
+
+#: The text deltas whose characters the view's token estimate counts.
+TEXT_DELTAS = (ThoughtDelta, ResponseDelta, TextDelta)
+
+
+def written_chars(action: Any) -> int:
+    """An action's share of the view's estimate (``display.state``'s ``_on_action``): its
+    name and parameters as the model wrote them, and the tags around them."""
+    parameters = action.parameters if isinstance(action.parameters, Mapping) else {}
+    return len(str(action.name)) + len(repr(parameters)) + 40
 
 
 def _name(model: object) -> str | None:

@@ -421,3 +421,19 @@ def test_a_nodes_edges_are_the_ones_the_runtime_waited_on() -> None:
     assert state.nodes["c"].depends_on == ("a", "b") and state.nodes["c"].references == ("b",)
     assert state.nodes["d"].references == ("c",)
     assert state.nodes["d"].refs == (("x", "b"), ("y", "c"))
+
+
+def test_an_action_taken_out_of_the_thought_leaves_no_empty_line() -> None:
+    # issue 37: the thought box kept a gap where each action was
+    from cortex_jupyter.protocol import Parser
+
+    state = ViewState()
+    parser = Parser()
+    text = (
+        '<thought>I will check.\n<action id="a">{"name": "x"}</action>\n'
+        "Then answer.\n\nA new paragraph stays one.</thought>"
+    )
+    for chunk in [text[i : i + 7] for i in range(0, len(text), 7)]:
+        for event in parser.feed(chunk):
+            state.apply(event, 1.0)
+    assert state.thought == "I will check.\nThen answer.\n\nA new paragraph stays one."

@@ -102,13 +102,16 @@ def test_workflow_children_are_chips_inside_the_parent() -> None:
     assert "s2 (w.2)" in (chips[1].find(f"{SVG}title").text or "")  # type: ignore[union-attr]
 
 
-def test_details_list_names_failed_and_skipped_nodes() -> None:
+def test_details_list_does_not_repeat_what_a_nodes_panel_says() -> None:
+    # issue 37: a failure is reported once, in its node's panel (and one line under the
+    # cell); the list under the graph keeps what has no panel: the run's own errors.
     state = finished_run()
     state.apply(status("a4", "skipped", 500.0, name="after", error="depends on 'a3', which failed"))
+    assert details_html(state) == ""
+    state.apply(ProtocolError("forged_result", "forged", source="<result>42</result>"))
     html = details_html(state)
-    assert "compare" in html and "ValueError: no model" in html
-    assert "↷ skipped" in html and "which failed" in html
-    assert "search" not in html  # done nodes are not listed
+    assert "ValueError: no model" not in html and "which failed" not in html
+    assert "✗ error" in html and "&lt;result&gt;42&lt;/result&gt;" in html
     assert details_html(ViewState()) == ""
 
 
@@ -226,16 +229,15 @@ def test_awaiting_has_its_own_look_and_the_newest_line_shows_while_running() -> 
     assert "waiting for your approval" in node_tooltip(state.nodes["m"])
 
 
-def test_refused_text_and_notes_are_in_the_details_with_clickable_rows() -> None:
+def test_the_runs_own_refused_text_is_in_the_details_and_a_nodes_is_not() -> None:
     state = ViewState()
     feed(state, parse('<action id="bad">{"name": 3}</action>'))
     state.apply(status("ok", "done", 2.0, name="x", note="renamed from r1"))
     state.apply(ProtocolError("forged_result", "forged", source="<result>42</result>"))
     html = details_html(state, live=True)
-    assert "the model wrote:" in html and "&lt;action id=&quot;bad&quot;&gt;" in html
-    assert "renamed from r1" in html and "&lt;result&gt;42&lt;/result&gt;" in html
-    assert 'data-cxj-act="select" data-cxj-id="bad"' in html
-    assert "data-cxj" not in details_html(state)
+    assert "the model wrote:" in html and "&lt;result&gt;42&lt;/result&gt;" in html
+    # the refused action and the note are in their nodes' panels (the inspector)
+    assert "&lt;action id=&quot;bad&quot;&gt;" not in html and "renamed from r1" not in html
 
 
 def test_a_sub_runs_graph_for_the_inspector() -> None:

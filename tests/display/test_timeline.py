@@ -124,10 +124,22 @@ def test_a_response_does_not_look_like_a_done_action() -> None:
     done = next(r for r in root.iter(f"{SVG}rect") if "search (a1): done" in _title(r))
     assert response.get("fill") != done.get("fill")
     assert done.get("fill") == style_for("done").stroke
-    # The legend names every colour the picture uses, the marks' too.
+    # The legend names the colours the picture uses, and only those (issue 37).
     legend = [t.text for t in root.iter(f"{SVG}text")]
-    for name in ("response", "done", "printed", "stderr / log", "progress"):
+    for name in ("response", "done"):
         assert name in legend, name
+    for name in ("printed", "stderr / log", "progress", "running", "cancelled"):
+        assert name not in legend, name
+
+
+def test_the_legend_lists_the_marks_drawn_in_colours_that_differ() -> None:
+    root = ET.fromstring(timeline_svg(_run_with_output()))
+    legend = {t.text for t in root.iter(f"{SVG}text")}
+    assert "printed" in legend
+    from cortex_jupyter.display.theme import STATUS_STYLES, STREAM_COLOURS
+
+    statuses = {style.stroke for style in STATUS_STYLES.values()}
+    assert not statuses & set(STREAM_COLOURS.values())  # "action" is no "skipped"
 
 
 def test_a_marks_tip_cut_to_its_tail_keeps_no_part_of_a_secret(secret: str) -> None:

@@ -80,7 +80,7 @@ async def test_a_callable_approver_allows_one_and_denies_another(registry: Regis
     assert statuses(run, "mail") == ["pending", "awaiting", "running", "done"]
     assert registry.sent == ["ada@example.com"]  # type: ignore[attr-defined]
     assert statuses(run, "rm") == ["pending", "awaiting", "skipped"]
-    assert run.actions["rm"].error == "denied by the user"
+    assert run.actions["rm"].error == "denied by the rule policy"  # nobody was asked
     awaiting = [
         e for e in run.events if isinstance(e, ActionStatus) and e.status == "awaiting"
         and e.id == "mail"
@@ -113,7 +113,7 @@ async def test_numpys_bool_is_a_bool_to_an_approver(registry: Registry) -> None:
         approval=lambda node: np.bool_(node.name == "send_email"),
     ).run("go")  # fmt: skip
     assert registry.sent == ["ada@example.com"]  # type: ignore[attr-defined]
-    assert run.actions["rm"].error == "denied by the user"
+    assert run.actions["rm"].error == "denied by the rule <lambda>"
 
 
 async def test_deny_skips_the_action_its_dependents_and_tells_the_model(
@@ -129,7 +129,7 @@ async def test_deny_skips_the_action_its_dependents_and_tells_the_model(
     results = next(e for e in run.events if e.kind == "message" and e.role == "user"
                    and e.content.startswith("<results>"))  # fmt: skip
     assert 'id="mail" name="send_email" status="skipped"' in results.content
-    assert "denied by the user" in results.content
+    assert "denied by the policy approval='deny'" in results.content
 
 
 async def test_allow_runs_without_asking(registry: Registry) -> None:
@@ -141,7 +141,7 @@ async def test_an_agent_can_name_tools_that_need_approval(registry: Registry) ->
     agent = Agent(model=ScriptModel(SCRIPT), registry=registry, approve={"lookup"}, approval="deny")
     run = await agent.run("go")
     assert run.actions["who"].status == "skipped" and run.actions["who"].error == (
-        "denied by the user"
+        "denied by the policy approval='deny'"
     )
 
 
@@ -271,7 +271,7 @@ async def test_a_callers_deny_holds_inside_a_nested_agent_that_would_allow(
     inner = run.actions["deleg"].subrun
     assert posts == []
     assert inner.actions["m1"].status == "skipped"
-    assert inner.actions["m1"].error == "denied by the user"
+    assert inner.actions["m1"].error == "denied by the policy approval='deny'"
     assert inner.actions["l1"].status == "done"  # not named by anyone: never asked
 
 

@@ -43,8 +43,8 @@ if TYPE_CHECKING:
     from cortex_jupyter.runtime.core.graph import ActionNode
 
 __all__ = [
-    "APPROVAL_MODES", "Approver", "Decision", "Rules", "approver_for", "ask_line", "terminal_ask",
-    "under",
+    "APPROVAL_MODES", "Approver", "Decision", "Rules", "Verdict", "approver_for", "ask_line",
+    "terminal_ask", "under", "who",
 ]  # fmt: skip
 
 #: A way to ask: given the waiting node, the answer (True: run it).
@@ -188,11 +188,43 @@ def approver_for(policy: Policy, ask: Approver | None = None) -> Approver:
     )
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """An approval's answer and who gave it (``by``: "the user", "the rule NAME", "the
+    policy approval='deny'"): false when denied, so it reads as the bool it replaces."""
+
+    approved: bool
+    by: str
+
+    def __bool__(self) -> bool:
+        return self.approved
+
+
+#: Who answers when a person is asked (buttons in a notebook, ``input()``).
+ASKED = "the user"
+
+
+def who(approver: Approver) -> str:
+    """Who ``approver`` speaks for (``_labelled``); a person when it does not say."""
+    return str(getattr(approver, "cortex_who", ASKED))
+
+
+def _labelled(approver: Approver, by: str) -> Approver:
+    approver.cortex_who = by  # type: ignore[attr-defined]
+    return approver
+
+
+def rule_name(policy: Callable[..., Any]) -> str:
+    """How a policy function is named in a denial: its name (``no_mass_mail``)."""
+    name = getattr(policy, "__name__", None)
+    return str(name) if name else type(policy).__name__
+
+
 def _constant(answer: bool) -> Approver:
     async def decide(node: ActionNode) -> bool:
         return answer
 
-    return decide
+    return _labelled(decide, f"the policy approval={'allow' if answer else 'deny'!r}")
 
 
 def _calling(policy: Callable[[ActionNode], Any]) -> Approver:
@@ -205,7 +237,7 @@ def _calling(policy: Callable[[ActionNode], Any]) -> Approver:
             result = await result
         return _approves(result)
 
-    return decide
+    return _labelled(decide, f"the rule {rule_name(policy)}")
 
 
 def _approves(answer: Any) -> bool:
@@ -266,18 +298,19 @@ class Rules:
             ask=under(parent, self.ask if self.ask is not None else terminal_ask),
         )
 
-    def approver(self) -> Approver:
+    def approver(self) -> Callable[[ActionNode], Awaitable[Verdict]]:
         """Yes only when every policy says yes: the fixed ones first (a ``deny`` never
-        bothers the person), then, once, the person."""
+        bothers the person), then, once, the person. The ``Verdict`` names who decided:
+        the first that said no, else the last that said yes."""
         steps = [*self.fixed]
         if self.asks:
             steps.append(self.ask if self.ask is not None else terminal_ask)
 
-        async def decide(node: ActionNode) -> bool:
+        async def decide(node: ActionNode) -> Verdict:
             for step in steps:
                 if not await step(node):
-                    return False
-            return True
+                    return Verdict(False, who(step))
+            return Verdict(True, who(steps[-1]) if steps else "the policy approval='allow'")
 
         return decide
 
@@ -300,4 +333,4 @@ def under(parent: str, approver: Approver) -> Approver:
     async def asking(node: ActionNode) -> bool:
         return await approver(cast("ActionNode", _Under(parent, node)))
 
-    return asking
+    return _labelled(asking, who(approver))

@@ -505,10 +505,11 @@ class Scheduler:
                 parameters=brief_json(node.resolved),
             )
         )  # fmt: skip
-        why = "denied by the user"
+        approved: object = False
         try:
             with anyio.fail_after(self.approve_timeout):
                 approved = await self.approve(node)
+            why = f"denied by {getattr(approved, 'by', 'the user')}"
         except TimeoutError:
             approved = False
             why = f"denied: not approved within {self.approve_timeout:g} s (approve_timeout)"
@@ -517,7 +518,7 @@ class Scheduler:
             why = f"denied: asking for approval failed ({error_text(exc)})"
         if not approved:
             self._settle(node, "skipped", time.monotonic(), why)
-        return approved
+        return bool(approved)
 
     async def _attempts(self, node: ActionNode, action: Action, prepared: Invoke) -> Any:
         """Call with the action's timeout, retries and backoff, capturing its output."""
