@@ -58,7 +58,7 @@ def keep(output: Any) -> Kept:
     if not is_repr and faithful(output, shown):
         text = json.dumps(shown, ensure_ascii=False)
         safe = redact(text)
-        if safe != text or _holds_secret(text.encode()):
+        if safe != text or _holds_secret(text.encode("utf-8", "surrogatepass")):
             value = json.dumps(redact_value(shown), ensure_ascii=False)
             return Kept("redacted", redact(value), None, redact(value)[:SEARCH_TEXT])
         return Kept("json", text, None, text[:SEARCH_TEXT])
