@@ -287,3 +287,58 @@ def test_a_nested_agent_and_a_relic_follow_the_same_rule(
     assert "$gen.gi_frame is not reachable" in (run.actions["r"].error or "")
     out = capsys.readouterr()
     assert DIARY not in out.out + out.err + run.to_jsonl() + str(run.actions["h"].output)
+
+
+WEAK = f"""
+import os, weakref
+
+class Vault:
+    def __init__(self):
+        self.code = {DIARY!r}
+    def __str__(self):
+        return "Vault: " + self.code
+
+def helper():
+    return 1
+
+private_vault = Vault()
+
+class Tree:
+    def __init__(self):
+        self.parent = weakref.proxy(private_vault)
+        self.system = weakref.proxy(os)
+        self.call = weakref.proxy(helper)
+        self.kind = weakref.proxy(Vault)
+        self.ref = weakref.ref(private_vault)
+
+tree = Tree()
+"""
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["$tree.parent", "$tree.system", "$tree.call", "$tree.kind", "$tree.ref"],
+)
+def test_a_weak_reference_held_by_an_exposed_object_is_not_reachable(
+    ip: InteractiveShell,
+    server: FakeOpenAIServer,
+    seen: list[Any],
+    capsys: pytest.CaptureFixture[str],
+    path: str,
+) -> None:
+    """A notebook object holding a ``weakref.proxy`` to a hidden object, a module, a
+    function or a class (a tree's parent link): the proxy is not of any of those types,
+    and is not the hidden object itself, so ``$tree.parent`` handed the tool the hidden
+    vault (its ``str`` the diary), ``$tree.system`` a module. A weak reference stands for
+    an object the path never checked: it is not reachable."""
+    assert ip.run_cell(WEAK).success
+    ip.run_line_magic("cortex", "expose tree")
+    reply(server, action(path) + action(f"see {path}", id="b"), "<response>done</response>")
+    ip.run_cell_magic("cortex", "--model m --text", "Look around.")
+    run = ip.user_ns["_cortex"]
+    assert seen == []
+    for id in ("a", "b"):
+        node = run.actions[id]
+        assert node.status == "failed"
+        assert f"{path} is not reachable: it is a weak reference" in (node.error or "")
+    nowhere(DIARY, run, server, capsys)

@@ -14,12 +14,17 @@ Secrets never reach the disk: an output that holds one, in any form the redactio
 redacted JSON or redacted short repr, marked ``redacted``: it is not the value any more,
 and resume runs that action again rather than restore it. A pickle is checked by looking
 for every form of every secret in its bytes (as UTF-8, and as numpy's UTF-32 and UTF-16
-strings write them) before it is written; when in doubt, the redacted repr is kept.
+strings write them, and a secret of digits as the binary numbers a pickle and numpy
+write: an ``int`` in 4 or 8 bytes or as few as it needs, a ``float`` in 8, either byte
+order) before it is written; when in doubt, the redacted repr is kept.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +58,7 @@ def keep(output: Any) -> Kept:
     if not is_repr and faithful(output, shown):
         text = json.dumps(shown, ensure_ascii=False)
         safe = redact(text)
-        if safe != text or _holds_secret(text.encode()):
+        if safe != text or _holds_secret(text.encode("utf-8", "surrogatepass")):
             value = json.dumps(redact_value(shown), ensure_ascii=False)
             return Kept("redacted", redact(value), None, redact(value)[:SEARCH_TEXT])
         return Kept("json", text, None, text[:SEARCH_TEXT])
@@ -105,12 +110,49 @@ def restore(kind: str, value: str | None, data: bytes | None) -> Any:
 
 
 def _holds_secret(data: bytes) -> bool:
-    """Whether ``data`` holds any form of any secret, as UTF-8, UTF-16 or UTF-32 text."""
-    for form in secrets.forms():
+    """Whether ``data`` holds any form of any secret, as UTF-8, UTF-16 or UTF-32 text,
+    or a secret of digits as a binary number (``_binary``)."""
+    forms = secrets.forms()
+    for form in forms:
         for codec in ("utf-8", "utf-32-le", "utf-16-le"):
             try:
                 if form.encode(codec) in data:
                     return True
             except UnicodeEncodeError:
                 continue
-    return False
+    return any(number in data for number in _binary(forms))
+
+
+_NUMBER = re.compile(r"[+-]?[0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?")
+_made: dict[tuple[str, ...], frozenset[bytes]] = {}
+
+
+def _binary(forms: tuple[str, ...]) -> frozenset[bytes]:
+    """The bytes a pickle or a numpy array holds for a secret that is a number's text (a
+    PIN): a pickle writes an ``int`` in 4 bytes or as few as it needs, little-endian, and
+    a ``float`` in 8 big-endian; numpy in 8 (or 4) bytes in the machine's order. Nothing
+    when no secret is a number (almost always)."""
+    made = _made.get(forms)
+    if made is None:
+        found: set[bytes] = set()
+        for form in forms:
+            if _NUMBER.fullmatch(form):
+                found |= _encodings(float(form), form)
+        made = frozenset(found)
+        _made.clear()
+        _made[forms] = made
+    return made
+
+
+def _encodings(number: float, form: str) -> set[bytes]:
+    found: set[bytes] = set()
+    if math.isfinite(number):
+        found |= {struct.pack("<d", number), struct.pack(">d", number)}
+    if form.lstrip("+-").isdigit():
+        whole = int(form)
+        size = (whole.bit_length() + 8) // 8  # (a sign bit included)
+        for width in {size, 4, 8}:
+            if width >= size:
+                found |= {whole.to_bytes(width, "little", signed=True)}
+                found |= {whole.to_bytes(width, "big", signed=True)}
+    return found

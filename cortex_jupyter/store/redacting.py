@@ -16,6 +16,12 @@ A JSON body stays JSON: a secret in the digits of a number (a PIN a tool returne
 an ``int``) makes the number ``"[redacted]"``, not a bare ``[redacted]`` the reader
 could not decode.
 
+SQLite holds UTF-8, which has no lone surrogates (``"\\ud800"`` in a model's JSON, a file
+name ``os.listdir`` decoded with ``surrogateescape``): each is written as its JSON escape
+(``\\ud800``, six characters), so a JSON body reads back as the very string it held, and
+any other text shows where it was. Bound raw, one made the whole write fail: a model
+could keep its own action out of the store.
+
 Bytes (``outputs.data``, a pickle) are not text: ``store.outputs.keep`` refuses to pickle
 an output whose bytes hold any form of a secret. SQL text itself is never built from
 values here (parameters carry them).
@@ -24,6 +30,7 @@ values here (parameters carry them).
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -40,9 +47,14 @@ def redacted(parameters: Any) -> Any:
     return tuple(_one(value) for value in parameters)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _one(value: Any) -> Any:
     if not isinstance(value, str):
         return value
+    if not value.isascii():
+        value = _SURROGATE.sub(lambda found: f"\\u{ord(found.group()):04x}", value)
     safe = redact(value)
     if safe == value or not value.startswith(("{", "[")):
         return safe

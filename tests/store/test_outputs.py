@@ -146,3 +146,33 @@ def test_any_nested_value_stored_then_opened_is_equal_and_of_the_same_types(
 ) -> None:
     back, _ = kept(value, tmp_path_factory.mktemp("outputs") / "runs.db")
     assert same(back, value), (back, value)
+
+
+def test_a_lone_surrogate_a_model_writes_does_not_keep_its_action_out_of_the_store(
+    tmp_path: Path,
+) -> None:
+    """A model writes ``"\\ud800"`` in an action's JSON (a file name ``os.listdir`` read
+    with ``surrogateescape`` holds such too): UTF-8 has no lone surrogates, and the
+    store failed that write, so the action stayed ``running`` in the store, its output
+    and everything in the same write gone, though the run completed. It is kept, and
+    reads back as it was, as does a prompt and an answer holding one."""
+    registry = Registry()
+
+    @registry.tool
+    def echo(x: str) -> str:
+        return "got " + x
+
+    script = (
+        '<action id="a">{"name": "echo", "parameters": {"x": "\\ud800"}}</action>\n'
+        "--- next turn ---\n<response>done \\udcff</response>"
+    )
+    path = tmp_path / "runs.db"
+    kept = store.open_store(path)
+    run = Agent(model=ScriptModel(script), registry=registry).run_sync("go \udcff", store=kept)
+    assert run.actions["a"].output == "got \ud800"
+    kept.flush()
+    assert kept.problem is None
+    back = cortex_jupyter.open_run(run.id, store=path)
+    assert back.actions["a"].status == "done"
+    assert back.actions["a"].output == "got \ud800"
+    assert back.prompt == "go \\udcff"  # (a text shows where it was)

@@ -218,3 +218,38 @@ def test_a_secret_of_digits_a_tool_returns_as_a_number_is_kept_nowhere(
     back = cortex_jupyter.open_run(run.id, store=path)
     assert back.status == "completed" and set(back.actions) == {"a"}
     assert type(run).load(saved).status == "completed"  # the transcript reads back too
+
+
+@pytest.mark.parametrize(
+    "made",
+    [
+        pytest.param(lambda pin: (int(pin), "acct"), id="tuple"),
+        pytest.param(lambda pin: {int(pin): "pin"}, id="int-key"),
+        pytest.param(lambda pin: np.array([int(pin), 5]), id="int64-array"),
+        pytest.param(lambda pin: (float(pin),), id="float"),
+    ],
+)
+def test_a_secret_of_digits_inside_a_pickled_output_is_not_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, made: Any
+) -> None:
+    """A PIN returned as a number inside an output JSON would not give back whole (a
+    tuple, an ``int`` key, an array): the pickle writes the number in binary, where no
+    text form of the PIN is, so it was kept and ``open_run`` gave the PIN back."""
+    pin = "73915284"
+    monkeypatch.setenv("DB_PASSWORD", pin)
+    registry = Registry()
+
+    @registry.tool
+    def account() -> Any:
+        return made(pin)
+
+    body = '<action id="a">{"name": "account"}</action>\n--- next turn ---\n<response>ok</response>'
+    path = tmp_path / "runs.db"
+    kept = store.open_store(path)
+    run = Agent(model=ScriptModel(body), registry=registry).run_sync("go", store=kept)
+    assert run.status == "completed"
+    kept.flush()
+    back = cortex_jupyter.open_run(run.id, store=path).actions["a"].output
+    assert isinstance(back, OutputRepr) and pin not in str(back)
+    kinds = dict(sqlite3.connect(path).execute("SELECT action, kind FROM outputs"))
+    assert kinds == {"a": "redacted"}

@@ -18,7 +18,8 @@ names has been walked around. So a step is allowed only when it is one of:
 
 And whatever a step starts from or lands on is never interpreter machinery (``machinery``):
 a module, class, function or method, descriptor, code object, frame, traceback,
-generator, coroutine, cell, a namespace mapping (a module's or the notebook's globals, a
+generator, coroutine, cell, weak reference (its target is never checked), a namespace
+mapping (a module's or the notebook's globals, a
 class's ``__dict__``, ``os.environ``, ``sys.modules``), or an object of the kernel or the
 shell (IPython, ipykernel, jupyter_client, comm, zmq, tornado, traitlets). Names
 starting with ``_`` are never a step. What is hidden from the model is checked by the
@@ -34,6 +35,7 @@ import os
 import sys
 import sysconfig
 import types
+import weakref
 from collections import ChainMap
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
@@ -68,6 +70,10 @@ _CODE = (
     (types.ModuleType, "a module"),
     (type, "a class"),
     (types.MappingProxyType, "a class's namespace"),
+    # A proxy stands for an object it is not (its type is the proxy's), a ref hands it
+    # out when called: either would carry a module, a function or a hidden value past
+    # every check on what a step lands on.
+    ((weakref.ProxyType, weakref.CallableProxyType, weakref.ReferenceType), "a weak reference"),
 )
 _ROUTINES = (
     types.FunctionType,
