@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 from collections.abc import Iterator
@@ -67,13 +68,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # The seed is drawn once, in the first process (under xdist: the controller, whose
+    # environment the workers it starts inherit), so every worker collects the same order,
+    # as xdist requires.
+    if config.getoption("--shuffle") == "random":
+        seed = os.environ.setdefault(
+            "CORTEX_SHUFFLE_SEED", str(random.SystemRandom().randrange(10**6))
+        )
+        config.option.shuffle = seed
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    seed = config.getoption("--shuffle")
+    return None if seed is None else f"tests shuffled with --shuffle {seed} (to replay this order)"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     seed = config.getoption("--shuffle")
     if seed is None:
         return
-    if seed == "random":
-        seed = str(random.SystemRandom().randrange(10**6))
-    print(f"\ntests shuffled with --shuffle {seed}")
     draw = random.Random(seed)
     files: dict[str, list[pytest.Item]] = {}
     for item in items:
