@@ -20,7 +20,7 @@ from cortex_jupyter.display.state import from_run
 from cortex_jupyter.display.static import header_html
 from cortex_jupyter.display.theme import fmt_count
 from cortex_jupyter.models import OpenAIModel
-from cortex_jupyter.runtime.core.cost import MIN_REPLY
+from cortex_jupyter.runtime.core.cost.budget import MIN_REPLY
 from cortex_jupyter.runtime.core.events import ActionStatus, AnyEvent, ContextUse
 from cortex_jupyter.runtime.loop.agent import RunHooks
 from cortex_jupyter.session import CortexRunError

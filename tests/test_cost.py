@@ -24,9 +24,9 @@ from cortex_jupyter.display.theme import fmt_count
 from cortex_jupyter.magic import CortexMagics
 from cortex_jupyter.models import OpenAIModel
 from cortex_jupyter.runtime import Run
-from cortex_jupyter.runtime.core.chunks import Usage
 from cortex_jupyter.runtime.core.events import Chunk, Cost
-from cortex_jupyter.runtime.core.record import decode_event
+from cortex_jupyter.runtime.core.model.chunks import Usage
+from cortex_jupyter.runtime.core.record.run import decode_event
 from cortex_jupyter.runtime.loop.context import DEFAULT_REPLY_ROOM, MESSAGE_OVERHEAD
 from cortex_jupyter.session import CortexRunError, session_for
 from cortex_jupyter.session.cell import LOCAL_KEY

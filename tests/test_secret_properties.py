@@ -41,9 +41,8 @@ from cortex_jupyter import default_registry
 from cortex_jupyter.display import widget as widget_module
 from cortex_jupyter.display.inspector import inspector_html
 from cortex_jupyter.display.rich import rich_html
-from cortex_jupyter.runtime.core.answer import value_text
-from cortex_jupyter.runtime.core.record import brief_json, summarize
-from cortex_jupyter.runtime.core.secrets import (
+from cortex_jupyter.runtime.core.record.run import brief_json, summarize
+from cortex_jupyter.runtime.core.trust.secrets import (
     REDACTED,
     Repr,
     head,
@@ -55,6 +54,7 @@ from cortex_jupyter.runtime.core.secrets import (
     tail,
     truncate,
 )
+from cortex_jupyter.runtime.core.values.answer import value_text
 from tests.models.fake_openai_server import FakeOpenAIServer, Stream, finish, texts
 
 SIZE = 6

@@ -13,8 +13,8 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from cortex_jupyter import default_registry
-from cortex_jupyter.runtime.core.answer import value_text
-from cortex_jupyter.runtime.core.record import summarize
+from cortex_jupyter.runtime.core.record.run import summarize
+from cortex_jupyter.runtime.core.values.answer import value_text
 from tests.models.fake_openai_server import FakeOpenAIServer, Stream, finish, texts
 
 #: A password holding a backslash: JSON and ``repr`` write it as ``hunter2\\backslash``.

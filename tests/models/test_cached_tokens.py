@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from cortex_jupyter.models import OpenAIModel, pricing
 from cortex_jupyter.models._reply import ReplyAssembler
-from cortex_jupyter.runtime.core.chunks import Finish, Usage
+from cortex_jupyter.runtime.core.model.chunks import Finish, Usage
 
 from .fake_openai_server import FakeOpenAIServer, Stream, finish, openai_usage, role, texts, usage
 

@@ -471,8 +471,8 @@ def test_with_no_provider_a_run_has_no_observer_and_imports_no_opentelemetry() -
         import sys
         from cortex_jupyter.models import ScriptModel
         from cortex_jupyter.runtime import Agent
-        from cortex_jupyter.runtime.core import observer as observe
-        from cortex_jupyter.runtime.core.record import Run
+        from cortex_jupyter.runtime.core.record import observer as observe
+        from cortex_jupyter.runtime.core.record.run import Run
         print("imported", "opentelemetry" in sys.modules)
         made = []
         real = observe.observers_for

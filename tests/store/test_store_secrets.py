@@ -17,8 +17,8 @@ import cortex_jupyter
 from cortex_jupyter import store
 from cortex_jupyter.models import ScriptModel
 from cortex_jupyter.runtime import Agent, Registry
-from cortex_jupyter.runtime.core.record import OutputRepr
-from cortex_jupyter.runtime.core.secrets import secrets
+from cortex_jupyter.runtime.core.record.run import OutputRepr
+from cortex_jupyter.runtime.core.trust.secrets import secrets
 
 KEY = 'sk-live-"quoted\\back-0123456789abcdef'  # JSON and repr escape it
 TOKEN = "tok_9f8e7d6c5b4a39281706"

@@ -41,8 +41,12 @@ from cortex_jupyter.protocol.events import (
     Event,
     ProtocolError,
 )
-from cortex_jupyter.runtime.core.chunks import StreamingModel
-from cortex_jupyter.runtime.core.coerce import fit
+from cortex_jupyter.runtime.core.calls.registry import (
+    AgentSpec,
+    Step,
+    ToolSpec,
+    WorkflowSpec,
+)
 from cortex_jupyter.runtime.core.errors import (
     ActionTimeout,
     AgentDepthExceeded,
@@ -54,29 +58,29 @@ from cortex_jupyter.runtime.core.errors import (
     WorkflowStepFailed,
 )
 from cortex_jupyter.runtime.core.events import ActionStatus, AnyEvent, End, Interrupt, Metric
-from cortex_jupyter.runtime.core.graph import NOT_STARTED, ActionNode, Graph, Update
-from cortex_jupyter.runtime.core.observer import (
+from cortex_jupyter.runtime.core.model.chunks import StreamingModel
+from cortex_jupyter.runtime.core.record.graph import NOT_STARTED, ActionNode, Graph, Update
+from cortex_jupyter.runtime.core.record.observer import (
     RunObserver,
     RunStart,
     acting,
     notify,
     observers_for,
 )
-from cortex_jupyter.runtime.core.record import (
+from cortex_jupyter.runtime.core.record.run import (
     Run,
     brief_json,
     dispatch_latencies,
     kept,
     summarize,
 )
-from cortex_jupyter.runtime.core.registry import (
-    AgentSpec,
-    Step,
-    ToolSpec,
-    WorkflowSpec,
+from cortex_jupyter.runtime.core.trust.secrets import redact
+from cortex_jupyter.runtime.core.values.coerce import fit
+from cortex_jupyter.runtime.core.values.variables import (
+    check_variable_name,
+    find_references,
+    resolve,
 )
-from cortex_jupyter.runtime.core.secrets import redact
-from cortex_jupyter.runtime.core.variables import check_variable_name, find_references, resolve
 from cortex_jupyter.runtime.scheduler.asking import ask
 from cortex_jupyter.runtime.scheduler.calls import call_tool, error_text
 from cortex_jupyter.runtime.scheduler.capture import FLUSH_HZ, Capture, capturing
@@ -140,7 +144,7 @@ class Scheduler:
         self._flush_scope: anyio.CancelScope | None = None
         self._loop_thread = threading.get_ident()
         #: Who watches this run besides the host's ``on_event``: the host's observers (a
-        #: store) and those every run gets (tracing: ``runtime.core.observer``), asked at
+        #: store) and those every run gets (tracing: ``runtime.core.record.observer``), asked at
         #: the run's start.
         self._observers: tuple[RunObserver, ...] = ()
         #: The status a run that is left normally ends with (the agent loop sets
@@ -641,7 +645,7 @@ class Scheduler:
     def _fit_references(
         self, node: ActionNode, action: Action, spec: Any, params: dict[str, Any]
     ) -> dict[str, Any]:
-        """``$name`` values fitted to the types the entry declares (``runtime.core.coerce``);
+        """``$name`` values fitted to the types the entry declares (``runtime.core.values.coerce``);
         each conversion is noted on the node."""
         wants = getattr(spec, "wants", None)
         if wants is None or not isinstance(action.parameters, Mapping):
