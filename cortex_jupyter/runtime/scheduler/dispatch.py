@@ -18,11 +18,7 @@ import functools
 import statistics
 import threading
 import time
-from collections.abc import (
-    Callable,
-    Iterable,
-    Mapping,
-)
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from types import TracebackType
@@ -41,12 +37,7 @@ from cortex_jupyter.protocol.events import (
     Event,
     ProtocolError,
 )
-from cortex_jupyter.runtime.core.calls.registry import (
-    AgentSpec,
-    Step,
-    ToolSpec,
-    WorkflowSpec,
-)
+from cortex_jupyter.runtime.core.calls.registry import AgentSpec, Step, ToolSpec, WorkflowSpec
 from cortex_jupyter.runtime.core.errors import (
     ActionTimeout,
     AgentDepthExceeded,
@@ -84,9 +75,7 @@ from cortex_jupyter.runtime.core.values.variables import (
 from cortex_jupyter.runtime.scheduler.asking import ask
 from cortex_jupyter.runtime.scheduler.calls import call_tool, error_text
 from cortex_jupyter.runtime.scheduler.capture import FLUSH_HZ, Capture, capturing
-from cortex_jupyter.runtime.scheduler.spec import (
-    RunSpec,
-)
+from cortex_jupyter.runtime.scheduler.spec import RunSpec
 
 Invoke = Callable[[], Any]
 _Call = tuple[list[Any], dict[str, Any]]  # a tool's positional and keyword arguments
