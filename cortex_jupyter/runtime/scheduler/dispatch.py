@@ -254,12 +254,18 @@ class Scheduler:
         self._emit(event)
         if isinstance(event, ActionReady):
             self._add_action(event.action, event.source)
-        elif isinstance(event, ActionStart):
+        elif isinstance(event, ProtocolError) and event.id is not None:
+            self._add_rejected(event)
+        else:
+            self._remember(event)
+
+    def _remember(self, event: Event) -> None:
+        """Keep what an action's opening tag and a context feed say, read the first time
+        or again on resume."""
+        if isinstance(event, ActionStart):
             self._starts[event.id] = event
         elif isinstance(event, ContextFeedEvent):
             self.feeds[event.id] = event.text
-        elif isinstance(event, ProtocolError) and event.id is not None:
-            self._add_rejected(event)
 
     def skip(self, event: ActionReady, why: str) -> None:
         """Take ``event``'s action without running it: its node is ``skipped`` with
@@ -286,12 +292,11 @@ class Scheduler:
         self._require_tg("replay an event")
         if isinstance(event, ActionReady):
             self.pick_up(event.action, event.source)
-        elif isinstance(event, ActionStart):
-            self._starts[event.id] = event
-        elif isinstance(event, ContextFeedEvent):
-            self.feeds[event.id] = event.text
-        elif isinstance(event, ProtocolError) and event.id not in (None, *self.run.actions):
-            self.submit(event)  # a refusal the record lost
+        elif isinstance(event, ProtocolError):
+            if event.id not in (None, *self.run.actions):
+                self.submit(event)  # a refusal the record lost
+        else:
+            self._remember(event)
 
     def pick_up(self, action: Action, source: str = "") -> None:
         """The action ``action`` of the resumed run: its node restored when ``kept``
