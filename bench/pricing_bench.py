@@ -27,8 +27,8 @@ import genai_prices
 
 from bench._common import table
 from cortex_jupyter.models import OpenAIModel, pricing
-from cortex_jupyter.runtime.core.chunks import Usage
-from cortex_jupyter.runtime.core.cost import Budget, Spend, charge
+from cortex_jupyter.runtime.core.cost.budget import Budget, Spend, charge
+from cortex_jupyter.runtime.core.model.chunks import Usage
 
 CALLS = 200
 MODELS = [

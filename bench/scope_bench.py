@@ -1,6 +1,6 @@
 """What the path rule costs: resolving ``$name.path`` through a notebook's ``Scope``.
 
-Each step is checked against the allow-list (``runtime.core.reach``), and a path's first
+Each step is checked against the allow-list (``runtime.core.trust.reach``), and a path's first
 landing on an object collects the ids of every hidden notebook name's value once (for the
 rule "never the value of a name the model may not see"): a cost that grows with the size
 of the namespace. Prints one table: microseconds per reference, for namespaces of 10, 1,000
@@ -18,7 +18,7 @@ import pandas as pd
 
 from bench._common import table
 from cortex_jupyter.runtime import resolve
-from cortex_jupyter.runtime.core.scope import Scope
+from cortex_jupyter.runtime.core.trust.scope import Scope
 
 
 @dataclass

@@ -67,7 +67,7 @@ def one_process(mode: str, runs: int) -> list[tuple[float, float]]:
 
     from cortex_jupyter.models import ScriptModel
     from cortex_jupyter.runtime import Agent, Registry
-    from cortex_jupyter.runtime.core import observe
+    from cortex_jupyter.runtime.core.record import observer as observe
 
     if mode == "unplugged":
         observe._factories.clear()

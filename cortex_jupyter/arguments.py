@@ -11,8 +11,8 @@ from IPython.core.error import UsageError
 from IPython.core.magic_arguments import MagicArgumentParser
 from traitlets import Bool, Dict, Float, Int, Union
 
-from cortex_jupyter.runtime.core.cost import Budget
-from cortex_jupyter.runtime.core.secrets import shorten
+from cortex_jupyter.runtime.core.cost.budget import Budget
+from cortex_jupyter.runtime.core.trust.secrets import shorten
 from cortex_jupyter.runtime.loop.grammar import CONSTRAIN_FORMS
 from cortex_jupyter.runtime.loop.request import check_request
 

@@ -28,10 +28,10 @@ from IPython.core.magic_arguments import MagicArgumentParser
 
 from cortex_jupyter import mcp, store
 from cortex_jupyter.runtime import Registry
-from cortex_jupyter.runtime.core.cost import Budget
+from cortex_jupyter.runtime.core.calls.registry import REGISTRY_TYPES
+from cortex_jupyter.runtime.core.cost.budget import Budget
 from cortex_jupyter.runtime.core.errors import CortexRuntimeError
-from cortex_jupyter.runtime.core.registry import REGISTRY_TYPES
-from cortex_jupyter.runtime.core.secrets import redact, safe_repr, shorten
+from cortex_jupyter.runtime.core.trust.secrets import redact, safe_repr, shorten
 from cortex_jupyter.runtime.integrations import executors
 from cortex_jupyter.runtime.integrations.mcp import DEFAULT_TIMEOUT
 from cortex_jupyter.runtime.loop.conversation import Conversation

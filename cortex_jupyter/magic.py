@@ -44,8 +44,8 @@ from traitlets.config.loader import LazyConfigValue
 from cortex_jupyter import arguments, commands
 from cortex_jupyter import store as run_store
 from cortex_jupyter.commands import complain
-from cortex_jupyter.runtime.core.cost import Budget
-from cortex_jupyter.runtime.core.secrets import redact
+from cortex_jupyter.runtime.core.cost.budget import Budget
+from cortex_jupyter.runtime.core.trust.secrets import redact
 from cortex_jupyter.runtime.integrations.executors import set_dask_address
 from cortex_jupyter.runtime.loop.grammar import CONSTRAIN_FORMS
 from cortex_jupyter.runtime.loop.request import check_request

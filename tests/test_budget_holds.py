@@ -15,16 +15,17 @@ from typing import Any
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from cortex_jupyter import Agent, default_registry, runs, store
+from cortex_jupyter import Agent, runs, store
 from cortex_jupyter.display.state import from_run
 from cortex_jupyter.display.static import header_html
 from cortex_jupyter.display.theme import fmt_count
 from cortex_jupyter.models import OpenAIModel
-from cortex_jupyter.runtime.core.cost import MIN_REPLY
+from cortex_jupyter.runtime.core.cost.budget import MIN_REPLY
 from cortex_jupyter.runtime.core.events import ActionStatus, AnyEvent, ContextUse
 from cortex_jupyter.runtime.loop.agent import RunHooks
 from cortex_jupyter.session import CortexRunError
 from tests.conftest import SECRET
+from tests.helpers import registered_agent
 from tests.models.fake_openai_server import (
     FakeOpenAIServer,
     Request,
@@ -141,13 +142,9 @@ def test_four_llm_actions_that_fit_all_run_and_all_count(server: FakeOpenAIServe
 
 @pytest.fixture
 def helper(server: FakeOpenAIServer) -> Iterator[Agent]:
-    agent = Agent(
-        "usage_helper",
-        instructions="Help.",
-        model=OpenAIModel("gpt-4o-mini", base_url=server.url, api_key=SECRET),
-    )
-    yield agent
-    default_registry.remove("agent", "usage_helper")
+    model = OpenAIModel("gpt-4o-mini", base_url=server.url, api_key=SECRET)
+    with registered_agent("usage_helper", model) as agent:
+        yield agent
 
 
 def test_run_usage_the_header_and_the_store_count_every_request(
@@ -218,10 +215,16 @@ def test_a_dollar_budget_is_refused_for_a_model_listed_without_token_prices(
     assert ip.user_ns["_cortex"].status == "budget"
 
 
-def estimated_prompt(record: Any) -> int:
-    """The run's estimate of its one turn's prompt (what its request reserved for it)."""
+def one_turn(ip: InteractiveShell, server: FakeOpenAIServer, line: str) -> tuple[int, Any]:
+    """A cell of one turn run with ``line``, which completes: the run's estimate of its
+    prompt (what its request reserved for it) and the body of the request it sent."""
+    server.script(reply("<response>Hi.</response>", 900, 10))
+    ip.run_cell_magic("cortex", f"--text {line}", "Hi?")
+    record = ip.user_ns["_cortex"]
+    assert record.status == "completed"
     (fit,) = [e for e in record.events if isinstance(e, ContextUse)]
-    return fit.tokens
+    (sent,) = server.requests
+    return fit.tokens, sent.json
 
 
 def test_a_dollar_budget_without_max_tokens_runs_with_replies_capped_to_fit(
@@ -229,26 +232,17 @@ def test_a_dollar_budget_without_max_tokens_runs_with_replies_capped_to_fit(
 ) -> None:
     # $0.10 on gpt-4o ($2.50 in, $10 out per million tokens) is far less than its window
     # could cost: the run is not refused, its request is sent with the reply it can pay for.
-    server.script(reply("<response>Hi.</response>", 900, 10))
-    ip.run_cell_magic("cortex", "--text --model gpt-4o --budget 0.10", "Hi?")
-    record = ip.user_ns["_cortex"]
-    assert record.status == "completed"
-    (sent,) = server.requests
-    cap = sent.json["max_tokens"]
+    prompt, sent = one_turn(ip, server, "--model gpt-4o --budget 0.10")
     # the prompt and the longest reply allowed fit in the budget, and use it
-    worst = estimated_prompt(record) * 2.5e-6 + cap * 10e-6
+    worst = prompt * 2.5e-6 + sent["max_tokens"] * 10e-6
     assert 0.0999 < worst <= 0.10
 
 
 def test_a_token_budget_without_max_tokens_runs_with_replies_capped_to_fit(
     ip: InteractiveShell, server: FakeOpenAIServer
 ) -> None:
-    server.script(reply("<response>Hi.</response>", 900, 10))
-    ip.run_cell_magic("cortex", "--text --model my-private-finetune-7 --budget 5000tok", "Hi?")
-    record = ip.user_ns["_cortex"]
-    assert record.status == "completed"
-    (sent,) = server.requests
-    assert estimated_prompt(record) + sent.json["max_tokens"] == 5_000
+    prompt, sent = one_turn(ip, server, "--model my-private-finetune-7 --budget 5000tok")
+    assert prompt + sent["max_tokens"] == 5_000
 
 
 def test_a_budget_larger_than_the_window_leaves_the_reply_uncapped(
@@ -256,10 +250,8 @@ def test_a_budget_larger_than_the_window_leaves_the_reply_uncapped(
 ) -> None:
     # The budget does not bind: nothing caps the reply but the model's window, which the
     # server enforces itself, so no max_tokens is sent (a guessed window could be refused).
-    server.script(reply("<response>Hi.</response>", 900, 10))
-    ip.run_cell_magic("cortex", "--text --model my-private-finetune-7 --budget 100000tok", "Hi?")
-    assert ip.user_ns["_cortex"].status == "completed"
-    assert "max_tokens" not in server.requests[0].json
+    _, sent = one_turn(ip, server, "--model my-private-finetune-7 --budget 100000tok")
+    assert "max_tokens" not in sent
 
 
 def test_a_reply_cut_by_the_budgets_cap_stops_the_run_as_budget(

@@ -15,8 +15,8 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from cortex_jupyter.models import OpenAIModel, ScriptModel
 from cortex_jupyter.runtime import Registry
-from cortex_jupyter.runtime.core.chunks import Finish, TextChunk
-from cortex_jupyter.runtime.core.registry import default_registry
+from cortex_jupyter.runtime.core.calls.registry import default_registry
+from cortex_jupyter.runtime.core.model.chunks import Finish, TextChunk
 from tests.agents import run_agent
 from tests.models.fake_openai_server import Error, FakeOpenAIServer, Stream, finish, texts
 from tests.runtime.gbnf import accepts, sampler

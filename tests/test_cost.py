@@ -12,25 +12,25 @@ from collections.abc import Iterator
 from typing import Any
 
 import anyio
-import genai_prices
 import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
-from cortex_jupyter import Agent, default_registry, open_run, runs, store
+from cortex_jupyter import Agent, open_run, runs, store
 from cortex_jupyter.display.state import from_run
 from cortex_jupyter.display.static import header_html
 from cortex_jupyter.display.theme import fmt_count
 from cortex_jupyter.magic import CortexMagics
 from cortex_jupyter.models import OpenAIModel
 from cortex_jupyter.runtime import Run
-from cortex_jupyter.runtime.core.chunks import Usage
 from cortex_jupyter.runtime.core.events import Chunk, Cost
-from cortex_jupyter.runtime.core.record import decode_event
+from cortex_jupyter.runtime.core.model.chunks import Usage
+from cortex_jupyter.runtime.core.record.run import decode_event
 from cortex_jupyter.runtime.loop.context import DEFAULT_REPLY_ROOM, MESSAGE_OVERHEAD
 from cortex_jupyter.session import CortexRunError, session_for
 from cortex_jupyter.session.cell import LOCAL_KEY
 from tests.conftest import SECRET
+from tests.helpers import genai_price, recording_tool, registered_agent
 from tests.models.fake_openai_server import (
     FakeOpenAIServer,
     Stream,
@@ -47,14 +47,9 @@ def reply(text: str, prompt: int, completion: int) -> Stream:
     return Stream([*texts(text, 9), finish(), usage(prompt, completion)])
 
 
-def price(
-    prompt: int, completion: int, model: str, cached: int | None = None, **where: Any
-) -> float:
-    """genai-prices' own price of that usage (``cached``: prompt tokens read from cache)."""
-    tokens = genai_prices.Usage(
-        input_tokens=prompt, output_tokens=completion, cache_read_tokens=cached
-    )
-    return float(genai_prices.calc_price(tokens, model_ref=model, **where).total_price)
+def price(prompt: int, completion: int, model: str, **where: Any) -> float:
+    """genai-prices' own price of that usage."""
+    return genai_price(model, prompt, completion, **where)
 
 
 def run(ip: InteractiveShell, line: str, body: str = "Go.") -> Any:
@@ -75,20 +70,12 @@ def magics(ip: InteractiveShell) -> Iterator[CortexMagics]:
 
 
 @pytest.fixture
-def tool() -> Iterator[list[str]]:
-    calls: list[str] = []
-
-    @default_registry.tool(name="cost_fetch")
-    def fetch(what: str) -> str:
-        """Fetch something."""
-        calls.append(what)
-        return f"fetched {what}"
-
-    yield calls
-    default_registry.remove("tool", "cost_fetch")
+def tool() -> Iterator[list[Any]]:
+    with recording_tool("cost_fetch", "fetched {}") as calls:
+        yield calls
 
 
-ACTION = '<action id="f1" mode="sync">{"name": "cost_fetch", "parameters": {"what": "x"}, "output_key": "got"}</action>'  # noqa: E501
+ACTION = '<action id="f1" mode="sync">{"name": "cost_fetch", "parameters": {"value": "x"}, "output_key": "got"}</action>'  # noqa: E501
 
 
 # ---- cost ---------------------------------------------------------------------------
@@ -210,13 +197,9 @@ def test_a_script_runs_no_model_and_says_so(
 
 @pytest.fixture
 def helper(server: FakeOpenAIServer) -> Iterator[Agent]:
-    agent = Agent(
-        "cost_helper",
-        instructions="Help.",
-        model=OpenAIModel("gpt-4o", base_url=server.url, api_key=SECRET),
-    )
-    yield agent
-    default_registry.remove("agent", "cost_helper")
+    model = OpenAIModel("gpt-4o", base_url=server.url, api_key=SECRET)
+    with registered_agent("cost_helper", model) as agent:
+        yield agent
 
 
 NESTED = (

@@ -11,7 +11,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from cortex_jupyter import default_registry
-from cortex_jupyter.runtime.core.record import brief_json, summarize
+from cortex_jupyter.runtime.core.record.run import brief_json, summarize
 from cortex_jupyter.runtime.loop.prompt import describe_value, render_value
 
 SIZE = 50_000_000
@@ -86,7 +86,7 @@ def test_a_50_mb_output_goes_through_a_cell_without_a_full_repr(
 
 
 def test_summaries_and_descriptions_read_only_what_they_show() -> None:
-    from cortex_jupyter.runtime.core.bounded import bounded_repr, bounded_str
+    from cortex_jupyter.runtime.core.trust.bounded import bounded_repr, bounded_str
 
     data = b"\x01" * SIZE
     text = "y" * SIZE

@@ -333,8 +333,8 @@ def test_cortex_local_start_points_the_session_at_the_server(
     built: Path, ip: InteractiveShell, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from cortex_jupyter import default_registry
-    from cortex_jupyter.runtime.core.chunks import Usage
-    from cortex_jupyter.runtime.core.cost import price_request
+    from cortex_jupyter.runtime.core.cost.prices import price_request
+    from cortex_jupyter.runtime.core.model.chunks import Usage
     from cortex_jupyter.session import session_for
     from cortex_jupyter.session.cell import CellOptions, cell_model
 

@@ -10,6 +10,7 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from cortex_jupyter import default_registry
 from cortex_jupyter.runtime.integrations import executors
+from tests.helpers import local_cluster
 
 
 @pytest.fixture(autouse=True)
@@ -61,16 +62,7 @@ def test_dask_address_from_config_and_from_cortex_config(
 def test_a_dask_tool_runs_on_the_configured_cluster_and_unload_closes_the_client(
     ip: InteractiveShell, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from distributed import LocalCluster
-
-    with LocalCluster(
-        n_workers=1,
-        threads_per_worker=1,
-        processes=False,
-        protocol="tcp",
-        host="127.0.0.1",
-        dashboard_address="127.0.0.1:0",
-    ) as scheduler:
+    with local_cluster() as scheduler:
         ip.run_line_magic("config", f'CortexMagics.dask_address = "{scheduler.scheduler_address}"')
 
         @default_registry.tool(name="cluster_square", executor="dask")

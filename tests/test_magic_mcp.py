@@ -17,8 +17,8 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from cortex_jupyter.runtime import Registry
-from cortex_jupyter.runtime.core.chunks import Finish, TextChunk, ToolCallReady
-from cortex_jupyter.runtime.core.registry import default_registry
+from cortex_jupyter.runtime.core.calls.registry import default_registry
+from cortex_jupyter.runtime.core.model.chunks import Finish, TextChunk, ToolCallReady
 from cortex_jupyter.runtime.integrations.mcp import NATIVE_NAME
 from tests.agents import run_agent
 from tests.mcp_servers.harness import DEMO, demo_http, processes, wait_until

@@ -18,7 +18,7 @@ from IPython.core.magics import config as config_magics
 from traitlets import TraitError
 
 from cortex_jupyter.magic import CortexMagics
-from cortex_jupyter.runtime.core.cost import Budget
+from cortex_jupyter.runtime.core.cost.budget import Budget
 
 #: name: (good values as %config writes them, with what the setting then holds)
 GOOD: dict[str, list[tuple[str, Any]]] = {

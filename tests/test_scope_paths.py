@@ -20,6 +20,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from cortex_jupyter import Agent, default_registry
+from tests.helpers import recording_tool
 from tests.models.fake_openai_server import FakeOpenAIServer, Stream, finish, texts
 
 DIARY = "my diary: the vault code is 4417"
@@ -93,16 +94,8 @@ ATTACKS = [
 @pytest.fixture
 def seen() -> Iterator[list[Any]]:
     """A tool, ``peek``, that records what it was given."""
-    received: list[Any] = []
-
-    @default_registry.tool(name="peek")
-    def peek(value: Any) -> str:
-        """Look at a value."""
-        received.append(value)
-        return f"peeked: {value}"
-
-    yield received
-    default_registry.remove("tool", "peek")
+    with recording_tool("peek", "peeked: {}") as received:
+        yield received
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 from cortex_jupyter.runtime import resolve
 from cortex_jupyter.runtime.core.errors import CortexRuntimeError
-from cortex_jupyter.runtime.core.scope import Scope
+from cortex_jupyter.runtime.core.trust.scope import Scope
 from tests.odd_objects import notebook_only_objects, odd_objects
 
 DIARY = "my diary: the vault code is 4417"

@@ -41,9 +41,8 @@ from cortex_jupyter import default_registry
 from cortex_jupyter.display import widget as widget_module
 from cortex_jupyter.display.inspector import inspector_html
 from cortex_jupyter.display.rich import rich_html
-from cortex_jupyter.runtime.core.answer import value_text
-from cortex_jupyter.runtime.core.record import brief_json, summarize
-from cortex_jupyter.runtime.core.secrets import (
+from cortex_jupyter.runtime.core.record.run import brief_json, summarize
+from cortex_jupyter.runtime.core.trust.secrets import (
     REDACTED,
     Repr,
     head,
@@ -55,6 +54,7 @@ from cortex_jupyter.runtime.core.secrets import (
     tail,
     truncate,
 )
+from cortex_jupyter.runtime.core.values.answer import value_text
 from tests.models.fake_openai_server import FakeOpenAIServer, Stream, finish, texts
 
 SIZE = 6
@@ -396,6 +396,22 @@ def test_no_surface_keeps_a_fragment_of_a_secret_in_another_form(
     assert found == [], (kind, where)
 
 
+def config_shown(
+    ip: InteractiveShell, server: FakeOpenAIServer, variable: str, secret: str
+) -> tuple[str, str]:
+    """The text view and the transcript of a cell whose tools print and return
+    ``secret``, held in the environment variable ``variable`` while it runs."""
+    _VALUE[:] = [secret, "unused"]
+    server.script(
+        Stream([*texts(PROTOCOL, 37), finish()]),
+        Stream([*texts("<response>ok</response>", 5), finish()]),
+    )
+    with pytest.MonkeyPatch.context() as patch, capture_output() as captured:
+        patch.setenv(variable, secret)
+        ip.run_cell_magic("cortex", "--model gpt-test --text", "Show me the config.")
+        return captured.stdout, ip.user_ns["_cortex"].to_jsonl()
+
+
 #: A key of many lines, as PEM keys are kept in the environment (``PRIVATE_KEY``).
 PEM = (
     "-----BEGIN PRIVATE KEY-----\n"
@@ -411,15 +427,7 @@ def test_a_secret_of_many_lines_leaves_no_line_of_itself(
     """The text view writes what a tool printed line by line, each under its node's
     mark (``n | ...``): a secret holding line breaks never reads as one text there, nor
     once a renderer wraps or re-indents it."""
-    _VALUE[:] = [PEM, "unused"]
-    server.script(
-        Stream([*texts(PROTOCOL, 37), finish()]),
-        Stream([*texts("<response>ok</response>", 5), finish()]),
-    )
-    with pytest.MonkeyPatch.context() as patch, capture_output() as captured:
-        patch.setenv("PRIVATE_KEY", PEM)
-        ip.run_cell_magic("cortex", "--model gpt-test --text", "Show me the config.")
-        shown = captured.stdout + ip.user_ns["_cortex"].to_jsonl()
+    shown = "".join(config_shown(ip, server, "PRIVATE_KEY", PEM))
     lines = [line for line in PEM.splitlines() if len(line) >= 8]
     assert [line for line in lines if line in shown] == []
 
@@ -438,16 +446,9 @@ def test_a_secret_holding_control_characters_is_redacted_where_they_are_replaced
     """The text view and the SVG graph replace control characters and lone surrogates (an
     environment value of bytes that are not UTF-8) with U+FFFD before they cut a line:
     the secret as it reads then is one of its forms too."""
-    _VALUE[:] = [secret, "unused"]
-    server.script(
-        Stream([*texts(PROTOCOL, 37), finish()]),
-        Stream([*texts("<response>ok</response>", 5), finish()]),
-    )
-    with pytest.MonkeyPatch.context() as patch, capture_output() as captured:
-        patch.setenv("DB_PASSWORD", secret)
-        ip.run_cell_magic("cortex", "--model gpt-test --text", "Show me the config.")
+    stdout, _ = config_shown(ip, server, "DB_PASSWORD", secret)
     replaced = "".join("\ufffd" if not c.isprintable() and c not in "\n\t" else c for c in secret)
-    assert leaks(replaced, captured.stdout, "") == []
+    assert leaks(replaced, stdout, "") == []
 
 
 def test_a_secret_in_the_response_is_redacted_before_markdown_renders_it(

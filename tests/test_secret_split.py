@@ -18,7 +18,7 @@ from IPython.utils.capture import capture_output
 from cortex_jupyter import store
 from cortex_jupyter.protocol.events import ResponseDelta
 from cortex_jupyter.runtime import Run
-from cortex_jupyter.runtime.core.secrets import secrets
+from cortex_jupyter.runtime.core.trust.secrets import secrets
 from cortex_jupyter.session.approvals import Approvals
 from cortex_jupyter.session.views import TextOutput
 from tests.display.helpers import comm_messages

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sqlite3
 import sys
 import time
 from collections.abc import Iterator
@@ -34,6 +33,7 @@ from cortex_jupyter import store
 from cortex_jupyter.models import ScriptModel
 from cortex_jupyter.runtime import Agent, Registry, Run
 from cortex_jupyter.runtime.scheduler.capture import current
+from tests.helpers import dump
 
 #: Every character an escaping changes (quotes, backslashes, percent, HTML specials,
 #: line breaks), printable ASCII and letters and symbols of any script.
@@ -125,18 +125,9 @@ def script(token: str, *, split: bool = False) -> str:
     return "\n".join(calls) + "\n--- next turn ---\n" + answer
 
 
-def _dump(path: Path) -> str:
-    """Every row of every table of the store at ``path``, as SQL."""
-    db = sqlite3.connect(path)
-    try:
-        return "\n".join(db.iterdump())
-    finally:
-        db.close()
-
-
 def leaks(secret: str, path: Path, transcript: Path) -> list[str]:
     """Where a form of ``secret`` is: a table, a file of the store, the transcript."""
-    shown = [("iterdump", _dump(path)), ("transcript", transcript.read_text(encoding="utf-8"))]
+    shown = [("iterdump", dump(path)), ("transcript", transcript.read_text(encoding="utf-8"))]
     found = [name for name, text in shown for form in forms(secret) if form in text]
     for suffix in ("", "-wal", "-shm"):
         file = Path(f"{path}{suffix}")
@@ -176,7 +167,7 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> Baseline:
             run_once(folder, patch, "tok-baseline", "pw-baseline", split=split, secret=False)
     path = folder / "runs.db"
     store.open_store(path).close()
-    return Baseline(_dump(path) + (folder / "run.jsonl").read_text(encoding="utf-8"))
+    return Baseline(dump(path) + (folder / "run.jsonl").read_text(encoding="utf-8"))
 
 
 def run_once(
@@ -227,7 +218,7 @@ def test_no_secret_a_run_meets_is_kept_in_any_form(
     assert leaks(token, path, where / "run.jsonl") == []
     assert leaks(password, path, where / "run.jsonl") == []
     # and the store did keep each place, redacted
-    kept = _dump(path)
+    kept = dump(path)
     for said in ("connecting with [redacted]", "stderr: [redacted]", "logged in with [redacted]",
                  "cannot log in with "):  # fmt: skip
         assert said in kept, said
@@ -248,5 +239,5 @@ def test_a_secret_a_tool_prints_in_two_writes_is_kept_in_no_form(
     _, path = run_once(where, monkeypatch, "tok-not-secret", password, split=True)
     assert leaks(password, path, where / "run.jsonl") == []
     # nor either half of it, in any form (each alone is no form of the whole)
-    kept = _dump(path) + (where / "run.jsonl").read_text(encoding="utf-8")
+    kept = dump(path) + (where / "run.jsonl").read_text(encoding="utf-8")
     assert [half for half in halves for form in forms(half) if form in kept] == []

@@ -13,8 +13,8 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from cortex_jupyter import default_registry
-from cortex_jupyter.runtime.core.answer import value_text
-from cortex_jupyter.runtime.core.record import summarize
+from cortex_jupyter.runtime.core.record.run import summarize
+from cortex_jupyter.runtime.core.values.answer import value_text
 from tests.models.fake_openai_server import FakeOpenAIServer, Stream, finish, texts
 
 #: A password holding a backslash: JSON and ``repr`` write it as ``hunter2\\backslash``.
@@ -163,6 +163,17 @@ def echo_tool() -> Iterator[None]:
     default_registry.remove("tool", "env_echo")
 
 
+def echo(ip: InteractiveShell, server: FakeOpenAIServer, what: str) -> tuple[Any, str]:
+    """A cell whose model has ``env_echo`` read ``what`` (action ``e``), then answers; it
+    completes: its run, and every message the server was sent, as JSON."""
+    body = json.dumps({"name": "env_echo", "parameters": {"what": what}})
+    reply(server, f'<action id="e">{body}</action>', "<response>Done.</response>")
+    ip.run_cell_magic("cortex", "--model gpt-test --text", f"Read the {what}.")
+    run = ip.user_ns["_cortex"]
+    assert run.status == "completed"
+    return run, json.dumps([request.json["messages"] for request in server.requests])
+
+
 def _stored(ip: InteractiveShell) -> str:
     """The bytes of the session's store files, as text."""
     import os
@@ -190,15 +201,8 @@ def test_a_credential_with_an_auth_scheme_hides_its_bare_token(
     password = "pw-" + BARE[::-1]
     token = base64.b64encode(f"ann:{password}".encode()).decode() if scheme == "Basic" else BARE
     monkeypatch.setenv("SERVICE_AUTH_TOKEN", f"{scheme} {token}")
-    reply(
-        server,
-        '<action id="t">{"name": "env_echo", "parameters": {"what": "token"}}</action>',
-        "<response>Done.</response>",
-    )
-    ip.run_cell_magic("cortex", "--model gpt-test --text", "Read the token.")
-    run = ip.user_ns["_cortex"]
-    assert run.status == "completed" and run.actions["t"].output["token"] == token
-    sent = json.dumps([request.json["messages"] for request in server.requests])
+    run, sent = echo(ip, server, "token")
+    assert run.actions["e"].output["token"] == token
     assert "[redacted]" in sent
     for shown in (sent, run.to_jsonl(), _stored(ip)):
         assert fragments(token, shown) == []
@@ -224,15 +228,8 @@ def test_a_url_with_a_password_in_any_variable_is_a_secret(
     password: str,
 ) -> None:
     monkeypatch.setenv("DATABASE_URL", url)  # not a credential's name
-    reply(
-        server,
-        '<action id="d">{"name": "env_echo", "parameters": {"what": "dsn"}}</action>',
-        "<response>Done.</response>",
-    )
-    ip.run_cell_magic("cortex", "--model gpt-test --text", "Read the database URL.")
-    run = ip.user_ns["_cortex"]
-    assert run.status == "completed" and run.actions["d"].output["url"] == url
-    sent = json.dumps([request.json["messages"] for request in server.requests])
+    run, sent = echo(ip, server, "dsn")
+    assert run.actions["e"].output["url"] == url
     assert "db.example" in sent and "[redacted]" in sent  # the host is not a secret
     for shown in (sent, run.to_jsonl(), _stored(ip)):
         assert fragments(password, shown) == []

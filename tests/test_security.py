@@ -20,6 +20,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from cortex_jupyter import default_registry
 from cortex_jupyter.session import session_for
 from tests.conftest import SECRET
+from tests.helpers import recording_tool
 from tests.models.fake_openai_server import FakeOpenAIServer, Stream, finish, texts
 
 #: Another credential-looking environment value (not the model's key).
@@ -36,21 +37,14 @@ def token(monkeypatch: pytest.MonkeyPatch) -> str:
 @pytest.fixture
 def seen() -> Iterator[list[Any]]:
     """A tool, ``peek``, that records what it was given and returns it as text."""
-    received: list[Any] = []
-
-    @default_registry.tool(name="peek")
-    def peek(value: Any) -> str:
-        """Look at a value."""
-        received.append(value)
-        return f"peeked: {value}"
 
     @default_registry.tool(name="leak")
     def leak() -> str:
         """A tool whose output happens to hold the API key (a debug dump, say)."""
         return f"config: api_key={os.environ['OPENAI_API_KEY']} ok"
 
-    yield received
-    default_registry.remove("tool", "peek")
+    with recording_tool("peek", "peeked: {}") as received:
+        yield received
     default_registry.remove("tool", "leak")
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from cortex_jupyter.runtime.core.answer import fill_references
-from cortex_jupyter.runtime.core.answer import value_text as short_str
+from cortex_jupyter.runtime.core.values.answer import fill_references
+from cortex_jupyter.runtime.core.values.answer import value_text as short_str
 
 from .inspector import inspector_html
 from .markdown import IncrementalMarkdown, render_markdown

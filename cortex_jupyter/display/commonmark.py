@@ -27,7 +27,7 @@ from pygments.lexer import Lexer
 from pygments.lexers import get_lexer_by_name
 from pygments.util import ClassNotFound
 
-from cortex_jupyter.runtime.core.answer import rich_value, scan, show
+from cortex_jupyter.runtime.core.values.answer import rich_value, scan, show
 
 from . import theme
 from .theme import clean, esc

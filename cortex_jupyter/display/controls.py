@@ -23,7 +23,7 @@ from typing import Any
 import ipywidgets
 from ipywidgets.widgets.widget_string import HTMLStyle
 
-from cortex_jupyter.runtime.core import secrets
+from cortex_jupyter.runtime.core.trust import secrets
 
 from .inspector import waiting_html
 from .pieces import set_traits

@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
-from cortex_jupyter.runtime.core import secrets
-from cortex_jupyter.runtime.core.variables import find_references
+from cortex_jupyter.runtime.core.trust import secrets
+from cortex_jupyter.runtime.core.values.variables import find_references
 
 from .nodes import NodeView
 from .rich import pre, rich_html, tree_html

@@ -9,7 +9,7 @@ is highlighted by Pygments into inline styles, so a saved notebook shows colours
 stylesheet.
 
 Dollars: ``$name`` is filled before math is read, by the runtime's one rule
-(``cortex_jupyter.runtime.core.answer``, which the run record's ``.answer`` and the terminal
+(``cortex_jupyter.runtime.core.values.answer``, which the run record's ``.answer`` and the terminal
 use too): this module only renders each span it finds. A value is text (escaped, never
 parsed or typeset), except a rich object (a DataFrame, a figure), which shows its rich
 form, sanitized as the inspector sanitizes it (``rich.rich_html``).
@@ -45,8 +45,8 @@ from typing import Any
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-from cortex_jupyter.runtime.core import secrets
-from cortex_jupyter.runtime.core.answer import lookup
+from cortex_jupyter.runtime.core.trust import secrets
+from cortex_jupyter.runtime.core.values.answer import lookup
 
 from . import commonmark
 from .commonmark import LITERAL_CLASS, MATH_CLASS, normalize

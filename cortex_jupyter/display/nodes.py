@@ -5,7 +5,7 @@ nodes) because this is the per-node half of the reducer: each function here take
 ``NodeView`` and the event for it and changes that node alone, so the rules of a node
 (what a status event brings, how much of a tool's output is kept, how a nested agent's
 text is cut) read in one place. The node's status vocabulary is the runtime's
-(``runtime.core.graph``: ``FINAL_STATUSES``); the view adds only "starting", a node whose
+(``runtime.core.record.graph``: ``FINAL_STATUSES``); the view adds only "starting", a node whose
 body is still streaming.
 
 What a tool writes while it runs (``ActionOutput``: stdout, stderr, log lines, progress,
@@ -20,9 +20,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cortex_jupyter.runtime.core import secrets
 from cortex_jupyter.runtime.core.events import Progress
-from cortex_jupyter.runtime.core.graph import FINAL_STATUSES
+from cortex_jupyter.runtime.core.record.graph import FINAL_STATUSES
+from cortex_jupyter.runtime.core.trust import secrets
 
 #: Characters of a nested agent's thought and of its response a node keeps.
 MAX_NESTED_TEXT = 4000
@@ -70,7 +70,7 @@ class NodeView:
     children: list[str] = field(default_factory=list)
     layer: int | None = None
     slot: int | None = None
-    # What happened to it (a runtime status, ``runtime.core.graph.STATUSES``), and when.
+    # What happened to it (a runtime status, ``runtime.core.record.graph.STATUSES``), and when.
     status: str = "pending"
     streaming: bool = False
     resolved: str | None = None

@@ -38,9 +38,9 @@ from typing import Any
 
 from markdown_it import MarkdownIt
 
-from cortex_jupyter.runtime.core.bounded import failed
-from cortex_jupyter.runtime.core.secrets import Repr, head, redact
-from cortex_jupyter.runtime.core.secrets import shown as redacted_frame
+from cortex_jupyter.runtime.core.trust.bounded import failed
+from cortex_jupyter.runtime.core.trust.secrets import Repr, head, redact
+from cortex_jupyter.runtime.core.trust.secrets import shown as redacted_frame
 
 from . import commonmark
 from .theme import MONO, MUTED, esc, shorten

@@ -37,9 +37,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cortex_jupyter.runtime.core.graph import ActionNode, Graph
-from cortex_jupyter.runtime.core.record import joined
-from cortex_jupyter.runtime.core.variables import find_references
+from cortex_jupyter.runtime.core.record.graph import ActionNode, Graph
+from cortex_jupyter.runtime.core.record.run import joined
+from cortex_jupyter.runtime.core.values.variables import find_references
 
 from .nodes import (
     Layout,
@@ -52,13 +52,13 @@ from .nodes import (
 from .typed import TypedAnswer
 
 if TYPE_CHECKING:
-    from cortex_jupyter.runtime.core.record import Run
+    from cortex_jupyter.runtime.core.record.run import Run
 
 PARTS: tuple[str, ...] = ("header", "thought", "graph", "details", "response", "output")
 
 # Error codes that concern an action id but not the node already shown under that id.
 _NOT_THE_NODE = frozenset(("duplicate_id",))
-#: The token metrics a run sums over every request (``runtime.core.cost.charge``).
+#: The token metrics a run sums over every request (``runtime.core.cost.budget.charge``).
 _TOKENS = frozenset(("prompt_tokens", "completion_tokens", "cached_tokens"))
 # The header's word for a run a limit stopped, by its end status or its interrupt's reason.
 _STOPPED = {
@@ -589,7 +589,7 @@ class ViewState:
                 node.metrics[name] = node.metrics.get(name, 0.0) + value
                 self._changed(node, "graph")
             return
-        # Token metrics arrive once per request (``runtime.core.cost.charge``): a run's
+        # Token metrics arrive once per request (``runtime.core.cost.budget.charge``): a run's
         # total is their sum, its nested agents' included.
         if name in _TOKENS:
             self._count_tokens(name, int(value))

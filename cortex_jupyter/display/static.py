@@ -54,9 +54,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from cortex_jupyter.runtime.core.bounded import bounded_repr, bounded_str
-from cortex_jupyter.runtime.core.secrets import redact, redact_value
-from cortex_jupyter.runtime.core.secrets import tail as secret_tail
+from cortex_jupyter.runtime.core.trust.bounded import bounded_repr, bounded_str
+from cortex_jupyter.runtime.core.trust.secrets import redact, redact_value
+from cortex_jupyter.runtime.core.trust.secrets import tail as secret_tail
 
 from .markdown import render_markdown
 from .nodes import NodeView

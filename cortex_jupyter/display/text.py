@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from cortex_jupyter.runtime.core.answer import fill_references
-from cortex_jupyter.runtime.core.cost import fmt_usd
+from cortex_jupyter.runtime.core.cost.prices import fmt_usd
+from cortex_jupyter.runtime.core.values.answer import fill_references
 
 from .nodes import NodeView
 from .state import ViewState

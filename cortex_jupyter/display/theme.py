@@ -16,7 +16,7 @@ import html
 import math
 from dataclasses import dataclass
 
-from cortex_jupyter.runtime.core import secrets
+from cortex_jupyter.runtime.core.trust import secrets
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cortex_jupyter.runtime.core import secrets
+from cortex_jupyter.runtime.core.trust import secrets
 
 from .nodes import NodeView
 from .state import ViewState, from_run
@@ -41,7 +41,7 @@ from .theme import (
 )
 
 if TYPE_CHECKING:
-    from cortex_jupyter.runtime.core.record import Run
+    from cortex_jupyter.runtime.core.record.run import Run
 
 LABEL_W = 170
 ROW_H, BAR_H = 20, 12

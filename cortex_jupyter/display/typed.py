@@ -34,7 +34,7 @@ from typing import Any
 
 from pydantic_core import from_json
 
-from cortex_jupyter.runtime.core import secrets
+from cortex_jupyter.runtime.core.trust import secrets
 
 from .rich import pre, tree_html
 from .theme import FONT, MONO, MUTED_VAR, esc, shorten, style_for

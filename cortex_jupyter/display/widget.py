@@ -57,7 +57,7 @@ Buttons are ipywidgets' own (they work even where the graph's front-end module c
 not load). What a click draws goes out at once, charged to the budget (a person's
 click is worth a message or two over it).
 
-**Secrets never reach the page** (runtime/core/secrets.py): every text the view sends (each
+**Secrets never reach the page** (runtime/core/trust/secrets.py): every text the view sends (each
 part, each piece of the graph and of a growing text, the inspector, a tooltip) has the
 API key and credential-looking environment values redacted, as the static copy does;
 texts cut to a length are redacted before the cut. The run's own objects (an
@@ -77,7 +77,7 @@ from ipywidgets.widgets.widget_string import (  # not re-exported at the top
     HTMLStyle,
 )
 
-from cortex_jupyter.runtime.core import secrets
+from cortex_jupyter.runtime.core.trust import secrets
 
 from .controls import ROW_COST, Controls
 from .inspector import inspector_html

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cortex_jupyter.runtime.core.secrets import redact, shorten
+from cortex_jupyter.runtime.core.trust.secrets import redact, shorten
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from cortex_jupyter.runtime import Registry
 from cortex_jupyter.runtime.core.errors import BadOutputType
-from cortex_jupyter.runtime.core.typed import OutputType
+from cortex_jupyter.runtime.core.values.typed import OutputType
 
 
 @dataclass(frozen=True)

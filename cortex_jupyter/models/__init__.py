@@ -1,4 +1,4 @@
-"""Model clients behind one small async interface (``runtime.core.chunks.StreamingModel``).
+"""Model clients behind one small async interface (``runtime.core.model.chunks.StreamingModel``).
 
 ``OpenAIModel`` talks to OpenAI and any OpenAI-compatible server (the only package that
 imports ``openai``); ``ScriptModel`` streams protocol text written by hand; ``ReplayModel``

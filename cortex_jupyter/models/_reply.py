@@ -37,7 +37,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-from cortex_jupyter.runtime.core.chunks import (
+from cortex_jupyter.runtime.core.model.chunks import (
     Finish,
     ModelChunk,
     ReasoningChunk,

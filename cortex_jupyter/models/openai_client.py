@@ -1,6 +1,6 @@
 """OpenAI and OpenAI-compatible servers (vLLM, Ollama, llama.cpp, LM Studio) as a model.
 
-``OpenAIModel`` implements ``runtime.core.chunks.StreamingModel`` over the ``openai`` SDK's
+``OpenAIModel`` implements ``runtime.core.model.chunks.StreamingModel`` over the ``openai`` SDK's
 streaming chat completions. The SDK does the HTTP work - authentication, retries of 429
 and 5xx honouring the server's ``retry-after``, server-sent events - and this module
 turns its chunks into ``ModelChunk`` values and its exceptions into ``ModelError``
@@ -30,9 +30,9 @@ import anyio.to_thread
 import openai
 from openai._models import FinalRequestOptions
 
-from cortex_jupyter.runtime.core.chunks import Message, ModelChunk, ToolDefinition, Usage
-from cortex_jupyter.runtime.core.cost import Price
-from cortex_jupyter.runtime.core.secrets import secrets
+from cortex_jupyter.runtime.core.cost.prices import Price
+from cortex_jupyter.runtime.core.model.chunks import Message, ModelChunk, ToolDefinition, Usage
+from cortex_jupyter.runtime.core.trust.secrets import secrets
 
 from ._limits import Refused, known_reply_limit, learn, refused_cap
 from ._redact import endpoint_of, host_port, redact

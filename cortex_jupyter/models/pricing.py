@@ -30,8 +30,8 @@ import genai_prices
 from genai_prices.data_snapshot import get_snapshot
 from genai_prices.types import ModelInfo, ModelPrice, PriceCalculation, Provider
 
-from cortex_jupyter.runtime.core.chunks import Usage
-from cortex_jupyter.runtime.core.cost import Price
+from cortex_jupyter.runtime.core.cost.prices import Price
+from cortex_jupyter.runtime.core.model.chunks import Usage
 
 __all__ = ["price", "provider_of"]
 

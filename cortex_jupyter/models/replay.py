@@ -16,8 +16,8 @@ from typing import cast
 import anyio
 import anyio.lowlevel
 
-from cortex_jupyter.runtime.core.chunks import ModelChunk, TextChunk
-from cortex_jupyter.runtime.core.secrets import shorten
+from cortex_jupyter.runtime.core.model.chunks import ModelChunk, TextChunk
+from cortex_jupyter.runtime.core.trust.secrets import shorten
 from cortex_jupyter.runtime.loop.transcript import RunSource, TurnRecord, load_runs, turns_of
 
 from .errors import ReplayExhausted, StreamDropped

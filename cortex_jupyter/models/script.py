@@ -36,7 +36,8 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
-from cortex_jupyter.runtime.core.chunks import (
+from cortex_jupyter.runtime.core.cost.prices import Price
+from cortex_jupyter.runtime.core.model.chunks import (
     Finish,
     Message,
     ModelChunk,
@@ -44,7 +45,6 @@ from cortex_jupyter.runtime.core.chunks import (
     ToolDefinition,
     Usage,
 )
-from cortex_jupyter.runtime.core.cost import Price
 
 from .errors import NoReplyScripted, ScriptExhausted
 
@@ -101,7 +101,7 @@ class FixedTurns:
     free_note = "a script (--script): no model was asked, nothing was paid"
 
     def price(self, usage: Usage | None) -> Price:
-        """Its requests cost nothing: no model was asked (``runtime.core.cost``)."""
+        """Its requests cost nothing: no model was asked (``runtime.core.cost.prices``)."""
         return Price(0.0, self.free_note, self.free)
 
     @property

@@ -7,6 +7,16 @@ moment its dependencies allow, and records everything on a ``Run``. Imports no I
 ipywidgets or openai.
 """
 
+from cortex_jupyter.runtime.core.calls.registry import (
+    AgentSpec,
+    Registry,
+    Step,
+    ToolSpec,
+    WorkflowSpec,
+    default_registry,
+    tool,
+)
+from cortex_jupyter.runtime.core.calls.relics import CacheRelic, data_dir, default_cache_path
 from cortex_jupyter.runtime.core.errors import (
     ActionTimeout,
     AgentDepthExceeded,
@@ -45,9 +55,15 @@ from cortex_jupyter.runtime.core.events import (
     Turn,
     TurnEnd,
 )
-from cortex_jupyter.runtime.core.graph import FINAL_STATUSES, STATUSES, ActionNode, Graph, Status
-from cortex_jupyter.runtime.core.model import Message, ModelClient
-from cortex_jupyter.runtime.core.record import (
+from cortex_jupyter.runtime.core.model.client import Message, ModelClient
+from cortex_jupyter.runtime.core.record.graph import (
+    FINAL_STATUSES,
+    STATUSES,
+    ActionNode,
+    Graph,
+    Status,
+)
+from cortex_jupyter.runtime.core.record.run import (
     OutputRepr,
     Run,
     decode_event,
@@ -55,18 +71,8 @@ from cortex_jupyter.runtime.core.record import (
     encode_event,
     load_events,
 )
-from cortex_jupyter.runtime.core.registry import (
-    AgentSpec,
-    Registry,
-    Step,
-    ToolSpec,
-    WorkflowSpec,
-    default_registry,
-    tool,
-)
-from cortex_jupyter.runtime.core.relics import CacheRelic, data_dir, default_cache_path
-from cortex_jupyter.runtime.core.scope import Scope
-from cortex_jupyter.runtime.core.variables import (
+from cortex_jupyter.runtime.core.trust.scope import Scope
+from cortex_jupyter.runtime.core.values.variables import (
     RESERVED_NAMES,
     check_variable_name,
     find_references,

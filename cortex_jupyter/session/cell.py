@@ -15,11 +15,11 @@ from typing import Any, cast
 
 from cortex_jupyter import models
 from cortex_jupyter.runtime import Agent, Registry
-from cortex_jupyter.runtime.core.chunks import StreamingModel
-from cortex_jupyter.runtime.core.cost import Budget
+from cortex_jupyter.runtime.core.calls.registry import AgentSpec
+from cortex_jupyter.runtime.core.cost.budget import Budget
 from cortex_jupyter.runtime.core.errors import TranscriptError
-from cortex_jupyter.runtime.core.registry import AgentSpec
-from cortex_jupyter.runtime.core.secrets import REDACTED, redact
+from cortex_jupyter.runtime.core.model.chunks import StreamingModel
+from cortex_jupyter.runtime.core.trust.secrets import REDACTED, redact
 from cortex_jupyter.runtime.loop.feeds import FeedSet
 from cortex_jupyter.runtime.loop.request import merge_requests
 from cortex_jupyter.session.record import CortexRunError

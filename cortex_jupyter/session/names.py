@@ -1,6 +1,6 @@
 """The notebook names a model may reach, and the names runs bound.
 
-Its own module because this is the notebook's half of ``runtime.core.scope``
+Its own module because this is the notebook's half of ``runtime.core.trust.scope``
 (ARCHITECTURE.md, "Scope"): which names cortex runs bound (a name is the run's while it
 holds what the run bound), the ``%cortex expose`` / ``hide`` rules in order, and the
 check that an action's ``output_key`` never takes a name that is the user's. A run sees
@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from cortex_jupyter.runtime.core.errors import InvalidVariableName
-from cortex_jupyter.runtime.core.scope import (
+from cortex_jupyter.runtime.core.trust.scope import (
     Binding,
     Rule,
     Scope,
@@ -31,7 +31,7 @@ from cortex_jupyter.runtime.core.scope import (
     is_pattern,
     never_visible,
 )
-from cortex_jupyter.runtime.core.variables import find_references
+from cortex_jupyter.runtime.core.values.variables import find_references
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -44,7 +44,7 @@ class Names:
         self.shell = shell
         #: notebook names bound by runs -> the run and the object it bound (the name is
         #: the run's while it holds that object and no cell assigned it since; see
-        #: ``runtime.core.scope``)
+        #: ``runtime.core.trust.scope``)
         self.bound: dict[str, Binding] = {}
         #: ``%cortex expose`` and ``%cortex hide``, oldest first: the latest match decides
         self.rules: list[Rule] = []

@@ -25,14 +25,14 @@ from IPython import get_ipython
 from cortex_jupyter import store
 from cortex_jupyter._bridge import Bridge, Emit, Loop
 from cortex_jupyter.runtime import Agent, Registry, Run, RunHooks, default_registry
-from cortex_jupyter.runtime.core.cost import Budget
+from cortex_jupyter.runtime.core.cost.budget import Budget
 from cortex_jupyter.runtime.core.errors import BadOutputType, InvalidVariableName
 from cortex_jupyter.runtime.core.events import AnyEvent
-from cortex_jupyter.runtime.core.observer import Recording
-from cortex_jupyter.runtime.core.scope import Binding, Scope
-from cortex_jupyter.runtime.core.secrets import redact
-from cortex_jupyter.runtime.core.typed import type_from_text
-from cortex_jupyter.runtime.core.variables import check_variable_name
+from cortex_jupyter.runtime.core.record.observer import Recording
+from cortex_jupyter.runtime.core.trust.scope import Binding, Scope
+from cortex_jupyter.runtime.core.trust.secrets import redact
+from cortex_jupyter.runtime.core.values.typed import type_from_text
+from cortex_jupyter.runtime.core.values.variables import check_variable_name
 from cortex_jupyter.runtime.loop.conversation import Conversation
 from cortex_jupyter.runtime.loop.feeds import FeedSet
 from cortex_jupyter.session.approvals import Approvals

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 from IPython.display import SVG
 
 from cortex_jupyter.runtime import Run
-from cortex_jupyter.runtime.core.secrets import redact, shorten
+from cortex_jupyter.runtime.core.trust.secrets import redact, shorten
 
 RUN_VARIABLE = "_cortex"
 #: Run statuses that end a cell with an error line (the answer never came).

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from IPython.display import display
 
 from cortex_jupyter.runtime import ActionStatus, End, Interrupt, Nested, Run
-from cortex_jupyter.runtime.core.secrets import hide_edges, redact
+from cortex_jupyter.runtime.core.trust.secrets import hide_edges, redact
 from cortex_jupyter.runtime.scheduler.approval import ask_line
 from cortex_jupyter.session.approvals import Approvals
 

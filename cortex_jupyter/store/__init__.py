@@ -30,8 +30,8 @@ from pathlib import Path
 
 import platformdirs
 
-from cortex_jupyter.runtime.core.record import user_path
-from cortex_jupyter.runtime.core.secrets import shorten
+from cortex_jupyter.runtime.core.record.run import user_path
+from cortex_jupyter.runtime.core.trust.secrets import shorten
 from cortex_jupyter.store.read import (
     RunList,
     RunRow,

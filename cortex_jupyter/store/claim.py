@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from cortex_jupyter.runtime.core.secrets import shorten
+from cortex_jupyter.runtime.core.trust.secrets import shorten
 from cortex_jupyter.runtime.loop.pickup import FINISHED
 
 __all__ = ["SLACK", "Owner", "RunTaken", "Taken", "give_back", "here", "owner", "take"]

@@ -30,8 +30,8 @@ from typing import Any
 
 import cloudpickle  # type: ignore[import-untyped]  # 3.1 ships no py.typed or stubs
 
-from cortex_jupyter.runtime.core.record import OutputRepr, summarize, to_json_value
-from cortex_jupyter.runtime.core.secrets import redact, redact_value, secrets
+from cortex_jupyter.runtime.core.record.run import OutputRepr, summarize, to_json_value
+from cortex_jupyter.runtime.core.trust.secrets import redact, redact_value, secrets
 
 __all__ = ["MAX_PICKLE", "Kept", "faithful", "keep", "restore"]
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from cortex_jupyter.runtime.core.errors import CortexError
-from cortex_jupyter.runtime.core.secrets import redact, shorten
+from cortex_jupyter.runtime.core.trust.secrets import redact, shorten
 
 __all__ = ["StoreUnavailable", "busy", "coded", "full", "holders", "one_line", "why"]
 

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from cortex_jupyter.runtime.core.record import (
+from cortex_jupyter.runtime.core.record.run import (
     TRANSCRIPT_FORMAT,
     TRANSCRIPT_VERSION,
     Run,

@@ -35,7 +35,7 @@ import sqlite3
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from cortex_jupyter.runtime.core.secrets import REDACTED, redact
+from cortex_jupyter.runtime.core.trust.secrets import REDACTED, redact
 
 __all__ = ["RedactingConnection", "RedactingCursor", "redacted"]
 

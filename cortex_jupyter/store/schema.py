@@ -14,7 +14,7 @@ Version 1:
   ``prompt``, ``answer``, ``options`` (JSON: the cell's or the agent's settings), ``host``
   (``pid@hostname`` of the process that wrote it last).
 - ``events``: ``run``, ``seq``, ``t`` (monotonic seconds), ``kind``, ``body``: each event as
-  the transcript encodes it (``runtime.core.record.encode_event``), redacted. A nested
+  the transcript encodes it (``runtime.core.record.run.encode_event``), redacted. A nested
   agent's events are its caller's ``nested`` events, inside its action.
 - ``nodes``: ``run``, ``id``, ``seq`` (the event that first named it: the actions'
   order), ``body``: each action's latest state as the transcript's node line

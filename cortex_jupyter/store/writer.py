@@ -31,10 +31,10 @@ from typing import Any
 
 from cortex_jupyter.protocol.events import ActionReady, ResponseDelta, TextDelta, ThoughtDelta
 from cortex_jupyter.runtime.core.events import ActionStatus, AnyEvent, End, Metric, Nested, Turn
-from cortex_jupyter.runtime.core.graph import ActionNode
-from cortex_jupyter.runtime.core.joining import Joiner
-from cortex_jupyter.runtime.core.record import Run, encode_event, encode_node, summarize
-from cortex_jupyter.runtime.core.secrets import redact, redact_value, secrets
+from cortex_jupyter.runtime.core.record.graph import ActionNode
+from cortex_jupyter.runtime.core.record.joining import Joiner
+from cortex_jupyter.runtime.core.record.run import Run, encode_event, encode_node, summarize
+from cortex_jupyter.runtime.core.trust.secrets import redact, redact_value, secrets
 from cortex_jupyter.store.claim import RunTaken, Taken, give_back, here, take
 from cortex_jupyter.store.outputs import keep
 from cortex_jupyter.store.problems import StoreUnavailable, busy, full, why
@@ -201,7 +201,7 @@ _STOP = object()
 
 class Recording:
     """One run being written (``RunStore.record``'s answer): an observer of the run
-    (``runtime.core.observer``) that queues each event for the writer thread."""
+    (``runtime.core.record.observer``) that queues each event for the writer thread."""
 
     def __init__(self, store: Store, run: Run) -> None:
         self._store = store
@@ -251,7 +251,7 @@ class Recording:
 class Store:
     """A run store: one SQLite file, written by one thread of this process.
 
-    ``record(run, prompt, options)`` starts keeping a run (``runtime.core.observer``'s
+    ``record(run, prompt, options)`` starts keeping a run (``runtime.core.record.observer``'s
     ``RunStore``); ``flush()`` waits until everything handed over is committed.
     ``problem`` is the last write that failed (a full disk...), in a sentence.
     ``claim(id)`` takes a stored run to resume it, refusing one still going on.

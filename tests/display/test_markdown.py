@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from cortex_jupyter.display import IncrementalMarkdown, fill_references, render_markdown, short_str
 from cortex_jupyter.display.markdown import LITERAL_CLASS, MATH_CLASS
-from cortex_jupyter.runtime.core.answer import VALUE_LIMIT
+from cortex_jupyter.runtime.core.values.answer import VALUE_LIMIT
 
 BLOCKS = [
     "# Heading $x",

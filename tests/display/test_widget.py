@@ -1132,7 +1132,7 @@ def secret_run(view: WidgetView, clock: Clock) -> None:
 
 def test_the_live_view_sends_no_part_of_a_secret(clock: Clock, wire: list[str]) -> None:
     # ``$dump`` in the answer is filled from the notebook: cut at its limit in the key.
-    from cortex_jupyter.runtime.core.answer import VALUE_LIMIT
+    from cortex_jupyter.runtime.core.values.answer import VALUE_LIMIT
 
     values = {"dump": "." * (VALUE_LIMIT - 5) + KEY}
     view = make_view(clock, values=lambda: values)

@@ -14,28 +14,18 @@ from __future__ import annotations
 from contextlib import aclosing
 from typing import Any
 
-import genai_prices
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cortex_jupyter.models import OpenAIModel, pricing
 from cortex_jupyter.models._reply import ReplyAssembler
-from cortex_jupyter.runtime.core.chunks import Finish, Usage
+from cortex_jupyter.runtime.core.model.chunks import Finish, Usage
+from tests.helpers import genai_price
 
 from .fake_openai_server import FakeOpenAIServer, Stream, finish, openai_usage, role, texts, usage
 
 KEY = "sk-test-cachedtokens0123456789"
-
-
-def genai_price(
-    model: str, prompt: int, completion: int, cached: int | None = None, **where: Any
-) -> float:
-    """genai-prices' own price of that usage."""
-    tokens = genai_prices.Usage(
-        input_tokens=prompt, output_tokens=completion, cache_read_tokens=cached
-    )
-    return float(genai_prices.calc_price(tokens, model_ref=model, **where).total_price)
 
 
 async def reply_usage(server: FakeOpenAIServer, model: str, last: dict[str, Any]) -> Usage:

@@ -26,7 +26,7 @@ from cortex_jupyter.models import (
     UnexpectedReply,
     UnknownModel,
 )
-from cortex_jupyter.runtime.core.chunks import (
+from cortex_jupyter.runtime.core.model.chunks import (
     Finish,
     Message,
     ModelChunk,
@@ -38,7 +38,7 @@ from cortex_jupyter.runtime.core.chunks import (
     text_client,
     tool_definition,
 )
-from cortex_jupyter.runtime.core.model import complete
+from cortex_jupyter.runtime.core.model.client import complete
 
 from .fake_openai_server import (
     Error,

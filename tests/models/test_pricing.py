@@ -19,8 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cortex_jupyter.models import pricing
-from cortex_jupyter.runtime.core.chunks import Usage
-from cortex_jupyter.runtime.core.cost import Price
+from cortex_jupyter.runtime.core.cost.prices import Price
+from cortex_jupyter.runtime.core.model.chunks import Usage
 
 OPENAI = "https://api.openai.com/v1"
 LOCAL = "http://127.0.0.1:8000/v1"

@@ -16,14 +16,14 @@ import pytest
 from cortex_jupyter.models import OpenAIModel, ScriptModel, StreamDropped
 from cortex_jupyter.models.replay import ReplayExhausted, ReplayModel
 from cortex_jupyter.runtime import Registry, Run
-from cortex_jupyter.runtime.core.chunks import (
+from cortex_jupyter.runtime.core.model.chunks import (
     Finish,
     ModelChunk,
     TextChunk,
     ToolCallReady,
     Usage,
 )
-from cortex_jupyter.runtime.core.record import decode_event
+from cortex_jupyter.runtime.core.record.run import decode_event
 from cortex_jupyter.runtime.loop.conversation import Conversation
 from cortex_jupyter.runtime.loop.transcript import turns_of
 from tests.agents import run_agent

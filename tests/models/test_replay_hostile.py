@@ -19,7 +19,7 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from cortex_jupyter import store
 from cortex_jupyter.models import ReplayModel
-from cortex_jupyter.runtime.core.chunks import TextChunk
+from cortex_jupyter.runtime.core.model.chunks import TextChunk
 from cortex_jupyter.session import CortexRunError
 from tests.otel_spans import recorded
 

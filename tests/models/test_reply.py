@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cortex_jupyter.models._reply import ReplyAssembler, ServerFailure, call_ids_in, failure_of
-from cortex_jupyter.runtime.core.chunks import TextChunk, ToolCallReady, ToolCallStart
+from cortex_jupyter.runtime.core.model.chunks import TextChunk, ToolCallReady, ToolCallStart
 
 
 def delta(**fields: Any) -> dict[str, Any]:

@@ -18,8 +18,14 @@ from cortex_jupyter.models import (
     split_turns,
 )
 from cortex_jupyter.protocol import Parser
-from cortex_jupyter.runtime.core.chunks import Finish, Message, ModelChunk, TextChunk, text_client
-from cortex_jupyter.runtime.core.model import complete
+from cortex_jupyter.runtime.core.model.chunks import (
+    Finish,
+    Message,
+    ModelChunk,
+    TextChunk,
+    text_client,
+)
+from cortex_jupyter.runtime.core.model.client import complete
 
 ASK: list[Message] = [{"role": "user", "content": "go"}]
 

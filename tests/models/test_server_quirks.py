@@ -19,7 +19,7 @@ from cortex_jupyter.models import (
     ServerError,
 )
 from cortex_jupyter.runtime import Agent, Registry
-from cortex_jupyter.runtime.core.chunks import (
+from cortex_jupyter.runtime.core.model.chunks import (
     ChatMessage,
     Finish,
     ModelChunk,
@@ -32,7 +32,7 @@ from cortex_jupyter.runtime.core.chunks import (
     Usage,
     text_client,
 )
-from cortex_jupyter.runtime.core.model import complete
+from cortex_jupyter.runtime.core.model.client import complete
 
 from .fake_openai_server import (
     FakeOpenAIServer,

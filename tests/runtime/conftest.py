@@ -12,8 +12,8 @@ import pytest
 from cortex_jupyter.protocol import Parser
 from cortex_jupyter.protocol.events import Action, ActionReady, Event
 from cortex_jupyter.runtime import Registry, RetryPolicy, Run, run_stream
-from cortex_jupyter.runtime.core.chunks import Finish, ModelChunk, TextChunk
-from cortex_jupyter.runtime.core.model import Message
+from cortex_jupyter.runtime.core.model.chunks import Finish, ModelChunk, TextChunk
+from cortex_jupyter.runtime.core.model.client import Message
 
 FAST_RETRY = RetryPolicy(base=0.01, factor=2.0, max_delay=0.05)
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import anyio
 
-from cortex_jupyter.runtime.core.chunks import ModelChunk, ToolDefinition
-from cortex_jupyter.runtime.core.model import Message
+from cortex_jupyter.runtime.core.model.chunks import ModelChunk, ToolDefinition
+from cortex_jupyter.runtime.core.model.client import Message
 
 
 class Scripted:

@@ -22,7 +22,7 @@ from cortex_jupyter.runtime import (
     RunHooks,
     default_registry,
 )
-from cortex_jupyter.runtime.core.chunks import Finish, ModelChunk, TextChunk
+from cortex_jupyter.runtime.core.model.chunks import Finish, ModelChunk, TextChunk
 from tests.runtime.doubles import Scripted
 
 pytestmark = pytest.mark.anyio

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from cortex_jupyter.runtime.core.captured import CapturedText
-from cortex_jupyter.runtime.core.secrets import REDACTED, secrets
+from cortex_jupyter.runtime.core.record.captured import CapturedText
+from cortex_jupyter.runtime.core.trust.secrets import REDACTED, secrets
 
 SECRET = "sk-SPLITsecret0123456789abcdefXYZ"
 PASSPHRASE = "correct horse battery staple"

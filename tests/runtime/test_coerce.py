@@ -1,4 +1,4 @@
-"""``$name`` values fitted to the type their parameter declares (runtime/core/coerce.py): the
+"""``$name`` values fitted to the type their parameter declares (runtime/core/values/coerce.py): the
 rule on its own, and through the scheduler with Python tools (MCP tools: test_mcp.py)."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from IPython.core.interactiveshell import InteractiveShell
 from cortex_jupyter import default_registry
 from cortex_jupyter.protocol.events import ActionReady
 from cortex_jupyter.runtime import Registry, run_stream
-from cortex_jupyter.runtime.core.coerce import fit
 from cortex_jupyter.runtime.core.errors import ParameterTypeError
-from cortex_jupyter.runtime.core.schema import Kinds, hint_kinds, schema_kinds
+from cortex_jupyter.runtime.core.values.coerce import fit
+from cortex_jupyter.runtime.core.values.schema import Kinds, hint_kinds, schema_kinds
 
 Act = Callable[..., ActionReady]
 

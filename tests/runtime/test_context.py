@@ -73,7 +73,7 @@ def test_condensing_cuts_results_and_tool_messages_to_a_line_and_keeps_the_rest(
 
 def test_condensing_cuts_hermes_tool_responses_to_a_line() -> None:
     from cortex_jupyter.protocol.events import ProtocolError
-    from cortex_jupyter.runtime.core.graph import ActionNode
+    from cortex_jupyter.runtime.core.record.graph import ActionNode
     from cortex_jupyter.runtime.loop.prompt import format_results
 
     page = ActionNode(

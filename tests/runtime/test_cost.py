@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 
 from cortex_jupyter.models import OpenAIModel, ScriptModel
 from cortex_jupyter.models.pricing import price, provider_of
-from cortex_jupyter.runtime.core.chunks import Usage
-from cortex_jupyter.runtime.core.cost import Budget, Price, Spend, fmt_usd, price_request
+from cortex_jupyter.runtime.core.cost.budget import Budget, Spend
+from cortex_jupyter.runtime.core.cost.prices import Price, fmt_usd, price_request
+from cortex_jupyter.runtime.core.model.chunks import Usage
 
 
 @pytest.mark.parametrize(

@@ -15,10 +15,10 @@ import pytest
 from cortex_jupyter.models import ScriptModel
 from cortex_jupyter.protocol import MAX_JSON_DEPTH
 from cortex_jupyter.runtime import NestedTooDeep, Registry, Run
-from cortex_jupyter.runtime.core.chunks import Finish, TextChunk, ToolCallReady, ToolCallStart
-from cortex_jupyter.runtime.core.record import OutputRepr
-from cortex_jupyter.runtime.core.secrets import REDACTED, TOO_DEEP, Secrets
-from cortex_jupyter.runtime.core.variables import find_references, resolve
+from cortex_jupyter.runtime.core.model.chunks import Finish, TextChunk, ToolCallReady, ToolCallStart
+from cortex_jupyter.runtime.core.record.run import OutputRepr
+from cortex_jupyter.runtime.core.trust.secrets import REDACTED, TOO_DEEP, Secrets
+from cortex_jupyter.runtime.core.values.variables import find_references, resolve
 from tests.agents import run_agent
 from tests.runtime.doubles import Scripted
 

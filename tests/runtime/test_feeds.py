@@ -13,8 +13,8 @@ import pytest
 
 from cortex_jupyter.protocol.events import Action, ActionReady
 from cortex_jupyter.runtime import Registry, run_stream
-from cortex_jupyter.runtime.core.chunks import ModelChunk, TextChunk
-from cortex_jupyter.runtime.core.model import Message
+from cortex_jupyter.runtime.core.model.chunks import ModelChunk, TextChunk
+from cortex_jupyter.runtime.core.model.client import Message
 from cortex_jupyter.runtime.loop.feeds import FeedError, FeedSet, FeedSpec, FeedUnavailable
 
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from cortex_jupyter.protocol import Parser
 from cortex_jupyter.protocol.events import ActionReady, ProtocolError, ResponseDelta, TextDelta
 from cortex_jupyter.runtime import Registry
-from cortex_jupyter.runtime.core.variables import REFERENCE
+from cortex_jupyter.runtime.core.values.variables import REFERENCE
 from cortex_jupyter.runtime.loop.grammar import (
     GRAMMAR_DIALECTS,
     ORDER_LIMIT,

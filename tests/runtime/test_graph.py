@@ -7,7 +7,7 @@ from typing import Any
 
 from cortex_jupyter.protocol.events import Action
 from cortex_jupyter.runtime import ActionNode, Graph
-from cortex_jupyter.runtime.core.graph import CapturedText
+from cortex_jupyter.runtime.core.record.graph import CapturedText
 
 
 def node(id: str, mode: str = "async", **fields: Any) -> ActionNode:

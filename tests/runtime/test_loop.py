@@ -19,7 +19,8 @@ from cortex_jupyter.models import (
     UnknownModel,
 )
 from cortex_jupyter.runtime import Agent, End, InternalPolicy, Interrupt, Metric, Registry, Run
-from cortex_jupyter.runtime.core.chunks import (
+from cortex_jupyter.runtime.core.events import ChatEntry, Chunk, Turn, TurnEnd
+from cortex_jupyter.runtime.core.model.chunks import (
     Finish,
     Message,
     ModelChunk,
@@ -29,7 +30,6 @@ from cortex_jupyter.runtime.core.chunks import (
     ToolCallStart,
     Usage,
 )
-from cortex_jupyter.runtime.core.events import ChatEntry, Chunk, Turn, TurnEnd
 from cortex_jupyter.runtime.loop.conversation import Conversation
 from cortex_jupyter.runtime.loop.feeds import FeedSet, FeedSpec
 from tests.agents import continue_run, run_agent

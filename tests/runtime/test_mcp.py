@@ -29,10 +29,10 @@ from mcp.types import BlobResourceContents, CallToolResult, EmbeddedResource, Te
 import cortex_jupyter.mcp as facade
 import cortex_jupyter.runtime.integrations.mcp as integration
 from cortex_jupyter.runtime import Registry, Run, parse_chunks, run_stream
+from cortex_jupyter.runtime.core.calls.registry import ToolSpec, default_registry
 from cortex_jupyter.runtime.core.errors import InvalidArguments
-from cortex_jupyter.runtime.core.graph import ActionNode
-from cortex_jupyter.runtime.core.registry import ToolSpec, default_registry
-from cortex_jupyter.runtime.core.secrets import redact
+from cortex_jupyter.runtime.core.record.graph import ActionNode
+from cortex_jupyter.runtime.core.trust.secrets import redact
 from cortex_jupyter.runtime.integrations.mcp import (
     NATIVE_NAME,
     McpConfigError,
@@ -959,7 +959,7 @@ def test_a_notebook_function_shows_the_managers_parameters_and_help(verb: str) -
 def test_a_schema_whose_refs_reach_themselves_is_read_once() -> None:
     # A server's input schema is not ours: a definition whose allOf points back at itself
     # 300 times (or at another one that does) must neither hang nor fail the listing.
-    from cortex_jupyter.runtime.core import schema as core_schema
+    from cortex_jupyter.runtime.core.values import schema as core_schema
 
     read = 0
     resolve = core_schema.resolve_ref

@@ -1,4 +1,4 @@
-"""A run's observers (runtime/core/observer.py: the store's recording, tracing, any
+"""A run's observers (runtime/core/record/observer.py: the store's recording, tracing, any
 registered factory) watch and never break it: one that raises is dropped, logged, and
 the run ends as it would have."""
 
@@ -11,8 +11,8 @@ import pytest
 
 from cortex_jupyter.models import ScriptModel
 from cortex_jupyter.runtime import Agent, Registry, RunHooks
-from cortex_jupyter.runtime.core import observer
 from cortex_jupyter.runtime.core.events import AnyEvent
+from cortex_jupyter.runtime.core.record import observer
 
 SCRIPT = (
     '<action id="a">{"name": "two", "parameters": {}, "output_key": "x"}</action>'

@@ -14,8 +14,8 @@ import pytest
 
 from cortex_jupyter import Agent, Registry, Run
 from cortex_jupyter.models import ScriptModel
-from cortex_jupyter.runtime.core.graph import NOT_STARTED, ActionNode
-from cortex_jupyter.runtime.core.record import OutputRepr, kept
+from cortex_jupyter.runtime.core.record.graph import NOT_STARTED, ActionNode
+from cortex_jupyter.runtime.core.record.run import OutputRepr, kept
 from cortex_jupyter.runtime.loop.pickup import plan
 
 pytestmark = pytest.mark.anyio

@@ -1,4 +1,4 @@
-"""One step of ``$name.path`` (``runtime.core.reach``): what a step may go through, what it
+"""One step of ``$name.path`` (``runtime.core.trust.reach``): what a step may go through, what it
 may start from or land on, and the names of the refusals."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from cortex_jupyter.runtime.core.reach import Refused, machinery, namespace, step
+from cortex_jupyter.runtime.core.trust.reach import Refused, machinery, namespace, step
 
 
 @dataclass

@@ -25,10 +25,10 @@ from cortex_jupyter.runtime import (
     load_events,
     run_stream,
 )
-from cortex_jupyter.runtime.core.answer import VALUE_LIMIT
 from cortex_jupyter.runtime.core.events import Turn, TurnEnd
-from cortex_jupyter.runtime.core.model import Message
-from cortex_jupyter.runtime.core.record import OutputRepr, summarize, to_json_value
+from cortex_jupyter.runtime.core.model.client import Message
+from cortex_jupyter.runtime.core.record.run import OutputRepr, summarize, to_json_value
+from cortex_jupyter.runtime.core.values.answer import VALUE_LIMIT
 
 pytestmark = pytest.mark.anyio
 

@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 
 from cortex_jupyter import Agent, Registry, Run
 from cortex_jupyter.models import ScriptModel
-from cortex_jupyter.runtime.core.chunks import Finish, TextChunk
 from cortex_jupyter.runtime.core.events import ActionStatus, AnyEvent, Chunk
+from cortex_jupyter.runtime.core.model.chunks import Finish, TextChunk
 from cortex_jupyter.runtime.loop.agent import RunHooks
 from cortex_jupyter.store import open_run
 from cortex_jupyter.store.writer import Store

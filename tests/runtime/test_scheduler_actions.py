@@ -21,8 +21,8 @@ from cortex_jupyter.runtime import (
     Step,
     run_stream,
 )
-from cortex_jupyter.runtime.core.chunks import TextChunk
-from cortex_jupyter.runtime.core.model import Message
+from cortex_jupyter.runtime.core.model.chunks import TextChunk
+from cortex_jupyter.runtime.core.model.client import Message
 
 pytestmark = pytest.mark.anyio
 

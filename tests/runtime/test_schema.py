@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 import pytest
 
-from cortex_jupyter.runtime.core.schema import (
+from cortex_jupyter.runtime.core.values.schema import (
     function_schema,
     parse_docstring,
     schema_kinds,

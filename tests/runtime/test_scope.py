@@ -7,7 +7,7 @@ import os
 import pytest
 
 from cortex_jupyter.runtime import NotVisible, UnknownVariable, resolve
-from cortex_jupyter.runtime.core.scope import Binding, Rule, Scope, add_rule
+from cortex_jupyter.runtime.core.trust.scope import Binding, Rule, Scope, add_rule
 
 NAMESPACE = {
     "df": [1, 2],

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from cortex_jupyter.runtime.core.graph import ActionNode
-from cortex_jupyter.runtime.core.secrets import REDACTED, Repr, Secrets
+from cortex_jupyter.runtime.core.record.graph import ActionNode
+from cortex_jupyter.runtime.core.trust.secrets import REDACTED, Repr, Secrets
 from cortex_jupyter.runtime.integrations.mcp import server as mcp
 from cortex_jupyter.runtime.loop.feeds import FeedSet, FeedSpec
 from cortex_jupyter.runtime.scheduler import capture
@@ -187,7 +187,7 @@ def test_an_mcp_servers_long_stderr_line_keeps_no_part_of_a_secret(
 def test_a_value_filled_into_the_answer_and_cut_at_its_limit_keeps_no_part_of_a_secret(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from cortex_jupyter.runtime.core.answer import VALUE_LIMIT, value_text
+    from cortex_jupyter.runtime.core.values.answer import VALUE_LIMIT, value_text
 
     key = "sk-proj-CUTTHROUGHabcdefghijk"
     monkeypatch.setenv("OPENAI_API_KEY", key)
@@ -201,7 +201,7 @@ def test_a_value_filled_into_the_answer_and_cut_at_its_limit_keeps_no_part_of_a_
 
 
 def test_a_cut_never_leaves_half_a_redaction_marker(monkeypatch: pytest.MonkeyPatch) -> None:
-    from cortex_jupyter.runtime.core.secrets import head
+    from cortex_jupyter.runtime.core.trust.secrets import head
 
     key = "sk-proj-MARKERCUTabcdefghij"
     monkeypatch.setenv("OPENAI_API_KEY", key)

@@ -31,6 +31,7 @@ from cortex_jupyter.runtime import Agent, Registry
 from cortex_jupyter.runtime.integrations import executors
 from cortex_jupyter.runtime.integrations.mcp import McpManager
 from cortex_jupyter.runtime.integrations.tracing.spans import CAPTURE_CONTENT
+from tests.helpers import local_cluster
 from tests.mcp_servers.harness import DEMO
 from tests.models.fake_openai_server import Stream, finish, role, texts, usage
 from tests.otel_spans import by_name, one, parent_of, recorded, strings
@@ -91,16 +92,7 @@ def dask_cluster() -> Iterator[str]:
     """A real local Dask cluster the session's ``executor="dask"`` tools go to: one worker
     thread in this process (``processes=False``: its tool shares this test's tracer
     provider, and it starts in a second instead of spawning processes)."""
-    from distributed import LocalCluster
-
-    with LocalCluster(
-        n_workers=1,
-        threads_per_worker=1,
-        processes=False,
-        protocol="tcp",
-        host="127.0.0.1",
-        dashboard_address="127.0.0.1:0",  # None still serves its HTTP endpoints on 8787
-    ) as cluster:
+    with local_cluster() as cluster:
         executors.set_dask_address(cluster.scheduler_address)
         try:
             yield cluster.scheduler_address
@@ -471,8 +463,8 @@ def test_with_no_provider_a_run_has_no_observer_and_imports_no_opentelemetry() -
         import sys
         from cortex_jupyter.models import ScriptModel
         from cortex_jupyter.runtime import Agent
-        from cortex_jupyter.runtime.core import observer as observe
-        from cortex_jupyter.runtime.core.record import Run
+        from cortex_jupyter.runtime.core.record import observer as observe
+        from cortex_jupyter.runtime.core.record.run import Run
         print("imported", "opentelemetry" in sys.modules)
         made = []
         real = observe.observers_for

@@ -26,8 +26,8 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from cortex_jupyter.models import OpenAIModel, ScriptModel
 from cortex_jupyter.runtime import Agent, Registry
-from cortex_jupyter.runtime.core.observer import Carried, carried, carrying, entered
-from cortex_jupyter.runtime.core.record import Run
+from cortex_jupyter.runtime.core.record.observer import Carried, carried, carrying, entered
+from cortex_jupyter.runtime.core.record.run import Run
 from cortex_jupyter.runtime.integrations.tracing.remote import ATTACHED
 from cortex_jupyter.runtime.integrations.tracing.spans import CAPTURE_CONTENT
 from cortex_jupyter.runtime.loop.conversation import Conversation
@@ -406,7 +406,7 @@ def test_a_worker_without_opentelemetry_runs_the_tool_it_was_sent_with_a_trace_c
         f"""
         import pickle, sys
         sys.modules["opentelemetry"] = None  # an import of it fails, as when not installed
-        from cortex_jupyter.runtime.core.observer import Carried
+        from cortex_jupyter.runtime.core.record.observer import Carried
         from cortex_jupyter.runtime.integrations.executors.wire import dumps, loads
         from cortex_jupyter.runtime.integrations.executors.worker import run_remote
         carried = (Carried({ATTACHED!r}, {{"traceparent": {TRACEPARENT!r}}}),)

@@ -14,7 +14,7 @@ import pytest
 from cortex_jupyter.models import OpenAIModel, ScriptModel
 from cortex_jupyter.models.replay import ReplayModel
 from cortex_jupyter.runtime import Registry, Run
-from cortex_jupyter.runtime.core.chunks import Message, ModelChunk, TextChunk
+from cortex_jupyter.runtime.core.model.chunks import Message, ModelChunk, TextChunk
 from cortex_jupyter.runtime.loop.conversation import Conversation
 from cortex_jupyter.runtime.loop.transcript import (
     continue_note,

@@ -1,4 +1,4 @@
-"""Typed answers (issue 26, items 1-4): ``runtime.core.typed`` read directly, and the
+"""Typed answers (issue 26, items 1-4): ``runtime.core.values.typed`` read directly, and the
 loop's answer turn (retries, failure, ``"$name"``, transcripts) through ``Agent.run``."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from cortex_jupyter.models import ScriptModel
 from cortex_jupyter.runtime import Agent, Registry, Run
 from cortex_jupyter.runtime.core.errors import BadOutputType
 from cortex_jupyter.runtime.core.events import ChatEntry, OutputChecked, OutputExpected, Turn
-from cortex_jupyter.runtime.core.record import decode_event, encode_event
-from cortex_jupyter.runtime.core.scope import Scope
-from cortex_jupyter.runtime.core.secrets import secrets
-from cortex_jupyter.runtime.core.typed import OutputType, read_json, type_from_text
+from cortex_jupyter.runtime.core.record.run import decode_event, encode_event
+from cortex_jupyter.runtime.core.trust.scope import Scope
+from cortex_jupyter.runtime.core.trust.secrets import secrets
+from cortex_jupyter.runtime.core.values.typed import OutputType, read_json, type_from_text
 from cortex_jupyter.runtime.loop.prompt import system_prompt
 from tests.agents import run_agent
 

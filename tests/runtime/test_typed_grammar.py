@@ -19,7 +19,7 @@ from typing_extensions import NotRequired, TypedDict  # pydantic's TypedDict on 
 
 from cortex_jupyter.protocol import Parser
 from cortex_jupyter.protocol.events import ActionReady, ResponseDelta, TextDelta
-from cortex_jupyter.runtime.core.typed import OutputType
+from cortex_jupyter.runtime.core.values.typed import OutputType
 from cortex_jupyter.runtime.loop.grammar import GRAMMAR_DIALECTS, TypedAnswer, reply_grammar
 
 from .gbnf import accepts, left_recursive, parse, sampler

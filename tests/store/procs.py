@@ -29,7 +29,7 @@ import numpy as np
 from cortex_jupyter import store
 from cortex_jupyter.models import ScriptModel
 from cortex_jupyter.runtime import Agent, Registry, Run
-from cortex_jupyter.runtime.core.record import OutputRepr
+from cortex_jupyter.runtime.core.record.run import OutputRepr
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -18,7 +18,7 @@ import cortex_jupyter
 from cortex_jupyter import store
 from cortex_jupyter.models import ScriptModel
 from cortex_jupyter.runtime import Agent, Registry
-from cortex_jupyter.runtime.core.record import OutputRepr
+from cortex_jupyter.runtime.core.record.run import OutputRepr
 from cortex_jupyter.store import schema
 
 SCRIPT = """<thought>counting the walrus herd</thought>
@@ -319,7 +319,7 @@ def test_an_action_row_is_as_its_event_left_it_not_as_the_node_is_later(db: Path
     # after the node turned done (output not yet kept) left a row saying "done" with no
     # output, while the events said "running".
     from cortex_jupyter.runtime import ActionStatus, Run
-    from cortex_jupyter.runtime.core.graph import ActionNode
+    from cortex_jupyter.runtime.core.record.graph import ActionNode
 
     run = Run()
     node = ActionNode(id="a1", name="slow", status="running")

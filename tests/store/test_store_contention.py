@@ -21,7 +21,7 @@ import cortex_jupyter
 from cortex_jupyter import store
 from cortex_jupyter.models import ScriptModel
 from cortex_jupyter.runtime import Agent, Registry
-from cortex_jupyter.runtime.core.secrets import secrets
+from cortex_jupyter.runtime.core.trust.secrets import secrets
 from cortex_jupyter.store import writer
 
 SCRIPT = """<action id="a1">{"name": "sea", "parameters": {"n": 3}, "output_key": "sea"}</action>

@@ -17,8 +17,9 @@ import cortex_jupyter
 from cortex_jupyter import store
 from cortex_jupyter.models import ScriptModel
 from cortex_jupyter.runtime import Agent, Registry
-from cortex_jupyter.runtime.core.record import OutputRepr
-from cortex_jupyter.runtime.core.secrets import secrets
+from cortex_jupyter.runtime.core.record.run import OutputRepr
+from cortex_jupyter.runtime.core.trust.secrets import secrets
+from tests.helpers import dump
 
 KEY = 'sk-live-"quoted\\back-0123456789abcdef'  # JSON and repr escape it
 TOKEN = "tok_9f8e7d6c5b4a39281706"
@@ -131,15 +132,6 @@ def test_a_cell_with_a_secret_in_its_prompt_leaves_none_in_the_store(
     assert leaks(path) == []
 
 
-def _dump(path: Path) -> str:
-    """Every row of every table, as SQL (``iterdump``)."""
-    db = sqlite3.connect(path)
-    try:
-        return "\n".join(db.iterdump())
-    finally:
-        db.close()
-
-
 def test_an_action_id_that_is_a_secret_is_in_no_column_and_the_run_still_opens(
     tmp_path: Path, secret_env: None
 ) -> None:
@@ -162,7 +154,7 @@ def test_an_action_id_that_is_a_secret_is_in_no_column_and_the_run_still_opens(
     run = agent.run_sync("go", store=kept)
     assert run.status == "completed" and TOKEN in run.actions  # the notebook's own: exact
     kept.flush()
-    assert TOKEN not in _dump(path) and leaks(path) == []
+    assert TOKEN not in dump(path) and leaks(path) == []
     back = cortex_jupyter.open_run(run.id, store=path)
     assert set(back.actions) == {"[redacted]", "b"}
     assert back.actions["[redacted]"].output == "got one"  # its output row found it
@@ -183,7 +175,7 @@ def test_every_text_a_store_connection_binds_is_redacted(tmp_path: Path, secret_
     db.cursor().executemany("INSERT INTO search (run, field, text) VALUES (?, ?, ?)",
                             [("r", "g", TOKEN)])  # fmt: skip
     db.close()
-    assert leaks(path) == [] and "[redacted]" in _dump(path)
+    assert leaks(path) == [] and "[redacted]" in dump(path)
 
 
 def test_a_secret_of_digits_a_tool_returns_as_a_number_is_kept_nowhere(
@@ -210,7 +202,7 @@ def test_a_secret_of_digits_a_tool_returns_as_a_number_is_kept_nowhere(
     assert run.status == "completed" and run.output["account"]["pin"] == int(pin)
     run.save(saved)
     kept.flush()
-    for text in (_dump(path), saved.read_text(encoding="utf-8")):
+    for text in (dump(path), saved.read_text(encoding="utf-8")):
         assert pin not in text
     assert pin.encode() not in b"".join(
         Path(f"{path}{s}").read_bytes() for s in ("", "-wal") if Path(f"{path}{s}").exists()

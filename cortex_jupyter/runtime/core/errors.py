@@ -362,7 +362,7 @@ class ToolExited(CortexRuntimeError):
 @dataclass(eq=False, repr=False)
 class ParameterTypeError(CortexRuntimeError):
     """Raised when a ``$name`` value does not have the type its parameter declares and
-    cannot be converted to it without losing information (see ``runtime.core.coerce``)."""
+    cannot be converted to it without losing information (see ``runtime.core.values.coerce``)."""
 
     tool: str
     parameter: str

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, get_args
 
 from cortex_jupyter.protocol.events import Event
-from cortex_jupyter.runtime.core.chunks import (
+from cortex_jupyter.runtime.core.model.chunks import (
     Finish,
     ModelChunk,
     ReasoningChunk,
@@ -128,7 +128,7 @@ class Metric:
 
 @dataclass(frozen=True, slots=True)
 class Cost:
-    """One request to ``model`` was priced (``runtime.core.cost``): ``usd`` (None: not
+    """One request to ``model`` was priced (``runtime.core.cost.prices``): ``usd`` (None: not
     known), the tokens the server reported (None: it reported none; ``cached_tokens``,
     the part of the prompt read from the server's cache, None when it reported none),
     ``note`` saying whose prices of which date, or why there is none, and ``free`` why it

@@ -6,5 +6,5 @@ import them, and none imports another (pyproject.toml's import-linter contracts)
 - ``executors``: tools run off the kernel's process (Dask, process pools); it passes its
   runner in as ``Registry.run_elsewhere``;
 - ``tracing``: every run as an OpenTelemetry trace; it passes its run observer in through
-  ``runtime.core.observer``.
+  ``runtime.core.record.observer``.
 """

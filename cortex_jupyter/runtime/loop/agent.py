@@ -29,15 +29,15 @@ import anyio
 import anyio.from_thread
 from anyio.abc import TaskGroup
 
-from cortex_jupyter.runtime.core.chunks import StreamingModel
-from cortex_jupyter.runtime.core.cost import Budget, Spend
+from cortex_jupyter.runtime.core.calls.registry import AgentSpec, Registry, default_registry
+from cortex_jupyter.runtime.core.cost.budget import Budget, Spend
 from cortex_jupyter.runtime.core.errors import AgentDidNotAnswer, NoModelConfigured
 from cortex_jupyter.runtime.core.events import AnyEvent, Nested
-from cortex_jupyter.runtime.core.observer import RunObserver, RunStore
-from cortex_jupyter.runtime.core.record import Run
-from cortex_jupyter.runtime.core.registry import AgentSpec, Registry, default_registry
-from cortex_jupyter.runtime.core.typed import OutputType
-from cortex_jupyter.runtime.core.variables import find_references
+from cortex_jupyter.runtime.core.model.chunks import StreamingModel
+from cortex_jupyter.runtime.core.record.observer import RunObserver, RunStore
+from cortex_jupyter.runtime.core.record.run import Run
+from cortex_jupyter.runtime.core.values.typed import OutputType
+from cortex_jupyter.runtime.core.values.variables import find_references
 from cortex_jupyter.runtime.loop.conversation import Conversation
 from cortex_jupyter.runtime.loop.feeds import FeedSet
 from cortex_jupyter.runtime.loop.grammar import CONSTRAIN_FORMS, GRAMMAR_DIALECTS
@@ -51,7 +51,7 @@ from cortex_jupyter.runtime.scheduler.dispatch import Scheduler
 from cortex_jupyter.runtime.scheduler.spec import InternalPolicy, RetryPolicy, RunSpec
 
 if TYPE_CHECKING:
-    from cortex_jupyter.runtime.core.graph import ActionNode
+    from cortex_jupyter.runtime.core.record.graph import ActionNode
 
 __all__ = ["Agent", "RunHooks"]
 
@@ -76,7 +76,7 @@ class RunHooks:
     #: How the host asks a person to approve an action (buttons, a prompt); ``None``: the
     #: terminal's ``input()``. Used when the agent's ``approval`` is ``"ask"``.
     ask: Approver | None = None
-    #: Who else watches the run (``runtime.core.observer``): a store's ``Recording``.
+    #: Who else watches the run (``runtime.core.record.observer``): a store's ``Recording``.
     observers: tuple[RunObserver, ...] = ()
 
 
@@ -94,7 +94,7 @@ class Agent:
     it too, and its own can only add to them. ``output_type`` (a pydantic model, a
     dataclass, ``list[int]``...) makes the answer data: ``run.output`` is the validated
     object, an answer that does not fit is sent back up to ``output_retries`` times, and
-    as a nested agent its action's output is that object (``runtime.core.typed``).
+    as a nested agent its action's output is that object (``runtime.core.values.typed``).
     """
 
     name: str | None = None
@@ -127,14 +127,14 @@ class Agent:
     #: Protocol-constrained decoding (``runtime.loop.grammar``): True or "gbnf" sends a
     #: llama.cpp GBNF grammar, "vllm" vLLM's structured-output grammar; False: none.
     constrain: bool | str = False
-    #: The answer's type (``runtime.core.typed``): a pydantic model, dataclass, TypedDict,
+    #: The answer's type (``runtime.core.values.typed``): a pydantic model, dataclass, TypedDict,
     #: ``list[...]``, ``Literal[...]``, a union, ``int``...; ``run.output`` is then the
     #: validated object. ``None``: the answer is text only.
     output_type: Any = None
     #: How many times a typed answer that does not validate is sent back to the model
     #: with the errors before the run fails (each retry is a turn of ``max_turns``).
     output_retries: int = 1
-    #: The most a run may spend (``runtime.core.cost.Budget``): US dollars (``0.05``,
+    #: The most a run may spend (``runtime.core.cost.budget.Budget``): US dollars (``0.05``,
     #: ``"$0.05"``) or tokens (``"20000tok"``); None: no limit. Checked before each
     #: request; a run it stops ends ``budget``. A nested agent spends its caller's budget.
     budget: float | str | Budget | None = None
@@ -189,7 +189,7 @@ class Agent:
 
     @cached_property
     def typed(self) -> OutputType | None:
-        """The answer type made ready (``runtime.core.typed``), or None for a text answer;
+        """The answer type made ready (``runtime.core.values.typed``), or None for a text answer;
         made once, when the Agent is made (``_check`` refuses a type pydantic cannot use)."""
         return None if self.output_type is None else OutputType.of(self.output_type)
 

@@ -29,9 +29,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cortex_jupyter.runtime.core.chunks import ChatMessage
-from cortex_jupyter.runtime.core.cost import DEFAULT_WINDOW
-from cortex_jupyter.runtime.core.secrets import head, redact, shorten
+from cortex_jupyter.runtime.core.cost.budget import DEFAULT_WINDOW
+from cortex_jupyter.runtime.core.model.chunks import ChatMessage
+from cortex_jupyter.runtime.core.trust.secrets import head, redact, shorten
 
 __all__ = [
     "DEFAULT_BUDGET",

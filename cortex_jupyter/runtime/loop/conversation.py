@@ -8,9 +8,9 @@ import uuid
 from collections.abc import Iterable, Iterator
 from typing import cast
 
-from cortex_jupyter.runtime.core.chunks import ChatMessage, Message, ToolCallPayload
-from cortex_jupyter.runtime.core.record import Run
-from cortex_jupyter.runtime.core.secrets import head
+from cortex_jupyter.runtime.core.model.chunks import ChatMessage, Message, ToolCallPayload
+from cortex_jupyter.runtime.core.record.run import Run
+from cortex_jupyter.runtime.core.trust.secrets import head
 from cortex_jupyter.runtime.loop.context import TokenCounter
 from cortex_jupyter.runtime.loop.transcript import RunSource, load_runs, run_messages
 

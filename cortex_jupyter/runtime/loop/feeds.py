@@ -33,11 +33,11 @@ import anyio
 from anyio.abc import TaskGroup
 
 from cortex_jupyter.protocol.events import Action, ActionReady
-from cortex_jupyter.runtime.core.chunks import StreamingModel
+from cortex_jupyter.runtime.core.calls.registry import Registry
 from cortex_jupyter.runtime.core.errors import CortexRuntimeError, UnknownFeed
-from cortex_jupyter.runtime.core.record import Run
-from cortex_jupyter.runtime.core.registry import Registry
-from cortex_jupyter.runtime.core.secrets import head, redact, render_value
+from cortex_jupyter.runtime.core.model.chunks import StreamingModel
+from cortex_jupyter.runtime.core.record.run import Run
+from cortex_jupyter.runtime.core.trust.secrets import head, redact, render_value
 from cortex_jupyter.runtime.scheduler.dispatch import Scheduler
 from cortex_jupyter.runtime.scheduler.spec import RunSpec
 

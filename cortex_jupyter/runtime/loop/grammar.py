@@ -53,8 +53,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from cortex_jupyter.runtime.core.schema import resolve_ref
-from cortex_jupyter.runtime.core.typed import PYTHON_OBJECT
+from cortex_jupyter.runtime.core.values.schema import resolve_ref
+from cortex_jupyter.runtime.core.values.typed import PYTHON_OBJECT
 
 __all__ = [
     "CONSTRAIN_FORMS",

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cortex_jupyter.protocol.events import ProtocolError
-from cortex_jupyter.runtime.core.chunks import ChatMessage, ModelChunk
 from cortex_jupyter.runtime.core.events import (
     ActionStatus,
     AnyEvent,
@@ -34,8 +33,9 @@ from cortex_jupyter.runtime.core.events import (
     Turn,
     TurnEnd,
 )
-from cortex_jupyter.runtime.core.graph import ActionNode
-from cortex_jupyter.runtime.core.record import Run
+from cortex_jupyter.runtime.core.model.chunks import ChatMessage, ModelChunk
+from cortex_jupyter.runtime.core.record.graph import ActionNode
+from cortex_jupyter.runtime.core.record.run import Run
 from cortex_jupyter.runtime.loop.transcript import entry_message
 
 __all__ = ["FINISHED", "PickUp", "ReplyCut", "event_key", "plan"]

@@ -17,17 +17,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from cortex_jupyter.protocol.events import ProtocolError
+from cortex_jupyter.runtime.core.calls.registry import Registry
 from cortex_jupyter.runtime.core.errors import type_label
-from cortex_jupyter.runtime.core.graph import ActionNode
-from cortex_jupyter.runtime.core.registry import Registry
-from cortex_jupyter.runtime.core.secrets import (
+from cortex_jupyter.runtime.core.record.graph import ActionNode
+from cortex_jupyter.runtime.core.trust.secrets import (
     head,
     hide_edges,
     render_value,
     safe_repr,
     truncate,
 )
-from cortex_jupyter.runtime.core.typed import OutputType
+from cortex_jupyter.runtime.core.values.typed import OutputType
 from cortex_jupyter.runtime.loop.feeds import FeedSet
 from cortex_jupyter.runtime.scheduler.spec import InternalPolicy
 

@@ -14,7 +14,8 @@ from typing import Any
 
 from cortex_jupyter.protocol.actions import build_action, parse_body
 from cortex_jupyter.protocol.events import ActionReady, ProtocolError
-from cortex_jupyter.runtime.core.chunks import (
+from cortex_jupyter.runtime.core.events import AnyEvent, Chunk
+from cortex_jupyter.runtime.core.model.chunks import (
     ModelChunk,
     ReasoningChunk,
     StreamingModel,
@@ -23,7 +24,6 @@ from cortex_jupyter.runtime.core.chunks import (
     ToolCallReady,
     Usage,
 )
-from cortex_jupyter.runtime.core.events import AnyEvent, Chunk
 from cortex_jupyter.runtime.loop.resume import Resume
 from cortex_jupyter.runtime.scheduler.calls import error_text
 

@@ -15,7 +15,7 @@ Fields the run itself must decide (``stream``, ``messages``, ``model``, ``n``,
 depth, looks like a credential (``api_key``, ``token``, ``Authorization``, ``password``,
 ``cookie``...) or whose value looks like a key (``sk-...``, ``Bearer ...``) is a secret
 from then on: redacted in everything cortex shows, saves or sends
-(``runtime.core.secrets``), ``extra_headers: {"Authorization": "Bearer ..."}`` included.
+(``runtime.core.trust.secrets``), ``extra_headers: {"Authorization": "Bearer ..."}`` included.
 
 ``request_fields`` is the one place a request's extra fields are built; other features
 that add fields of their own (a grammar for constrained decoding) merge theirs over it.
@@ -28,7 +28,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from cortex_jupyter.runtime.core.secrets import CREDENTIAL_NAME, safe_repr, secrets
+from cortex_jupyter.runtime.core.trust.secrets import CREDENTIAL_NAME, safe_repr, secrets
 
 __all__ = ["PROTOCOL_FIELDS", "check_request", "merge_requests", "request_fields"]
 

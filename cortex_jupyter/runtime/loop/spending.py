@@ -12,8 +12,8 @@ and the one asking the model for a summary of older turns (``Loop._summarise``).
 
 from __future__ import annotations
 
-from cortex_jupyter.runtime.core.chunks import ReplyEnd, StreamingModel, Usage
-from cortex_jupyter.runtime.core.cost import MIN_REPLY, Hold, charge, reply_cap
+from cortex_jupyter.runtime.core.cost.budget import MIN_REPLY, Hold, charge, reply_cap
+from cortex_jupyter.runtime.core.model.chunks import ReplyEnd, StreamingModel, Usage
 from cortex_jupyter.runtime.scheduler.dispatch import Scheduler
 
 __all__ = ["actions_cut", "cut_by_budget", "pay", "payer", "reserve"]
@@ -26,7 +26,7 @@ def pay(
     replied: bool,
     hold: Hold | None = None,
 ) -> None:
-    """Settle one request (``runtime.core.cost.charge``) in ``scheduler``'s run."""
+    """Settle one request (``runtime.core.cost.budget.charge``) in ``scheduler``'s run."""
     charge(scheduler.spec.spend, scheduler.emit, model, usage, replied, hold)
 
 

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from cortex_jupyter.protocol.events import ProtocolError
-from cortex_jupyter.runtime.core.chunks import ChatMessage, ModelChunk
 from cortex_jupyter.runtime.core.events import (
     ActionStatus,
     ChatEntry,
@@ -25,10 +24,11 @@ from cortex_jupyter.runtime.core.events import (
     Turn,
     TurnEnd,
 )
-from cortex_jupyter.runtime.core.graph import ActionNode
-from cortex_jupyter.runtime.core.record import Run
-from cortex_jupyter.runtime.core.secrets import redact
-from cortex_jupyter.runtime.core.secrets import tail as secret_tail
+from cortex_jupyter.runtime.core.model.chunks import ChatMessage, ModelChunk
+from cortex_jupyter.runtime.core.record.graph import ActionNode
+from cortex_jupyter.runtime.core.record.run import Run
+from cortex_jupyter.runtime.core.trust.secrets import redact
+from cortex_jupyter.runtime.core.trust.secrets import tail as secret_tail
 from cortex_jupyter.runtime.loop.prompt import format_results
 
 __all__ = [

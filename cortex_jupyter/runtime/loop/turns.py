@@ -42,7 +42,17 @@ from cortex_jupyter.protocol.events import (
     ThoughtDelta,
     ThoughtEnd,
 )
-from cortex_jupyter.runtime.core.chunks import (
+from cortex_jupyter.runtime.core.cost.budget import Hold, budget_cut, reply_limit, with_cap
+from cortex_jupyter.runtime.core.events import (
+    AnyEvent,
+    ChatEntry,
+    ContextUse,
+    Interrupt,
+    Metric,
+    Turn,
+    TurnEnd,
+)
+from cortex_jupyter.runtime.core.model.chunks import (
     ChatMessage,
     Finish,
     Message,
@@ -59,20 +69,10 @@ from cortex_jupyter.runtime.core.chunks import (
     text_client,
     tool_definition,
 )
-from cortex_jupyter.runtime.core.cost import Hold, budget_cut, reply_limit, with_cap
-from cortex_jupyter.runtime.core.events import (
-    AnyEvent,
-    ChatEntry,
-    ContextUse,
-    Interrupt,
-    Metric,
-    Turn,
-    TurnEnd,
-)
-from cortex_jupyter.runtime.core.graph import ActionNode
-from cortex_jupyter.runtime.core.model import complete
-from cortex_jupyter.runtime.core.secrets import redact, redact_value
-from cortex_jupyter.runtime.core.typed import OutputType
+from cortex_jupyter.runtime.core.model.client import complete
+from cortex_jupyter.runtime.core.record.graph import ActionNode
+from cortex_jupyter.runtime.core.trust.secrets import redact, redact_value
+from cortex_jupyter.runtime.core.values.typed import OutputType
 from cortex_jupyter.runtime.loop import grammar
 from cortex_jupyter.runtime.loop.context import (
     DEFAULT_REPLY_ROOM,

@@ -1,7 +1,7 @@
 """A typed run's answer turn: check the final answer, ask again with the errors, or fail.
 
 ``Agent(output_type=T)``: when a turn ends with a final answer, ``AnswerCheck.check``
-reads it (``runtime.core.typed``: the JSON, ``"$name"`` filled over the same scopes as
+reads it (``runtime.core.values.typed``: the JSON, ``"$name"`` filled over the same scopes as
 action parameters, pydantic's validation) and emits ``OutputChecked``. An answer that
 fits is ``run.output``. One that does not is sent back to the model with its errors
 (short ``path: message`` lines) as the next turn, up to ``output_retries`` times; a
@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from cortex_jupyter.runtime.core.events import OutputChecked, OutputExpected
-from cortex_jupyter.runtime.core.secrets import redact
-from cortex_jupyter.runtime.core.typed import Checked, OutputType
+from cortex_jupyter.runtime.core.trust.secrets import redact
+from cortex_jupyter.runtime.core.values.typed import Checked, OutputType
 from cortex_jupyter.runtime.scheduler.dispatch import Scheduler
 
 __all__ = ["AnswerCheck"]

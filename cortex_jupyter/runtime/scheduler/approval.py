@@ -37,10 +37,10 @@ from typing import TYPE_CHECKING, Any, cast
 import anyio
 import anyio.to_thread
 
-from cortex_jupyter.runtime.core.coerce import is_bool
+from cortex_jupyter.runtime.core.values.coerce import is_bool
 
 if TYPE_CHECKING:
-    from cortex_jupyter.runtime.core.graph import ActionNode
+    from cortex_jupyter.runtime.core.record.graph import ActionNode
 
 __all__ = [
     "APPROVAL_MODES", "Approver", "Decision", "Rules", "Verdict", "approver_for", "ask_line",

@@ -3,12 +3,12 @@
 Like a turn's, the request reserves its worst case of the run's budget before it is sent
 (its prompt estimated at ~4 characters a token, and its reply's cap: the run's, else what
 the model's window leaves, and no more than what the budget leaves, the ``max_tokens`` it
-is sent with: ``runtime.core.cost.Spend.reserve``), so several ``llm`` actions started at
+is sent with: ``runtime.core.cost.budget.Spend.reserve``), so several ``llm`` actions started at
 once cannot pass the budget between them; one for which the budget leaves less than
 ``MIN_REPLY`` tokens of reply is not sent and its action fails with one line
 (``BudgetReached``). When the reply ends the
 reservation settles to what the server reported, which counts in the run's cost, its
-budget and its usage alike (``runtime.core.cost.charge``).
+budget and its usage alike (``runtime.core.cost.budget.charge``).
 
 A reply the budget's cap cut short (``finish_reason`` "length" at the cap the budget set,
 below the request's own) is still the action's output, but partial: the action says so
@@ -22,11 +22,11 @@ import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from cortex_jupyter.runtime.core.chunks import StreamingModel, text_client
-from cortex_jupyter.runtime.core.cost import Spend, budget_cut, charge, reply_cap, with_cap
+from cortex_jupyter.runtime.core.cost.budget import Spend, budget_cut, charge, reply_cap, with_cap
 from cortex_jupyter.runtime.core.errors import BudgetReached
 from cortex_jupyter.runtime.core.events import AnyEvent
-from cortex_jupyter.runtime.core.model import Message, complete
+from cortex_jupyter.runtime.core.model.chunks import StreamingModel, text_client
+from cortex_jupyter.runtime.core.model.client import Message, complete
 
 __all__ = ["ask"]
 

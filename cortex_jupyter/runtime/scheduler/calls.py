@@ -13,11 +13,11 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from cortex_jupyter.runtime.core.bounded import message
+from cortex_jupyter.runtime.core.calls.registry import Registry, ToolSpec
 from cortex_jupyter.runtime.core.errors import CortexRuntimeError, ToolExited
-from cortex_jupyter.runtime.core.record import summarize
-from cortex_jupyter.runtime.core.registry import Registry, ToolSpec
-from cortex_jupyter.runtime.core.secrets import redact
+from cortex_jupyter.runtime.core.record.run import summarize
+from cortex_jupyter.runtime.core.trust.bounded import message
+from cortex_jupyter.runtime.core.trust.secrets import redact
 from cortex_jupyter.runtime.scheduler.capture import current
 
 __all__ = ["call_tool", "drain_generator", "error_text"]

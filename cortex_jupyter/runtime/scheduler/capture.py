@@ -15,7 +15,7 @@ mark the capture dirty and wake the run's flusher, which sends what gathered at 
 hundred times a second, costs a few events, not thousands.
 
 Nothing is redacted on a write: the text is joined and redacted a batch at a time when
-it is flushed (``runtime.core.captured``), so a secret printed in two writes is redacted
+it is flushed (``runtime.core.record.captured``), so a secret printed in two writes is redacted
 whole, in the events, on the node, in the store and the transcript, and a write costs a
 list append.
 
@@ -41,11 +41,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
 from cortex_jupyter.runtime.core.events import ActionOutput, Progress
-from cortex_jupyter.runtime.core.secrets import head
+from cortex_jupyter.runtime.core.trust.secrets import head
 
 if TYPE_CHECKING:
-    from cortex_jupyter.runtime.core.captured import CapturedText
-    from cortex_jupyter.runtime.core.graph import ActionNode
+    from cortex_jupyter.runtime.core.record.captured import CapturedText
+    from cortex_jupyter.runtime.core.record.graph import ActionNode
 
 __all__ = ["FLUSH_HZ", "MAX_KEPT", "Capture", "capturing", "current", "install", "progress"]
 

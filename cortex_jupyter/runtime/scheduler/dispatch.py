@@ -18,11 +18,7 @@ import functools
 import statistics
 import threading
 import time
-from collections.abc import (
-    Callable,
-    Iterable,
-    Mapping,
-)
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from types import TracebackType
@@ -41,8 +37,7 @@ from cortex_jupyter.protocol.events import (
     Event,
     ProtocolError,
 )
-from cortex_jupyter.runtime.core.chunks import StreamingModel
-from cortex_jupyter.runtime.core.coerce import fit
+from cortex_jupyter.runtime.core.calls.registry import AgentSpec, Step, ToolSpec, WorkflowSpec
 from cortex_jupyter.runtime.core.errors import (
     ActionTimeout,
     AgentDepthExceeded,
@@ -54,35 +49,33 @@ from cortex_jupyter.runtime.core.errors import (
     WorkflowStepFailed,
 )
 from cortex_jupyter.runtime.core.events import ActionStatus, AnyEvent, End, Interrupt, Metric
-from cortex_jupyter.runtime.core.graph import NOT_STARTED, ActionNode, Graph, Update
-from cortex_jupyter.runtime.core.observer import (
+from cortex_jupyter.runtime.core.model.chunks import StreamingModel
+from cortex_jupyter.runtime.core.record.graph import NOT_STARTED, ActionNode, Graph, Update
+from cortex_jupyter.runtime.core.record.observer import (
     RunObserver,
     RunStart,
     acting,
     notify,
     observers_for,
 )
-from cortex_jupyter.runtime.core.record import (
+from cortex_jupyter.runtime.core.record.run import (
     Run,
     brief_json,
     dispatch_latencies,
     kept,
     summarize,
 )
-from cortex_jupyter.runtime.core.registry import (
-    AgentSpec,
-    Step,
-    ToolSpec,
-    WorkflowSpec,
+from cortex_jupyter.runtime.core.trust.secrets import redact
+from cortex_jupyter.runtime.core.values.coerce import fit
+from cortex_jupyter.runtime.core.values.variables import (
+    check_variable_name,
+    find_references,
+    resolve,
 )
-from cortex_jupyter.runtime.core.secrets import redact
-from cortex_jupyter.runtime.core.variables import check_variable_name, find_references, resolve
 from cortex_jupyter.runtime.scheduler.asking import ask
 from cortex_jupyter.runtime.scheduler.calls import call_tool, error_text
 from cortex_jupyter.runtime.scheduler.capture import FLUSH_HZ, Capture, capturing
-from cortex_jupyter.runtime.scheduler.spec import (
-    RunSpec,
-)
+from cortex_jupyter.runtime.scheduler.spec import RunSpec
 
 Invoke = Callable[[], Any]
 _Call = tuple[list[Any], dict[str, Any]]  # a tool's positional and keyword arguments
@@ -140,7 +133,7 @@ class Scheduler:
         self._flush_scope: anyio.CancelScope | None = None
         self._loop_thread = threading.get_ident()
         #: Who watches this run besides the host's ``on_event``: the host's observers (a
-        #: store) and those every run gets (tracing: ``runtime.core.observer``), asked at
+        #: store) and those every run gets (tracing: ``runtime.core.record.observer``), asked at
         #: the run's start.
         self._observers: tuple[RunObserver, ...] = ()
         #: The status a run that is left normally ends with (the agent loop sets
@@ -261,12 +254,18 @@ class Scheduler:
         self._emit(event)
         if isinstance(event, ActionReady):
             self._add_action(event.action, event.source)
-        elif isinstance(event, ActionStart):
+        elif isinstance(event, ProtocolError) and event.id is not None:
+            self._add_rejected(event)
+        else:
+            self._remember(event)
+
+    def _remember(self, event: Event) -> None:
+        """Keep what an action's opening tag and a context feed say, read the first time
+        or again on resume."""
+        if isinstance(event, ActionStart):
             self._starts[event.id] = event
         elif isinstance(event, ContextFeedEvent):
             self.feeds[event.id] = event.text
-        elif isinstance(event, ProtocolError) and event.id is not None:
-            self._add_rejected(event)
 
     def skip(self, event: ActionReady, why: str) -> None:
         """Take ``event``'s action without running it: its node is ``skipped`` with
@@ -293,12 +292,11 @@ class Scheduler:
         self._require_tg("replay an event")
         if isinstance(event, ActionReady):
             self.pick_up(event.action, event.source)
-        elif isinstance(event, ActionStart):
-            self._starts[event.id] = event
-        elif isinstance(event, ContextFeedEvent):
-            self.feeds[event.id] = event.text
-        elif isinstance(event, ProtocolError) and event.id not in (None, *self.run.actions):
-            self.submit(event)  # a refusal the record lost
+        elif isinstance(event, ProtocolError):
+            if event.id not in (None, *self.run.actions):
+                self.submit(event)  # a refusal the record lost
+        else:
+            self._remember(event)
 
     def pick_up(self, action: Action, source: str = "") -> None:
         """The action ``action`` of the resumed run: its node restored when ``kept``
@@ -642,7 +640,7 @@ class Scheduler:
     def _fit_references(
         self, node: ActionNode, action: Action, spec: Any, params: dict[str, Any]
     ) -> dict[str, Any]:
-        """``$name`` values fitted to the types the entry declares (``runtime.core.coerce``);
+        """``$name`` values fitted to the types the entry declares (``runtime.core.values.coerce``);
         each conversion is noted on the node."""
         wants = getattr(spec, "wants", None)
         if wants is None or not isinstance(action.parameters, Mapping):

@@ -17,12 +17,12 @@ from typing import Any
 from anyio.abc import TaskGroup
 
 from cortex_jupyter.protocol.events import Action
-from cortex_jupyter.runtime.core.chunks import StreamingModel
-from cortex_jupyter.runtime.core.cost import Spend
+from cortex_jupyter.runtime.core.calls.registry import Registry, default_registry
+from cortex_jupyter.runtime.core.cost.budget import Spend
 from cortex_jupyter.runtime.core.errors import InternalActionRefused
 from cortex_jupyter.runtime.core.events import AnyEvent
-from cortex_jupyter.runtime.core.observer import RunObserver
-from cortex_jupyter.runtime.core.registry import Registry, default_registry
+from cortex_jupyter.runtime.core.model.chunks import StreamingModel
+from cortex_jupyter.runtime.core.record.observer import RunObserver
 from cortex_jupyter.runtime.scheduler.approval import Approver, Rules
 
 __all__ = ["BindCallback", "EventCallback", "InternalPolicy", "RetryPolicy", "RunSpec"]
@@ -91,7 +91,7 @@ class RunSpec:
     bind: BindCallback | None = field(default=None, repr=False)
     background: TaskGroup | None = field(default=None, repr=False)
     #: The host's observers of the run (a store's ``Recording``), beside those every run
-    #: gets (``runtime.core.observer.observers_for``).
+    #: gets (``runtime.core.record.observer.observers_for``).
     observers: tuple[RunObserver, ...] = field(default=(), repr=False)
     # limits
     depth: int = 0

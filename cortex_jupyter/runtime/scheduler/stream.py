@@ -12,7 +12,7 @@ import anyio.lowlevel
 
 from cortex_jupyter.protocol import Parser
 from cortex_jupyter.protocol.events import Event
-from cortex_jupyter.runtime.core.record import Run
+from cortex_jupyter.runtime.core.record.run import Run
 from cortex_jupyter.runtime.scheduler.dispatch import Scheduler
 
 __all__ = ["parse_chunks", "run_stream"]

@@ -28,7 +28,7 @@ Nothing here imports the agent loop, MCP, models, the display or the session; da
 distributed and cloudpickle are imported on first use.
 """
 
-from cortex_jupyter.runtime.core.registry import Registry
+from cortex_jupyter.runtime.core.calls.registry import Registry
 from cortex_jupyter.runtime.integrations.executors.call import run_elsewhere
 from cortex_jupyter.runtime.integrations.executors.cluster import (
     ClusterInfo,

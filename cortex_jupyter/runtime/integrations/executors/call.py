@@ -7,7 +7,7 @@ Why a module of its own: it is where a call meets the run. One call travels like
   argument is tried alone and ``NotSendable`` names the one that cannot be sent.
 - It is submitted to the session's Dask cluster (``cluster``) or to the given
   ``concurrent.futures.Executor``, to run ``worker.run_remote`` there.
-- What the run's observers carry to another process (``runtime.core.observer``: a
+- What the run's observers carry to another process (``runtime.core.record.observer``: a
   trace's context, so the tool's own spans nest inside its action's) is sent with it and
   entered around the tool there; a thread pool's call already runs in the caller's
   context.
@@ -40,7 +40,7 @@ import anyio
 import anyio.to_thread
 
 from cortex_jupyter.runtime.core.errors import ToolExited
-from cortex_jupyter.runtime.core.observer import Carried, carried
+from cortex_jupyter.runtime.core.record.observer import Carried, carried
 from cortex_jupyter.runtime.integrations.executors import cluster
 from cortex_jupyter.runtime.integrations.executors.errors import NotSendable, WorkerDied
 from cortex_jupyter.runtime.integrations.executors.wire import (

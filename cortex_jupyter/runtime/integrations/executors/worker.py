@@ -24,9 +24,9 @@ import traceback
 from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
-from cortex_jupyter.runtime.core.graph import ActionNode
-from cortex_jupyter.runtime.core.observer import Carried, entered
-from cortex_jupyter.runtime.core.record import summarize
+from cortex_jupyter.runtime.core.record.graph import ActionNode
+from cortex_jupyter.runtime.core.record.observer import Carried, entered
+from cortex_jupyter.runtime.core.record.run import summarize
 from cortex_jupyter.runtime.integrations.executors.wire import (
     Outcome,
     dumps_or_why,

@@ -17,7 +17,7 @@ It imports the core and the scheduler's capture, never the loop or another integ
 
 from __future__ import annotations
 
-from cortex_jupyter.runtime.core.chunks import NATIVE_NAME, NativeNames
+from cortex_jupyter.runtime.core.model.chunks import NATIVE_NAME, NativeNames
 from cortex_jupyter.runtime.integrations.mcp.config import (
     DEFAULT_TIMEOUT,
     ServerConfig,

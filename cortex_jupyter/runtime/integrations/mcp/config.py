@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from cortex_jupyter.runtime.core.secrets import CREDENTIAL_NAME, redact, secrets
+from cortex_jupyter.runtime.core.trust.secrets import CREDENTIAL_NAME, redact, secrets
 from cortex_jupyter.runtime.integrations.mcp.errors import McpConfigError
 
 __all__ = ["DEFAULT_TIMEOUT", "ServerConfig", "read_config"]

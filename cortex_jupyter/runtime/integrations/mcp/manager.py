@@ -36,8 +36,8 @@ import anyio.to_thread
 from anyio.abc import TaskStatus
 
 from cortex_jupyter._version import __version__
-from cortex_jupyter.runtime.core.registry import Registry, default_registry
-from cortex_jupyter.runtime.core.secrets import redact
+from cortex_jupyter.runtime.core.calls.registry import Registry, default_registry
+from cortex_jupyter.runtime.core.trust.secrets import redact
 from cortex_jupyter.runtime.integrations.mcp.config import (
     DEFAULT_TIMEOUT,
     ServerConfig,

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import Concatenate, ParamSpec, TypeVar
 
-from cortex_jupyter.runtime.core.registry import Registry, default_registry
+from cortex_jupyter.runtime.core.calls.registry import Registry, default_registry
 from cortex_jupyter.runtime.integrations.mcp.manager import McpManager
 
 __all__ = [

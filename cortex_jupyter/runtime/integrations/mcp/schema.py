@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cortex_jupyter.runtime.core.registry import ToolSpec
-from cortex_jupyter.runtime.core.schema import Kinds, schema_kinds
-from cortex_jupyter.runtime.core.secrets import truncate
+from cortex_jupyter.runtime.core.calls.registry import ToolSpec
+from cortex_jupyter.runtime.core.trust.secrets import truncate
+from cortex_jupyter.runtime.core.values.schema import Kinds, schema_kinds
 from cortex_jupyter.runtime.integrations.mcp.errors import InvalidMcpArguments
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 import anyio
 import anyio.to_thread
 
-from cortex_jupyter.runtime.core.secrets import redact, secrets
+from cortex_jupyter.runtime.core.trust.secrets import redact, secrets
 from cortex_jupyter.runtime.integrations.mcp.config import ServerConfig
 from cortex_jupyter.runtime.integrations.mcp.errors import McpConfigError
 from cortex_jupyter.runtime.integrations.mcp.schema import McpTool

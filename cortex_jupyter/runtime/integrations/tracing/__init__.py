@@ -2,7 +2,7 @@
 process's tracer provider sends spans: Phoenix, Logfire, any OTLP collector.
 
 Tracing is an observer of run events, like the display: it reduces a run's events into
-spans and never drives the run. The core defines the seam (``runtime.core.observer``):
+spans and never drives the run. The core defines the seam (``runtime.core.record.observer``):
 this package registers a factory the scheduler asks at each run's start, and the hook the
 scheduler enters around an action's tool keeps that action's span current, so what the
 tool calls (MCP servers, executors, nested agents) nests inside it.
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import sys
 
-from cortex_jupyter.runtime.core.observer import RunObserver, RunStart, add_observer
+from cortex_jupyter.runtime.core.record.observer import RunObserver, RunStart, add_observer
 
 __all__ = ["run_observer"]
 

@@ -3,7 +3,7 @@ runs inside its action's span there.
 
 While an action's tool runs, its trace carries the span's context as W3C trace context
 text (``traceparent``, through the globally configured propagator) to the executors,
-which send it with the tool (``runtime.core.observer.Carried``) and enter ``attached``
+which send it with the tool (``runtime.core.record.observer.Carried``) and enter ``attached``
 around the call on the worker. There the tool's own spans are children of the action's
 ``execute_tool`` span, provided the worker can import OpenTelemetry and has a tracer
 provider configured (else nothing is attached, and the tool runs as it would untraced).

@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 from opentelemetry import trace
 
 from cortex_jupyter.runtime.core.errors import CortexError
-from cortex_jupyter.runtime.core.secrets import redact
+from cortex_jupyter.runtime.core.trust.secrets import redact
 from cortex_jupyter.runtime.integrations.tracing.remote import configured
 from cortex_jupyter.runtime.integrations.tracing.spans import CAPTURE_CONTENT, capture_content
 

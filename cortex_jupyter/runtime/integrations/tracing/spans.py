@@ -1,7 +1,7 @@
 """One run's trace: its events reduced to OpenTelemetry GenAI spans.
 
 The only module (with ``tracing.setup``) that imports ``opentelemetry``. A ``RunTrace``
-is a run's observer (``runtime.core.observer``): it never drives the run, it reduces the
+is a run's observer (``runtime.core.record.observer``): it never drives the run, it reduces the
 run's events, each stamped with a ``time.monotonic()`` reading, into spans started and
 ended at those times (converted once per process to the epoch nanoseconds OpenTelemetry
 wants, so spans of nested runs line up):
@@ -40,7 +40,6 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from cortex_jupyter._version import __version__
-from cortex_jupyter.runtime.core.bounded import message
 from cortex_jupyter.runtime.core.errors import type_label
 from cortex_jupyter.runtime.core.events import (
     ActionStatus,
@@ -51,8 +50,9 @@ from cortex_jupyter.runtime.core.events import (
     Turn,
     TurnEnd,
 )
-from cortex_jupyter.runtime.core.observer import Carried, RunStart, carrying
-from cortex_jupyter.runtime.core.secrets import head, redact, redact_value, shorten, tail
+from cortex_jupyter.runtime.core.record.observer import Carried, RunStart, carrying
+from cortex_jupyter.runtime.core.trust.bounded import message
+from cortex_jupyter.runtime.core.trust.secrets import head, redact, redact_value, shorten, tail
 from cortex_jupyter.runtime.integrations.tracing.remote import ATTACHED, configured, inject
 
 __all__ = ["CAPTURE_CONTENT", "RunTrace", "capture_content", "configured", "observer"]

@@ -49,8 +49,8 @@ from pydantic_core import CoreSchema, core_schema
 
 from cortex_jupyter.protocol import MAX_JSON_DEPTH
 from cortex_jupyter.runtime.core.errors import BadOutputType, CortexRuntimeError
-from cortex_jupyter.runtime.core.secrets import redact, redact_value, safe_repr, shorten, tail
-from cortex_jupyter.runtime.core.variables import REFERENCE, resolve
+from cortex_jupyter.runtime.core.trust.secrets import redact, redact_value, safe_repr, shorten, tail
+from cortex_jupyter.runtime.core.values.variables import REFERENCE, resolve
 
 __all__ = ["PYTHON_OBJECT", "WRAP_KEY", "Checked", "OutputType", "read_json", "type_from_text"]
 

@@ -7,7 +7,7 @@ also the bare token after an authorization scheme it holds (``Bearer x``, ``Toke
 header of an OTLP exporter (``HEADERS_NAME``); and, in any variable at all, the password
 of a URL (``postgres://user:pass@host/db``) with the whole userinfo. Values shorter than
 ``MIN_SECRET`` characters are not secrets worth the damage of hiding them everywhere.
-``runtime.core.secrets`` hides them, in every form.
+``runtime.core.trust.secrets`` hides them, in every form.
 """
 
 from __future__ import annotations

@@ -47,8 +47,8 @@ from decimal import Decimal
 from typing import Any
 
 from cortex_jupyter.runtime.core.errors import ParameterTypeError
-from cortex_jupyter.runtime.core.schema import Kinds
-from cortex_jupyter.runtime.core.variables import REFERENCE
+from cortex_jupyter.runtime.core.values.schema import Kinds
+from cortex_jupyter.runtime.core.values.variables import REFERENCE
 
 __all__ = ["Wants", "fit", "is_bool"]
 

@@ -34,8 +34,8 @@ from cortex_jupyter.runtime.core.errors import (
     NotVisible,
     UnknownVariable,
 )
-from cortex_jupyter.runtime.core.reach import Refused, namespace, step
-from cortex_jupyter.runtime.core.scope import NEVER_VISIBLE, Scope
+from cortex_jupyter.runtime.core.trust.reach import Refused, namespace, step
+from cortex_jupyter.runtime.core.trust.scope import NEVER_VISIBLE, Scope
 
 #: One ``$name[.path]`` reference (group 1: the name, group 2: ``.path``), or ``$$``.
 #: The one place the pattern lives: the display fills the same references.

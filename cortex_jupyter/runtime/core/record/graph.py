@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from cortex_jupyter.runtime.core.captured import CapturedText
+from cortex_jupyter.runtime.core.record.captured import CapturedText
 
 if TYPE_CHECKING:
     from cortex_jupyter.protocol.events import Action

@@ -40,9 +40,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from cortex_jupyter.runtime.core.bounded import whole_repr
-from cortex_jupyter.runtime.core.secrets import Repr, clip, shown
-from cortex_jupyter.runtime.core.variables import REFERENCE, resolve
+from cortex_jupyter.runtime.core.trust.bounded import whole_repr
+from cortex_jupyter.runtime.core.trust.secrets import Repr, clip, shown
+from cortex_jupyter.runtime.core.values.variables import REFERENCE, resolve
 
 #: Characters of a value filled in whole; a longer one is cut with a marker.
 VALUE_LIMIT = 20_000

@@ -23,7 +23,7 @@ import re
 import threading
 from typing import NamedTuple, Protocol
 
-from cortex_jupyter.runtime.core.secrets import MIN_FRAGMENT, hide_edges, secrets
+from cortex_jupyter.runtime.core.trust.secrets import MIN_FRAGMENT, hide_edges, secrets
 
 __all__ = ["CapturedText", "safe_cut"]
 

@@ -17,7 +17,7 @@ from typing import Any, cast
 
 from cortex_jupyter.protocol.events import ResponseDelta, TextDelta, ThoughtDelta
 from cortex_jupyter.runtime.core.events import AnyEvent, Chunk, Nested
-from cortex_jupyter.runtime.core.secrets import hide_edges, redact
+from cortex_jupyter.runtime.core.trust.secrets import hide_edges, redact
 
 __all__ = ["Joiner", "joined_where_secret"]
 

@@ -29,7 +29,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol, TypedDict, Union
 
-from cortex_jupyter.runtime.core.model import Message, ModelClient
+from cortex_jupyter.runtime.core.model.client import Message, ModelClient
 
 __all__ = [
     "NATIVE_NAME",
@@ -327,7 +327,7 @@ class _TextClient:
 
 
 #: Called when a text-only request ends: the usage the server reported (None: none), and
-#: whether anything came back (how the request is priced: ``runtime.core.cost``).
+#: whether anything came back (how the request is priced: ``runtime.core.cost.prices``).
 ReplyEnd = Callable[["Usage | None", bool], None]
 
 

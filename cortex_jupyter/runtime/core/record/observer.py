@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from cortex_jupyter.runtime.core.events import AnyEvent
-from cortex_jupyter.runtime.core.record import Run
+from cortex_jupyter.runtime.core.record.run import Run
 
 __all__ = [
     "Carried",

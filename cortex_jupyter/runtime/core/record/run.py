@@ -36,10 +36,7 @@ from cortex_jupyter.protocol.events import (
     ThoughtDelta,
     event_to_dict,
 )
-from cortex_jupyter.runtime.core.answer import fill
-from cortex_jupyter.runtime.core.bounded import failed
-from cortex_jupyter.runtime.core.chunks import ModelChunk
-from cortex_jupyter.runtime.core.cost import total
+from cortex_jupyter.runtime.core.cost.prices import total
 from cortex_jupyter.runtime.core.errors import TranscriptError
 from cortex_jupyter.runtime.core.events import (
     RUN_EVENT_TYPES,
@@ -52,9 +49,12 @@ from cortex_jupyter.runtime.core.events import (
     Turn,
     TurnEnd,
 )
-from cortex_jupyter.runtime.core.graph import NOT_STARTED, STATUSES, ActionNode
-from cortex_jupyter.runtime.core.joining import joined_where_secret
-from cortex_jupyter.runtime.core.secrets import Repr, clip, redact, redact_value, shorten
+from cortex_jupyter.runtime.core.model.chunks import ModelChunk
+from cortex_jupyter.runtime.core.record.graph import NOT_STARTED, STATUSES, ActionNode
+from cortex_jupyter.runtime.core.record.joining import joined_where_secret
+from cortex_jupyter.runtime.core.trust.bounded import failed
+from cortex_jupyter.runtime.core.trust.secrets import Repr, clip, redact, redact_value, shorten
+from cortex_jupyter.runtime.core.values.answer import fill
 
 TRANSCRIPT_FORMAT = "cortex_jupyter.run"
 TRANSCRIPT_VERSION = 1
@@ -75,7 +75,7 @@ _NODE_FIELDS = (
 def summarize(value: Any) -> str:
     """A short one-line repr of any value (for events and non-JSON outputs), secrets
     redacted before it is cut: it is what the view shows of an output. Bounded: it never
-    makes the full repr of a large value (``runtime.core.bounded``)."""
+    makes the full repr of a large value (``runtime.core.trust.bounded``)."""
     try:
         return _repr.repr(value).replace("\n", " ")
     except Exception as exc:  # a broken __repr__ must not break the run record
@@ -229,7 +229,7 @@ class Run:
         """The final answer as the view shows it: the final response blocks (interim
         replies of earlier turns, and a response followed by actions, left out), or the
         reply itself when it was plain text, with each ``$name`` that has a value
-        filled in whole (``runtime.core.answer``'s rule: math stays math)."""
+        filled in whole (``runtime.core.values.answer``'s rule: math stays math)."""
         source = self.final_response
         if "$" not in source:
             return source
@@ -266,7 +266,7 @@ class Run:
     @property
     def cost(self) -> float | None:
         """What the run cost in US dollars, its nested agents' requests included: the sum
-        of each request's price (``runtime.core.cost``); None when any request's price is
+        of each request's price (``runtime.core.cost.prices``); None when any request's price is
         not known (never 0 for a price not known), and for a record of turns that kept no
         prices (a transcript older than prices)."""
         costs = self.costs

@@ -50,8 +50,12 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from cortex_jupyter.protocol import MAX_JSON_DEPTH
-from cortex_jupyter.runtime.core.bounded import BoundedRepr, failed
-from cortex_jupyter.runtime.core.credentials import CREDENTIAL_NAME, MIN_SECRET, in_environment
+from cortex_jupyter.runtime.core.trust.bounded import BoundedRepr, failed
+from cortex_jupyter.runtime.core.trust.credentials import (
+    CREDENTIAL_NAME,
+    MIN_SECRET,
+    in_environment,
+)
 
 __all__ = [
     "CREDENTIAL_NAME",

@@ -15,14 +15,14 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMappi
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar, overload
 
+from cortex_jupyter.runtime.core.calls.relics import CacheRelic
 from cortex_jupyter.runtime.core.errors import (
     InvalidArguments,
     RegistrationError,
     UnknownAction,
     UnknownFeed,
 )
-from cortex_jupyter.runtime.core.relics import CacheRelic
-from cortex_jupyter.runtime.core.schema import (
+from cortex_jupyter.runtime.core.values.schema import (
     Kinds,
     function_schema,
     hint_kinds,
@@ -70,7 +70,7 @@ class ToolSpec:
 
     def wants(self, name: str) -> Kinds | None:
         """The classes parameter ``name`` accepts by its annotation (None: any value);
-        a ``$name`` value is fitted to them (``runtime.core.coerce``)."""
+        a ``$name`` value is fitted to them (``runtime.core.values.coerce``)."""
         hint = self.hints.get(name)
         return None if hint is None else hint_kinds(hint)
 

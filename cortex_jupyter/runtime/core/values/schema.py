@@ -227,7 +227,7 @@ def _numpy_items(lines: list[str], section_indent: int) -> dict[str, str]:
     return {k: " ".join(v) for k, v in items.items()}
 
 
-# ---- what a parameter accepts, for fitting ``$name`` values (runtime.core.coerce) -----------
+# ---- what a parameter accepts, for fitting ``$name`` values (runtime.core.values.coerce) ---------
 
 #: What a parameter accepts: JSON type names (from a schema) or Python classes (from
 #: annotations); a value fits when it fits one of them.

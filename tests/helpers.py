@@ -1,0 +1,86 @@
+"""Small helpers several test files share, so each is written once.
+
+- ``recording_tool``: a tool on the default registry that keeps what it was given;
+- ``registered_agent``: an ``Agent`` on the default registry, for one test;
+- ``genai_price``: what genai-prices itself charges for a usage, to hold cortex's
+  price against;
+- ``dump``: every row of every table of a SQLite file, as SQL (``iterdump``);
+- ``local_cluster``: a real Dask cluster of one worker thread in this process.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import genai_prices
+
+from cortex_jupyter import Agent, default_registry
+
+
+@contextmanager
+def recording_tool(name: str, says: str) -> Iterator[list[Any]]:
+    """A tool ``name`` taking one ``value`` on the default registry while the block runs:
+    it appends each value to the list given and returns ``says`` with ``{}`` filled by it."""
+    received: list[Any] = []
+
+    @default_registry.tool(name=name)
+    def record(value: Any) -> str:
+        """Look at a value."""
+        received.append(value)
+        return says.format(value)
+
+    try:
+        yield received
+    finally:
+        default_registry.remove("tool", name)
+
+
+@contextmanager
+def registered_agent(name: str, model: Any) -> Iterator[Agent]:
+    """An ``Agent`` ``name`` (instructions "Help.") on ``model``, registered on the
+    default registry while the block runs."""
+    agent = Agent(name, instructions="Help.", model=model)
+    try:
+        yield agent
+    finally:
+        default_registry.remove("agent", name)
+
+
+def genai_price(
+    model: str, prompt: int, completion: int, cached: int | None = None, **where: Any
+) -> float:
+    """genai-prices' own price of that usage (``cached``: prompt tokens read from cache)."""
+    tokens = genai_prices.Usage(
+        input_tokens=prompt, output_tokens=completion, cache_read_tokens=cached
+    )
+    return float(genai_prices.calc_price(tokens, model_ref=model, **where).total_price)
+
+
+def dump(path: Path) -> str:
+    """Every row of every table of the SQLite file at ``path``, as SQL (``iterdump``)."""
+    db = sqlite3.connect(path)
+    try:
+        return "\n".join(db.iterdump())
+    finally:
+        db.close()
+
+
+@contextmanager
+def local_cluster() -> Iterator[Any]:
+    """A real local Dask cluster: one worker thread in this process (``processes=False``:
+    it shares the test's state, and starts in a second instead of spawning processes)."""
+    from distributed import LocalCluster
+
+    with LocalCluster(
+        n_workers=1,
+        threads_per_worker=1,
+        processes=False,
+        protocol="tcp",
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",  # None still serves its HTTP endpoints on 8787
+    ) as cluster:
+        yield cluster
