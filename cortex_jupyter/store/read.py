@@ -221,11 +221,33 @@ def _in_title(row: RunRow, query: str) -> RunRow:
             pieces.append((title[at : match.start()], False))
         pieces.append((match.group(), True))
         at = match.end()
-    if not pieces:
-        return row  # the words were in its tags or parameters: where FTS found them
+    if not pieces:  # the words were in its actions: name the action, never show tags
+        return dataclasses.replace(row, snippet=_in_actions(row, words))
     if at < len(title):
         pieces.append((title[at:], False))
     return dataclasses.replace(row, snippet=Snippet("prompt", tuple(pieces)))
+
+
+#: An action's name as a script writes it: the body's ``"name"`` or the tag's ``name=``.
+_ACTION_NAME = re.compile(r"""(?:"name"\s*:\s*"|\bname\s*=\s*["']?)([\w.\-]{1,80})""")
+#: How much of a script's words a row found in its actions keeps before naming them.
+_TITLE_CUT = 60
+
+
+def _in_actions(row: RunRow, words: list[str]) -> Snippet:
+    """A script found by what its actions hold: the first words of its text, then the
+    action whose name holds the words (marked), or a note that its actions matched."""
+    title = row.title if len(row.title) <= _TITLE_CUT else row.title[: _TITLE_CUT - 1] + "…"
+    lead = (f"{title} · " if title else "", False)
+    lowered = [w.lower() for w in words]
+    for name in _ACTION_NAME.findall(row.prompt):
+        hit = next((w for w in lowered if w in name.lower()), None)
+        if hit is not None:
+            at = name.lower().index(hit)
+            pieces = [lead, ("action ", False), (name[:at], False)]
+            pieces += [(name[at : at + len(hit)], True), (name[at + len(hit) :], False)]
+            return Snippet("action", tuple(piece for piece in pieces if piece[0]))
+    return Snippet("action", (lead, ("matched in its actions' parameters", False)))
 
 
 #: Words of context a snippet keeps around what matched.

@@ -130,3 +130,21 @@ def test_a_script_found_by_its_words_is_marked_in_its_words_not_its_tags(
     html = html_of(shown)
     assert re.search(r"Checking the <mark[^>]*>weather</mark> in Paris", html)
     assert "&lt;thought" not in html and "thought&gt;" not in html
+
+
+def test_a_script_found_only_in_its_actions_names_the_action_not_its_protocol(
+    ip: InteractiveShell, shown: list[Any]
+) -> None:
+    script(
+        ip,
+        "<thought>Planning a weekend in Lisbon.</thought>\n"
+        '<action id="w">{"name": "get_forecast", "parameters": {"city": "Lisbon"}}</action>\n'
+        "<response>Sunny.</response>",
+    )
+    ip.run_line_magic("cortex", "runs forecast")
+    html = html_of(shown)
+    assert re.search(
+        r"Planning a weekend in Lisbon\. .*action get_<mark[^>]*>forecast</mark>", html
+    )
+    for protocol in ("thought&gt;", "&lt;action", "&quot;name&quot;", "&quot;parameters"):
+        assert protocol not in html, protocol
