@@ -266,7 +266,7 @@ class Spend:
 
     def reserve_text(self, model: Any, text: str, max_tokens: int | None) -> Hold | str:
         """``reserve`` for a request whose prompt is ``text`` (an ``llm`` action's, which
-        the context module does not fit), its tokens estimated at ~4 characters each."""
+        the context module does not fit), its tokens counted by ``estimate_tokens``."""
         return self.reserve(model, estimate_tokens(text), max_tokens, "this request")
 
     def check(
@@ -433,6 +433,16 @@ def charge(
 
 
 def estimate_tokens(text: str) -> int:
-    """A rough count of the tokens in ``text`` (about 4 characters a token), for a
-    request the context module does not fit (an ``llm`` action's)."""
-    return (len(text) + 3) // 4
+    """A count of the tokens in ``text`` no tokenizer in use goes much beyond, for a
+    request the context module does not fit (an ``llm`` action's): about 4 characters a
+    token, and ``wide_tokens`` more for the characters that are not ASCII."""
+    return (len(text) + 3) // 4 + wide_tokens(text)
+
+
+def wide_tokens(text: str) -> int:
+    """The tokens ``text``'s characters outside ASCII add to ~4 characters a token: each
+    as many as its UTF-8 bytes after the first (Chinese, Japanese or Korean 2, an emoji 3,
+    an accented letter 1). Tokenizers give such a character about a token, rarer ones two
+    or three (their bytes): counted at a quarter of a token, a prompt in Chinese passed a
+    token budget four times over before the server reported it. One encode: cheap."""
+    return len(text.encode("utf-8", "surrogatepass")) - len(text)
