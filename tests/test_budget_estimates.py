@@ -77,3 +77,36 @@ def test_an_llm_action_with_a_cjk_prompt_never_passes_a_token_budget(
     assert llm == []  # sent, it would have spent 1,300 + 4,100 of 4,000
     error = record.actions["q"].error or ""
     assert "not sent: the budget of 4,000 tokens" in error and "\n" not in error
+
+
+def silent(body: str) -> Stream:
+    """A reply with no usage at all (a server that never reports it)."""
+    return Stream([*texts(body, 9), finish()])
+
+
+def worst(request: Any) -> int:
+    """What a request could have cost at most: its prompt at ~4 characters a token, and
+    the reply it asked for."""
+    chars = sum(len(m.get("content") or "") for m in request.json["messages"])
+    return chars // 4 + int(request.json["max_tokens"])
+
+
+def test_a_server_that_reports_no_usage_still_runs_under_a_token_budget_that_holds(
+    server: FakeOpenAIServer,
+) -> None:
+    """A reply without usage made the run's tokens unknown: the next request was refused
+    with 'give the budget in tokens instead' (it was in tokens). Its reservation (the
+    prompt and the cap it was sent with) now counts as spent: the run goes on while that
+    upper bound fits, and the requests sent never pass the budget."""
+    turns = [
+        f'<action type="llm" id="q{n}" mode="sync">{{"name": "complete", '
+        f'"parameters": {{"prompt": "Say {n}."}}}}</action>'
+        for n in range(4)
+    ]
+    server.script(*[silent(body) for turn in turns for body in (turn, "Fine.")])
+    agent = Agent(model=model(server), budget="8000tok", max_tokens=1000)
+    record = agent.run_sync("Ask, then ask again.")
+    assert len(server.requests) >= 2  # the first reply's missing usage stops nothing
+    assert sum(map(worst, server.requests)) <= 8_000
+    assert record.status == "budget" and "instead" not in (record.reason or "")
+    assert "8,000 tokens" in (record.reason or "")

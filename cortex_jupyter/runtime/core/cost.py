@@ -185,9 +185,18 @@ class Spend:
         #: partial), in order; the run stops at the end of the turn that cut one.
         self.cuts: list[str] = []
 
-    def add(self, price: Price, usage: Usage | None) -> None:
-        """Count one request's price and tokens (unknown ones make the sum unknown)."""
+    def add(self, price: Price, usage: Usage | None, held: Hold | None = None) -> None:
+        """Count one request's price and tokens (unknown ones make the sum unknown). A
+        reply the server reported no usage for counts what its reservation (``held``,
+        under a budget) held, an upper bound of what it cost: settled to nothing, the next
+        requests could pass the budget; made unknown, none could be sent."""
         self.requests += 1
+        if usage is None and held is not None and (held.tokens or held.usd):
+            if self.tokens is not None:
+                self.tokens += held.tokens
+            usd = price.usd if price.usd is not None or not held.usd else held.usd
+            self.usd = None if self.usd is None or usd is None else self.usd + usd
+            return
         self.usd = None if self.usd is None or price.usd is None else self.usd + price.usd
         if usage is not None and self.tokens is not None:
             self.tokens += usage.prompt_tokens + usage.completion_tokens
@@ -293,10 +302,12 @@ class Spend:
             spent, next_one, held = self.usd, estimate.usd, self.held_usd
             unknown = estimate.note if estimate.usd is None else "a reply's cost is not known"
         if spent is None or next_one is None:
-            return (
-                f"the budget of {budget} cannot be kept: {unknown}; give the budget in "
-                "tokens instead (e.g. 20000tok)"
+            instead = (
+                ""
+                if budget.unit == "tok"
+                else "; give the budget in tokens instead (e.g. 20000tok)"
             )
+            return f"the budget of {budget} cannot be kept: {unknown}{instead}"
         if spent + held + next_one <= budget.limit:
             return None
         flight = f", {budget.show(held)} held by requests in flight" if held else ""
@@ -407,7 +418,7 @@ def charge(
     if usage is None and not replied:
         return
     price = price_request(model, usage)
-    spend.add(price, usage)
+    spend.add(price, usage, hold)
     now = time.monotonic()
     if usage is not None:
         counts = (
