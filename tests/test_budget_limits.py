@@ -135,7 +135,8 @@ def test_an_llm_reply_the_budget_cut_is_a_partial_output_and_the_run_says_so(
         f"the budget of 20,000 tokens cut this reply at {cap:,} tokens, all it left for it "
         '(finish_reason "length"): the output is partial'
     )
-    assert f"cortex: q: {node.note}" in capsys.readouterr().err.splitlines()
+    # one report, wrapped between words at the cell's width
+    assert f"cortex: q: {node.note}" == " ".join(capsys.readouterr().err.split())
     assert record.status == "budget" and len(server.requests) == 2
     message = str(caught.value)
     assert f"the budget of 20,000 tokens cut the reply of an llm action at {cap:,}" in message

@@ -102,3 +102,52 @@ def test_a_key_a_tool_writes_in_two_pieces_is_on_no_surface(
     found = {name: fragments(text) for name, text in shown if fragments(text)}
     assert found == {}
     assert "key=[redacted] end" in run.to_jsonl()
+
+
+@pytest.fixture
+def byte_writer() -> Iterator[None]:
+    @default_registry.tool(name="write_bytes")
+    def write_bytes() -> str:
+        """Write the key as bytes, on stdout's and stderr's binary buffers."""
+        sys.stdout.buffer.write(f"key={SECRET} café\n".encode())
+        sys.stdout.buffer.flush()
+        sys.stderr.buffer.write(b"err " + SECRET.encode() + b" end\n")
+        return "ok"
+
+    yield
+    default_registry.remove("tool", "write_bytes")
+
+
+def test_a_key_a_tool_writes_as_bytes_is_captured_and_redacted(
+    ip: InteractiveShell,
+    byte_writer: None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """``sys.stdout.buffer`` was the wrapped stream's own: bytes written there skipped the
+    action's capture and its redaction, and the key reached the terminal whole."""
+    monkeypatch.setenv("DB_PASSWORD", SECRET)
+    path, saved = tmp_path / "runs.db", tmp_path / "run.jsonl"
+    ip.run_line_magic("config", f"CortexMagics.store = {str(path)!r}")
+    script = (
+        '<action type="tool" mode="sync" id="w">{"name": "write_bytes"}</action>'
+        "<response>written</response>"
+    )
+    ip.run_cell_magic("cortex", "--script --delay 0 --text", script)
+    run = ip.user_ns["_cortex"]
+    ip.run_line_magic("cortex", f"save {saved}")
+    store.open_store(path).flush()
+    node = run.actions["w"]
+    assert node.status == "done"
+    assert node.stdout == "key=[redacted] café\n"
+    assert node.stderr == "err [redacted] end\n"
+    cell = capfd.readouterr()
+    shown = [
+        ("to_jsonl", run.to_jsonl()),
+        ("save", saved.read_text(encoding="utf-8")),
+        *_store_texts(path),
+        ("cell stdout", cell.out),
+        ("cell stderr", cell.err),
+    ]
+    assert {name: fragments(text) for name, text in shown if fragments(text)} == {}

@@ -389,3 +389,93 @@ def test_a_redacted_request_field_is_taken_from_the_environment_on_resume(
     ip.run_line_magic("cortex", f"resume {stopped.id}")
     assert ip.user_ns["_cortex"].status == "completed"
     assert server.requests[-1].json["api_token"] == TOKEN
+
+
+def test_a_field_whose_key_is_a_secret_is_refused_on_resume_then_sent_as_given_again(
+    ip: InteractiveShell,
+    server: FakeOpenAIServer,
+    tools: Tools,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The store keeps a key that is a secret as ``[redacted]``; only values were looked
+    at, so resume sent ``{"metadata": {"[redacted]": "mine"}}``."""
+    line = f"""--model fake-model --request '{{"metadata": {{"{SECRET}": "mine"}}, "seed": 3}}'"""
+    server.script(Stream([*texts(TURN_1, 9), finish()]))
+    stopped = _stop_in_second(ip, server, tools, line)
+    assert store.open_run(stopped.id).options["request"]["metadata"] == {"[redacted]": "mine"}
+    capsys.readouterr()
+
+    ip.run_line_magic("cortex", f"resume {stopped.id}")
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"cortex: %cortex resume {stopped.id}: the request field 'metadata'")
+    assert "\n" not in err and len(server.requests) == 1  # nothing was sent
+
+    ip.run_line_magic("config", f"CortexMagics.request = {{'metadata': {{{SECRET!r}: 'mine'}}}}")
+    server.script(Stream([*texts(TURN_2, 9), finish()]))
+    ip.run_line_magic("cortex", f"resume {stopped.id}")
+    assert ip.user_ns["_cortex"].status == "completed"
+    sent = server.requests[-1].json
+    assert (sent["metadata"], sent["seed"]) == ({SECRET: "mine"}, 3)
+    assert "[redacted]" not in json.dumps(sent)
+
+
+def test_a_field_named_by_a_secret_is_refused_on_resume_then_sent_as_given_again(
+    ip: InteractiveShell,
+    server: FakeOpenAIServer,
+    tools: Tools,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    line = f"""--model fake-model --request '{{"{SECRET}": "on", "seed": 3}}'"""
+    server.script(Stream([*texts(TURN_1, 9), finish()]))
+    stopped = _stop_in_second(ip, server, tools, line)
+    capsys.readouterr()
+    ip.run_line_magic("cortex", f"resume {stopped.id}")
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"cortex: %cortex resume {stopped.id}: the request field")
+    assert SECRET not in err and "\n" not in err and len(server.requests) == 1
+
+    ip.run_line_magic("config", f"CortexMagics.request = {{{SECRET!r}: 'on'}}")
+    server.script(Stream([*texts(TURN_2, 9), finish()]))
+    ip.run_line_magic("cortex", f"resume {stopped.id}")
+    assert ip.user_ns["_cortex"].status == "completed"
+    sent = server.requests[-1].json
+    assert (sent[SECRET], sent["seed"]) == ("on", 3) and "[redacted]" not in json.dumps(sent)
+
+
+AUTH = f"""--model fake-model --request '{{"auth": {{"api_token": "{TOKEN}"}}, "seed": 3}}'"""
+
+
+def test_a_redacted_object_field_is_taken_from_the_environment_as_an_object(
+    ip: InteractiveShell,
+    server: FakeOpenAIServer,
+    tools: Tools,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A field holding an object came back from ``AUTH`` as the variable's text: the
+    server was sent ``"auth": "{\\"api_token\\": ...}"``, a string."""
+    server.script(Stream([*texts(TURN_1, 9), finish()]))
+    stopped = _stop_in_second(ip, server, tools, AUTH)
+    assert store.open_run(stopped.id).options["request"]["auth"] == {"api_token": "[redacted]"}
+    monkeypatch.setenv("AUTH", json.dumps({"api_token": TOKEN}))
+    server.script(Stream([*texts(TURN_2, 9), finish()]))
+    ip.run_line_magic("cortex", f"resume {stopped.id}")
+    assert ip.user_ns["_cortex"].status == "completed"
+    assert server.requests[-1].json["auth"] == {"api_token": TOKEN}
+
+
+def test_an_object_field_the_environment_gives_as_plain_text_is_refused_in_one_line(
+    ip: InteractiveShell,
+    server: FakeOpenAIServer,
+    tools: Tools,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    server.script(Stream([*texts(TURN_1, 9), finish()]))
+    stopped = _stop_in_second(ip, server, tools, AUTH)
+    monkeypatch.setenv("AUTH", TOKEN)
+    capsys.readouterr()
+    ip.run_line_magic("cortex", f"resume {stopped.id}")
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"cortex: %cortex resume {stopped.id}: the request field 'auth'")
+    assert "AUTH" in err and "JSON" in err and "\n" not in err and TOKEN not in err
+    assert len(server.requests) == 1

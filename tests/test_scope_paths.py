@@ -335,3 +335,84 @@ def test_a_weak_reference_held_by_an_exposed_object_is_not_reachable(
         assert node.status == "failed"
         assert f"{path} is not reachable: it is a weak reference" in (node.error or "")
     nowhere(DIARY, run, server, capsys)
+
+
+HOLDING = f"""
+import os
+import numpy as np, pandas as pd
+
+private_notes = {DIARY!r}
+err = ValueError(private_notes)
+
+class Config:
+    @property
+    def settings(self):
+        return {{k: v for k, v in globals().items() if not k.startswith("__")}}
+
+class Box:
+    def __init__(self, inner):
+        self.inner = inner
+
+class Parcel:
+    def __init__(self):
+        self.box = Box([{{"deep": private_notes}}])
+        self.tools = Box(os)
+
+config, parcel = Config(), Parcel()
+frame = pd.DataFrame({{"tool": [os, os]}})
+objects = np.array([1, os], dtype=object)
+prices = pd.DataFrame({{"price": [1.5, 2.5]}})
+"""
+
+
+@pytest.mark.parametrize(
+    ("path", "refused"),
+    [
+        ("$err.args", "$err.args is not reachable: it holds the value of $private_notes"),
+        ("$config.settings", "$config.settings is not reachable: it holds"),
+        ("$frame.iloc.0", "$frame.iloc.0 is not reachable: it holds a module"),
+        ("$frame.tool", "$frame.tool is not reachable: it holds a module"),
+        ("$parcel.box", "$parcel.box is not reachable: it holds the value of $private_notes"),
+        ("$parcel.tools", "$parcel.tools is not reachable: it holds a module"),
+        ("$objects.T", "$objects.T is not reachable: it holds a module"),
+    ],
+)
+def test_a_path_landing_on_a_container_holding_a_hidden_value_is_refused(
+    ip: InteractiveShell,
+    server: FakeOpenAIServer,
+    seen: list[Any],
+    capsys: pytest.CaptureFixture[str],
+    path: str,
+    refused: str,
+) -> None:
+    """The landing check looked only at the object a path lands on: a tuple, a dict, an
+    object column or a notebook object *holding* a hidden name's value or a module passed
+    (``$err.args`` handed the tool the diary; ``$frame.iloc.0`` a row holding ``os``).
+    What a step lands on is looked inside too (a few levels, a few hundred items)."""
+    assert ip.run_cell(HOLDING).success
+    ip.run_line_magic("cortex", "expose err config parcel frame objects prices")
+    reply(server, action(path) + action(f"see {path}", id="b"), "<response>done</response>")
+    ip.run_cell_magic("cortex", "--model m --text", "Look around.")
+    run = ip.user_ns["_cortex"]
+    assert seen == []
+    for id in ("a", "b"):
+        error = run.actions[id].error or ""
+        assert run.actions[id].status == "failed" and refused in error
+        assert "\n" not in error.strip()
+    nowhere(DIARY, run, server, capsys)
+
+
+def test_data_holding_only_data_stays_reachable(
+    ip: InteractiveShell, server: FakeOpenAIServer, seen: list[Any]
+) -> None:
+    assert ip.run_cell(HOLDING).success
+    ip.run_line_magic("cortex", "expose err prices")
+    reply(
+        server,
+        action("$prices.price") + action("$prices.iloc.0", id="b"),
+        "<response>done</response>",
+    )
+    ip.run_cell_magic("cortex", "--model m --text", "Look around.")
+    run = ip.user_ns["_cortex"]
+    assert run.actions["a"].status == "done" and run.actions["b"].status == "done"
+    assert list(seen[0]) == [1.5, 2.5]

@@ -9,6 +9,7 @@ agent asks. Nothing here runs anything or touches the notebook.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -237,8 +238,13 @@ def cell_settings(options: CellOptions) -> dict[str, Any]:
 
 def redacted_fields(request: Mapping[str, Any]) -> list[str]:
     """The fields of a stored run's request the store kept redacted (a credential, or a
-    text holding one): what it holds now is the placeholder, never to be sent."""
-    return [name for name, value in request.items() if _holds_placeholder(value)]
+    text holding one, in a value or in a key at any depth, the field's own name too):
+    what it holds now is the placeholder, never to be sent."""
+    return [
+        name
+        for name, value in request.items()
+        if _holds_placeholder(name) or _holds_placeholder(value)
+    ]
 
 
 def _holds_placeholder(value: Any) -> bool:
@@ -248,6 +254,7 @@ def _holds_placeholder(value: Any) -> bool:
         if isinstance(item, str) and REDACTED in item:
             return True
         if isinstance(item, Mapping):
+            pending.extend(item.keys())
             pending.extend(item.values())
         elif isinstance(item, list | tuple):
             pending.extend(item)
@@ -264,29 +271,67 @@ def live_request(
     """A resumed run's ``options`` with every field its store kept redacted given again
     from this session: ``live`` (``CortexMagics.request`` now), else the ``--agent``'s own
     ``Agent(request=...)`` (``agent``), else the environment variable of the field's name
-    in capitals (``api_token``: ``API_TOKEN``). A field none of them gives is refused in
-    one sentence naming it and how to give it (``CortexRunError``): the placeholder is
-    never sent."""
+    in capitals (``api_token``: ``API_TOKEN``; a field that held an object or a list read
+    from it as JSON). A field whose name was a secret is the one of ``live`` or ``agent``
+    that the store would name so. A field none of them gives is refused in one sentence
+    naming it and how to give it (``CortexRunError``): the placeholder is never sent."""
     request = dict(options.request)
     missing = []
     for name in redacted_fields(request):
-        if name in live:
-            request[name] = live[name]
-        elif name in agent:
-            del request[name]  # the agent's own value goes through (cell_agent merges it)
-        elif name.upper() in environ:
-            request[name] = environ[name.upper()]
+        kept = request.pop(name)
+        given = _given_name(name, live)
+        if given is not None:
+            request[given] = live[given]
+        elif _given_name(name, agent) is not None:
+            continue  # the agent's own value goes through (cell_agent merges it)
+        elif REDACTED not in name and name.upper() in environ:
+            request[name] = _from_environment(run_id, name, kept, environ[name.upper()])
         else:
             missing.append(name)
     if missing:
-        fields = ", ".join(repr(name) for name in missing)
-        example = ", ".join(f"{name!r}: ..." for name in missing)
-        raise CortexRunError(
-            f"%cortex resume {run_id}: the request field{'s' if len(missing) > 1 else ''} "
-            f"{fields} of its cell {'were' if len(missing) > 1 else 'was'} kept redacted in "
-            f"the store and {'are' if len(missing) > 1 else 'is'} not sent as the placeholder; "
-            f"give {'them' if len(missing) > 1 else 'it'} again with "
-            f"%config CortexMagics.request = {{{example}}} (or the environment variable "
-            f"{', '.join(name.upper() for name in missing)}), then resume again"
-        )
+        raise CortexRunError(_not_given(run_id, missing))
     return dataclasses.replace(options, request=request)
+
+
+def _given_name(stored: str, source: Mapping[str, Any]) -> str | None:
+    """The field of ``source`` the store kept as ``stored``: the same name, or, when the
+    name itself was redacted, the one that redacts to it now."""
+    if stored in source:
+        return stored
+    if REDACTED in stored:
+        return next((k for k in source if isinstance(k, str) and redact(k) == stored), None)
+    return None
+
+
+def _from_environment(run_id: str, name: str, kept: Any, text: str) -> Any:
+    """Field ``name`` given again by its environment variable's ``text``: as it is for a
+    field that held a text, read as JSON for one that held an object or a list."""
+    if isinstance(kept, str):
+        return text
+    want = "an object" if isinstance(kept, Mapping) else "a list"
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if isinstance(value, dict if isinstance(kept, Mapping) else list):
+        return value
+    raise CortexRunError(
+        f"%cortex resume {run_id}: the request field {name!r} of its cell held {want}, "
+        f"and the environment variable {name.upper()} is not {want} in JSON; set it to "
+        "one, or give the field with %config CortexMagics.request, then resume again"
+    )
+
+
+def _not_given(run_id: str, missing: list[str]) -> str:
+    many = len(missing) > 1
+    fields = ", ".join(repr(name) for name in missing)
+    example = ", ".join(f"{name!r}: ..." for name in missing)
+    named = [name.upper() for name in missing if REDACTED not in name]
+    environment = f" (or the environment variable {', '.join(named)})" if named else ""
+    return (
+        f"%cortex resume {run_id}: the request field{'s' if many else ''} "
+        f"{fields} of its cell {'were' if many else 'was'} kept redacted in "
+        f"the store and {'are' if many else 'is'} not sent as the placeholder; "
+        f"give {'them' if many else 'it'} again with "
+        f"%config CortexMagics.request = {{{example}}}{environment}, then resume again"
+    )

@@ -174,7 +174,7 @@ def test_a_killed_kernels_run_is_resumed_in_a_new_kernel_while_another_writes(
         db.close()
         assert len(rows) == 2 and {status for _, status in rows} == {"running", "completed"}
         (killed,) = [run_id for run_id, status in rows if status == "running"]
-        listed = third.execute("%cortex runs").stream("stdout")
+        listed = third.execute("%cortex runs --text").stream("stdout")
         assert killed in listed
 
         server.script(reply(TURN_2))

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cortex_jupyter.runtime.core.cost.budget import DEFAULT_WINDOW
+from cortex_jupyter.runtime.core.cost.budget import DEFAULT_WINDOW, wide_tokens
 from cortex_jupyter.runtime.core.model.chunks import ChatMessage
 from cortex_jupyter.runtime.core.trust.secrets import head, redact, shorten
 
@@ -60,21 +60,26 @@ _SIGIL_RESULT = re.compile(r"^(\[[^\]\n]+\] [^\n]*?: )(.*)$", re.MULTILINE)
 @dataclass
 class TokenCounter:
     """Tokens from characters: ``chars_per_token`` starts at 4 and moves towards what the
-    server's ``prompt_tokens`` say (each report weighs half)."""
+    server's ``prompt_tokens`` say (each report weighs half); a character outside ASCII
+    adds ``wide_tokens`` (a budget reserves this count: it must not fall short of the
+    server's for a prompt in Chinese or emoji)."""
 
     chars_per_token: float = 4.0
     calibrated: bool = False
 
     def count(self, message: ChatMessage) -> int:
-        return MESSAGE_OVERHEAD + round(_chars(message) / self.chars_per_token)
+        chars, wide = _size(message)
+        return MESSAGE_OVERHEAD + round(chars / self.chars_per_token) + wide
 
     def total(self, messages: Sequence[ChatMessage]) -> int:
         return sum(self.count(m) for m in messages)
 
     def calibrate(self, messages: Sequence[ChatMessage], prompt_tokens: int) -> None:
-        """The server counted ``prompt_tokens`` for ``messages``: learn the ratio."""
-        text_tokens = prompt_tokens - MESSAGE_OVERHEAD * len(messages)
-        chars = sum(_chars(m) for m in messages)
+        """The server counted ``prompt_tokens`` for ``messages``: learn the ratio (of the
+        characters, what the wide ones add aside)."""
+        sizes = [_size(m) for m in messages]
+        text_tokens = prompt_tokens - MESSAGE_OVERHEAD * len(messages) - sum(w for _, w in sizes)
+        chars = sum(c for c, _ in sizes)
         if text_tokens <= 0 or chars <= 0:
             return
         measured = min(max(chars / text_tokens, 1.0), 12.0)
@@ -84,11 +89,15 @@ class TokenCounter:
         self.calibrated = True
 
 
-def _chars(message: ChatMessage) -> int:
-    size = len(message.get("content") or "")
+def _size(message: ChatMessage) -> tuple[int, int]:
+    """``message``'s characters, and the tokens its wide ones add (``wide_tokens``)."""
+    content = message.get("content") or ""
+    size, wide = len(content), wide_tokens(content)
     for call in message.get("tool_calls") or ():
-        size += len(call["function"]["name"]) + len(call["function"]["arguments"]) + 10
-    return size
+        name, arguments = call["function"]["name"], call["function"]["arguments"]
+        size += len(name) + len(arguments) + 10
+        wide += wide_tokens(name) + wide_tokens(arguments)
+    return size, wide
 
 
 def exchanges(messages: Sequence[ChatMessage], starts: Sequence[int]) -> list[range]:

@@ -1,14 +1,14 @@
 """An ``llm`` action's one request to the model: reserved, sent, settled.
 
 Like a turn's, the request reserves its worst case of the run's budget before it is sent
-(its prompt estimated at ~4 characters a token, and its reply's cap: the run's, else what
-the model's window leaves, and no more than what the budget leaves, the ``max_tokens`` it
-is sent with: ``runtime.core.cost.budget.Spend.reserve``), so several ``llm`` actions started at
-once cannot pass the budget between them; one for which the budget leaves less than
-``MIN_REPLY`` tokens of reply is not sent and its action fails with one line
-(``BudgetReached``). When the reply ends the
-reservation settles to what the server reported, which counts in the run's cost, its
-budget and its usage alike (``runtime.core.cost.budget.charge``).
+(its prompt estimated at ~4 characters a token, more for those outside ASCII, and its
+reply's cap: the run's, else what the model's window leaves, and no more than what the
+budget leaves, the ``max_tokens`` it is sent with: ``runtime.core.cost.budget.Spend.reserve``),
+so several ``llm`` actions started at once cannot pass the budget between them; one for
+which the budget leaves less than ``MIN_REPLY`` tokens of reply is not sent and its action
+fails with one line (``BudgetReached``). When the reply ends the reservation settles to
+what the server reported, which counts in the run's cost, its budget and its usage alike
+(``runtime.core.cost.budget.charge``).
 
 A reply the budget's cap cut short (``finish_reason`` "length" at the cap the budget set,
 below the request's own) is still the action's output, but partial: the action says so

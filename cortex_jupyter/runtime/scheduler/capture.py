@@ -17,7 +17,8 @@ hundred times a second, costs a few events, not thousands.
 Nothing is redacted on a write: the text is joined and redacted a batch at a time when
 it is flushed (``runtime.core.record.captured``), so a secret printed in two writes is redacted
 whole, in the events, on the node, in the store and the transcript, and a write costs a
-list append.
+list append. Bytes written to ``sys.stdout.buffer`` / ``sys.stderr.buffer`` inside an
+action are decoded (UTF-8) onto the same capture: the binary buffer is the router's too.
 
 ``progress(done, total, note)`` is the public way for a tool to report progress; a
 ``tqdm`` bar inside a tool reports through it too instead of drawing its own widget.
@@ -25,6 +26,7 @@ list append.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import contextvars
 import importlib
@@ -98,6 +100,7 @@ class Capture:
         self._progress: Progress | None = None
         self._partial: str | None = None
         self.dirty = False
+        self._decoders: dict[str, codecs.IncrementalDecoder] = {}
         # What the node holds already (an earlier attempt's output counts too) and how
         # much of it was reported.
         self._logs_kept = sum(map(len, node.logs))
@@ -122,6 +125,16 @@ class Capture:
         if not self.dirty:
             self.dirty = True
             self._wake()
+
+    def write_bytes(self, stream: str, data: bytes) -> None:
+        """Bytes written to ``stream``'s binary buffer: decoded as UTF-8 (a character cut
+        between two writes is joined; an invalid byte is shown as U+FFFD), then text."""
+        with self._lock:
+            decoder = self._decoders.get(stream)
+            if decoder is None:
+                decoder = self._decoders[stream] = codecs.getincrementaldecoder("utf-8")("replace")
+            text = decoder.decode(data)
+        self.write(stream, text)
 
     def _over(self, kept: CapturedText, text: str) -> str:
         """What fits of ``text`` under ``MAX_KEPT`` (the rest is counted); the raw text is
@@ -265,8 +278,50 @@ class _Router(io.TextIOBase):
     def encoding(self) -> str:  # type: ignore[override]
         return str(getattr(self.inner, "encoding", "utf-8"))
 
+    @property
+    def buffer(self) -> _BytesRouter:
+        """The binary buffer: inside an action its bytes go to the capture (decoded), as
+        text does; outside, to the wrapped stream's own buffer. A stream without one
+        (ipykernel's) has none outside actions, as before."""
+        if _current.get() is None and not hasattr(self.inner, "buffer"):
+            raise AttributeError(f"{type(self.inner).__name__!r} object has no attribute 'buffer'")
+        return _BytesRouter(self)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+
+class _BytesRouter(io.BufferedIOBase):
+    """``sys.stdout.buffer`` while the routers are in place (see ``_Router.buffer``)."""
+
+    def __init__(self, router: _Router) -> None:
+        super().__init__()
+        self._router = router
+
+    def write(self, data: Any) -> int:
+        capture = _current.get()
+        if capture is None:
+            return int(self._router.inner.buffer.write(data))
+        raw = bytes(data)
+        capture.write_bytes(self._router.stream_name, raw)
+        return len(raw)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def writable(self) -> bool:
+        return True
+
+    def flush(self) -> None:
+        if _current.get() is None:
+            self._router.inner.buffer.flush()
+
+    def fileno(self) -> int:
+        return self._router.fileno()
+
+    def isatty(self) -> bool:
+        return self._router.isatty()
 
 
 class _LogRouter(logging.Handler):

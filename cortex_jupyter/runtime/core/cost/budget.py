@@ -124,9 +124,18 @@ class Spend:
         #: partial), in order; the run stops at the end of the turn that cut one.
         self.cuts: list[str] = []
 
-    def add(self, price: Price, usage: Usage | None) -> None:
-        """Count one request's price and tokens (unknown ones make the sum unknown)."""
+    def add(self, price: Price, usage: Usage | None, held: Hold | None = None) -> None:
+        """Count one request's price and tokens (unknown ones make the sum unknown). A
+        reply the server reported no usage for counts what its reservation (``held``,
+        under a budget) held, an upper bound of what it cost: settled to nothing, the next
+        requests could pass the budget; made unknown, none could be sent."""
         self.requests += 1
+        if usage is None and held is not None and (held.tokens or held.usd):
+            if self.tokens is not None:
+                self.tokens += held.tokens
+            usd = price.usd if price.usd is not None or not held.usd else held.usd
+            self.usd = None if self.usd is None or usd is None else self.usd + usd
+            return
         self.usd = None if self.usd is None or price.usd is None else self.usd + price.usd
         if usage is not None and self.tokens is not None:
             self.tokens += usage.prompt_tokens + usage.completion_tokens
@@ -205,7 +214,7 @@ class Spend:
 
     def reserve_text(self, model: Any, text: str, max_tokens: int | None) -> Hold | str:
         """``reserve`` for a request whose prompt is ``text`` (an ``llm`` action's, which
-        the context module does not fit), its tokens estimated at ~4 characters each."""
+        the context module does not fit), its tokens counted by ``estimate_tokens``."""
         return self.reserve(model, estimate_tokens(text), max_tokens, "this request")
 
     def check(
@@ -232,10 +241,12 @@ class Spend:
             spent, next_one, held = self.usd, estimate.usd, self.held_usd
             unknown = estimate.note if estimate.usd is None else "a reply's cost is not known"
         if spent is None or next_one is None:
-            return (
-                f"the budget of {budget} cannot be kept: {unknown}; give the budget in "
-                "tokens instead (e.g. 20000tok)"
+            instead = (
+                ""
+                if budget.unit == "tok"
+                else "; give the budget in tokens instead (e.g. 20000tok)"
             )
+            return f"the budget of {budget} cannot be kept: {unknown}{instead}"
         if spent + held + next_one <= budget.limit:
             return None
         flight = f", {budget.show(held)} held by requests in flight" if held else ""
@@ -346,7 +357,7 @@ def charge(
     if usage is None and not replied:
         return
     price = price_request(model, usage)
-    spend.add(price, usage)
+    spend.add(price, usage, hold)
     now = time.monotonic()
     if usage is not None:
         counts = (
@@ -372,6 +383,16 @@ def charge(
 
 
 def estimate_tokens(text: str) -> int:
-    """A rough count of the tokens in ``text`` (about 4 characters a token), for a
-    request the context module does not fit (an ``llm`` action's)."""
-    return (len(text) + 3) // 4
+    """A count of the tokens in ``text`` no tokenizer in use goes much beyond, for a
+    request the context module does not fit (an ``llm`` action's): about 4 characters a
+    token, and ``wide_tokens`` more for the characters that are not ASCII."""
+    return (len(text) + 3) // 4 + wide_tokens(text)
+
+
+def wide_tokens(text: str) -> int:
+    """The tokens ``text``'s characters outside ASCII add to ~4 characters a token: each
+    as many as its UTF-8 bytes after the first (Chinese, Japanese or Korean 2, an emoji 3,
+    an accented letter 1). Tokenizers give such a character about a token, rarer ones two
+    or three (their bytes): counted at a quarter of a token, a prompt in Chinese passed a
+    token budget four times over before the server reported it. One encode: cheap."""
+    return len(text.encode("utf-8", "surrogatepass")) - len(text)

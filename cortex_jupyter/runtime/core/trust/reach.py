@@ -25,6 +25,13 @@ shell (IPython, ipykernel, jupyter_client, comm, zmq, tornado, traitlets). Names
 starting with ``_`` are never a step. What is hidden from the model is checked by the
 caller (``variables``: the value of a name the model may not see).
 
+What a step lands on is also looked inside (``holds``): a tuple, a dict, an object
+column or a notebook object *holding* machinery or a hidden name's value is refused as
+the thing it holds would be (``$err.args`` holding a hidden string, a property returning
+a copy of ``globals()``, ``$df.iloc.0`` a row holding a module). The look is bounded:
+``HOLDS_DEPTH`` levels, ``HOLDS_ITEMS`` objects in all; an array or a frame of numbers
+(any dtype but ``object``) is not walked at all.
+
 Pure: reads objects, never changes them; the only code it runs is a trusted class's
 property or ``__getattr__`` and a mapping's or sequence's item lookup.
 """
@@ -36,12 +43,13 @@ import sys
 import sysconfig
 import types
 import weakref
-from collections import ChainMap
-from collections.abc import Mapping, Sequence
+from collections import ChainMap, deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import lru_cache
+from itertools import islice
 from typing import Any
 
-__all__ = ["DATA_LIBRARIES", "KERNEL_PACKAGES", "Refused", "machinery", "step"]
+__all__ = ["DATA_LIBRARIES", "KERNEL_PACKAGES", "Refused", "holds", "machinery", "step"]
 
 #: Libraries whose classes' public attributes and properties are data (``$df.shape``).
 DATA_LIBRARIES = frozenset(("numpy", "pandas", "polars", "pyarrow", "xarray"))
@@ -90,6 +98,9 @@ _ROUTINES = (
     property,
 )
 _MISSING = object()
+#: How far ``holds`` looks inside what a step lands on: levels, and objects in all.
+HOLDS_DEPTH = 3
+HOLDS_ITEMS = 400
 
 
 class Refused(Exception):
@@ -116,6 +127,105 @@ def step(value: Any, part: str) -> Any:
     if landed is not None:
         raise Refused(f"it is {landed}, never a value a model may reach")
     return found
+
+
+def holds(value: Any, hidden: Callable[[Any], str | None]) -> str | None:
+    """Why ``value`` may not be reached for what it holds, or None: the first object
+    inside it (breadth first, ``HOLDS_DEPTH`` levels, ``HOLDS_ITEMS`` objects) that is
+    machinery or whose hidden name ``hidden`` gives. ``value`` itself is the caller's to
+    check. Reads containers without running their code (but a data library's own
+    iteration of an object column)."""
+    seen = {id(value)}
+    queue: deque[tuple[Any, int]] = deque([(value, 0)])
+    budget = HOLDS_ITEMS
+    while queue and budget > 0:
+        current, depth = queue.popleft()
+        for item in islice(_inside(current), budget):
+            budget -= 1
+            if id(item) in seen:
+                continue
+            seen.add(id(item))
+            kind = machinery(item)
+            if kind is not None:
+                return f"it holds {kind}"
+            name = hidden(item)
+            if name is not None:
+                return f"it holds the value of ${name}, which the model may not see"
+            if depth + 1 < HOLDS_DEPTH:
+                queue.append((item, depth + 1))
+    return None
+
+
+def _inside(value: Any) -> Iterator[Any]:
+    """The objects ``value`` holds: a mapping's keys and values, a collection's items,
+    an exception's ``args``, an object column's cells, an object's own public data."""
+    kind = type(value)
+    try:
+        if issubclass(kind, str | bytes | bytearray | int | float | complex) or value is None:
+            return iter(())
+        if issubclass(kind, dict):
+            return _pairs(dict.items(value))
+        if issubclass(kind, list | tuple | set | frozenset | deque):
+            return iter(list(islice(_native_iter(value), HOLDS_ITEMS)))
+        if issubclass(kind, BaseException):
+            return iter(_tuple(BaseException.__dict__["args"].__get__(value)))
+        if _root(kind) in DATA_LIBRARIES:
+            return _cells(value)
+        if issubclass(kind, Mapping):
+            return _pairs(islice(value.items(), HOLDS_ITEMS))
+        return _fields(value)
+    except Exception:  # an odd object refused to be read: nothing found inside it
+        return iter(())
+
+
+def _native_iter(value: Any) -> Iterator[Any]:
+    """``value``'s items by its built-in base's iteration (a subclass's ``__iter__`` is
+    never run)."""
+    base: Any = next(b for b in (list, tuple, set, frozenset, deque) if isinstance(value, b))
+    iterate: Callable[[Any], Iterator[Any]] = base.__iter__
+    return iterate(value)
+
+
+def _pairs(items: Iterable[tuple[Any, Any]]) -> Iterator[Any]:
+    for key, item in items:
+        yield key
+        yield item
+
+
+def _cells(value: Any) -> Iterator[Any]:
+    """The cells of a data library's object array, series, index or frame; nothing for
+    one of numbers, dates or strings of a fixed width (never walked element by element)."""
+    kind = type(value)
+    if not hasattr(kind, "dtype") and hasattr(kind, "dtypes") and hasattr(kind, "items"):
+        if any(getattr(d, "kind", "O") == "O" for d in list(value.dtypes)):
+            return (column for _, column in value.items())
+        return iter(())
+    dtype = getattr(value, "dtype", None)
+    if getattr(dtype, "kind", None) != "O":
+        return iter(())
+    if getattr(value, "ndim", 1) == 0:
+        return iter((value[()],))
+    return iter(list(islice(iter(value), HOLDS_ITEMS)))
+
+
+def _fields(value: Any) -> Iterator[Any]:
+    """An object's own public data: its instance ``__dict__`` and declared fields."""
+    own = _own_data(value)
+    if own is None:
+        try:  # a namespace as the instance dict is itself what it holds
+            space = object.__getattribute__(value, "__dict__")
+        except Exception:
+            space = None
+        if space is not None and type(space) is dict:
+            yield space
+    else:
+        yield from (item for name, item in list(own.items()) if not name.startswith("_"))
+    for name in _declared(value):
+        if own is None or not dict.__contains__(own, name):
+            try:
+                yield object.__getattribute__(value, name)
+            except Exception:
+                continue
 
 
 # ---- what a value is -------------------------------------------------------------------

@@ -9,8 +9,9 @@ searched in order (outputs of this run, context feeds, the notebook namespace):
 - ``$name.key`` / ``$name.attr`` / ``$name.0`` reach inside, one step at a time, by the
   allow-list in ``reach`` (keys, indexes, an object's own fields, a widget's state, the
   public attributes of notebook classes and data libraries; never interpreter
-  machinery), and never land on the value of a notebook name the run's ``Scope`` hides
-  (model text is untrusted: ``$gen.gi_frame.f_globals`` must lead nowhere);
+  machinery), and never land on the value of a notebook name the run's ``Scope`` hides,
+  nor end on a container or an object holding one or holding machinery (``reach.holds``;
+  model text is untrusted: ``$gen.gi_frame.f_globals`` must lead nowhere);
 - ``$$`` is a literal ``$``; a ``$`` not followed by a name is left as it is.
 
 Lists, tuples and dict values are walked recursively; dict keys are left alone.
@@ -34,7 +35,7 @@ from cortex_jupyter.runtime.core.errors import (
     NotVisible,
     UnknownVariable,
 )
-from cortex_jupyter.runtime.core.trust.reach import Refused, namespace, step
+from cortex_jupyter.runtime.core.trust.reach import Refused, holds, namespace, step
 from cortex_jupyter.runtime.core.trust.scope import NEVER_VISIBLE, Scope
 
 #: One ``$name[.path]`` reference (group 1: the name, group 2: ``.path``), or ``$$``.
@@ -132,6 +133,11 @@ def _lookup(name: str, path: str, scopes: Sequence[Mapping[str, Any]]) -> Any:
             why = f"it is the value of ${owner}, which the model may not see"
             raise BadReference(ref, part, type(value).__name__, why)
         reached = ref
+    # What the path hands on is looked inside (a step passing through a container that
+    # holds machinery elsewhere is not: only what it lands on is given to anyone).
+    held = holds(value, guard.owner)
+    if held is not None:
+        raise BadReference(reached, path.rsplit(".", 1)[1], type(value).__name__, held)
     return value
 
 
