@@ -5,7 +5,9 @@
 - ``genai_price``: what genai-prices itself charges for a usage, to hold cortex's
   price against;
 - ``dump``: every row of every table of a SQLite file, as SQL (``iterdump``);
-- ``local_cluster``: a real Dask cluster of one worker thread in this process.
+- ``local_cluster``: a real Dask cluster of one worker thread in this process;
+- ``config_says``: what ``%config`` reports for a line setting ``CortexMagics``;
+- ``next_cell_runs``: a ``%%cortex`` cell after a refusal runs as if nothing happened.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import genai_prices
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.core.magics import config as config_magics
 
 from cortex_jupyter import Agent, default_registry
 
@@ -84,3 +89,21 @@ def local_cluster() -> Iterator[Any]:
         dashboard_address="127.0.0.1:0",  # None still serves its HTTP endpoints on 8787
     ) as cluster:
         yield cluster
+
+
+def config_says(
+    ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> list[Any]:
+    """Run ``%config CortexMagics.<name> = <value>``: what ``%config`` reported (the
+    errors it prints, as they were given to it), ``[]`` when it took the value."""
+    reported: list[Any] = []
+    monkeypatch.setattr(config_magics, "error", reported.append)  # what %config prints
+    ip.run_line_magic("config", f"CortexMagics.{name} = {value}")
+    return reported
+
+
+def next_cell_runs(ip: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:
+    """The next ``%%cortex`` cell completes, and nothing printed a traceback."""
+    ip.run_cell_magic("cortex", "--script --delay 0", "<response>fine</response>")
+    assert ip.user_ns["_cortex"].status == "completed"
+    assert "Traceback" not in capsys.readouterr().err

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
-from IPython.core.magics import config as config_magics
 from traitlets import TraitError
 
 from cortex_jupyter.magic import CortexMagics
 from cortex_jupyter.runtime.core.cost.budget import Budget
+from tests.helpers import config_says, next_cell_runs
 
 #: name: (good values as %config writes them, with what the setting then holds)
 GOOD: dict[str, list[tuple[str, Any]]] = {
@@ -149,10 +149,7 @@ def test_a_good_value_is_taken(
     written: str,
     held: Any,
 ) -> None:
-    reported: list[Any] = []
-    monkeypatch.setattr(config_magics, "error", reported.append)  # what %config prints
-    ip.run_line_magic("config", f"CortexMagics.{name} = {written}")
-    assert reported == []
+    assert config_says(ip, monkeypatch, name, written) == []
     assert getattr(settings, name) == held
 
 
@@ -171,19 +168,13 @@ def test_a_bad_value_is_refused_when_set_in_one_line(
     allowed: str,
 ) -> None:
     before = getattr(settings, name)
-    reported: list[Any] = []
-    monkeypatch.setattr(config_magics, "error", reported.append)
-    ip.run_line_magic("config", f"CortexMagics.{name} = {written}")
+    reported = config_says(ip, monkeypatch, name, written)
     assert len(reported) == 1 and isinstance(reported[0], TraitError)
     message = str(reported[0])
     assert "\n" not in message
     assert name in message and shown in message and allowed in message, message
     assert getattr(settings, name) == before
-
-    # Nothing waits for the next cell: it runs with the old value.
-    ip.run_cell_magic("cortex", "--script --delay 0", "<response>fine</response>")
-    assert ip.user_ns["_cortex"].status == "completed"
-    assert "Traceback" not in capsys.readouterr().err
+    next_cell_runs(ip, capsys)  # nothing waits for it: it runs with the old value
 
 
 @pytest.mark.parametrize(
