@@ -6,7 +6,9 @@
   price against;
 - ``dump``: every row of every table of a SQLite file, as SQL (``iterdump``);
 - ``local_cluster``: a real Dask cluster of one worker thread in this process;
-- ``config_says``: what ``%config`` reports for a line setting ``CortexMagics``;
+- ``config_says``: what ``%config`` reports for a line setting ``CortexMagics``, and
+  ``config_refusal``: the one line it refuses a value with, the old one kept;
+- ``magics``: the shell's ``CortexMagics``;
 - ``next_cell_runs``: a ``%%cortex`` cell after a refusal runs as if nothing happened.
 """
 
@@ -22,8 +24,10 @@ import genai_prices
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magics import config as config_magics
+from traitlets import TraitError
 
 from cortex_jupyter import Agent, default_registry
+from cortex_jupyter.magic import CortexMagics
 
 
 @contextmanager
@@ -91,6 +95,13 @@ def local_cluster() -> Iterator[Any]:
         yield cluster
 
 
+def magics(ip: InteractiveShell) -> CortexMagics:
+    """The shell's ``CortexMagics`` (what ``%config CortexMagics...`` sets)."""
+    found = ip.magics_manager.registry[CortexMagics.__name__]
+    assert isinstance(found, CortexMagics)
+    return found
+
+
 def config_says(
     ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch, name: str, value: str
 ) -> list[Any]:
@@ -100,6 +111,21 @@ def config_says(
     monkeypatch.setattr(config_magics, "error", reported.append)  # what %config prints
     ip.run_line_magic("config", f"CortexMagics.{name} = {value}")
     return reported
+
+
+def config_refusal(
+    ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> str:
+    """Run ``%config CortexMagics.<name> = <value>`` expecting a refusal: ``%config``
+    reports one ``TraitError`` of one line, and the setting keeps its old value. The line."""
+    settings = magics(ip)
+    before = getattr(settings, name)
+    reported = config_says(ip, monkeypatch, name, value)
+    assert len(reported) == 1 and isinstance(reported[0], TraitError), reported
+    message = str(reported[0])
+    assert "\n" not in message
+    assert getattr(settings, name) == before
+    return message
 
 
 def next_cell_runs(ip: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:
