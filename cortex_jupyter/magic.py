@@ -111,6 +111,16 @@ def _described(trait: TraitType[Any, Any], allowed: str) -> Any:
     return trait
 
 
+def _refused(name: str, wants: str, value: Any) -> TraitError:
+    """A setting's refusal of ``value``, in one line: ``CortexMagics.<name> must <wants>``."""
+    return TraitError(f"CortexMagics.{name} must {wants}, not {value!r}")
+
+
+def _not_a_command(command: str, args: list[str], use: str) -> UsageError:
+    """``%cortex <command>`` given words it does not take: what was typed, and ``use``."""
+    return UsageError(f"%cortex {command}: {' '.join(args)!r} is not a command here; use {use}.")
+
+
 def _flag(name: str, text: str) -> argument:
     """An on/off option of ``%%cortex``: off unless the line names it."""
     return argument(name, action="store_true", help=text)
@@ -228,10 +238,7 @@ class CortexMagics(Magics):
         value = proposal["value"]
         if callable(value) or value in APPROVALS:
             return value
-        raise TraitError(
-            f"CortexMagics.approve must be 'ask', 'allow', 'deny' or a function "
-            f"(node) -> bool, not {value!r}"
-        )
+        raise _refused("approve", "be 'ask', 'allow', 'deny' or a function (node) -> bool", value)
 
     @validate("request")
     def _check_request(self, proposal: Bunch) -> Any:
@@ -252,17 +259,14 @@ class CortexMagics(Magics):
         value = proposal["value"]
         if value is None or value > 0:
             return value
-        raise TraitError(
-            f"CortexMagics.approve_timeout must be a number of seconds above 0, or None "
-            f"(wait as long as it takes), not {value!r}"
-        )
+        wants = "be a number of seconds above 0, or None (wait as long as it takes)"
+        raise _refused("approve_timeout", wants, value)
 
     @validate("max_turns", "chunk_size", "context_tokens", "live_views")
     def _check_whole_number(self, proposal: Bunch) -> Any:
         value = proposal["value"]
         if isinstance(value, bool):  # an int to traitlets, never a count to a person
-            name = proposal["trait"].name
-            raise TraitError(f"CortexMagics.{name} must be a whole number, not {value!r}")
+            raise _refused(proposal["trait"].name, "be a whole number", value)
         return value
 
     @validate("model")
@@ -270,7 +274,7 @@ class CortexMagics(Magics):
         value = proposal["value"]
         if value.strip():
             return value
-        raise TraitError(f"CortexMagics.model must name a model, not {value!r}")
+        raise _refused("model", "name a model", value)
 
     @validate("dask_address")
     def _check_dask_address(self, proposal: Bunch) -> Any:
@@ -279,10 +283,8 @@ class CortexMagics(Magics):
             return None
         if value.strip() and not any(c.isspace() for c in value):
             return value
-        raise TraitError(
-            f"CortexMagics.dask_address must be a scheduler address such as "
-            f"tcp://host:8786, or None, not {value!r}"
-        )
+        wants = "be a scheduler address such as tcp://host:8786, or None"
+        raise _refused("dask_address", wants, value)
 
     @observe("dask_address")
     def _dask_address_changed(self, change: Bunch) -> None:
@@ -625,10 +627,7 @@ class CortexMagics(Magics):
         elif command == "status" and len(args) <= 1:
             commands.local_status()
         else:
-            raise UsageError(
-                f"%cortex local: {' '.join(args)!r} is not a command here; "
-                "use %cortex local start [--port N], stop or status."
-            )
+            raise _not_a_command("local", args, "%cortex local start [--port N], stop or status")
 
     def _cmd_trace(self, args: list[str]) -> None:
         """Where runs' traces go: %cortex trace | trace phoenix (start a local Phoenix)."""
@@ -637,10 +636,8 @@ class CortexMagics(Magics):
         elif not args:
             commands.show_trace()
         else:
-            raise UsageError(
-                f"%cortex trace: {' '.join(args)!r} is not a command here; "
-                "use %cortex trace (where spans go) or %cortex trace phoenix."
-            )
+            use = "%cortex trace (where spans go) or %cortex trace phoenix"
+            raise _not_a_command("trace", args, use)
 
     def _cmd_eval(self, args: list[str]) -> Any:
         """Score how well the model follows each dialect (%cortex eval --help)."""

@@ -5,7 +5,11 @@
 - ``genai_price``: what genai-prices itself charges for a usage, to hold cortex's
   price against;
 - ``dump``: every row of every table of a SQLite file, as SQL (``iterdump``);
-- ``local_cluster``: a real Dask cluster of one worker thread in this process.
+- ``local_cluster``: a real Dask cluster of one worker thread in this process;
+- ``config_says``: what ``%config`` reports for a line setting ``CortexMagics``, and
+  ``config_refusal``: the one line it refuses a value with, the old one kept;
+- ``magics``: the shell's ``CortexMagics``;
+- ``next_cell_runs``: a ``%%cortex`` cell after a refusal runs as if nothing happened.
 """
 
 from __future__ import annotations
@@ -17,8 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import genai_prices
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.core.magics import config as config_magics
+from traitlets import TraitError
 
 from cortex_jupyter import Agent, default_registry
+from cortex_jupyter.magic import CortexMagics
 
 
 @contextmanager
@@ -84,3 +93,43 @@ def local_cluster() -> Iterator[Any]:
         dashboard_address="127.0.0.1:0",  # None still serves its HTTP endpoints on 8787
     ) as cluster:
         yield cluster
+
+
+def magics(ip: InteractiveShell) -> CortexMagics:
+    """The shell's ``CortexMagics`` (what ``%config CortexMagics...`` sets)."""
+    found = ip.magics_manager.registry[CortexMagics.__name__]
+    assert isinstance(found, CortexMagics)
+    return found
+
+
+def config_says(
+    ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> list[Any]:
+    """Run ``%config CortexMagics.<name> = <value>``: what ``%config`` reported (the
+    errors it prints, as they were given to it), ``[]`` when it took the value."""
+    reported: list[Any] = []
+    monkeypatch.setattr(config_magics, "error", reported.append)  # what %config prints
+    ip.run_line_magic("config", f"CortexMagics.{name} = {value}")
+    return reported
+
+
+def config_refusal(
+    ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> str:
+    """Run ``%config CortexMagics.<name> = <value>`` expecting a refusal: ``%config``
+    reports one ``TraitError`` of one line, and the setting keeps its old value. The line."""
+    settings = magics(ip)
+    before = getattr(settings, name)
+    reported = config_says(ip, monkeypatch, name, value)
+    assert len(reported) == 1 and isinstance(reported[0], TraitError), reported
+    message = str(reported[0])
+    assert "\n" not in message
+    assert getattr(settings, name) == before
+    return message
+
+
+def next_cell_runs(ip: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:
+    """The next ``%%cortex`` cell completes, and nothing printed a traceback."""
+    ip.run_cell_magic("cortex", "--script --delay 0", "<response>fine</response>")
+    assert ip.user_ns["_cortex"].status == "completed"
+    assert "Traceback" not in capsys.readouterr().err

@@ -14,6 +14,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from cortex_jupyter import default_registry
+from tests.helpers import config_says
 
 SCRIPT = (
     '<action id="mail">{"name": "ap_send", "parameters": {"to": "ada"}, "output_key": "sent"}'
@@ -107,11 +108,7 @@ def test_a_callable_policy_from_config(ip: InteractiveShell, tools: list[str]) -
 def test_a_mistyped_policy_is_refused_when_set_and_the_old_one_stays(
     ip: InteractiveShell, tools: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from IPython.core.magics import config as config_magics
-
-    refused: list[Exception] = []
-    monkeypatch.setattr(config_magics, "error", refused.append)  # what %config prints
-    ip.run_line_magic("config", "CortexMagics.approve = 'maybe'")
+    refused = config_says(ip, monkeypatch, "approve", "'maybe'")
     try:
         assert [str(e) for e in refused] == [
             "CortexMagics.approve must be 'ask', 'allow', 'deny' or a function "

@@ -203,16 +203,24 @@ def test_a_model_listed_without_token_prices_costs_unknown_never_0(
     assert "cost unknown" in header_html(from_run(record, "google/gemma-3-27b-it"))
 
 
+def refused_unsent(ip: InteractiveShell, server: FakeOpenAIServer, options: str) -> str:
+    """A ``%%cortex --text <options>`` cell the budget refuses before any request: the
+    one line it fails with; nothing was sent and the run ended ``budget``."""
+    with pytest.raises(CortexRunError) as caught:
+        ip.run_cell_magic("cortex", f"--text {options}", "Hi?")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert server.requests == []
+    assert ip.user_ns["_cortex"].status == "budget"
+    return message
+
+
 def test_a_dollar_budget_is_refused_for_a_model_listed_without_token_prices(
     ip: InteractiveShell, server: FakeOpenAIServer
 ) -> None:
-    with pytest.raises(CortexRunError) as caught:
-        ip.run_cell_magic("cortex", "--text --model google/gemma-3-27b-it --budget 0.05", "Hi?")
-    message = str(caught.value)
+    message = refused_unsent(ip, server, "--model google/gemma-3-27b-it --budget 0.05")
     assert "cannot be kept" in message and "gemma-3-27b-it" in message
-    assert "20000tok" in message and "\n" not in message
-    assert server.requests == []
-    assert ip.user_ns["_cortex"].status == "budget"
+    assert "20000tok" in message
 
 
 def one_turn(ip: InteractiveShell, server: FakeOpenAIServer, line: str) -> tuple[int, Any]:
@@ -289,10 +297,6 @@ def test_a_budget_that_leaves_too_little_for_a_reply_refuses_the_request(
 ) -> None:
     # The prompt alone (the system prompt: over a thousand tokens) does not leave the
     # shortest reply worth sending: nothing is sent, and one line says why.
-    with pytest.raises(CortexRunError) as caught:
-        ip.run_cell_magic("cortex", "--text --model my-private-finetune-7 --budget 500tok", "Hi?")
-    message = str(caught.value)
+    message = refused_unsent(ip, server, "--model my-private-finetune-7 --budget 500tok")
     assert "the budget of 500 tokens stopped the run before its next request" in message
-    assert f"a reply of {MIN_REPLY} tokens at the least" in message and "\n" not in message
-    assert server.requests == []
-    assert ip.user_ns["_cortex"].status == "budget"
+    assert f"a reply of {MIN_REPLY} tokens at the least" in message

@@ -45,7 +45,9 @@ def weather_registry() -> Registry:
     return registry
 
 
-def run(server: FakeOpenAIServer, **options: Any) -> Any:
+def run(server: FakeOpenAIServer, *replies: str, **options: Any) -> Any:
+    """The agent's run against ``server``, whose model writes ``replies``, one a turn."""
+    server.script(*(Stream([*texts(reply, 7), finish()]) for reply in replies))
     model = OpenAIModel("smollm2", base_url=server.url, api_key="none", max_retries=0)
     return anyio.run(partial(run_agent, "Use get_weather for Oslo.", model=model, **options))
 
@@ -53,8 +55,7 @@ def run(server: FakeOpenAIServer, **options: Any) -> Any:
 def test_first_turn_grammar_calls_known_tools_and_the_later_turn_answers(
     server: FakeOpenAIServer,
 ) -> None:
-    server.script(Stream([*texts(ACTION, 9), finish()]), Stream([*texts(ANSWER, 9), finish()]))
-    record = run(server, registry=weather_registry(), constrain=True)
+    record = run(server, ACTION, ANSWER, registry=weather_registry(), constrain=True)
     assert record.status == "completed" and record.answer == "It is 4 degrees in Oslo."
     assert record.actions["w1"].status == "done"
     first, second = (request.json for request in server.requests)
@@ -76,8 +77,7 @@ def test_first_turn_grammar_calls_known_tools_and_the_later_turn_answers(
 def test_vllm_form_sends_structured_outputs_and_no_grammar_field(
     server: FakeOpenAIServer,
 ) -> None:
-    server.script(Stream([*texts(ACTION, 9), finish()]), Stream([*texts(ANSWER, 9), finish()]))
-    record = run(server, registry=weather_registry(), constrain="vllm")
+    record = run(server, ACTION, ANSWER, registry=weather_registry(), constrain="vllm")
     assert record.status == "completed"
     body = server.requests[0].json
     assert "grammar" not in body
@@ -88,8 +88,9 @@ def test_hermes_turns_are_constrained_to_tool_calls_then_an_answer(
     server: FakeOpenAIServer,
 ) -> None:
     call = '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 40}}</tool_call>'
-    server.script(Stream([*texts(call, 9), finish()]), Stream([*texts("It is 42.", 3), finish()]))
-    record = run(server, registry=weather_registry(), constrain=True, dialect="hermes")
+    record = run(
+        server, call, "It is 42.", registry=weather_registry(), constrain=True, dialect="hermes"
+    )
     assert record.status == "completed" and record.answer == "It is 42."
     assert [node.output for node in record.actions.values()] == [42]
     first, second = (request.json["grammar"] for request in server.requests)
@@ -241,12 +242,7 @@ def test_a_second_tool_can_follow_the_first_ones_result(server: FakeOpenAIServer
     # Under the old grammar the reply after results could only answer: a task needing
     # get_weather after get_city's result could never call it with --constrain.
     calls: list[str] = []
-    server.script(
-        Stream([*texts(CITY, 5), finish()]),
-        Stream([*texts(WEATHER, 7), finish()]),
-        Stream([*texts(ANSWER, 9), finish()]),
-    )
-    record = run(server, registry=city_registry(calls), constrain=True)
+    record = run(server, CITY, WEATHER, ANSWER, registry=city_registry(calls), constrain=True)
     assert record.status == "completed" and record.answer == "It is 4 degrees in Oslo."
     assert calls == ["get_city", "get_weather Oslo"]
     first, second, third = (request.json["grammar"] for request in server.requests)
@@ -260,12 +256,7 @@ def test_a_second_tool_can_follow_the_first_ones_result(server: FakeOpenAIServer
 def test_a_repeated_call_is_not_run_and_the_next_turn_answers(server: FakeOpenAIServer) -> None:
     calls: list[str] = []
     again = action("w2", '{\n  "parameters": {"city": "Oslo"},\n  "name": "get_weather"\n}')
-    server.script(
-        Stream([*texts(WEATHER, 7), finish()]),
-        Stream([*texts(again, 7), finish()]),
-        Stream([*texts(ANSWER, 9), finish()]),
-    )
-    record = run(server, registry=city_registry(calls), constrain=True)
+    record = run(server, WEATHER, again, ANSWER, registry=city_registry(calls), constrain=True)
     assert record.status == "completed" and record.answer == "It is 4 degrees in Oslo."
     assert calls == ["get_weather Oslo"]  # once
     repeat = record.actions["w2"]
@@ -279,12 +270,9 @@ def test_a_repeated_call_is_not_run_and_the_next_turn_answers(server: FakeOpenAI
 
 def test_without_a_grammar_a_repeated_call_runs_again(server: FakeOpenAIServer) -> None:
     calls: list[str] = []
-    server.script(
-        Stream([*texts(WEATHER, 7), finish()]),
-        Stream([*texts(WEATHER.replace("w1", "w2"), 7), finish()]),
-        Stream([*texts(ANSWER, 9), finish()]),
+    record = run(
+        server, WEATHER, WEATHER.replace("w1", "w2"), ANSWER, registry=city_registry(calls)
     )
-    record = run(server, registry=city_registry(calls))
     assert record.status == "completed" and calls == ["get_weather Oslo"] * 2
 
 
@@ -348,12 +336,9 @@ def test_a_call_that_failed_may_be_tried_again_under_a_grammar(server: FakeOpenA
             raise ConnectionError("the weather service did not answer")
         return {"city": city, "temp_c": 4}
 
-    server.script(
-        Stream([*texts(WEATHER, 7), finish()]),
-        Stream([*texts(WEATHER.replace("w1", "w2"), 7), finish()]),
-        Stream([*texts(ANSWER, 9), finish()]),
+    record = run(
+        server, WEATHER, WEATHER.replace("w1", "w2"), ANSWER, registry=registry, constrain=True
     )
-    record = run(server, registry=registry, constrain=True)
     assert tries == ["Oslo", "Oslo"]
     assert record.actions["w1"].status == "failed" and record.actions["w2"].status == "done"
     assert record.status == "completed"
@@ -371,12 +356,7 @@ def test_the_same_number_written_another_way_is_a_repeat(server: FakeOpenAIServe
 
     one = action("s1", '{"name": "scale", "parameters": {"x": 1}}')
     again = action("s2", '{"name": "scale", "parameters": {"x": 1.0}}')
-    server.script(
-        Stream([*texts(one, 7), finish()]),
-        Stream([*texts(again, 7), finish()]),
-        Stream([*texts(ANSWER, 9), finish()]),
-    )
-    record = run(server, registry=registry, constrain=True)
+    record = run(server, one, again, ANSWER, registry=registry, constrain=True)
     assert len(calls) == 1 and record.actions["s2"].status == "skipped"
 
 
@@ -394,12 +374,7 @@ def test_a_tool_with_no_parameters_that_failed_may_be_called_again(
             raise ConnectionError("the location service did not answer")
         return "Oslo"
 
-    server.script(
-        Stream([*texts(CITY, 5), finish()]),
-        Stream([*texts(CITY.replace("c1", "c2"), 5), finish()]),
-        Stream([*texts(ANSWER, 9), finish()]),
-    )
-    record = run(server, registry=registry, constrain=True)
+    record = run(server, CITY, CITY.replace("c1", "c2"), ANSWER, registry=registry, constrain=True)
     second = server.requests[1].json["grammar"]
     assert accepts(second, CITY.replace("c1", "c2"))
     assert len(tries) == 2 and record.actions["c2"].status == "done"

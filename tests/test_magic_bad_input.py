@@ -15,23 +15,16 @@ from typing import Any
 import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
-from IPython.core.magics import config as config_magics
-from traitlets import TraitError
 
 from cortex_jupyter import default_registry
 from cortex_jupyter.display.text import TextRenderer
 from cortex_jupyter.magic import CortexMagics, as_async_cell
 from cortex_jupyter.protocol import xml
 from cortex_jupyter.runtime import Run
+from tests.helpers import config_refusal, magics, next_cell_runs
 from tests.models.fake_openai_server import FakeOpenAIServer
 
 KEY = "sk-bad-input-0123456789"
-
-
-def magics(ip: InteractiveShell) -> CortexMagics:
-    found = ip.magics_manager.registry[CortexMagics.__name__]
-    assert isinstance(found, CortexMagics)
-    return found
 
 
 @pytest.fixture
@@ -254,18 +247,8 @@ def test_config_refuses_a_bad_value_in_one_line_and_keeps_the_old_one(
     value: str,
     says: str,
 ) -> None:
-    before = getattr(settings, name)
-    reported: list[Any] = []
-    monkeypatch.setattr(config_magics, "error", reported.append)  # what %config prints
-    ip.run_line_magic("config", f"CortexMagics.{name} = {value}")
-    assert getattr(settings, name) == before
-    assert len(reported) == 1 and isinstance(reported[0], TraitError)
-    assert says in str(reported[0]) and "\n" not in str(reported[0])
-
-    # The next cell runs as if nothing had happened.
-    ip.run_cell_magic("cortex", "--script --delay 0", "<response>fine</response>")
-    assert ip.user_ns["_cortex"].status == "completed"
-    assert "Traceback" not in capsys.readouterr().err
+    assert says in config_refusal(ip, monkeypatch, name, value)
+    next_cell_runs(ip, capsys)  # as if nothing had happened
 
 
 @pytest.mark.parametrize(

@@ -14,11 +14,10 @@ from typing import Any
 import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
-from IPython.core.magics import config as config_magics
-from traitlets import TraitError
 
 from cortex_jupyter.magic import CortexMagics
 from cortex_jupyter.runtime.core.cost.budget import Budget
+from tests.helpers import config_refusal, config_says, magics, next_cell_runs
 
 #: name: (good values as %config writes them, with what the setting then holds)
 GOOD: dict[str, list[tuple[str, Any]]] = {
@@ -113,12 +112,6 @@ BAD: dict[str, list[tuple[str, str, str]]] = {
 }
 
 
-def magics(ip: InteractiveShell) -> CortexMagics:
-    found = ip.magics_manager.registry[CortexMagics.__name__]
-    assert isinstance(found, CortexMagics)
-    return found
-
-
 @pytest.fixture
 def settings(ip: InteractiveShell) -> Iterator[CortexMagics]:
     """The magics; afterwards the shell's config and the process-wide Dask address are
@@ -149,10 +142,7 @@ def test_a_good_value_is_taken(
     written: str,
     held: Any,
 ) -> None:
-    reported: list[Any] = []
-    monkeypatch.setattr(config_magics, "error", reported.append)  # what %config prints
-    ip.run_line_magic("config", f"CortexMagics.{name} = {written}")
-    assert reported == []
+    assert config_says(ip, monkeypatch, name, written) == []
     assert getattr(settings, name) == held
 
 
@@ -170,20 +160,9 @@ def test_a_bad_value_is_refused_when_set_in_one_line(
     shown: str,
     allowed: str,
 ) -> None:
-    before = getattr(settings, name)
-    reported: list[Any] = []
-    monkeypatch.setattr(config_magics, "error", reported.append)
-    ip.run_line_magic("config", f"CortexMagics.{name} = {written}")
-    assert len(reported) == 1 and isinstance(reported[0], TraitError)
-    message = str(reported[0])
-    assert "\n" not in message
+    message = config_refusal(ip, monkeypatch, name, written)
     assert name in message and shown in message and allowed in message, message
-    assert getattr(settings, name) == before
-
-    # Nothing waits for the next cell: it runs with the old value.
-    ip.run_cell_magic("cortex", "--script --delay 0", "<response>fine</response>")
-    assert ip.user_ns["_cortex"].status == "completed"
-    assert "Traceback" not in capsys.readouterr().err
+    next_cell_runs(ip, capsys)  # nothing waits for it: it runs with the old value
 
 
 @pytest.mark.parametrize(

@@ -72,13 +72,19 @@ class MissingAPIKey(ModelError):
 
 
 @dataclass(eq=False, repr=False)
-class AuthenticationFailed(ModelError):
-    """Raised when the server refuses the API key (HTTP 401)."""
+class RequestRefused(ModelError):
+    """Raised when the server at ``endpoint`` refuses the request for ``model`` for a
+    reason asking again unchanged cannot fix (base class): not continuable."""
 
     continuable = False
     model: str
     endpoint: str
     server_message: str = ""
+
+
+class AuthenticationFailed(RequestRefused):
+    """Raised when the server refuses the API key (HTTP 401)."""
+
     template = (
         "The server at {e.endpoint} refused the API key (HTTP 401) for model {e.model!r}. "
         "Check OPENAI_API_KEY (or api_key=...) is a valid key for this server, and that "
@@ -86,14 +92,9 @@ class AuthenticationFailed(ModelError):
     )
 
 
-@dataclass(eq=False, repr=False)
-class PermissionDenied(ModelError):
+class PermissionDenied(RequestRefused):
     """Raised when the key is valid but may not use this model or endpoint (HTTP 403)."""
 
-    continuable = False
-    model: str
-    endpoint: str
-    server_message: str = ""
     template = (
         "The server at {e.endpoint} does not allow this API key to use model {e.model!r} "
         "(HTTP 403). Use a model the key's project or organisation has access to, or a "
@@ -101,14 +102,9 @@ class PermissionDenied(ModelError):
     )
 
 
-@dataclass(eq=False, repr=False)
-class UnknownModel(ModelError):
+class UnknownModel(RequestRefused):
     """Raised when the server has no such model, or no such API path (HTTP 404)."""
 
-    continuable = False
-    model: str
-    endpoint: str
-    server_message: str = ""
     template = (
         "The server at {e.endpoint} has no model {e.model!r} (HTTP 404). Check the model "
         "name against the server's model list, and that OPENAI_BASE_URL ends with the "
@@ -203,7 +199,7 @@ def _code(code: str | None) -> str:
 
 
 @dataclass(eq=False, repr=False)
-class ReplyRejected(ModelError):
+class ReplyRejected(RequestRefused):
     """Raised when the server stops a reply midway for a reason the request itself causes.
 
     The server reported, inside the stream, an error it will give again for the same
@@ -213,10 +209,6 @@ class ReplyRejected(ModelError):
     partial reply is the caller's. Asking again unchanged cannot help: not continuable.
     """
 
-    continuable = False
-    model: str
-    endpoint: str
-    server_message: str = ""
     code: str | None = None
     template = (
         "The server at {e.endpoint} stopped the reply of model {e.model!r} midway with an "
@@ -230,8 +222,7 @@ class ReplyRejected(ModelError):
         return _code(self.code)
 
 
-@dataclass(eq=False, repr=False)
-class ContextTooLong(ModelError):
+class ContextTooLong(RequestRefused):
     """Raised when the server refuses a request longer than the model's context window
     (a 400 such as OpenAI's ``context_length_exceeded``, or the same error mid-stream).
 
@@ -239,10 +230,6 @@ class ContextTooLong(ModelError):
     context budget, so this means the budget is larger than the model's real window.
     """
 
-    continuable = False
-    model: str
-    endpoint: str
-    server_message: str = ""
     template = (
         "The conversation no longer fits model {e.model!r}'s context window (the server "
         "at {e.endpoint} refused it). Start afresh with %cortex reset, or set a budget "
@@ -380,11 +367,21 @@ class NoReplyScripted(ModelError):
 
 
 @dataclass(eq=False, repr=False)
-class ScriptExhausted(ModelError):
-    """Raised when a script model is asked for more turns than its script has."""
+class OutOfTurns(ModelError):
+    """Raised when a model that plays recorded or written turns is asked for turn
+    ``turn`` and has only ``turns`` (base class)."""
 
     turn: int
     turns: int
+
+    @property
+    def has(self) -> str:
+        return count(self.turns, "turn", "turns")
+
+
+class ScriptExhausted(OutOfTurns):
+    """Raised when a script model is asked for more turns than its script has."""
+
     template = (
         "The script has no turn {e.turn}; it has only {e.has}. Each reply the run asks the "
         "model for takes the next turn (the agent asks again after action results): add "
@@ -392,27 +389,16 @@ class ScriptExhausted(ModelError):
         "turn."
     )
 
-    @property
-    def has(self) -> str:
-        return count(self.turns, "turn", "turns")
 
-
-@dataclass(eq=False, repr=False)
-class ReplayExhausted(ModelError):
+class ReplayExhausted(OutOfTurns):
     """Raised when a replay is asked for more turns than its transcripts hold (exported
     with ``ReplayModel``, by ``models.replay``)."""
 
-    turn: int
-    turns: int
     template = (
         "The replay has no turn {e.turn}; its transcripts hold only {e.has}. A replayed run "
         "asks for the turns in the order they were recorded: replay the same prompt with "
         "the same tools, or give the transcripts of the later runs too."
     )
-
-    @property
-    def has(self) -> str:
-        return count(self.turns, "turn", "turns")
 
 
 class GrammarRefused(BadRequest):

@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Sequence
 from contextlib import aclosing
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import pytest
@@ -69,6 +69,9 @@ def assert_no_key(text: str) -> None:
         assert part not in text, f"{part!r} leaked into: {text}"
 
 
+E = TypeVar("E", bound=ModelError)
+
+
 def model_for(server: FakeOpenAIServer, **options: Any) -> OpenAIModel:
     options.setdefault("api_key", KEY)
     return OpenAIModel("fake-model", base_url=server.url, **options)
@@ -82,6 +85,14 @@ def called(id: str, name: str, arguments: str, index: int = 0) -> list[ModelChun
 async def collect(model: OpenAIModel, messages: Sequence[Message] = HELLO, **kw: Any) -> list[Any]:
     async with aclosing(model.stream(messages, **kw)) as chunks:
         return [c async for c in chunks]
+
+
+async def refusal(server: FakeOpenAIServer, kind: type[E], status: int, body: Any) -> E:
+    """The ``kind`` of error the client raises when the server answers ``status``, ``body``."""
+    server.script(Error(status, body))
+    with pytest.raises(kind) as caught:
+        await collect(model_for(server))
+    return caught.value
 
 
 async def collect_until_error(model: OpenAIModel) -> tuple[list[ModelChunk], ModelError]:
@@ -419,10 +430,7 @@ async def test_401_names_the_fix_and_never_the_key(server: FakeOpenAIServer) -> 
             "code": "invalid_api_key",
         }
     }
-    server.script(Error(401, body))
-    with pytest.raises(AuthenticationFailed) as caught:
-        await collect(model_for(server))
-    error = caught.value
+    error = await refusal(server, AuthenticationFailed, 401, body)
     assert str(error).startswith(
         f"The server at http://127.0.0.1:{server.port} refused the API key (HTTP 401)"
     )
@@ -438,20 +446,18 @@ async def test_401_names_the_fix_and_never_the_key(server: FakeOpenAIServer) -> 
 @pytest.mark.anyio
 async def test_a_key_echoed_whole_by_a_proxy_is_redacted(server: FakeOpenAIServer) -> None:
     body = {"error": {"message": f"bad header Authorization: Bearer {KEY} (key {KEY})"}}
-    server.script(Error(401, body))
-    with pytest.raises(AuthenticationFailed) as caught:
-        await collect(model_for(server))
-    assert_no_key(str(caught.value))
-    assert "Authorization: [redacted]" in str(caught.value)
+    error = await refusal(server, AuthenticationFailed, 401, body)
+    assert_no_key(str(error))
+    assert "Authorization: [redacted]" in str(error)
 
 
 @pytest.mark.anyio
 async def test_404_names_the_model_and_the_endpoint(server: FakeOpenAIServer) -> None:
     # Ollama's shape: {"error": "<message>"}.
-    server.script(Error(404, {"error": 'model "fake-model" not found, try pulling it first'}))
-    with pytest.raises(UnknownModel) as caught:
-        await collect(model_for(server))
-    assert str(caught.value) == (
+    error = await refusal(
+        server, UnknownModel, 404, {"error": 'model "fake-model" not found, try pulling it first'}
+    )
+    assert str(error) == (
         f"The server at http://127.0.0.1:{server.port} has no model 'fake-model' (HTTP 404). "
         "Check the model name against the server's model list, and that OPENAI_BASE_URL ends "
         'with the API root (usually /v1). The server said: model "fake-model" not found, '
@@ -463,12 +469,10 @@ async def test_404_names_the_model_and_the_endpoint(server: FakeOpenAIServer) ->
 async def test_400_quotes_the_servers_message(server: FakeOpenAIServer) -> None:
     # vLLM's shape: the message at the top level, no "error" wrapper.
     body = {"object": "error", "message": "temperature must be at most 2.0, got 7"}
-    server.script(Error(400, body))
-    with pytest.raises(BadRequest) as caught:
-        await collect(model_for(server))
-    assert caught.value.status == 400
-    assert "rejected the request for model 'fake-model' (HTTP 400)" in str(caught.value)
-    assert str(caught.value).endswith("The server said: temperature must be at most 2.0, got 7")
+    error = await refusal(server, BadRequest, 400, body)
+    assert error.status == 400
+    assert "rejected the request for model 'fake-model' (HTTP 400)" in str(error)
+    assert str(error).endswith("The server said: temperature must be at most 2.0, got 7")
     assert len(server.requests) == 1  # a 400 is not retried
 
 
@@ -476,12 +480,10 @@ async def test_400_quotes_the_servers_message(server: FakeOpenAIServer) -> None:
 async def test_a_400_over_the_context_window_says_what_to_do(server: FakeOpenAIServer) -> None:
     # vLLM's shape again; OpenAI's says "context_length_exceeded" in its code.
     body = {"object": "error", "message": "This model's maximum context length is 4096 tokens."}
-    server.script(Error(400, body))
-    with pytest.raises(ContextTooLong) as caught:
-        await collect(model_for(server))
-    assert not caught.value.continuable
-    assert "Start afresh with %cortex reset" in str(caught.value)
-    assert str(caught.value).endswith(
+    error = await refusal(server, ContextTooLong, 400, body)
+    assert not error.continuable
+    assert "Start afresh with %cortex reset" in str(error)
+    assert str(error).endswith(
         "The server said: This model's maximum context length is 4096 tokens."
     )
 

@@ -20,7 +20,7 @@ import pytest
 import cortex_jupyter
 from cortex_jupyter import store
 from cortex_jupyter.models import ScriptModel
-from cortex_jupyter.runtime import Agent, Registry
+from cortex_jupyter.runtime import Agent, Registry, Run
 from cortex_jupyter.runtime.core.trust.secrets import secrets
 from cortex_jupyter.store import writer
 
@@ -101,6 +101,18 @@ def tools() -> Registry:
     return registry
 
 
+def fish(kept: writer.Store, prompt: str = "how many fish?") -> Run:
+    """SCRIPT's run (``sea`` counts 3 * 7 fish, then the answer), kept in ``kept``."""
+    return Agent(model=ScriptModel(SCRIPT), registry=tools()).run_sync(prompt, store=kept)
+
+
+def fish_kept(path: str | Path, run_id: str) -> Run:
+    """The run ``run_id`` as the store at ``path`` gives it back: whole, answered."""
+    back = cortex_jupyter.open_run(run_id, store=path)
+    assert back.status == "completed" and back.answer == "The sea holds 21 fish."
+    return back
+
+
 @pytest.fixture
 def impatient(monkeypatch: pytest.MonkeyPatch) -> None:
     """A write gives up on a held store after 0.2 s (not 10 s)."""
@@ -114,22 +126,17 @@ def test_a_write_to_a_store_held_too_long_is_kept_and_written_once_it_is_let_go(
     kept = writer.Store(path)
     try:
         with held(path):
-            run = Agent(model=ScriptModel(SCRIPT), registry=tools()).run_sync(
-                "how many fish?", store=kept
-            )
+            run = fish(kept)
             assert not kept.flush()  # not written: the store is held
             assert kept.problem is not None and "still trying" in kept.problem
             assert "database is locked" in kept.problem
         assert kept.flush()  # let go: written now, and nothing to say any more
         assert kept.problem is None
-        back = cortex_jupyter.open_run(run.id, store=path)
-        assert back.status == "completed" and back.answer == "The sea holds 21 fish."
+        back = fish_kept(path, run.id)
         assert back.actions["a1"].output == 21
         calm = writer.Store(tmp_path / "calm.db")  # the same run, kept with no one in the way
         try:
-            twin = Agent(model=ScriptModel(SCRIPT), registry=tools()).run_sync(
-                "how many fish?", store=calm
-            )
+            twin = fish(calm)
             assert calm.flush()
         finally:
             calm.close()
@@ -149,7 +156,7 @@ def test_a_write_that_can_never_succeed_is_said_and_later_runs_are_still_kept(
     kept = writer.Store(path)
     try:
         sqlite3.connect(path).execute("DROP TABLE nodes")  # not a passing problem
-        first = Agent(model=ScriptModel(SCRIPT), registry=tools()).run_sync("one", store=kept)
+        first = fish(kept, "one")
         kept.flush()
         assert kept.problem is not None and "nodes" in kept.problem
         assert "still trying" not in kept.problem
@@ -160,7 +167,7 @@ def test_a_write_that_can_never_succeed_is_said_and_later_runs_are_still_kept(
             "body TEXT NOT NULL, PRIMARY KEY (run, id)) WITHOUT ROWID;"
         )
         db.close()
-        second = Agent(model=ScriptModel(SCRIPT), registry=tools()).run_sync("two", store=kept)
+        second = fish(kept, "two")
         assert kept.flush() and kept.problem is None
         ids = {row.id for row in cortex_jupyter.runs(store=path)}
         assert second.id in ids and first.id != second.id
@@ -190,14 +197,11 @@ def test_a_store_held_for_a_thousand_tries_and_more_is_still_written_once_let_go
     kept = writer.Store(path)
     try:
         with held(path):
-            run = Agent(model=ScriptModel(SCRIPT), registry=tools()).run_sync(
-                "how many fish?", store=kept
-            )
+            run = fish(kept)
             for _ in range(1100):
                 assert kept.alive and tries.acquire(timeout=10), "the writer stopped trying"
         assert kept.flush()
-        back = cortex_jupyter.open_run(run.id, store=path)
-        assert back.status == "completed" and back.answer == "The sea holds 21 fish."
+        fish_kept(path, run.id)
     finally:
         kept.close()
 
@@ -211,7 +215,7 @@ def _over_its_limit(path: str, out: object) -> None:
     kept.flush()
     resource.setrlimit(resource.RLIMIT_FSIZE, (Path(path).stat().st_size, resource.RLIM_INFINITY))
     try:
-        run = Agent(model=ScriptModel(SCRIPT), registry=tools()).run_sync("x" * 50_000, store=kept)
+        run = fish(kept, "x" * 50_000)
         said = (kept.flush(), kept.problem)
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
@@ -234,8 +238,7 @@ def test_a_write_past_a_file_size_limit_is_kept_and_written_once_the_limit_is_li
     child.join(30)
     assert not written and problem is not None and "still trying" in problem, problem
     assert later and after is None
-    back = cortex_jupyter.open_run(run_id, store=path)
-    assert back.status == "completed" and back.answer == "The sea holds 21 fish."
+    fish_kept(path, run_id)
 
 
 def test_a_secret_unset_while_its_write_waits_is_still_never_stored(
