@@ -141,7 +141,7 @@ def runs_text(rows: Sequence[Row], *, query: str | None = None, more: int = 0) -
         if snippet is not None:
             lines.append(" " * (widths[0] + 2) + f"{snippet.field}: {shorten(str(snippet), 100)}")
     tail = more_line(len(rows), more, query)
-    return "\n".join([*lines, *([tail] if tail else [])])
+    return "\n".join([*lines, *([secrets.redact(tail)] if tail else [])])
 
 
 _TABLE = f"border-collapse:collapse;font-family:{FONT};font-size:12.5px;color:{FG_VAR};margin:2px 0"
@@ -222,10 +222,13 @@ def runs_html(
     )
     body = "".join(_row_html(row, buttons) for row in rows)
     tail = more_line(len(rows), more, query)
-    foot = f'<div style="color:{MUTED_VAR};font-size:12px;margin-top:3px">{esc(tail)}</div>'
+    foot = (
+        f'<div style="color:{MUTED_VAR};font-size:12px;margin-top:3px">'
+        f"{esc(secrets.redact(tail))}</div>"
+    )
     searched = (
         f'<div style="color:{MUTED_VAR};font-size:12px;margin-bottom:2px">runs matching '
-        f"<b>{esc(query)}</b>, newest first</div>"
+        f"<b>{esc(secrets.redact(query))}</b>, newest first</div>"
         if query
         else ""
     )
