@@ -179,3 +179,24 @@ def test_a_failure_line_never_shows_a_secret_nor_wraps_one(
     words = " ".join(line.strip() for line in err.splitlines())
     assert "2 action(s) failed" in words
     assert KEY not in words and "horse battery" not in words and "battery staple" not in words
+
+
+class Unshowable:
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr today")
+
+
+def test_tools_lists_a_tool_whose_default_cannot_be_shown(
+    ip: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def tuned(x: int, config: object = Unshowable(), size=2**20) -> int:  # type: ignore[no-untyped-def]
+        return x
+
+    default_registry.tool(name="nw_tuned")(tuned)
+    try:
+        ip.run_line_magic("cortex", "tools --text")
+    finally:
+        default_registry.remove("tool", "nw_tuned")
+    printed = capsys.readouterr().out
+    line = next(line for line in printed.splitlines() if "x: int, config: object = " in line)
+    assert "RuntimeError" in line and "size=1048576" in line
