@@ -100,7 +100,8 @@ def show_runs(
         from cortex_jupyter.display.runs_widget import runs_view
 
         live = runs_html(found, query=text, more=found.more, buttons=True)
-        display(runs_view(live, lambda run_id: _open_in_place(session, run_id)))
+        opened = [row.id for row in found]
+        display(runs_view(live, lambda run_id: _open_in_place(session, run_id), opened))
     display(bundle, raw=True)
 
 

@@ -134,3 +134,69 @@ def test_a_denial_says_who_decided(
     assert tools == [] and node.status == "skipped" and node.error == said
     assert bool(asked) == (setting == "'ask'")  # nobody is asked unless the policy asks
     assert said in capsys.readouterr().out
+
+
+KEY = "nwTOKENq7v2x9zk4p8"  # an MCP server or a default argument may show it
+
+
+def test_tools_never_show_a_secret(
+    ip: InteractiveShell,
+    shown: list[Any],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("NW_SERVICE_TOKEN", KEY)
+
+    def lookup(query: str, token: str = KEY) -> str:
+        return query
+
+    lookup.__doc__ = f"Look *up* a word (signed with {KEY})."
+    default_registry.tool(name="nw_lookup")(lookup)
+    try:
+        ip.run_line_magic("cortex", "tools")
+        ip.run_line_magic("cortex", "tools --text")
+    finally:
+        default_registry.remove("tool", "nw_lookup")
+    bundle, printed = shown[-1], capsys.readouterr().out
+    assert "nw_lookup" in bundle["text/html"] and "nw_lookup" in printed
+    for text in (bundle["text/html"], bundle["text/plain"], printed):
+        assert KEY not in text and "[redacted]" in text
+
+
+def test_a_failure_line_never_shows_a_secret_nor_wraps_one(
+    ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a secret of several words: the line under the cell wraps between words, so a wrap
+    # made before redacting would leave it on two lines, where no redaction finds it
+    monkeypatch.setenv("NW_PASSWORD", "correct horse battery staple")
+    monkeypatch.setenv("NW_API_KEY", KEY)
+    ip.run_cell_magic(
+        "cortex", "--script --delay 0 --text",
+        f'<action id="a">{{"name": "{KEY}"}}</action>'
+        '<action id="b">{"name": "mail correct horse battery staple"}</action>',
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    words = " ".join(line.strip() for line in err.splitlines())
+    assert "2 action(s) failed" in words
+    assert KEY not in words and "horse battery" not in words and "battery staple" not in words
+
+
+class Unshowable:
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr today")
+
+
+def test_tools_lists_a_tool_whose_default_cannot_be_shown(
+    ip: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def tuned(x: int, config: object = Unshowable(), size=2**20) -> int:  # type: ignore[no-untyped-def]
+        return x
+
+    default_registry.tool(name="nw_tuned")(tuned)
+    try:
+        ip.run_line_magic("cortex", "tools --text")
+    finally:
+        default_registry.remove("tool", "nw_tuned")
+    printed = capsys.readouterr().out
+    line = next(line for line in printed.splitlines() if "x: int, config: object = " in line)
+    assert "RuntimeError" in line and "size=1048576" in line

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from cortex_jupyter.protocol import Parser
+from cortex_jupyter.runtime.core.trust import secrets
 
 from .markdown import render_markdown
 from .theme import BORDER_VAR, FG_VAR, FONT, MONO, MUTED_VAR, esc, fmt_count, shorten
@@ -36,6 +37,8 @@ __all__ = [
 
 #: Characters of a prompt a row shows (the whole of it is ``row.prompt``).
 PROMPT_CHARS = 72
+#: Characters of a tool's parameters (and name) ``%cortex tools`` shows.
+PARAMETER_CHARS = 300
 #: The class of the table's root element (the browser test and ``runs_widget`` find it).
 RUNS_CLASS = "cortex-runs"
 TOOLS_CLASS = "cortex-tools"
@@ -138,7 +141,7 @@ def runs_text(rows: Sequence[Row], *, query: str | None = None, more: int = 0) -
         if snippet is not None:
             lines.append(" " * (widths[0] + 2) + f"{snippet.field}: {shorten(str(snippet), 100)}")
     tail = more_line(len(rows), more, query)
-    return "\n".join([*lines, *([tail] if tail else [])])
+    return "\n".join([*lines, *([secrets.redact(tail)] if tail else [])])
 
 
 _TABLE = f"border-collapse:collapse;font-family:{FONT};font-size:12.5px;color:{FG_VAR};margin:2px 0"
@@ -219,10 +222,13 @@ def runs_html(
     )
     body = "".join(_row_html(row, buttons) for row in rows)
     tail = more_line(len(rows), more, query)
-    foot = f'<div style="color:{MUTED_VAR};font-size:12px;margin-top:3px">{esc(tail)}</div>'
+    foot = (
+        f'<div style="color:{MUTED_VAR};font-size:12px;margin-top:3px">'
+        f"{esc(secrets.redact(tail))}</div>"
+    )
     searched = (
         f'<div style="color:{MUTED_VAR};font-size:12px;margin-bottom:2px">runs matching '
-        f"<b>{esc(query)}</b>, newest first</div>"
+        f"<b>{esc(secrets.redact(query))}</b>, newest first</div>"
         if query
         else ""
     )
@@ -248,9 +254,20 @@ class ToolLine:
 
     @property
     def summary(self) -> str:
-        """The description's first paragraph, on one line."""
-        first = self.description.strip().split("\n\n", 1)[0]
+        """The description's first paragraph, on one line, secrets redacted (an MCP
+        server's description is its own text, and may quote a key it was given)."""
+        first = secrets.redact(self.description).strip().split("\n\n", 1)[0]
         return " ".join(first.split())
+
+    @property
+    def shown_name(self) -> str:
+        return shorten(self.name, PARAMETER_CHARS)
+
+    @property
+    def shown_parameters(self) -> str:
+        """The parameters, bounded, secrets redacted before the cut (a default argument
+        read from the environment is a key)."""
+        return shorten(self.parameters, PARAMETER_CHARS)
 
 
 def tools_text(lines: Sequence[ToolLine]) -> str:
@@ -264,11 +281,12 @@ def tools_text(lines: Sequence[ToolLine]) -> str:
             continue
         if title:
             out.append(title)
-        width = max(len(t.name) for t in group)
+        width = max(len(t.shown_name) for t in group)
         kinds = max(len(t.kind) for t in group)
         for t in group:
-            out.append(f"  {t.name.ljust(width)}  {t.kind.ljust(kinds)}  {t.summary}".rstrip())
-            out.append(f"  {' ' * width}  {' ' * kinds}  ({t.parameters})")
+            name = t.shown_name.ljust(width)
+            out.append(f"  {name}  {t.kind.ljust(kinds)}  {t.summary}".rstrip())
+            out.append(f"  {' ' * width}  {' ' * kinds}  ({t.shown_parameters})")
     return "\n".join(out) if out else "No tools are registered."
 
 
@@ -278,11 +296,12 @@ def _tool_rows(group: Sequence[ToolLine]) -> str:
         summary = render_markdown(t.summary) if t.summary else ""
         summary = re.sub(r"^<p>(.*)</p>\s*$", r"\1", summary.strip(), flags=re.S)
         rows.append(
-            f'<tr><td style="{_TD}"><code style="font-family:{MONO}">{esc(t.name)}</code></td>'
+            f'<tr><td style="{_TD}"><code style="font-family:{MONO}">'
+            f"{esc(t.shown_name)}</code></td>"
             f'<td style="{_TD}color:{MUTED_VAR}">{esc(t.kind)}</td>'
             f'<td style="{_TD}white-space:normal">{summary}</td>'
             f'<td style="{_TD}white-space:normal"><code style="font-family:{MONO};'
-            f'font-size:12px">{esc(t.parameters)}</code></td></tr>'
+            f'font-size:12px">{esc(t.shown_parameters)}</code></td></tr>'
         )
     return "".join(rows)
 

@@ -10,7 +10,7 @@ A saved notebook (or one whose kernel is gone) shows the static copy instead
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import anywidget
@@ -38,24 +38,30 @@ export default { render };
 
 
 class RunsTable(anywidget.AnyWidget):
-    """The table; ``on_open(id)`` is called with the id of a clicked run."""
+    """The table; ``on_open(id)`` is called with the id of a clicked run, one of the
+    ``ids`` it lists: a message naming anything else (another run, an id's first letters
+    that ``%cortex open`` would complete) opens nothing."""
 
     _esm = _ESM
     value = traitlets.Unicode("").tag(sync=True)
 
-    def __init__(self, html: str, on_open: Callable[[str], None], **kwargs: Any) -> None:
+    def __init__(
+        self, html: str, on_open: Callable[[str], None], ids: Iterable[str], **kwargs: Any
+    ) -> None:
         super().__init__(value=html, _dom_classes=("cortex-runs-table",), **kwargs)
         self._on_open = on_open
+        self._ids = frozenset(ids)
         self.on_msg(self._message)
 
     def _message(self, _widget: Any, content: Any, _buffers: Any) -> None:
         run_id = content.get("open") if isinstance(content, dict) else None
-        if isinstance(run_id, str) and run_id:
+        if isinstance(run_id, str) and run_id in self._ids:
             self._on_open(run_id)
 
 
-def runs_view(html: str, open_run: Callable[[str], None]) -> ipywidgets.VBox:
-    """The table and, under it, where a clicked run's view shows (one at a time)."""
+def runs_view(html: str, open_run: Callable[[str], None], ids: Iterable[str]) -> ipywidgets.VBox:
+    """The table (of the runs ``ids``) and, under it, where a clicked run's view shows
+    (one at a time)."""
     shown = ipywidgets.Output()
 
     def on_open(run_id: str) -> None:
@@ -63,7 +69,7 @@ def runs_view(html: str, open_run: Callable[[str], None]) -> ipywidgets.VBox:
         with shown:
             open_run(run_id)
 
-    box = ipywidgets.VBox([RunsTable(html, on_open), shown])
+    box = ipywidgets.VBox([RunsTable(html, on_open, ids), shown])
     box.add_class(VIEW_CLASS)
     box.add_class("cortex-runs-view")
     return box

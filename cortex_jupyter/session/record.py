@@ -140,9 +140,11 @@ LINE_WIDTH = 88
 
 
 def say(text: str) -> None:
-    """One report under the cell on stderr, wrapped between words (never inside one)."""
+    """One report under the cell on stderr, wrapped between words (never inside one);
+    secrets redacted first: a secret of several words wrapped is two texts, and an
+    action's name or id is the model's (or the script's) text."""
     lines = textwrap.wrap(
-        " ".join(text.split()), LINE_WIDTH, subsequent_indent="  ", break_long_words=False,
+        " ".join(redact(text).split()), LINE_WIDTH, subsequent_indent="  ", break_long_words=False,
         break_on_hyphens=False,
     )  # fmt: skip
     print("\n".join(lines), file=sys.stderr)

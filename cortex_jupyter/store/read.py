@@ -27,6 +27,7 @@ from cortex_jupyter.runtime.core.record.run import (
     Run,
     encode_event,
 )
+from cortex_jupyter.runtime.core.trust import secrets as shown
 from cortex_jupyter.store.outputs import restore
 
 __all__ = [
@@ -203,8 +204,26 @@ def rows(db: sqlite3.Connection, query: str | None = None, limit: int = 20) -> R
     ).fetchall()
     (total,) = db.execute(f"SELECT count(*) FROM runs WHERE {matching}", (words,)).fetchone()
     snippets = _snippets(db, words, [str(row[0]) for row in found])
-    listed = [RunRow.of(row, snippets.get(str(row[0]))) for row in found]
-    return RunList([_in_title(row, query or "") for row in listed], total=total, query=query)
+    listed = [_in_title(RunRow.of(row, snippets.get(str(row[0]))), query or "") for row in found]
+    return RunList([_safe(row) for row in listed], total=total, query=query)
+
+
+def _safe(row: RunRow) -> RunRow:
+    """``row`` with a snippet that shows no secret: the store holds none it knew of, but
+    one set since (``%env``) is redacted too, as everywhere cortex shows text. The snippet's
+    text is redacted whole (its marks can fall inside a secret: ``ghp_[abc]_def``), the
+    part of one its cut left at an edge hidden; where that changed it, it loses its marks."""
+    snippet = row.snippet
+    if snippet is None:
+        return row
+    whole = "".join(text for text, _ in snippet.pieces)
+    lead = "…" if whole.startswith("…") else ""
+    trail = "…" if whole.endswith("…") and len(whole) > len(lead) else ""
+    core = whole[len(lead) : len(whole) - len(trail)]
+    safe = shown.hide_edges(shown.redact(core), start=bool(lead), end=bool(trail))
+    if safe == core:
+        return row
+    return dataclasses.replace(row, snippet=Snippet(snippet.field, ((lead + safe + trail, False),)))
 
 
 def _in_title(row: RunRow, query: str) -> RunRow:
@@ -212,8 +231,9 @@ def _in_title(row: RunRow, query: str) -> RunRow:
     of the script), not in a cut of its protocol text (tags and action bodies)."""
     if row.snippet is None or row.snippet.field != "prompt" or not row.options.get("script"):
         return row
-    words = sorted({w for w in query.replace("\x00", " ").split() if w}, key=len, reverse=True)
-    title = row.title
+    # what FTS matched: the words' letters and digits ("weather*" found "weather")
+    words = sorted(set(_TOKEN.findall(query)), key=len, reverse=True)
+    title = shown.shorten(row.title, _TITLE_CHARS)  # secrets redacted before the cut
     pieces: list[tuple[str, bool]] = []
     at = 0
     for match in re.finditer("|".join(map(re.escape, words)), title, re.IGNORECASE):
@@ -228,6 +248,10 @@ def _in_title(row: RunRow, query: str) -> RunRow:
     return dataclasses.replace(row, snippet=Snippet("prompt", tuple(pieces)))
 
 
+#: A word as SQLite's FTS5 (``unicode61``) reads one: letters and digits.
+_TOKEN = re.compile(r"[^\W_]+")
+#: Characters of a script's words a row found by them keeps (the table shows fewer).
+_TITLE_CHARS = 400
 #: An action's name as a script writes it: the body's ``"name"`` or the tag's ``name=``.
 _ACTION_NAME = re.compile(r"""(?:"name"\s*:\s*"|\bname\s*=\s*["']?)([\w.\-]{1,80})""")
 #: How much of a script's words a row found in its actions keeps before naming them.
@@ -237,7 +261,7 @@ _TITLE_CUT = 60
 def _in_actions(row: RunRow, words: list[str]) -> Snippet:
     """A script found by what its actions hold: the first words of its text, then the
     action whose name holds the words (marked), or a note that its actions matched."""
-    title = row.title if len(row.title) <= _TITLE_CUT else row.title[: _TITLE_CUT - 1] + "…"
+    title = shown.shorten(row.title, _TITLE_CUT)  # secrets redacted before the cut
     lead = (f"{title} · " if title else "", False)
     lowered = [w.lower() for w in words]
     for name in _ACTION_NAME.findall(row.prompt):

@@ -148,3 +148,41 @@ def test_a_script_found_only_in_its_actions_names_the_action_not_its_protocol(
     )
     for protocol in ("thought&gt;", "&lt;action", "&quot;name&quot;", "&quot;parameters"):
         assert protocol not in html, protocol
+
+
+LATER = "ghp_abc_defghijklmnop1234"  # a token stored before it was set in the environment
+
+
+@pytest.mark.parametrize("words", ["weather", "abc"])
+def test_a_search_never_shows_a_secret_set_after_the_run_was_stored(
+    ip: InteractiveShell,
+    shown: list[Any],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    words: str,
+) -> None:
+    plain = script(ip, f"Read the weather with {LATER} please.")  # a prompt cortex ran
+    found = script(ip, f"<response>weather {LATER} here</response>")
+    cortex_jupyter.runs()  # the store has written them (a later write redacts anew)
+    monkeypatch.setenv("LATER_TOKEN", LATER)  # %env: redaction reads it afresh
+    capsys.readouterr()
+    ip.run_line_magic("cortex", f"runs {words}")
+    ip.run_line_magic("cortex", f"runs {words} --text")
+    html, printed = html_of(shown), capsys.readouterr().out
+    assert found.id in html and found.id in printed
+    for text in (html, printed):
+        # the whole token, and the part of it a search marked
+        # ("ghp_[abc]_defgh...")
+        assert "defghijklmnop" not in text and "[redacted]" in text
+    del plain
+
+
+def test_a_script_found_by_words_with_punctuation_marks_them_in_its_words(
+    ip: InteractiveShell, shown: list[Any]
+) -> None:
+    run = script(ip, "<response>The weather in Paris, tomorrow.</response>")
+    ip.run_line_magic("cortex", "runs weather* Paris,")
+    row = cortex_jupyter.runs("weather* Paris,")[0]
+    assert row.id == run.id and row.snippet is not None
+    assert row.snippet.field == "prompt" and "actions" not in str(row.snippet)
+    assert str(row.snippet) == "The [weather] in [Paris], tomorrow."

@@ -22,6 +22,7 @@ from cortex_jupyter.runtime.core.errors import (
     UnknownAction,
     UnknownFeed,
 )
+from cortex_jupyter.runtime.core.trust.secrets import safe_repr
 from cortex_jupyter.runtime.core.values.schema import (
     Kinds,
     function_schema,
@@ -119,13 +120,16 @@ class ToolSpec:
 
 
 def _describe_param(param: inspect.Parameter) -> str:
-    text = str(param.replace(annotation=inspect.Parameter.empty))
-    if param.annotation is not inspect.Parameter.empty:
+    """``a: int = 0``. A default is shown by a bounded repr that never raises and hides
+    secrets (a key read from the environment; a repr that raises broke the listing)."""
+    empty = inspect.Parameter.empty
+    text = str(param.replace(annotation=empty, default=empty))
+    default = "" if param.default is empty else safe_repr(param.default, limit=80, items=4)
+    if param.annotation is not empty:
         hint = param.annotation
         label = hint if isinstance(hint, str) else inspect.formatannotation(hint)
-        head, sep, default = text.partition("=")
-        text = f"{head}: {label}" + (f" = {default}" if sep else "")
-    return text
+        return f"{text}: {label}" + (f" = {default}" if default else "")
+    return f"{text}={default}" if default else text
 
 
 @dataclass(frozen=True)
