@@ -115,14 +115,19 @@ def action(value: str, id: str = "a") -> str:
 
 
 def nowhere(
-    secret: str, run: Any, server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
+    run: Any,
+    server: FakeOpenAIServer,
+    capsys: pytest.CaptureFixture[str],
+    secrets: tuple[str, ...] = (DIARY, SIGNING_KEY),
 ) -> None:
-    """``secret`` is in nothing a user or the model sees."""
-    out = capsys.readouterr()
-    assert secret not in out.out + out.err
-    assert secret not in run.to_jsonl() and secret not in run.answer
-    assert secret not in repr(run.output)
-    assert secret not in json.dumps([r.json for r in server.requests])
+    """None of ``secrets`` is in anything a user or the model sees."""
+    out = capsys.readouterr()  # read once: every secret is looked for in the same output
+    sent = json.dumps([r.json for r in server.requests])
+    for secret in secrets:
+        assert secret not in out.out + out.err
+        assert secret not in run.to_jsonl() and secret not in run.answer
+        assert secret not in repr(run.output)
+        assert secret not in sent
 
 
 @pytest.mark.parametrize(("path", "refused"), ATTACKS)
@@ -141,8 +146,7 @@ def test_an_attack_path_in_an_action_parameter_fails_in_one_line_naming_the_step
     assert node.status == "failed" and seen == []  # the tool never ran
     error = node.error or ""
     assert refused in error and "\n" not in error.strip()
-    for secret in (DIARY, SIGNING_KEY):
-        nowhere(secret, run, server, capsys)
+    nowhere(run, server, capsys)
 
 
 @pytest.mark.parametrize(("path", "refused"), ATTACKS)
@@ -159,8 +163,7 @@ def test_an_attack_path_in_the_answer_stays_as_written(
     # what resolves is filled; from the refused step on, the path stays as written
     step = refused.split(" is not reachable")[0]
     assert path[len(step) - len(step.split(".")[-1]) - 1 :] in run.answer
-    for secret in (DIARY, SIGNING_KEY):
-        nowhere(secret, run, server, capsys)
+    nowhere(run, server, capsys)
 
 
 @pytest.mark.parametrize(("path", "refused"), ATTACKS)
@@ -177,8 +180,7 @@ def test_an_attack_path_in_a_typed_answer_is_a_field_error_naming_the_step(
     assert run.output == {"notes": "none"}
     retry = server.requests[1].json["messages"][-1]["content"]
     assert f"- notes: {refused}" in retry
-    for secret in (DIARY, SIGNING_KEY):
-        nowhere(secret, run, server, capsys)
+    nowhere(run, server, capsys)
 
 
 @pytest.mark.parametrize(
@@ -334,7 +336,7 @@ def test_a_weak_reference_held_by_an_exposed_object_is_not_reachable(
         node = run.actions[id]
         assert node.status == "failed"
         assert f"{path} is not reachable: it is a weak reference" in (node.error or "")
-    nowhere(DIARY, run, server, capsys)
+    nowhere(run, server, capsys, (DIARY,))
 
 
 HOLDING = f"""
@@ -399,7 +401,7 @@ def test_a_path_landing_on_a_container_holding_a_hidden_value_is_refused(
         error = run.actions[id].error or ""
         assert run.actions[id].status == "failed" and refused in error
         assert "\n" not in error.strip()
-    nowhere(DIARY, run, server, capsys)
+    nowhere(run, server, capsys, (DIARY,))
 
 
 def test_data_holding_only_data_stays_reachable(
