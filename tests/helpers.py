@@ -51,10 +51,12 @@ def recording_tool(name: str, says: str) -> Iterator[list[Any]]:
 
 
 @contextmanager
-def registered_agent(name: str, model: Any) -> Iterator[Agent]:
-    """An ``Agent`` ``name`` (instructions "Help.") on ``model``, registered on the
+def registered_agent(
+    name: str, model: Any = None, *, instructions: str = "Help.", **options: Any
+) -> Iterator[Agent]:
+    """An ``Agent`` ``name`` on ``model`` (the cell's when None), registered on the
     default registry while the block runs."""
-    agent = Agent(name, instructions="Help.", model=model)
+    agent = Agent(name, instructions=instructions, model=model, **options)
     try:
         yield agent
     finally:
