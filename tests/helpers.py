@@ -5,6 +5,8 @@
 - ``genai_price``: what genai-prices itself charges for a usage, to hold cortex's
   price against;
 - ``dump``: every row of every table of a SQLite file, as SQL (``iterdump``);
+- ``run_and_save``: a ``%%cortex`` cell run with a store, then ``%cortex save``d: the
+  run, and the text of each surface it was kept on;
 - ``local_cluster``: a real Dask cluster of one worker thread in this process;
 - ``config_says``: what ``%config`` reports for a line setting ``CortexMagics``, and
   ``config_refusal``: the one line it refuses a value with, the old one kept;
@@ -26,7 +28,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magics import config as config_magics
 from traitlets import TraitError
 
-from cortex_jupyter import Agent, default_registry
+from cortex_jupyter import Agent, default_registry, store
 from cortex_jupyter.magic import CortexMagics
 
 
@@ -49,10 +51,12 @@ def recording_tool(name: str, says: str) -> Iterator[list[Any]]:
 
 
 @contextmanager
-def registered_agent(name: str, model: Any) -> Iterator[Agent]:
-    """An ``Agent`` ``name`` (instructions "Help.") on ``model``, registered on the
+def registered_agent(
+    name: str, model: Any = None, *, instructions: str = "Help.", **options: Any
+) -> Iterator[Agent]:
+    """An ``Agent`` ``name`` on ``model`` (the cell's when None), registered on the
     default registry while the block runs."""
-    agent = Agent(name, instructions="Help.", model=model)
+    agent = Agent(name, instructions=instructions, model=model, **options)
     try:
         yield agent
     finally:
@@ -76,6 +80,30 @@ def dump(path: Path) -> str:
         return "\n".join(db.iterdump())
     finally:
         db.close()
+
+
+def run_and_save(
+    ip: InteractiveShell, folder: Path, options: str, body: str
+) -> tuple[Any, list[tuple[str, str]]]:
+    """Run ``%%cortex options`` on ``body`` with its store in ``folder``, then ``%cortex
+    save`` it there: the run, and what each surface holds (the transcript, the saved
+    file, the store's tables, the raw bytes of its file, -wal and -shm)."""
+    path, saved = folder / "runs.db", folder / "run.jsonl"
+    ip.run_line_magic("config", f"CortexMagics.store = {str(path)!r}")
+    ip.run_cell_magic("cortex", options, body)
+    run = ip.user_ns["_cortex"]
+    ip.run_line_magic("cortex", f"save {saved}")
+    store.open_store(path).flush()
+    surfaces = [
+        ("to_jsonl", run.to_jsonl()),
+        ("save", saved.read_text(encoding="utf-8")),
+        ("iterdump", dump(path)),
+    ]
+    for suffix in ("", "-wal", "-shm"):
+        file = Path(f"{path}{suffix}")
+        if file.exists():
+            surfaces.append((file.name, file.read_bytes().decode("utf-8", "replace")))
+    return run, surfaces
 
 
 @contextmanager

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from cortex_jupyter import Agent
 from cortex_jupyter.models import OpenAIModel
 from tests.conftest import SECRET
@@ -33,28 +35,23 @@ def spent(server: FakeOpenAIServer, answers: list[tuple[int, int]]) -> int:
     return sum(map(sum, answers[: len(server.requests)]))
 
 
-def test_a_cjk_prompt_under_a_tight_token_budget_never_passes_it(
-    server: FakeOpenAIServer,
+@pytest.mark.parametrize(
+    ("prompt", "body"),
+    [(CJK, "<response>好</response>"), (EMOJI, "<response>ok</response>")],
+    ids=["cjk", "emoji"],
+)
+def test_a_wide_character_prompt_under_a_tight_token_budget_never_passes_it(
+    server: FakeOpenAIServer, prompt: str, body: str
 ) -> None:
-    # The system prompt is ~1,100 tokens; the prompt at least 4,000 more. At ~4
-    # characters a token the prompt counted 1,000: the request was sent under a
-    # 3,000-token budget, and the server reported 5,100 spent.
-    answers = [(1_100 + len(CJK), 100)]
-    server.script(reply("<response>好</response>", *answers[0], at_cap=True))
+    # The system prompt is ~1,100 tokens; the prompt at least one token a character
+    # more. At ~4 characters a token the CJK prompt counted 1,000: the request was sent
+    # under a 3,000-token budget, and the server reported 5,100 spent.
+    answers = [(1_100 + len(prompt), 100)]
+    server.script(reply(body, *answers[0], at_cap=True))
     agent = Agent(model=model(server), budget="3000tok", max_tokens=100)
-    record = agent.run_sync(CJK)
+    record = agent.run_sync(prompt)
     assert spent(server, answers) <= 3_000
     assert record.status == "budget" and "3,000 tokens" in (record.reason or "")
-
-
-def test_an_emoji_prompt_under_a_tight_token_budget_never_passes_it(
-    server: FakeOpenAIServer,
-) -> None:
-    answers = [(1_100 + len(EMOJI), 100)]
-    server.script(reply("<response>ok</response>", *answers[0], at_cap=True))
-    agent = Agent(model=model(server), budget="3000tok", max_tokens=100)
-    agent.run_sync(EMOJI)
-    assert spent(server, answers) <= 3_000
 
 
 def test_an_llm_action_with_a_cjk_prompt_never_passes_a_token_budget(

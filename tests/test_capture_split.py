@@ -7,7 +7,6 @@ wherever the writes cut it; what the tool printed around it is all there."""
 
 from __future__ import annotations
 
-import sqlite3
 import sys
 import time
 from collections.abc import Iterator
@@ -17,8 +16,9 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from cortex_jupyter import default_registry, store
+from cortex_jupyter import default_registry
 from cortex_jupyter.runtime.scheduler.capture import FLUSH_HZ
+from tests.helpers import run_and_save
 
 SECRET = "sk-SPLITsecret0123456789abcdefXYZ"
 SIZE = 6
@@ -54,19 +54,6 @@ def tool() -> Iterator[None]:
     default_registry.remove("tool", "write_in_halves")
 
 
-def _store_texts(path: Path) -> list[tuple[str, str]]:
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        out = [("iterdump", "\n".join(db.iterdump()))]
-    finally:
-        db.close()
-    for suffix in ("", "-wal", "-shm"):
-        file = Path(f"{path}{suffix}")
-        if file.exists():
-            out.append((file.name, file.read_bytes().decode("utf-8", "replace")))
-    return out
-
-
 @pytest.mark.parametrize("cut", [1, 5, 16, len(SECRET) - 1])
 @pytest.mark.parametrize("display", ["text", "widgets"])
 def test_a_key_a_tool_writes_in_two_pieces_is_on_no_surface(
@@ -79,22 +66,15 @@ def test_a_key_a_tool_writes_in_two_pieces_is_on_no_surface(
 ) -> None:
     monkeypatch.setenv("DB_PASSWORD", SECRET)
     monkeypatch.setitem(_CUT, "at", cut)
-    path, saved = tmp_path / "runs.db", tmp_path / "run.jsonl"
-    ip.run_line_magic("config", f"CortexMagics.store = {str(path)!r}")
     ip.run_line_magic("config", f"CortexMagics.display = {display!r}")
     with capture_output() as cell:
-        ip.run_cell_magic("cortex", "--script --delay 0", SCRIPT)
-        run = ip.user_ns["_cortex"]
-        ip.run_line_magic("cortex", f"save {saved}")
-    store.open_store(path).flush()
+        run, surfaces = run_and_save(ip, tmp_path, "--script --delay 0", SCRIPT)
     node = run.actions["w"]
     assert node.status == "done"
     assert node.stdout == "key=[redacted] end\n"
     assert node.stderr == "err [redacted] end\n"
     shown = [
-        ("to_jsonl", run.to_jsonl()),
-        ("save", saved.read_text(encoding="utf-8")),
-        *_store_texts(path),
+        *surfaces,
         ("cell stdout", cell.stdout),
         ("cell stderr", cell.stderr),
         *(("cell output", str(o.data)) for o in cell.outputs),
@@ -128,25 +108,18 @@ def test_a_key_a_tool_writes_as_bytes_is_captured_and_redacted(
     """``sys.stdout.buffer`` was the wrapped stream's own: bytes written there skipped the
     action's capture and its redaction, and the key reached the terminal whole."""
     monkeypatch.setenv("DB_PASSWORD", SECRET)
-    path, saved = tmp_path / "runs.db", tmp_path / "run.jsonl"
-    ip.run_line_magic("config", f"CortexMagics.store = {str(path)!r}")
     script = (
         '<action type="tool" mode="sync" id="w">{"name": "write_bytes"}</action>'
         "<response>written</response>"
     )
-    ip.run_cell_magic("cortex", "--script --delay 0 --text", script)
-    run = ip.user_ns["_cortex"]
-    ip.run_line_magic("cortex", f"save {saved}")
-    store.open_store(path).flush()
+    run, surfaces = run_and_save(ip, tmp_path, "--script --delay 0 --text", script)
     node = run.actions["w"]
     assert node.status == "done"
     assert node.stdout == "key=[redacted] café\n"
     assert node.stderr == "err [redacted] end\n"
     cell = capfd.readouterr()
     shown = [
-        ("to_jsonl", run.to_jsonl()),
-        ("save", saved.read_text(encoding="utf-8")),
-        *_store_texts(path),
+        *surfaces,
         ("cell stdout", cell.out),
         ("cell stderr", cell.err),
     ]

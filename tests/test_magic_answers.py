@@ -170,6 +170,17 @@ BIND_N = (
 )
 
 
+def bind_n(ip: InteractiveShell, options: str = "") -> None:
+    """A ``%%cortex`` run that binds ``n`` to the tool's 6."""
+    ip.run_cell_magic("cortex", f"--script --delay 0 {options}".strip(), BIND_N)
+
+
+def listed(ip: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> str:
+    """What ``%cortex vars`` lists."""
+    ip.run_line_magic("cortex", "vars")
+    return capsys.readouterr().out
+
+
 @pytest.mark.parametrize(
     "cell",
     [
@@ -189,28 +200,24 @@ BIND_N = (
 def test_a_name_the_user_assigns_is_theirs_even_with_the_same_value(
     ip: InteractiveShell, six: None, capsys: pytest.CaptureFixture[str], cell: str
 ) -> None:
-    ip.run_cell_magic("cortex", "--script --delay 0", BIND_N)
+    bind_n(ip)
     assert ip.user_ns["n"] == 6
-    ip.run_line_magic("cortex", "vars")
-    assert "(bound by cortex run" in capsys.readouterr().out
+    assert "(bound by cortex run" in listed(ip, capsys)
 
     ip.run_cell(cell)
     assert ip.user_ns["n"] is SIX  # the same object the run bound
-    ip.run_line_magic("cortex", "vars")
-    out = capsys.readouterr().out
+    out = listed(ip, capsys)
     assert "n = 6  (yours: you assigned it after cortex run" in out
     assert "bound by cortex run" not in out
 
     # The next run may not take it back without --overwrite: it says so, and the name
     # stays the user's.
-    ip.run_cell_magic("cortex", "--script --delay 0", BIND_N)
+    bind_n(ip)
     assert any("'n' is yours: you assigned it" in note for note in ip.user_ns["_cortex"].notes)
-    ip.run_line_magic("cortex", "vars")
-    assert "n = 6  (yours: you assigned it" in capsys.readouterr().out
-    ip.run_cell_magic("cortex", "--script --delay 0 --overwrite", BIND_N)
+    assert "n = 6  (yours: you assigned it" in listed(ip, capsys)
+    bind_n(ip, "--overwrite")
     assert not ip.user_ns["_cortex"].notes
-    ip.run_line_magic("cortex", "vars")
-    assert "n = 6  (bound by cortex run" in capsys.readouterr().out
+    assert "n = 6  (bound by cortex run" in listed(ip, capsys)
 
 
 @pytest.mark.parametrize(
@@ -227,17 +234,29 @@ def test_a_name_the_user_assigns_is_theirs_even_with_the_same_value(
 def test_code_that_only_reads_the_name_or_binds_its_own_leaves_it_the_runs(
     ip: InteractiveShell, six: None, capsys: pytest.CaptureFixture[str], cell: str
 ) -> None:
-    ip.run_cell_magic("cortex", "--script --delay 0", BIND_N)
+    bind_n(ip)
     ip.run_cell(cell)
     ip.run_cell("%%cortex --script --delay 0\n" + BIND_N)  # the run's own binding, again
     assert not ip.user_ns["_cortex"].notes  # bound again, without --overwrite
-    ip.run_line_magic("cortex", "vars")
-    assert "n = 6  (bound by cortex run" in capsys.readouterr().out
+    assert "n = 6  (bound by cortex run" in listed(ip, capsys)
 
 
 # ---- 3.9: odd objects fail nothing but, at most, the action whose output they are -------
 
 ODD = odd_objects()
+
+
+def completed_in(ip: InteractiveShell, display: str, prompt: str) -> Any:
+    """``%%cortex --model m`` on ``prompt`` in the ``display`` view (then back to
+    'auto'): its run, which completed."""
+    ip.run_line_magic("config", f"CortexMagics.display = {display!r}")
+    try:
+        ip.run_cell_magic("cortex", "--model m", prompt)
+    finally:
+        ip.run_line_magic("config", "CortexMagics.display = 'auto'")
+    record = ip.user_ns["_cortex"]
+    assert record.status == "completed", "".join(traceback.format_exception(record.error))
+    return record
 
 
 @pytest.fixture
@@ -296,13 +315,7 @@ def test_an_odd_object_passes_through_a_run_and_every_command_in_one_line(
         ),
         Stream([*texts("<response>Made $odd_out from $odd_nb.</response>", 40), finish()]),
     )
-    ip.run_line_magic("config", f"CortexMagics.display = {display!r}")
-    try:
-        ip.run_cell_magic("cortex", "--model m", "Use $odd_nb.")
-    finally:
-        ip.run_line_magic("config", "CortexMagics.display = 'auto'")
-    record = ip.user_ns["_cortex"]
-    assert record.status == "completed", "".join(traceback.format_exception(record.error))
+    record = completed_in(ip, display, "Use $odd_nb.")
     assert {n.id: n.status for n in record.actions.values()} == {
         "m": "done",
         "t": "done",
@@ -367,13 +380,7 @@ def test_a_notebook_value_whose_class_raises_fails_no_run(
     server.script(
         Stream([*texts("<response>It is $odd_nb, not $odd_nb.x.</response>", 40), finish()])
     )
-    ip.run_line_magic("config", f"CortexMagics.display = {display!r}")
-    try:
-        ip.run_cell_magic("cortex", "--model m", "Describe $odd_nb.")
-    finally:
-        ip.run_line_magic("config", "CortexMagics.display = 'auto'")
-    record = ip.user_ns["_cortex"]
-    assert record.status == "completed", "".join(traceback.format_exception(record.error))
+    record = completed_in(ip, display, "Describe $odd_nb.")
     assert record.answer.startswith("It is ") and "\n" not in record.answer
     sent = json.dumps(server.requests[0].json["messages"])
     assert "$odd_nb" in sent and "repr failed" in sent  # described, in so many words

@@ -25,6 +25,14 @@ from cortex_jupyter.runtime.integrations.tracing import setup
 from tests.otel_spans import sdk_provider
 
 
+def refused(ip: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> str:
+    """``%cortex trace phoenix`` refused: nothing on stdout, one line on stderr (returned)."""
+    ip.run_line_magic("cortex", "trace phoenix")
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1, captured
+    return captured.err
+
+
 def test_with_no_provider_it_says_tracing_is_off_and_how_to_turn_it_on(
     ip: InteractiveShell, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -71,12 +79,10 @@ def test_phoenix_missing_says_how_to_install_it_in_one_line(
         return None if name == "phoenix" else real(name, *args)
 
     monkeypatch.setattr(setup.importlib.util, "find_spec", find_spec)
-    ip.run_line_magic("cortex", "trace phoenix")
-    captured = capsys.readouterr()
-    assert captured.err == (
+    err = refused(ip, capsys)
+    assert err == (
         "cortex: trace: Phoenix is not installed here; install it with: pip install arize-phoenix\n"
     )
-    assert captured.out == ""
 
 
 @pytest.mark.parametrize("line", ["trace phonix", "trace phoenix now", "trace --on"])
@@ -271,14 +277,11 @@ def test_a_provider_that_takes_no_processor_is_said_in_one_line(
 ) -> None:
     listen(True)
     monkeypatch.setattr(setup.trace, "get_tracer_provider", Closed)
-    ip.run_line_magic("cortex", "trace phoenix")
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    assert captured.err.startswith(
+    err = refused(ip, capsys)
+    assert err.startswith(
         "cortex: trace: the tracer provider already set (tests.test_magic_trace.Closed) "
         "takes no span processor"
     )
-    assert captured.err.count("\n") == 1
 
 
 @pytest.mark.parametrize(
@@ -325,12 +328,9 @@ def test_a_phoenix_folder_that_cannot_be_made_is_said_in_one_line(
     blocker.write_text("x", encoding="utf-8")
     monkeypatch.setenv("PHOENIX_WORKING_DIR", str(blocker / "phoenix"))
     listen(False)  # a port that answers, but not as Phoenix
-    ip.run_line_magic("cortex", "trace phoenix")
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    assert captured.err.startswith("cortex: trace: Phoenix could not start: ")
-    assert str(blocker / "phoenix") in captured.err
-    assert captured.err.count("\n") == 1
+    err = refused(ip, capsys)
+    assert err.startswith("cortex: trace: Phoenix could not start: ")
+    assert str(blocker / "phoenix") in err
 
 
 @pytest.mark.usefixtures("phoenix_processors")
@@ -384,10 +384,8 @@ def test_phoenix_without_the_otlp_exporter_says_what_to_install(
     import that fails): one line says what to install, nothing is registered."""
     listen(True)
     monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)
-    ip.run_line_magic("cortex", "trace phoenix")
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    assert captured.err == (
+    err = refused(ip, capsys)
+    assert err == (
         "cortex: trace: sending spans to Phoenix needs the OpenTelemetry SDK and its OTLP/HTTP "
         "exporter; install them with: pip install arize-phoenix-otel\n"
     )

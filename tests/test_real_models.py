@@ -18,6 +18,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from cortex_jupyter import Agent, default_registry
 from cortex_jupyter.session import CortexRunError
 from tests.conftest import SECRET
+from tests.helpers import registered_agent
 from tests.models.fake_openai_server import (
     FakeOpenAIServer,
     Stream,
@@ -119,8 +120,7 @@ def test_a_tool_that_calls_sys_exit_fails_alone_with_one_line(
 def test_agent_runs_a_registered_agent_with_its_instructions_and_tools(
     ip: InteractiveShell, server: FakeOpenAIServer, tools: dict[str, list[Any]]
 ) -> None:
-    Agent("shell", instructions="You run shell commands, briefly.", tools=["exec"])
-    try:
+    with registered_agent("shell", instructions="You run shell commands, briefly.", tools=["exec"]):
         answer(
             server,
             '<action id="v1">{"name": "exec", "parameters": {"command": "ls"}}</action>',
@@ -133,8 +133,6 @@ def test_agent_runs_a_registered_agent_with_its_instructions_and_tools(
         assert "exec" in system and "deploy_cli" not in system
         with pytest.raises(CortexRunError, match="no agent named 'nobody'; registered agents:"):
             cell(ip, "x", "--agent nobody --text")
-    finally:
-        default_registry.remove("agent", "shell")
 
 
 def test_an_agent_action_runs_the_nested_agent_on_the_real_model(
@@ -142,8 +140,7 @@ def test_an_agent_action_runs_the_nested_agent_on_the_real_model(
 ) -> None:
     # type="agent" used to send the sub-model only instructions and a task, one turn, no
     # protocol, no tools: with a real model its output was ''.
-    Agent("lister", instructions="You list directories.", tools=["exec"])
-    try:
+    with registered_agent("lister", instructions="You list directories.", tools=["exec"]):
         answer(
             server,
             # the parent delegates
@@ -164,8 +161,6 @@ def test_an_agent_action_runs_the_nested_agent_on_the_real_model(
         assert "You list directories." in nested_system
         assert "# How you answer: the Cortex protocol" in nested_system
         assert ip.user_ns["listing"] == "/tmp holds a.txt"
-    finally:
-        default_registry.remove("agent", "lister")
 
 
 def test_an_unexpected_failure_still_closes_the_view_with_one_line(
@@ -273,8 +268,7 @@ def test_a_script_cell_answers_llm_and_agent_actions_from_reply_sections(
     ip: InteractiveShell, tools: dict[str, list[Any]]
 ) -> None:
     # They used to take the script's next turn, so the parent lost its own answer.
-    Agent("sh", instructions="Run commands.", tools=["exec"])
-    try:
+    with registered_agent("sh", instructions="Run commands.", tools=["exec"]):
         body = (
             '<action type="llm" id="s">{"name": "summarise", "parameters": {"text": "long"}}'
             "</action>"
@@ -291,5 +285,3 @@ def test_a_script_cell_answers_llm_and_agent_actions_from_reply_sections(
             "Listed.",
         )
         assert tools["exec"] == ["ls"]
-    finally:
-        default_registry.remove("agent", "sh")

@@ -109,20 +109,38 @@ def reply(server: FakeOpenAIServer, *turns: str) -> None:
     server.script(*(Stream([*texts(text, 11), finish()]) for text in turns))
 
 
+def ask(
+    ip: InteractiveShell,
+    server: FakeOpenAIServer,
+    *turns: str,
+    options: str = "--model m --text",
+    prompt: str = "Look around.",
+) -> Any:
+    """The server scripted to answer with ``turns``, a ``%%cortex`` cell run: its run."""
+    reply(server, *turns)
+    ip.run_cell_magic("cortex", options, prompt)
+    return ip.user_ns["_cortex"]
+
+
 def action(value: str, id: str = "a") -> str:
     body = json.dumps({"name": "peek", "parameters": {"value": value}})
     return f'<action id="{id}">{body}</action>'
 
 
 def nowhere(
-    secret: str, run: Any, server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
+    run: Any,
+    server: FakeOpenAIServer,
+    capsys: pytest.CaptureFixture[str],
+    secrets: tuple[str, ...] = (DIARY, SIGNING_KEY),
 ) -> None:
-    """``secret`` is in nothing a user or the model sees."""
-    out = capsys.readouterr()
-    assert secret not in out.out + out.err
-    assert secret not in run.to_jsonl() and secret not in run.answer
-    assert secret not in repr(run.output)
-    assert secret not in json.dumps([r.json for r in server.requests])
+    """None of ``secrets`` is in anything a user or the model sees."""
+    out = capsys.readouterr()  # read once: every secret is looked for in the same output
+    sent = json.dumps([r.json for r in server.requests])
+    for secret in secrets:
+        assert secret not in out.out + out.err
+        assert secret not in run.to_jsonl() and secret not in run.answer
+        assert secret not in repr(run.output)
+        assert secret not in sent
 
 
 @pytest.mark.parametrize(("path", "refused"), ATTACKS)
@@ -134,15 +152,12 @@ def test_an_attack_path_in_an_action_parameter_fails_in_one_line_naming_the_step
     path: str,
     refused: str,
 ) -> None:
-    reply(server, action(path), "<response>done</response>")
-    notebook.run_cell_magic("cortex", "--model m --text", "Look around.")
-    run = notebook.user_ns["_cortex"]
+    run = ask(notebook, server, action(path), "<response>done</response>")
     node = run.actions["a"]
     assert node.status == "failed" and seen == []  # the tool never ran
     error = node.error or ""
     assert refused in error and "\n" not in error.strip()
-    for secret in (DIARY, SIGNING_KEY):
-        nowhere(secret, run, server, capsys)
+    nowhere(run, server, capsys)
 
 
 @pytest.mark.parametrize(("path", "refused"), ATTACKS)
@@ -153,14 +168,11 @@ def test_an_attack_path_in_the_answer_stays_as_written(
     path: str,
     refused: str,
 ) -> None:
-    reply(server, f"<response>Here: {path}</response>")
-    notebook.run_cell_magic("cortex", "--model m --text", "Look around.")
-    run = notebook.user_ns["_cortex"]
+    run = ask(notebook, server, f"<response>Here: {path}</response>")
     # what resolves is filled; from the refused step on, the path stays as written
     step = refused.split(" is not reachable")[0]
     assert path[len(step) - len(step.split(".")[-1]) - 1 :] in run.answer
-    for secret in (DIARY, SIGNING_KEY):
-        nowhere(secret, run, server, capsys)
+    nowhere(run, server, capsys)
 
 
 @pytest.mark.parametrize(("path", "refused"), ATTACKS)
@@ -171,14 +183,13 @@ def test_an_attack_path_in_a_typed_answer_is_a_field_error_naming_the_step(
     path: str,
     refused: str,
 ) -> None:
-    reply(server, json.dumps({"notes": path}), json.dumps({"notes": "none"}))
-    notebook.run_cell_magic("cortex", "--model m --text --output dict[str,str]", "Notes?")
-    run = notebook.user_ns["_cortex"]
+    turns = json.dumps({"notes": path}), json.dumps({"notes": "none"})
+    options = "--model m --text --output dict[str,str]"
+    run = ask(notebook, server, *turns, options=options, prompt="Notes?")
     assert run.output == {"notes": "none"}
     retry = server.requests[1].json["messages"][-1]["content"]
     assert f"- notes: {refused}" in retry
-    for secret in (DIARY, SIGNING_KEY):
-        nowhere(secret, run, server, capsys)
+    nowhere(run, server, capsys)
 
 
 @pytest.mark.parametrize(
@@ -206,9 +217,7 @@ def test_the_data_inside_what_was_exposed_stays_reachable(
     path: str,
     expected: str,
 ) -> None:
-    reply(server, action(f"{path} here"), "<response>ok</response>")
-    notebook.run_cell_magic("cortex", "--model m --text", "Look around.")
-    node = notebook.user_ns["_cortex"].actions["a"]
+    node = ask(notebook, server, action(f"{path} here"), "<response>ok</response>").actions["a"]
     assert expected in (node.output if node.status == "done" else node.error or "")
 
 
@@ -326,15 +335,13 @@ def test_a_weak_reference_held_by_an_exposed_object_is_not_reachable(
     an object the path never checked: it is not reachable."""
     assert ip.run_cell(WEAK).success
     ip.run_line_magic("cortex", "expose tree")
-    reply(server, action(path) + action(f"see {path}", id="b"), "<response>done</response>")
-    ip.run_cell_magic("cortex", "--model m --text", "Look around.")
-    run = ip.user_ns["_cortex"]
+    run = ask(ip, server, action(path) + action(f"see {path}", id="b"), "<response>done</response>")
     assert seen == []
     for id in ("a", "b"):
         node = run.actions[id]
         assert node.status == "failed"
         assert f"{path} is not reachable: it is a weak reference" in (node.error or "")
-    nowhere(DIARY, run, server, capsys)
+    nowhere(run, server, capsys, (DIARY,))
 
 
 HOLDING = f"""
@@ -391,15 +398,13 @@ def test_a_path_landing_on_a_container_holding_a_hidden_value_is_refused(
     What a step lands on is looked inside too (a few levels, a few hundred items)."""
     assert ip.run_cell(HOLDING).success
     ip.run_line_magic("cortex", "expose err config parcel frame objects prices")
-    reply(server, action(path) + action(f"see {path}", id="b"), "<response>done</response>")
-    ip.run_cell_magic("cortex", "--model m --text", "Look around.")
-    run = ip.user_ns["_cortex"]
+    run = ask(ip, server, action(path) + action(f"see {path}", id="b"), "<response>done</response>")
     assert seen == []
     for id in ("a", "b"):
         error = run.actions[id].error or ""
         assert run.actions[id].status == "failed" and refused in error
         assert "\n" not in error.strip()
-    nowhere(DIARY, run, server, capsys)
+    nowhere(run, server, capsys, (DIARY,))
 
 
 def test_data_holding_only_data_stays_reachable(
@@ -407,12 +412,7 @@ def test_data_holding_only_data_stays_reachable(
 ) -> None:
     assert ip.run_cell(HOLDING).success
     ip.run_line_magic("cortex", "expose err prices")
-    reply(
-        server,
-        action("$prices.price") + action("$prices.iloc.0", id="b"),
-        "<response>done</response>",
-    )
-    ip.run_cell_magic("cortex", "--model m --text", "Look around.")
-    run = ip.user_ns["_cortex"]
+    actions = action("$prices.price") + action("$prices.iloc.0", id="b")
+    run = ask(ip, server, actions, "<response>done</response>")
     assert run.actions["a"].status == "done" and run.actions["b"].status == "done"
     assert list(seen[0]) == [1.5, 2.5]

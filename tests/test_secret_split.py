@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -15,13 +14,13 @@ from hypothesis import strategies as st
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from cortex_jupyter import store
 from cortex_jupyter.protocol.events import ResponseDelta
 from cortex_jupyter.runtime import Run
 from cortex_jupyter.runtime.core.trust.secrets import secrets
 from cortex_jupyter.session.approvals import Approvals
 from cortex_jupyter.session.views import TextOutput
 from tests.display.helpers import comm_messages
+from tests.helpers import run_and_save
 from tests.models.fake_openai_server import FakeOpenAIServer, Stream, finish, text, texts
 
 SIZE = 6
@@ -42,15 +41,6 @@ def keyed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Keys added during the test are forgotten afterwards."""
     monkeypatch.setattr(secrets, "_added", set(secrets._added))
     yield
-
-
-def _files(path: Path) -> list[tuple[str, str]]:
-    out = []
-    for suffix in ("", "-wal", "-shm"):
-        file = Path(f"{path}{suffix}")
-        if file.exists():
-            out.append((file.name, file.read_bytes().decode("utf-8", "replace")))
-    return out
 
 
 @settings(
@@ -81,25 +71,17 @@ def test_a_secret_split_across_chunks_is_on_no_surface(
     pad = (size - (len(lead) % size) + (size - cut)) % size
     body = lead + "." * pad + SECRET + " done</response>"
     tmp = tmp_path_factory.mktemp("split")
-    path = tmp / "runs.db"
-    saved = tmp / "run.jsonl"
     with monkeypatch.context() as patch:
         if how == "env":
             patch.setenv("DB_PASSWORD", SECRET)
         else:
             secrets.add(SECRET)
-        ip.run_line_magic("config", f"CortexMagics.store = {str(path)!r}")
         ip.run_line_magic("config", f"CortexMagics.display = {display!r}")
         wire.clear()
         with capture_output() as captured:
-            ip.run_cell_magic("cortex", f"--script --delay 0 --chunk-size {size}", body)
-            run = ip.user_ns["_cortex"]
-            ip.run_line_magic("cortex", f"save {saved}")
-        store.open_store(path).flush()
-        shown = [
-            ("to_jsonl", run.to_jsonl()),
-            ("save", saved.read_text(encoding="utf-8")),
-            *_files(path),
+            options = f"--script --delay 0 --chunk-size {size}"
+            _, shown = run_and_save(ip, tmp, options, body)
+        shown += [
             *(("output", json.dumps(o.data, ensure_ascii=False)) for o in captured.outputs),
             ("stdout", captured.stdout),
             ("stderr", captured.stderr),

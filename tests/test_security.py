@@ -64,6 +64,18 @@ def cell(ip: InteractiveShell, body: str, line: str = "--model gpt-test --text")
     return ip.user_ns["_cortex"]
 
 
+def ask(
+    ip: InteractiveShell,
+    server: FakeOpenAIServer,
+    prompt: str,
+    *turns: str,
+    line: str = "--model gpt-test --text",
+) -> Any:
+    """The server scripted to answer with ``turns``, a cell run with ``prompt``: its run."""
+    reply(server, *turns)
+    return cell(ip, prompt, line)
+
+
 # ---- 1. scope of $name ----------------------------------------------------------------
 
 
@@ -87,8 +99,7 @@ def test_a_model_cannot_reach_what_the_prompt_did_not_name(
     message: str,
 ) -> None:
     ip.run_cell("import os\nprivate_notes = 'my diary'")
-    reply(server, action(reference), "<response>done</response>")
-    run = cell(ip, "Summarise my day.")
+    run = ask(ip, server, "Summarise my day.", action(reference), "<response>done</response>")
     node = run.actions["a"]
     assert node.status == "failed" and seen == []  # the tool never ran
     assert message in (node.error or "")
@@ -103,26 +114,23 @@ def test_a_hidden_variable_says_how_to_expose_it_and_expose_then_works(
     ip: InteractiveShell, server: FakeOpenAIServer, seen: list[Any]
 ) -> None:
     ip.run_cell("private_notes = 'my diary'")
-    reply(server, action("$private_notes"), "<response>no</response>")
-    run = cell(ip, "Read the notes.")
+    run = ask(ip, server, "Read the notes.", action("$private_notes"), "<response>no</response>")
     assert "%cortex expose private_notes" in (run.actions["a"].error or "")
 
     ip.run_line_magic("cortex", "expose private_notes")
-    reply(server, action("$private_notes"), "<response>yes</response>")
-    run = cell(ip, "Read the notes.")
+    run = ask(ip, server, "Read the notes.", action("$private_notes"), "<response>yes</response>")
     assert run.actions["a"].status == "done" and seen == ["my diary"]
 
     ip.run_line_magic("cortex", "hide private_notes")
-    reply(server, action("$private_notes"), "<response>no</response>")
-    assert cell(ip, "Again.").actions["a"].status == "failed" and seen == ["my diary"]
+    run = ask(ip, server, "Again.", action("$private_notes"), "<response>no</response>")
+    assert run.actions["a"].status == "failed" and seen == ["my diary"]
 
 
 def test_names_the_prompt_writes_are_visible_with_their_objects(
     ip: InteractiveShell, server: FakeOpenAIServer, seen: list[Any]
 ) -> None:
     ip.run_cell("frame = [1, 2, 3]\nother = 'not named'")
-    reply(server, action("$frame"), "<response>ok</response>")
-    run = cell(ip, "How long is $frame?")
+    run = ask(ip, server, "How long is $frame?", action("$frame"), "<response>ok</response>")
     assert run.actions["a"].status == "done"
     assert seen[0] is ip.user_ns["frame"]  # the object itself, not a copy
     # and only what the prompt named is described to the model
@@ -157,8 +165,9 @@ def test_reaching_inside_follows_keys_indexes_and_public_data_only(
         "    inner = Inner()\n"
         "box = Box()\n"
     )
-    reply(server, action(reference), "<response>x</response>")
-    run = cell(ip, "Look at $frame, $helper and $box.")
+    run = ask(
+        ip, server, "Look at $frame, $helper and $box.", action(reference), "<response>x</response>"
+    )
     assert seen == [] and message in (run.actions["a"].error or "")
 
 
@@ -217,8 +226,7 @@ def test_a_key_in_a_tool_output_is_redacted_everywhere_but_the_notebook_variable
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     leak = '<action id="l">{"name": "leak", "output_key": "dump"}</action>'
-    reply(server, leak, "<response>The dump is in.</response>")
-    run = cell(ip, "Dump the config.")
+    run = ask(ip, server, "Dump the config.", leak, "<response>The dump is in.</response>")
     # the user's own variable keeps the exact value: it is their data
     assert ip.user_ns["dump"] == f"config: api_key={SECRET} ok"
     sent = json.dumps(server.requests[1].json["messages"])
@@ -236,8 +244,9 @@ def test_any_credential_looking_environment_value_is_redacted(
     ip: InteractiveShell, server: FakeOpenAIServer, seen: list[Any]
 ) -> None:
     ip.run_cell("token_holder = {'t': __import__('os').environ['GITHUB_TOKEN']}")
-    reply(server, action("$token_holder.t"), "<response>ok</response>")
-    run = cell(ip, "Use $token_holder.")
+    run = ask(
+        ip, server, "Use $token_holder.", action("$token_holder.t"), "<response>ok</response>"
+    )
     assert seen == [TOKEN]  # the tool, the user's code, gets the value itself
     assert TOKEN not in json.dumps(server.requests[1].json["messages"])
     assert TOKEN not in run.to_jsonl()
@@ -299,8 +308,13 @@ def test_no_limit_cuts_a_secret_into_what_the_model_or_the_transcript_gets(
         "</action>"
         for i, pad, w in calls
     )
-    reply(server, actions + action("$blob", id="p"), "<response>done</response>")
-    run = cell(ip, "Look at $note and $blob.")
+    run = ask(
+        ip,
+        server,
+        "Look at $note and $blob.",
+        actions + action("$blob", id="p"),
+        "<response>done</response>",
+    )
     assert [run.actions[i].status for i in ("r1", "r2", "s1", "p")] == ["done"] * 4
     sent = json.dumps([request.json["messages"] for request in server.requests])
     assert "$note: str, length" in sent and "[redacted]" in sent
@@ -342,12 +356,17 @@ def test_overwrite_replaces_on_purpose_and_cortex_names_can_be_rebound(
     ip: InteractiveShell, server: FakeOpenAIServer, seen: list[Any]
 ) -> None:
     ip.run_cell("frame = 'mine'")
-    reply(server, action("x", output_key="frame"), "<response>ok</response>")
-    cell(ip, "Go.", "--model gpt-test --text --overwrite")
+    ask(
+        ip,
+        server,
+        "Go.",
+        action("x", output_key="frame"),
+        "<response>ok</response>",
+        line="--model gpt-test --text --overwrite",
+    )
     assert ip.user_ns["frame"] == "peeked: x"
     # a name an earlier run bound may be bound again without --overwrite
-    reply(server, action("z", output_key="frame"), "<response>ok</response>")
-    cell(ip, "Again.")
+    ask(ip, server, "Again.", action("z", output_key="frame"), "<response>ok</response>")
     assert ip.user_ns["frame"] == "peeked: z"
     assert session_for(ip).bound["frame"].run == ip.user_ns["_cortex"].id
 
@@ -366,12 +385,11 @@ def test_a_name_the_user_assigns_after_a_run_bound_it_is_theirs_again(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     first = script(ip, action("x", output_key="lookup"))
-    reply(server, action("$lookup"), "<response>ok</response>")
-    assert cell(ip, "Go.").actions["a"].status == "done"  # the run's: the model reaches it
+    run = ask(ip, server, "Go.", action("$lookup"), "<response>ok</response>")
+    assert run.actions["a"].status == "done"  # the run's: the model reaches it
 
     ip.run_cell("lookup = 'mine'")
-    reply(server, action("$lookup"), "<response>no</response>")
-    run = cell(ip, "Go.")
+    run = ask(ip, server, "Go.", action("$lookup"), "<response>no</response>")
     assert run.actions["a"].status == "failed" and "mine" not in seen
     assert f"$lookup is yours again: cortex run {first.id} bound it" in (
         run.actions["a"].error or ""
@@ -403,8 +421,13 @@ def test_hide_with_a_pattern_hides_every_name_it_matches_and_the_latest_rule_dec
     script(ip, action("a", "a", "data_a"), action("b", "b", "data_b"))
 
     def reach() -> dict[str, str]:
-        reply(server, action("$data_a", "a") + action("$data_b", "b"), "<response>ok</response>")
-        run = cell(ip, "Go.")
+        run = ask(
+            ip,
+            server,
+            "Go.",
+            action("$data_a", "a") + action("$data_b", "b"),
+            "<response>ok</response>",
+        )
         return {key: node.status for key, node in run.actions.items()}
 
     assert reach() == {"a": "done", "b": "done"}

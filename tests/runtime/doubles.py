@@ -1,4 +1,4 @@
-"""Test doubles for models: a ``StreamingModel`` that plays given chunks."""
+"""Test doubles: a ``StreamingModel`` that plays given chunks, and an ``add`` tool to register."""
 
 from __future__ import annotations
 
@@ -42,3 +42,8 @@ class Scripted:
                 raise item
             else:
                 yield item
+
+
+def add(a: int, b: int = 0) -> int:
+    """Add two numbers."""
+    return a + b

@@ -23,7 +23,7 @@ from cortex_jupyter.runtime import (
     default_registry,
 )
 from cortex_jupyter.runtime.core.model.chunks import Finish, ModelChunk, TextChunk
-from tests.runtime.doubles import Scripted
+from tests.runtime.doubles import Scripted, add
 
 pytestmark = pytest.mark.anyio
 
@@ -36,10 +36,7 @@ def reply(text: str, finish: str = "stop") -> list[ModelChunk]:
 def registry() -> Registry:
     registry = Registry(builtins=False)
 
-    @registry.tool
-    def add(a: int, b: int = 0) -> int:
-        """Add two numbers."""
-        return a + b
+    registry.tool(add)
 
     @registry.tool
     async def slow(seconds: float) -> str:

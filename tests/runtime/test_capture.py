@@ -9,17 +9,15 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import anyio
 import pytest
 
 from cortex_jupyter import progress
-from cortex_jupyter.protocol.events import ActionReady
 from cortex_jupyter.runtime import ActionOutput, Registry, Run, Step, run_stream
 from cortex_jupyter.runtime.scheduler import capture as capture_module
-
-Act = Callable[..., ActionReady]
+from tests.runtime.fixture_types import Act
 
 pytestmark = pytest.mark.anyio
 

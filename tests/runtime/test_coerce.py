@@ -15,13 +15,11 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from cortex_jupyter import default_registry
-from cortex_jupyter.protocol.events import ActionReady
 from cortex_jupyter.runtime import Registry, run_stream
 from cortex_jupyter.runtime.core.errors import ParameterTypeError
 from cortex_jupyter.runtime.core.values.coerce import fit
 from cortex_jupyter.runtime.core.values.schema import Kinds, hint_kinds, schema_kinds
-
-Act = Callable[..., ActionReady]
+from tests.runtime.fixture_types import Act
 
 
 def fit_one(value: Any, kinds: Kinds) -> tuple[Any, list[str]]:

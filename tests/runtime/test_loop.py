@@ -33,7 +33,7 @@ from cortex_jupyter.runtime.core.model.chunks import (
 from cortex_jupyter.runtime.loop.conversation import Conversation
 from cortex_jupyter.runtime.loop.feeds import FeedSet, FeedSpec
 from tests.agents import continue_run, run_agent
-from tests.runtime.doubles import Scripted
+from tests.runtime.doubles import Scripted, add
 
 pytestmark = pytest.mark.anyio
 
@@ -62,10 +62,7 @@ class Recording:
 def make_registry() -> Registry:
     registry = Registry(builtins=False)
 
-    @registry.tool
-    def add(a: int, b: int = 0) -> int:
-        """Add two numbers."""
-        return a + b
+    registry.tool(add)
 
     @registry.tool
     async def echo(value: Any) -> Any:

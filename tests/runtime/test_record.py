@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cortex_jupyter.protocol.events import (
-    ActionReady,
     ResponseDelta,
     ResponseEnd,
     TextDelta,
@@ -29,10 +28,9 @@ from cortex_jupyter.runtime.core.events import Turn, TurnEnd
 from cortex_jupyter.runtime.core.model.client import Message
 from cortex_jupyter.runtime.core.record.run import OutputRepr, summarize, to_json_value
 from cortex_jupyter.runtime.core.values.answer import VALUE_LIMIT
+from tests.runtime.fixture_types import Act
 
 pytestmark = pytest.mark.anyio
-
-Act = Callable[..., ActionReady]
 
 
 class Opaque:

@@ -11,7 +11,6 @@ import anyio
 import pytest
 
 from cortex_jupyter.protocol.events import (
-    ActionReady,
     ActionStart,
     ContextFeedEvent,
     Event,
@@ -31,11 +30,9 @@ from cortex_jupyter.runtime import (
     dispatch_latencies,
     run_stream,
 )
+from tests.runtime.fixture_types import Act, RunEvents
 
 pytestmark = pytest.mark.anyio
-
-Act = Callable[..., ActionReady]
-RunEvents = Callable[..., Any]
 
 
 def statuses(run: Run) -> dict[str, str]:

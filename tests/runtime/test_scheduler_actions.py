@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from cortex_jupyter.protocol.events import ActionReady
 from cortex_jupyter.runtime import (
     ActionStatus,
     CacheRelic,
@@ -23,11 +22,9 @@ from cortex_jupyter.runtime import (
 )
 from cortex_jupyter.runtime.core.model.chunks import TextChunk
 from cortex_jupyter.runtime.core.model.client import Message
+from tests.runtime.fixture_types import Act
 
 pytestmark = pytest.mark.anyio
-
-Act = Callable[..., ActionReady]
-RunEvents = Callable[..., Any]
 
 
 # ---- relic -------------------------------------------------------------------------------

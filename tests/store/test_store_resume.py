@@ -119,6 +119,19 @@ def one_line(capsys: pytest.CaptureFixture[str]) -> str:
     return err
 
 
+def completed(ip: InteractiveShell, run_id: str, line: str = "") -> None:
+    """``%cortex resume RUN_ID LINE`` went on with the run and completed it."""
+    run = resumed(ip, run_id, line)
+    assert run is not None and (run.status, run.answer) == ("completed", ANSWER)
+
+
+def refusal(ip: InteractiveShell, run_id: str, capsys: pytest.CaptureFixture[str]) -> str:
+    """``%cortex resume RUN_ID`` refused: the one line it says why in."""
+    capsys.readouterr()
+    assert resumed(ip, run_id) is None
+    return one_line(capsys)
+
+
 def test_a_run_going_on_in_another_live_kernel_is_refused_and_left_as_it_is(
     ip: InteractiveShell,
     here: Path,
@@ -128,10 +141,7 @@ def test_a_run_going_on_in_another_live_kernel_is_refused_and_left_as_it_is(
     process, run_id = holding(here, holders)
     before = row(run_id)
     assert before[:2] == ("running", f"{process.pid}@{HOSTNAME}")
-    capsys.readouterr()
-
-    assert resumed(ip, run_id) is None
-    assert one_line(capsys) == (
+    assert refusal(ip, run_id, capsys) == (
         f"cortex: %cortex resume {run_id}: "
         f"run {run_id} is still running in another kernel (process {process.pid} "
         f"on {HOSTNAME}): resuming it would run its actions twice; wait for it to end, or "
@@ -145,8 +155,7 @@ def test_a_run_going_on_in_another_live_kernel_is_refused_and_left_as_it_is(
     process.send_signal(signal.SIGKILL)
     while psutil.Process(process.pid).status() != psutil.STATUS_ZOMBIE:
         time.sleep(0.01)
-    run = resumed(ip, run_id)
-    assert run is not None and (run.status, run.answer) == ("completed", ANSWER)
+    completed(ip, run_id)
     assert calls(here) == ["first holder", "second holder", "second here"]
     assert row(run_id)[:2] == ("completed", f"{os.getpid()}@{HOSTNAME}")
 
@@ -164,13 +173,11 @@ def test_a_pid_now_of_a_process_started_after_the_run_was_taken_blocks_nothing(
     # Its pid, as if the run's kernel had it: taken after the sleeper started, it is that
     # kernel, alive...
     set_row(run_id, host=f"{sleeper.pid}@{HOSTNAME}", claimed=born + 60)
-    capsys.readouterr()
-    assert resumed(ip, run_id) is None
-    assert f"still running in another kernel (process {sleeper.pid} " in one_line(capsys)
+    said = refusal(ip, run_id, capsys)
+    assert f"still running in another kernel (process {sleeper.pid} " in said
     # ...taken an hour before the sleeper started, the pid was reused: the kernel is gone.
     set_row(run_id, claimed=born - 3600)
-    run = resumed(ip, run_id)
-    assert run is not None and (run.status, run.answer) == ("completed", ANSWER)
+    completed(ip, run_id)
     assert calls(here) == ["first holder", "second holder", "second here"]
 
 
@@ -188,9 +195,7 @@ def test_a_run_going_on_in_a_thread_of_this_kernel_is_refused(
         while thread.is_alive() and calls(here) != ["first here", "second here"]:
             time.sleep(0.01)
         assert row(run.id)[0] == "running"
-        capsys.readouterr()
-        assert resumed(ip, run.id) is None
-        assert one_line(capsys) == (
+        assert refusal(ip, run.id, capsys) == (
             f"cortex: %cortex resume {run.id}: "
             f"run {run.id} is still running in this kernel (a cell, a thread or a "
             "task here runs it): resuming it would run its actions twice; wait for it to "
@@ -242,9 +247,7 @@ def test_a_run_marked_running_on_another_machine_takes_force(
     run_id = dead_run(here, holders)
     set_row(run_id, host="4242@another-machine.invalid")
     before = row(run_id)
-    capsys.readouterr()
-    assert resumed(ip, run_id) is None
-    assert one_line(capsys) == (
+    assert refusal(ip, run_id, capsys) == (
         f"cortex: %cortex resume {run_id}: "
         f"run {run_id} is marked running by process 4242 on another-machine.invalid "
         "(another machine, which cannot be checked from here): if that kernel is gone, "
@@ -252,8 +255,7 @@ def test_a_run_marked_running_on_another_machine_takes_force(
         "run twice)."
     )
     assert row(run_id) == before and calls(here) == ["first holder", "second holder"]
-    run = resumed(ip, run_id, "--force")
-    assert run is not None and (run.status, run.answer) == ("completed", ANSWER)
+    completed(ip, run_id, "--force")
     assert calls(here)[-1] == "second here"
 
 
@@ -278,8 +280,7 @@ def test_a_resume_stopped_before_the_run_went_on_leaves_it_resumable(
         ip.run_line_magic("cortex", f"resume {run_id}")
     assert row(run_id) == before
     ip.user_ns["RtAnswer"] = str
-    run = resumed(ip, run_id)
-    assert run is not None and (run.status, run.answer) == ("completed", ANSWER)
+    completed(ip, run_id)
 
 
 # ---- the writer and the claim ---------------------------------------------------------
