@@ -43,6 +43,8 @@ PARAMETER_CHARS = 300
 RUNS_CLASS = "cortex-runs"
 TOOLS_CLASS = "cortex-tools"
 
+#: A tag, or the start of one cut short, in a script no dialect could read.
+_TAG_LIKE = re.compile(r"</?[A-Za-z_][^<>]*(?:>|$)|\{.*", re.S)
 _SCRIPT_MARKER = re.compile(r"^[ \t]*--- (?:next turn|reply to .*?) ---[ \t]*$", re.M)
 
 
@@ -84,7 +86,7 @@ def prompt_words(prompt: str, *, script: bool = False) -> str:
     names: list[str] = []
     for text in (first_turn, rest):  # the first turn's words, else the later turns'
         words: list[str] = []
-        parser = Parser()
+        parser = Parser(dialect="auto")  # a script may be written in any dialect
         for event in [*parser.feed(text), *parser.close()]:
             if event.kind in ("thought", "response", "text"):
                 words.append(str(getattr(event, "text", "")))
@@ -95,7 +97,11 @@ def prompt_words(prompt: str, *, script: bool = False) -> str:
         said = " ".join("".join(words).split())
         if said:
             return said
-    return f"actions: {', '.join(names)}" if names else " ".join(prompt.split())
+    if names:
+        return f"actions: {', '.join(names)}"
+    # Nothing the parser could read (an action cut short, say): what is left of the text
+    # without anything that looks like a tag, never the protocol itself.
+    return " ".join(_TAG_LIKE.sub(" ", prompt).split()) or "(no text)"
 
 
 # ---- %cortex runs ---------------------------------------------------------------------

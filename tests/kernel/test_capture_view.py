@@ -60,8 +60,13 @@ NODE = re.compile(r'<g class="cxj-node" data-id="([^"]+)"[^>]*>(.*?)</g>', re.S)
 
 @pytest.fixture(scope="module")
 def ran(kernel: Kernel) -> Execution:
-    kernel.execute(TOOLS)
-    return kernel.execute(CELL, timeout=60)
+    # Its view is clicked after any of the module's other cells (in any order, with
+    # --shuffle): keep it live past the default ten (test_views tests the letting go).
+    kernel.execute(TOOLS + "\n%config CortexMagics.live_views = 100")
+    execution = kernel.execute(CELL, timeout=60)
+    # The module's tests run in any order (--shuffle): later cells replace _cortex.
+    kernel.execute("kc_capture_run = _cortex")
+    return execution
 
 
 def graph_id(execution: Execution) -> str:
@@ -91,7 +96,7 @@ def test_nothing_a_tool_writes_reaches_the_cell(kernel: Kernel, ran: Execution) 
     for word in WORDS:
         assert word not in cell, cell
     assert ran.status == "ok"
-    assert kernel.evaluate("_cortex.actions['late'].status") == "'failed'"  # its timeout
+    assert kernel.evaluate("kc_capture_run.actions['late'].status") == "'failed'"  # its timeout
     # The late print comes after the cell ended: it must not land in the next cells.
     later = kernel.execute("import time; time.sleep(1.0); print('next cell')")
     also = kernel.execute("print('and the one after')")
@@ -128,7 +133,7 @@ def test_the_graph_showed_progress_and_lines_while_tools_ran(ran: Execution) -> 
 
 def test_a_late_print_stays_with_its_action(kernel: Kernel, ran: Execution) -> None:
     # Whatever the runtime kept of it, it is the action's, not a cell's.
-    kept = kernel.evaluate("_cortex.actions['late'].stdout")
+    kept = kernel.evaluate("kc_capture_run.actions['late'].stdout")
     assert kept in ("''", "'kc-late printed after its timeout\\n'")
 
 

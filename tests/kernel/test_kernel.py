@@ -70,7 +70,7 @@ def test_the_view_is_opened_as_widget_comms_and_displayed(streamed: Execution) -
     models = {m.state.get("_model_name") for m in opens}
     assert {"HTMLModel", "VBoxModel", "LayoutModel"} <= models
     classes = set(" ".join(streamed.widget_classes().values()).split())
-    parts = {"cortex-view", "cortex-header", "cortex-thought", "cortex-graph", "cortex-details"}
+    parts = {"cortex-view", "cortex-header", "cortex-thought", "cortex-graph", "cortex-inspector"}
     assert parts | {"cortex-response"} <= classes
     # Displayed first (with a display id), as the widget that holds the five parts; the
     # only other display is the static copy, left when the run ends (asserted below).
@@ -95,8 +95,12 @@ def test_the_parts_are_updated_while_the_run_streams(streamed: Execution) -> Non
     assert statuses["slow"][-1] == "done"
     assert statuses["slow"].index("running") < statuses["slow"].index("done")
     assert statuses["broken"][-1] == "failed"
+    # A failure is told once, in its own panel (the inspector opens by itself on it),
+    # not again in a list under the graph (issue 37).
+    inspector = " ".join(value for _, value in streamed.part_values("cortex-inspector"))
+    assert "the service is down" in inspector
     details = " ".join(value for _, value in streamed.part_values("cortex-details"))
-    assert "the service is down" in details
+    assert "the service is down" not in details
 
     phases = [p for _, v in streamed.part_values("cortex-header") for p in PHASE.findall(v)]
     assert phases[0] == "streaming" and phases[-1] == "done", phases

@@ -56,15 +56,23 @@ FAST_RETRY = RetryPolicy(base=0.01, factor=2.0, max_delay=0.05)
 
 
 @pytest.fixture(scope="module")
-def client() -> Iterator[Client]:
-    """The session's cluster, started the way a notebook starts it (no address set)."""
+def _cluster() -> Iterator[None]:
+    """The module's cluster settings, the way a notebook starts one (no address set); the
+    cluster is closed when the module is done."""
     with pytest.MonkeyPatch.context() as patch:
         patch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
         executors.set_dask_address(None)
         try:
-            yield executors.dask_client()
+            yield
         finally:
             executors.close_all()
+
+
+@pytest.fixture
+def client(_cluster: None) -> Client:
+    """The session's cluster: started once for the module and shared, started again only
+    after a test closed it (the magic's unload closes it), so the tests run in any order."""
+    return executors.dask_client()
 
 
 @pytest.fixture(scope="module")

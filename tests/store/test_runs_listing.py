@@ -186,3 +186,23 @@ def test_a_script_found_by_words_with_punctuation_marks_them_in_its_words(
     assert row.id == run.id and row.snippet is not None
     assert row.snippet.field == "prompt" and "actions" not in str(row.snippet)
     assert str(row.snippet) == "The [weather] in [Paris], tomorrow."
+
+
+@pytest.mark.parametrize(
+    ("script_text", "words"),
+    [
+        ("§THINK: Written in sigil. §RESPOND: Hello from sigil. §END:", "Written in sigil. Hello"),
+        ('One sum. <execute>[{"name": "add", "args": {"a": 4}}]</execute>', "One sum."),
+        ('<action id="cut">{"name": "echo", "parameters": {"value": 1}', "(no text)"),
+        ("<thought>Hmm.</thought><response>Yes.</response>", "Hmm. Yes."),
+    ],
+)
+def test_a_script_in_any_dialect_shows_its_words_never_its_protocol(
+    script_text: str, words: str
+) -> None:
+    from cortex_jupyter.display.listing import prompt_words
+
+    shown = prompt_words(script_text, script=True)
+    assert shown.startswith(words)
+    for protocol in ("<", "§", "{", "execute"):
+        assert protocol not in shown, shown
