@@ -4,6 +4,7 @@ copy, ``%cortex vars``) without anything asking for its full repr or str."""
 
 from __future__ import annotations
 
+import gc
 import tracemalloc
 from collections.abc import Iterator
 
@@ -13,6 +14,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from cortex_jupyter import default_registry
 from cortex_jupyter.runtime.core.record.run import brief_json, summarize
 from cortex_jupyter.runtime.loop.prompt import describe_value, render_value
+from cortex_jupyter.store import open_store
 
 SIZE = 50_000_000
 
@@ -90,6 +92,10 @@ def test_summaries_and_descriptions_read_only_what_they_show() -> None:
 
     data = b"\x01" * SIZE
     text = "y" * SIZE
+    # tracemalloc counts every thread: the store's writer may still be keeping an earlier
+    # test's 50 MB output (order decides), so it is done before the peak is measured.
+    open_store().flush(timeout=120)
+    gc.collect()
     tracemalloc.start()
     try:
         tracemalloc.reset_peak()
