@@ -1,0 +1,1 @@
+"""Experiments: test an agent on your own cases (see results.py for the shared shapes)."""
