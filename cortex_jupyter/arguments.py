@@ -44,6 +44,22 @@ EVAL.add_argument(
 )
 
 
+EXPERIMENT = MagicArgumentParser(
+    prog="%cortex experiment",
+    add_help=False,
+    description="Run a dataset's cases by each agent and show the matrix of results.",
+)
+EXPERIMENT.add_argument("dataset", help="A notebook name holding a Dataset, or a saved file.")
+EXPERIMENT.add_argument(
+    "--agents", required=True,
+    help="Comma-separated columns: notebook Agents, registered agents, models, dialect:model.",
+)  # fmt: skip
+EXPERIMENT.add_argument("--repeat", type=int, default=1, metavar="N", help="Tries a case (1).")
+EXPERIMENT.add_argument("--concurrency", type=int, metavar="N", help="Tries at once a server.")
+EXPERIMENT.add_argument("--budget", metavar="USD|Ntok", help="The most the whole run may spend.")
+EXPERIMENT.add_argument("--name", help="The experiment's name (default: the dataset's).")
+
+
 def resume(words: list[str]) -> tuple[str, bool, Budget | None]:
     """``%cortex resume ID [--force] [--budget USD|Ntok]``'s words: the run id, whether to
     take a run marked running on another machine (which cannot be checked from here),

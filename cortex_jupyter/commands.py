@@ -19,7 +19,7 @@ import os
 import re
 import sys
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -517,6 +517,24 @@ def evaluate_dialects(
     except evaluation.EndpointUnusable as exc:
         complain(str(exc))
         return exc.result if exc.result.tries else None
+
+
+def run_experiment(session: Session, given: Any, options_for: Callable[[str], Any]) -> Any:
+    """``%cortex experiment``: the dataset run by the named columns (``session.experiments``);
+    a name that cannot be had is one line."""
+    from cortex_jupyter.runtime.core.cost.budget import Budget
+    from cortex_jupyter.session.experiments import ExperimentRefused, columns, dataset_named
+
+    try:
+        dataset = dataset_named(session.shell.user_ns, given.dataset)
+        agents = columns(session, given.agents, options_for)
+        Budget.parse(given.budget)
+        return dataset.run(
+            agents, repeat=given.repeat, concurrency=given.concurrency, budget=given.budget,
+            name=given.name,
+        )  # fmt: skip
+    except (ExperimentRefused, ValueError, TypeError) as exc:
+        raise UsageError(f"%cortex experiment: {exc}") from None
 
 
 def mcp_command(args: list[str]) -> None:

@@ -79,6 +79,7 @@ COMMANDS = (
     "local",
     "trace",
     "eval",
+    "experiment",
     "help",
 )
 
@@ -650,6 +651,14 @@ class CortexMagics(Magics):
             tasks=given.tasks, max_turns=given.max_turns, temperature=self.temperature,
             max_tokens=given.max_tokens, time_limit=given.time_limit,
         )  # fmt: skip
+
+    def _cmd_experiment(self, args: list[str]) -> Any:
+        """Run a dataset by agents: %cortex experiment DATASET --agents a,b [--repeat N]."""
+        if {"-h", "--help"} & set(args):
+            return print(arguments.EXPERIMENT.format_help())
+        return commands.run_experiment(
+            self.session, arguments.EXPERIMENT.parse_args(args), self._options
+        )
 
     def _cmd_mcp(self, args: list[str]) -> None:
         """MCP servers' tools as NAME.TOOL: %cortex mcp add|list|remove (%cortex mcp help)."""

@@ -96,6 +96,37 @@ MIGRATIONS: list[str] = [
     _V1,
     "ALTER TABLE runs ADD COLUMN claimed REAL",
     "ALTER TABLE runs ADD COLUMN text_chars INTEGER NOT NULL DEFAULT 0",
+    # Experiments (``store.experiments``): each try is an ordinary run in ``runs``; these
+    # say which experiment, case, agent and repeat it was, and how it was judged.
+    """
+    CREATE TABLE experiments (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        created REAL NOT NULL,
+        status TEXT NOT NULL,
+        note TEXT,
+        repeat INTEGER NOT NULL,
+        dataset TEXT,
+        agents TEXT NOT NULL DEFAULT '{}',
+        host TEXT
+    );
+    CREATE INDEX experiments_created ON experiments (created);
+    CREATE TABLE tries (
+        experiment TEXT NOT NULL,
+        case_name TEXT NOT NULL,
+        agent TEXT NOT NULL,
+        repeat INTEGER NOT NULL,
+        run TEXT,
+        status TEXT NOT NULL,
+        verdicts TEXT NOT NULL DEFAULT '{}',
+        cost REAL,
+        tokens INTEGER NOT NULL DEFAULT 0,
+        seconds REAL,
+        first_action REAL,
+        error TEXT,
+        PRIMARY KEY (experiment, case_name, agent, repeat)
+    ) WITHOUT ROWID
+    """,
 ]
 VERSION = len(MIGRATIONS)
 
