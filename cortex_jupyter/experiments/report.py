@@ -287,14 +287,14 @@ def compare(
     ``agents``, by default those of ``tries``)."""
     own_cases, own_agents = names(tries)
     m = matrix(title, tries, cases or own_cases, agents or own_agents, baseline=baseline_tries)
-    now, before = set(grouped(tries)), set(grouped(baseline_tries))
+    now, before = grouped(tries), grouped(baseline_tries)
     order = list(m.cells)
     return Comparison(
         matrix=m,
         regressed=[k for k in order if m.cells[k].change == "regressed"],
         improved=[k for k in order if m.cells[k].change == "improved"],
         added=[k for k in order if k in now and k not in before],
-        removed=sorted(before - now),
+        removed=[k for k in before if k not in now],
     )
 
 

@@ -4,6 +4,8 @@ a baseline comparison, the DataFrame rows and the ``assert_passes`` message say.
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cortex_jupyter.display.matrix_data import Matrix, MatrixCell
 from cortex_jupyter.experiments.report import (
@@ -354,3 +356,45 @@ def test_failures_message_fails_an_agent_with_no_tries_and_an_empty_experiment()
         "the experiment did not pass: local has no tries"
     )
     assert failures_message([]) == "the experiment did not pass: there are no tries to check"
+
+
+outcomes = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b", CAFE]),
+        st.sampled_from(["gpt", MODEL]),
+        st.sampled_from([True, False, None, "error"]),
+        st.one_of(st.none(), st.floats(0, 1)),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=60)
+@given(outcomes)
+def test_cells_summaries_and_rows_count_the_same_tries(drawn: list[tuple]) -> None:
+    tries = [
+        attempt(
+            case,
+            agent,
+            i,
+            False if ok == "error" else ok,
+            cost=cost,
+            error="boom" if ok == "error" else None,
+        )
+        for i, (case, agent, ok, cost) in enumerate(drawn)
+    ]
+    cases, agents = ["a", "b", CAFE], ["gpt", MODEL]
+    m = matrix("t", tries, cases, agents)
+    for s in m.summaries:
+        mine = [c for c in m.cells.values() if c.agent == s.agent]
+        assert s.passed == sum(c.passed for c in mine)
+        assert s.total == sum(c.total for c in mine)
+        assert s.unfinished == sum(c.pending for c in mine)
+        assert 0.0 <= s.low <= s.rate <= s.high <= 1.0 or s.total == 0
+    assert m.done + sum(s.unfinished for s in m.summaries) == m.total == len(tries)
+    assert sum(row["passed"] for row in rows(tries, ["answer"])) == sum(
+        s.passed for s in m.summaries
+    )
+    assert set(filtered(m, "flaky")) <= set(filtered(m, "failures")) <= set(cases)
+    message = failures_message(tries)
+    assert (message is None) == (bool(tries) and all(t.passed for t in tries))
