@@ -21,14 +21,16 @@ One try travels like this:
   carries its node's state as the event left it.
 - The answer is the finished record as plain data: a transcript of every event, the
   nodes and the variables (redacted as ``Run.to_jsonl`` redacts), plus, pickled apart,
-  the live values JSON would lose (typed output, node outputs, exceptions); whatever of
-  those cannot come back stays as its JSON form or short repr.
+  the live values JSON would lose (typed output, node outputs, exceptions, variables);
+  one that cannot come back, or holds a secret of the worker, stays as its (redacted)
+  JSON form or short repr.
 - In the notebook, ``run_try`` rebuilds the run in one ``Run`` record (the caller's
   ``run=``, or a new one with the same id as on the worker), applying each event as it
   arrives (then ``on_event`` sees the record as a local observer would), and then the
   events that did not arrive live, from the answer: ``on_event`` gets every event once,
   in order, in the notebook's process. Times are the notebook's ``time.monotonic()``:
-  the worker's readings are moved by one offset, so order, durations and overlaps hold.
+  the worker's readings are moved by one offset (the two clocks' origins on the wall
+  clock), so a run's order, durations and overlaps hold as they were measured.
 - Cancelling ``run_try`` cancels the task; the worker sees it (within
   ``WATCH_INTERVAL``) and cancels the agent's run. A worker that dies mid-try ends
   ``run_try`` with ``WorkerLost`` (which worker, which try), never a hang, also when the
@@ -58,7 +60,7 @@ import anyio
 import anyio.to_thread
 
 from cortex_jupyter.runtime import Agent, Registry, Run, RunHooks
-from cortex_jupyter.runtime.core.calls.registry import ToolSpec
+from cortex_jupyter.runtime.core.calls.registry import REGISTRY_TYPES, ToolSpec
 from cortex_jupyter.runtime.core.errors import CortexRuntimeError
 from cortex_jupyter.runtime.core.events import ActionStatus, AnyEvent
 from cortex_jupyter.runtime.core.record.run import (
@@ -213,10 +215,11 @@ def _route(event: tuple[float, Any]) -> None:
             inbox.put(("live", message))
 
 
-def _travelling(agent: Agent, prompt: str) -> Agent:
+def _travelling(agent: Agent, prompt: str) -> tuple[Agent, list[tuple[str, str]]]:
     """``agent`` as it goes to the worker: a fresh model, and what it may call as a
     registry of its own (the worker's default registry knows nothing of the notebook's
-    tools), with ``executor=`` tools run in place."""
+    tools), with ``executor=`` tools run in place; and the built-in entries it may call,
+    which the worker makes for itself (the ``cache`` relic holds an open database)."""
     model = agent.model
     if model is None:
         raise ValueError(
@@ -227,21 +230,48 @@ def _travelling(agent: Agent, prompt: str) -> Agent:
     if callable(fresh):
         model = fresh(prompt)
     tools = Registry(builtins=False)
+    builtins: list[tuple[str, str]] = []
     callable_ = agent.callable()
-    for kind in ("tool", "agent", "relic", "workflow", "llm", "internal"):
+    for kind in REGISTRY_TYPES:
         for name in callable_.names(kind):
             spec = callable_.get(kind, name)
+            if isinstance(spec, ToolSpec) and _builtin(spec):
+                builtins.append((kind, name))
+                continue
             if isinstance(spec, ToolSpec) and spec.executor is not None:
                 spec = dataclasses.replace(spec, executor=None)
             tools.add(spec)
-    return agent.with_options(model=model, registry=tools, tools=None)
+    return agent.with_options(model=model, registry=tools, tools=None), builtins
+
+
+def _builtin(spec: ToolSpec) -> bool:
+    """One of the entries every registry starts with (``complete``, ``cache.get``...)."""
+    module = getattr(spec.func, "__module__", None) or ""
+    return module.startswith("cortex_jupyter.runtime.core.calls.")
+
+
+def _arrived(agent: Agent, builtins: list[tuple[str, str]]) -> Agent:
+    """On the worker: the agent's registry, with the built-in entries it may call made
+    here."""
+    if not builtins:
+        return agent
+    here = Registry()
+    wanted = set(builtins)
+    for kind in REGISTRY_TYPES:
+        for name in here.names(kind):
+            if (kind, name) not in wanted:
+                here.remove(kind, name)
+    for kind in REGISTRY_TYPES:
+        for name in agent.home.names(kind):
+            here.add(agent.home.get(kind, name))
+    return agent.with_options(registry=here)
 
 
 def _pack(agent: Agent, prompt: str, namespace: Mapping[str, Any] | None) -> bytes:
-    shipped = _travelling(agent, prompt)
+    shipped, builtins = _travelling(agent, prompt)
     space = dict(namespace or {})
     try:
-        return dumps((shipped, prompt, space))
+        return dumps((shipped, builtins, prompt, space))
     except Exception as exc:
         for name, value in space.items():
             if isinstance(dumps_or_why(value), str):
@@ -271,7 +301,7 @@ class _Job:
         self.key = f"cortex-try-{run.id}-{uuid.uuid4().hex[:8]}"
         self.inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self.future: Any = None
-        self.offset: float | None = None  # notebook time minus worker time
+        self.offset: float | None = None  # add to a worker's time: the notebook's
         self.attempt: str | None = None
         self.worker = "(not known yet)"
         self.delivered = 0  # events applied so far
@@ -328,7 +358,9 @@ class _Job:
                 f"the cluster started the try again on {message['worker']}",
             )  # fmt: skip
         if self.offset is None:
-            self.offset = time.monotonic() - float(message["now"])
+            # Both clocks read against the wall clock: no transport delay in it, exact on
+            # one machine, as good as the machines' clock sync between two.
+            self.offset = float(message["clock"]) - _clock()
 
     def _live(self, message: Mapping[str, Any]) -> None:
         self._same_attempt(message)
@@ -458,7 +490,8 @@ def _remote_try(blob: bytes, key: str, topic: str, run_id: str) -> bytes:
         "worker": str(getattr(worker, "address", "?")),
         "pid": os.getpid(),
     }
-    agent, prompt, namespace = loads(blob)
+    shipped, builtins, prompt, namespace = loads(blob)
+    agent = _arrived(shipped, builtins)
     run = Run(id=run_id)
     sender = _Sender(worker, topic, here, run)
     cancelled = _cancellation_check(worker)
@@ -491,8 +524,14 @@ def _remote_try(blob: bytes, key: str, topic: str, run_id: str) -> bytes:
         if node.resolved is not None
     }
     answer["values"] = _values(run)
-    answer["now"] = time.monotonic()
+    answer["clock"] = _clock()
     return pickle.dumps(answer)
+
+
+def _clock() -> float:
+    """This process's ``time.monotonic()`` origin on the wall clock: a reading ``t`` of
+    one process is ``t + its _clock() - another's _clock()`` of the other."""
+    return time.time() - time.monotonic()
 
 
 async def _watch(cancelled: Callable[[], bool], scope: anyio.CancelScope) -> None:
@@ -525,7 +564,8 @@ def _transcript(run: Run) -> list[dict[str, Any]]:
 
 
 def _values(run: Run) -> dict[str, bytes]:
-    """The live values JSON loses, each pickled alone (one that cannot be is left out)."""
+    """The live values JSON loses, each pickled alone: one that cannot be, or that holds
+    a secret of this worker (the notebook could not redact it), is left out."""
     found: dict[str, Any] = {"output:": run.output} if run.output is not None else {}
     for node in run.actions.values():
         if node.output is not None:
@@ -536,6 +576,9 @@ def _values(run: Run) -> dict[str, bytes]:
         found[f"variable:{name}"] = value
     out = {}
     for name, value in found.items():
+        shown = to_json_value(value)[0] if not isinstance(value, BaseException) else str(value)
+        if redact_value(shown) != shown:
+            continue  # it holds a secret of this worker: only its redacted form goes back
         blob = dumps_or_why(value)
         if isinstance(blob, bytes):
             out[name] = blob
@@ -601,7 +644,7 @@ class _Sender:
         if self.broken:
             return
         try:
-            self.worker.log_event(self.topic, {**self.here, "now": time.monotonic(), **fields})
+            self.worker.log_event(self.topic, {**self.here, "clock": _clock(), **fields})
         except Exception:
             self.broken = True
 

@@ -222,3 +222,57 @@ def test_a_bad_executor_is_refused_in_one_line() -> None:
         ClusterRunner(42)
     with pytest.raises(ValueError, match=r"is not a Dask scheduler's address"):
         ClusterRunner("localhost")
+
+
+def set_environment(name: str, value: str | None) -> None:
+    """Sets (``None``: removes) an environment variable of the process it runs in."""
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
+def secret_from_environment(name: str) -> str:
+    """Returns the worker's own environment variable ``name``."""
+    return os.environ[name]
+
+
+async def test_what_comes_back_is_redacted_with_the_workers_own_secrets(
+    client: Client, tmp_path: Path
+) -> None:
+    # A credential only the workers have: the notebook's redaction cannot know it.
+    secret = "wk-" + "7f3a9c1e5b2d4f60"
+    client.run(set_environment, "WORKER_SERVICE_TOKEN", secret)  # type: ignore[no-untyped-call]
+    registry = Registry(builtins=False)
+    registry.register(secret_from_environment)
+    body = json.dumps({"name": "secret_from_environment",
+                       "parameters": {"name": "WORKER_SERVICE_TOKEN"}})  # fmt: skip
+    script = f'<action id="s">{body}</action>\n--- next turn ---\n<response>ok</response>'
+    agent = Agent(model=ScriptModel(script, delay=0), registry=registry)
+    seen: list[Any] = []
+    with ClusterRunner(client) as runner:
+        run = await runner.run_try(agent, "read it", {}, seen.append)
+    try:
+        assert run.actions["s"].error is None
+        assert run.actions["s"].status == "done"
+        assert secret not in repr(seen)
+        assert secret not in run.to_jsonl()
+        assert "[redacted]" in repr(seen)
+        # The notebook cannot redact what it does not know: the value stays redacted.
+        assert run.actions["s"].output == "[redacted]"
+    finally:
+        client.run(set_environment, "WORKER_SERVICE_TOKEN", None)  # type: ignore[no-untyped-call]
+
+
+async def test_an_address_opens_a_client_that_close_closes(client: Client) -> None:
+    address = client.scheduler.address
+    runner = ClusterRunner(address)
+    try:
+        assert runner.client is not client
+        agent = Agent(model=ScriptModel("<response>hello</response>", delay=0))
+        run = await runner.run_try(agent, "hi", {}, None)
+        assert (run.status, run.answer) == ("completed", "hello")
+    finally:
+        runner.close()
+    assert runner.client.status == "closed"
+    assert client.status == "running"
