@@ -43,7 +43,7 @@ class Watched:
     a model that merely answers badly. Everything else is the model's own."""
 
     def __init__(self, model: Any) -> None:
-        self._model = model
+        self._model = self.model = model
         self.failure: BaseException | None = None
 
         @functools.wraps(model.stream)
@@ -206,7 +206,8 @@ class Plan:
         model = agent.model
         fresh = getattr(model, "fresh", None)
         watched = Watched(fresh(case.prompt) if callable(fresh) else model)
-        changes: dict[str, Any] = {"model": watched}
+        # A worker gets the model itself (what it does there is read from the run).
+        changes: dict[str, Any] = {"model": watched if self.runner is None else watched.model}
         if share is not None:
             changes["budget"] = share
         run = Run()
@@ -217,10 +218,7 @@ class Plan:
         try:
             with anyio.move_on_after(limit) as scope:
                 if self.runner is not None:
-                    run = await self.runner.run_try(
-                        agent.with_options(**changes), case.prompt, dict(case.vars or {}),
-                        None, store=store,
-                    )  # fmt: skip
+                    await self._remote(tried, agent.with_options(**changes), case, run, store)
                 else:
                     await agent.with_options(**changes).run(
                         case.prompt, namespace=dict(case.vars or {}), run=run, store=store
@@ -235,6 +233,20 @@ class Plan:
             )
             return watched, None
         return watched, run
+
+    async def _remote(self, tried: Try, agent: Agent, case: Any, run: Run, store: Any) -> None:
+        """The try on a cluster's worker (``experiments.cluster``): its events come back
+        here, to the store as a local run's would."""
+        recording = None if store is None else store.record(run, case.prompt, agent.settings())
+        label = f"{tried.case} / {tried.agent} #{tried.repeat + 1}"
+        try:
+            await self.runner.run_try(
+                agent, case.prompt, dict(case.vars or {}),
+                None if recording is None else recording.on_event, run=run, label=label,
+            )  # fmt: skip
+        finally:
+            if recording is not None:
+                recording.finish()
 
     async def _ended(self, tried: Try, report: Callable[[Try], None]) -> None:
         if self.rows is not None:
