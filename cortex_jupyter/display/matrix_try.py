@@ -107,7 +107,7 @@ def _detail_lines(details: Mapping[str, Any]) -> list[str]:
         entries = _entries(details, keys)
         if not entries:
             continue
-        joiner = " ∥ " if kind == "not_parallel" else " after "
+        joiner = {"not_parallel": " ∥ ", "broken": " did not wait for "}.get(kind, ", ")
         said = "; ".join(_entry_words(entry, joiner) for entry in entries)
         lines.append(f'<span style="color:{colour}">■</span> {esc(words)}: {esc(said)}')
     return lines

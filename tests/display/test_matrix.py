@@ -322,7 +322,7 @@ def test_an_opened_try_shows_its_run_with_the_verdicts_laid_over_it(stored: Any)
     assert "✗ tools (0.50) — refund came first" in words
     assert "missing: notify" in words
     assert "out of order: refund" in words
-    assert "a before edge broken: refund after lookup" in words
+    assert "a before edge broken: refund did not wait for lookup" in words
     assert "field expected got city 'Paris'" in words and EVIL.replace("<", "") not in page
     assert "<img src=x" not in page
     # The run as %cortex open shows it: its actions and its answer.
