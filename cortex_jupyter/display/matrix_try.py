@@ -102,7 +102,7 @@ def _detail_lines(details: Mapping[str, Any]) -> list[str]:
     lines = []
     missing = _names(_entries(details, _MISSING_KEYS))
     if missing:
-        lines.append("missing: " + ", ".join(missing))
+        lines.append("missing: " + esc(", ".join(missing)))
     for kind, (keys, colour, words) in MARKS.items():
         entries = _entries(details, keys)
         if not entries:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import html
 import re
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,8 @@ from cortex_jupyter.display.matrix_data import AgentSummary, Matrix, MatrixCell
 from cortex_jupyter.display.static import STATIC_CLASS, VIEW_CLASS, WIDGET_MIME
 from cortex_jupyter.models import ScriptModel
 from cortex_jupyter.runtime import Agent, Registry
+
+from .test_xss import HTML_ELEMENTS, PAYLOADS, check_tree
 
 EVIL = "<img src=x onerror=alert(1)>"
 
@@ -339,3 +342,29 @@ def test_a_try_that_never_ran_shows_its_verdicts_only() -> None:
     view = try_view(None, {"protocol": Verdict(False, 0.0, "the model server refused")})
     assert "the model server refused" in view.html
     assert "cortex-graph" not in view.html
+
+
+def test_the_static_copy_holds_only_what_sanitizers_keep() -> None:
+    m = matrix(cell(EVIL, "gpt", 0, 2, flaky=True, reasons=(EVIL, "x")), cell(EVIL, "local", 1, 1))
+    data, _ = MatrixView(Opened(), clock=Clock(), matrix=m).close()
+    body = data["text/html"].split("</style>", 1)[1]  # the <style> sanitizers drop, on purpose
+    tags = set(re.findall(r"<\s*([a-zA-Z][\w-]*)", body))
+    assert tags <= {"div", "span", "table", "thead", "tbody", "tr", "th", "td"}, tags
+    assert not re.search(r"\son\w+\s*=", body.replace("onerror=alert(1)&gt;", ""))
+
+
+@pytest.mark.parametrize("payload", PAYLOADS)
+def test_no_matrix_or_verdict_text_gets_through(payload: str) -> None:
+    m = matrix(
+        cell(payload, payload, 0, 2, flaky=True, reasons=(payload,), change="regressed"),
+        cell(payload, "local", 1, 1),
+    )
+    hostile = Verdict(False, 0.5, payload, {
+        "missing": [payload], "extra": [payload], "broken": [[payload, payload]],
+        "not_parallel": [[payload, "b"]], "diff": {payload: {"expected": payload, "actual": 1}},
+    })  # fmt: skip
+    tables = {"td", "th", "tr", "table", "thead", "tbody", "button"}
+    for out in (matrix_html(m), matrix_html(m, live=True), try_view(None, {payload: hostile}).html):
+        for raw in ("<script", "<img", "<iframe", "<svg", "\x00", "\x1b"):
+            assert raw not in out.lower()
+        check_tree(ET.fromstring(f"<root>{out}</root>"), HTML_ELEMENTS | tables)
