@@ -12,8 +12,9 @@ Verdicts are ``experiments.results.Verdict``; the display may not import experim
 so they are read through ``VerdictLike``: ``passed``, ``score``, ``reason``, ``details``.
 The ``details`` keys read (every one optional): ``missing``, ``extra``, ``out_of_order``
 (action names), ``broken`` (``[action, the one it had to wait for]`` pairs),
-``not_parallel`` (pairs or groups of actions that did not overlap), ``diff`` (a typed
-answer's difference: ``{field: {"expected": .., "actual": ..}}`` or rows).
+``not_parallel`` (pairs or groups of actions that did not overlap), ``fields`` or ``diff``
+(a typed answer's difference: ``{field: [got, expected]}`` as ``expect.output`` gives
+it, ``{field: {"expected": .., "actual": ..}}``, or rows).
 """
 
 from __future__ import annotations
@@ -120,8 +121,8 @@ def _diff_rows(value: Any) -> list[tuple[str, Any, Any]]:
         for name, pair in value.items():
             if isinstance(pair, Mapping):
                 rows.append((str(name), pair.get("expected"), pair.get("actual", pair.get("got"))))
-            elif isinstance(pair, list | tuple) and len(pair) == 2:
-                rows.append((str(name), pair[0], pair[1]))
+            elif isinstance(pair, list | tuple) and len(pair) == 2:  # expect.output's [got, want]
+                rows.append((str(name), pair[1], pair[0]))
     elif isinstance(value, list | tuple):
         for row in value:
             if isinstance(row, Mapping):

@@ -338,6 +338,14 @@ def test_an_opened_try_shows_its_run_with_the_verdicts_laid_over_it(stored: Any)
     assert view._repr_mimebundle_()["text/plain"].startswith("spain / local #2")
 
 
+def test_a_typed_answers_difference_as_expect_output_gives_it() -> None:
+    verdict = Verdict(
+        False, 0.0, "city is 'Lima', expected 'Paris'", {"fields": {"city": ["'Lima'", "'Paris'"]}}
+    )
+    words = " ".join(text_of(try_view(None, {"output": verdict}).html).split())
+    assert "field expected got city \"'Paris'\" \"'Lima'\"" in words
+
+
 def test_a_try_that_never_ran_shows_its_verdicts_only() -> None:
     view = try_view(None, {"protocol": Verdict(False, 0.0, "the model server refused")})
     assert "the model server refused" in view.html
