@@ -485,3 +485,28 @@ class MatrixView:
 
     def __repr__(self) -> str:
         return matrix_text(self.matrix, self.filter)
+
+
+class MatrixPanel:
+    """A running experiment's matrix with the opened try under it: ``open_try(case, agent,
+    repeat, run_id)`` makes what a click shows (a ``TryView``), and it replaces the last one.
+    ``box`` is what to display; ``view`` the ``MatrixView`` to update."""
+
+    def __init__(
+        self,
+        open_try: Callable[[str, str, int, str | None], Any],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        import ipywidgets
+
+        self._open_try = open_try
+        self.output = ipywidgets.Output()
+        self.view = MatrixView(self._open, clock=clock)
+        self.box = ipywidgets.VBox([self.view.widget, self.output])
+
+    def _open(self, case: str, agent: str, repeat: int, run_id: str | None) -> None:
+        shown = self._open_try(case, agent, repeat, run_id)
+        self.output.clear_output()
+        if shown is not None:
+            self.output.append_display_data(shown)

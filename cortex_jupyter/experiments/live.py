@@ -49,11 +49,12 @@ class Watching:
         if view if view is not None else in_notebook():
             from IPython.display import display
 
-            from cortex_jupyter.display.matrix import MatrixView
+            from cortex_jupyter.display.matrix import MatrixPanel
 
-            self.view = MatrixView(on_open=self.open)
+            panel = MatrixPanel(self.open)
+            self.view = panel.view
             self.view.update(experiment.matrix())
-            display(self.view)
+            display(panel.box)
 
     def ended(self, tried: Try) -> None:
         if self.bar is not None:
@@ -73,8 +74,14 @@ class Watching:
         if self.bar is not None:
             self.bar.close()
         if self.view is not None:
+            from IPython.display import display
+
             self.view.update(self.experiment.matrix())
             self.view.flush()
+            # The static copy under the live matrix (hidden while the widget shows), as a
+            # finished run leaves: a saved notebook reads without a kernel.
+            data, metadata = self.view.saved_bundle()
+            display(data, raw=True, metadata=metadata)
 
     def open(self, case: str, agent: str, repeat: int, run_id: str | None) -> Any:
         """Show the try ``(case, agent, repeat)``: its run's graph and its verdicts."""
@@ -86,5 +93,6 @@ class Watching:
         try:
             run = self.experiment.open(case, agent, repeat)
         except Exception as exc:  # never ran, or the store cannot be read: say so
-            return try_view(None, tried.verdicts, note=shorten(redact(str(exc)), 200))
-        return try_view(run, tried.verdicts)
+            title = f"{case} / {agent} #{repeat + 1}: {shorten(redact(str(exc)), 200)}"
+            return try_view(None, tried.verdicts, title=title)
+        return try_view(run, tried.verdicts, title=f"{case} / {agent} #{repeat + 1}")
