@@ -121,15 +121,20 @@ def fill(path: Path, count: int, rng: random.Random) -> None:
     texts = db.execute(
         "SELECT field, text FROM search WHERE run = ? AND field != 'prompt'", (source,)
     ).fetchall()
+    # Every column of the schema in force is copied but the three each copy has its own:
+    # the bench follows the store's migrations instead of naming a column list of its own.
+    columns = [row[1] for row in db.execute("PRAGMA table_info(runs)")]
+    own = {"id", "started", "prompt"}
+    copied = ", ".join(f"? AS {name}" if name in own else name for name in columns)
+    names = ", ".join(columns)
     db.execute("BEGIN")
     for n in range(count):
         new = f"copy{n:08d}"
         prompt = " ".join(rng.choice(WORDS) for _ in range(6)) + f" question {n}"
+        values = {"id": new, "started": now - n, "prompt": prompt}
         db.execute(
-            "INSERT INTO runs SELECT ?, ?, ended, clock, model, status, reason, turns, actions, "
-            "prompt_tokens, completion_tokens, cost, ?, answer, options, host FROM runs "
-            "WHERE id = ?",
-            (new, now - n, prompt, source),
+            f"INSERT INTO runs ({names}) SELECT {copied} FROM runs WHERE id = ?",
+            (*(values[name] for name in columns if name in own), source),
         )
         db.executemany(
             "INSERT INTO search (run, field, text) VALUES (?, ?, ?)",
@@ -154,7 +159,8 @@ def report_search(folder: Path, count: int) -> str:
         with contextlib.redirect_stdout(io.StringIO()) as out:
             commands.show_runs(word, 20)
         times.append(time.perf_counter() - start)
-        assert out.getvalue().count("\n") >= 2, out.getvalue()
+        # Outside a kernel the table is its display bundle, printed: a row was found.
+        assert "data-run=" in out.getvalue(), out.getvalue()[:500]
     start = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):
         commands.show_runs(None, 20)

@@ -316,15 +316,18 @@ def test_a_cut_answer_continued_is_the_whole_answer_and_the_header_says_truncate
     assert "</response>" not in out
 
 
+#: A reply whose tool sleeps 20 s: the stop tests press stop while it runs.
+SLOW = (
+    '<action id="slow">{"name": "magic_slow", "parameters": {"seconds": 20}}</action>\n'
+    "<response>never</response>"
+)
+
+
 def test_stop_cancels_quickly_keeps_the_kernel_usable(ip: InteractiveShell, tools: None) -> None:
-    body = (
-        '<action id="slow">{"name": "magic_slow", "parameters": {"seconds": 20}}</action>\n'
-        "<response>never</response>"
-    )
     press_stop_once_slow_runs()
     started = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
-        run(ip, "--script --delay 0", body)
+        run(ip, "--script --delay 0", SLOW)
     # Well before the tool's 20 s sleep ends: the cell never waits for it.
     assert time.monotonic() - started < 15
     record = ip.user_ns["_cortex"]
@@ -369,15 +372,11 @@ def _replaced(handler: Any) -> Iterator[None]:
 def test_stop_cancels_the_run_whatever_handler_a_library_left_on_sigint(
     ip: InteractiveShell, tools: None, left_behind: Any
 ) -> None:
-    body = (
-        '<action id="slow">{"name": "magic_slow", "parameters": {"seconds": 20}}</action>\n'
-        "<response>never</response>"
-    )
     with contextmanager(left_behind)():
         found = signal.getsignal(signal.SIGINT)
         press_stop_once_slow_runs()
         with pytest.raises(KeyboardInterrupt):
-            run(ip, "--script --delay 0", body)
+            run(ip, "--script --delay 0", SLOW)
         assert ip.user_ns["_cortex"].actions["slow"].status == "cancelled"
         # The library's handler is its own again once the cell ended.
         assert signal.getsignal(signal.SIGINT) is found

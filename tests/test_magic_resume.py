@@ -284,6 +284,24 @@ def test_a_budgeted_run_resumes_under_its_budget_counting_what_it_spent_before(
     assert run.usage["prompt_tokens"] + run.usage["completion_tokens"] == 1500
 
 
+def test_a_reply_without_usage_resumes_counting_what_its_reservation_held(
+    ip: InteractiveShell, server: FakeOpenAIServer, tools: Tools
+) -> None:
+    # A server that never reports usage (older llama.cpp, many proxies): under a token
+    # budget the reply counts what its request reserved (its prompt and max_tokens), an
+    # upper bound. Resumed, the run counts the same, not "tokens not known" (a refusal).
+    server.script(Stream([*texts(TURN_1, 9), finish()]), Stream([*texts(TURN_2, 9), finish()]))
+    line = "--model fake-model --max-tokens 500 --budget 3400tok"
+    stopped = _stop_in_second(ip, server, tools, line)
+    assert server.requests[0].json["max_tokens"] == 500  # held: ~1.2k of prompt and 500
+    ip.run_line_magic("cortex", f"resume {stopped.id}")
+    run = ip.user_ns["_cortex"]
+    assert (run.id, run.status, run.answer) == (stopped.id, "completed", "First 6, then 7.")
+    # the second request (~1.3k of prompt) is capped by what the budget leaves after the
+    # first one's hold: the budget holds across the resume
+    assert 16 <= server.requests[1].json["max_tokens"] < 500
+
+
 def test_a_stop_while_a_resume_readies_its_view_leaves_the_run_resumable(
     ip: InteractiveShell,
     server: FakeOpenAIServer,

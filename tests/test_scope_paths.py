@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -143,53 +144,66 @@ def nowhere(
         assert secret not in sent
 
 
-@pytest.mark.parametrize(("path", "refused"), ATTACKS)
+@dataclass
+class Cell:
+    """The notebook with the attack's objects, its server and the cell's output."""
+
+    ip: InteractiveShell
+    server: FakeOpenAIServer
+    capsys: pytest.CaptureFixture[str]
+
+    def ask(self, *turns: str, **options: str) -> Any:
+        return ask(self.ip, self.server, *turns, **options)
+
+    def nowhere(self, run: Any) -> None:
+        nowhere(run, self.server, self.capsys)
+
+
+@pytest.fixture
+def cell(
+    notebook: InteractiveShell, server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
+) -> Cell:
+    return Cell(notebook, server, capsys)
+
+
+@pytest.fixture(params=ATTACKS, ids=[path for path, _ in ATTACKS])
+def attack(request: pytest.FixtureRequest) -> tuple[str, str]:
+    """An attack path, and the step it is refused at."""
+    return request.param  # type: ignore[no-any-return]
+
+
 def test_an_attack_path_in_an_action_parameter_fails_in_one_line_naming_the_step(
-    notebook: InteractiveShell,
-    server: FakeOpenAIServer,
-    seen: list[Any],
-    capsys: pytest.CaptureFixture[str],
-    path: str,
-    refused: str,
+    cell: Cell, seen: list[Any], attack: tuple[str, str]
 ) -> None:
-    run = ask(notebook, server, action(path), "<response>done</response>")
+    path, refused = attack
+    run = cell.ask(action(path), "<response>done</response>")
     node = run.actions["a"]
     assert node.status == "failed" and seen == []  # the tool never ran
     error = node.error or ""
     assert refused in error and "\n" not in error.strip()
-    nowhere(run, server, capsys)
+    cell.nowhere(run)
 
 
-@pytest.mark.parametrize(("path", "refused"), ATTACKS)
-def test_an_attack_path_in_the_answer_stays_as_written(
-    notebook: InteractiveShell,
-    server: FakeOpenAIServer,
-    capsys: pytest.CaptureFixture[str],
-    path: str,
-    refused: str,
-) -> None:
-    run = ask(notebook, server, f"<response>Here: {path}</response>")
+def test_an_attack_path_in_the_answer_stays_as_written(cell: Cell, attack: tuple[str, str]) -> None:
+    path, refused = attack
+    run = cell.ask(f"<response>Here: {path}</response>")
     # what resolves is filled; from the refused step on, the path stays as written
     step = refused.split(" is not reachable")[0]
     assert path[len(step) - len(step.split(".")[-1]) - 1 :] in run.answer
-    nowhere(run, server, capsys)
+    cell.nowhere(run)
 
 
-@pytest.mark.parametrize(("path", "refused"), ATTACKS)
 def test_an_attack_path_in_a_typed_answer_is_a_field_error_naming_the_step(
-    notebook: InteractiveShell,
-    server: FakeOpenAIServer,
-    capsys: pytest.CaptureFixture[str],
-    path: str,
-    refused: str,
+    cell: Cell, attack: tuple[str, str]
 ) -> None:
+    path, refused = attack
     turns = json.dumps({"notes": path}), json.dumps({"notes": "none"})
     options = "--model m --text --output dict[str,str]"
-    run = ask(notebook, server, *turns, options=options, prompt="Notes?")
+    run = cell.ask(*turns, options=options, prompt="Notes?")
     assert run.output == {"notes": "none"}
-    retry = server.requests[1].json["messages"][-1]["content"]
+    retry = cell.server.requests[1].json["messages"][-1]["content"]
     assert f"- notes: {refused}" in retry
-    nowhere(run, server, capsys)
+    cell.nowhere(run)
 
 
 @pytest.mark.parametrize(

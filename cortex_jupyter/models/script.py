@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import anyio
@@ -42,7 +42,6 @@ from cortex_jupyter.runtime.core.model.chunks import (
     Message,
     ModelChunk,
     TextChunk,
-    ToolDefinition,
     Usage,
 )
 
@@ -118,16 +117,9 @@ class FixedTurns:
         its record): the next ``stream()`` gives turn ``turns + 1``."""
         self.turns_used = turns
 
-    def stream(
-        self,
-        messages: Sequence[Message],
-        *,
-        tools: Sequence[ToolDefinition] | None = None,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-        request: Mapping[str, Any] | None = None,
-    ) -> AsyncIterator[ModelChunk]:
-        """The next turn (``messages`` are not read; see ``_replay``).
+    def stream(self, messages: Sequence[Message], **options: Any) -> AsyncIterator[ModelChunk]:
+        """The next turn (``messages`` and the request ``options`` of ``StreamingModel``
+        are not read; see ``_replay``).
 
         The turn is taken when ``stream()`` is called, so replies come in call order; a
         missing turn is raised when the reply is first read.

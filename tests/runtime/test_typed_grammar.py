@@ -177,33 +177,48 @@ def as_json(dialect: str, kind: Any, value: Any) -> str:
 # ---- what a grammar admits is a valid object, read as the runtime reads the answer
 
 
-@pytest.mark.parametrize("dialect", GRAMMAR_DIALECTS)
-@pytest.mark.parametrize(("name", "kind", "values", "bad"), KINDS, ids=KIND_IDS)
-def test_every_answer_a_typed_grammar_admits_validates(
-    dialect: str, name: str, kind: Any, values: Any, bad: list[str]
-) -> None:
-    grammar = grammar_for(dialect, kind)
+@dataclass(frozen=True)
+class Case:
+    """A kind of typed answer (its values and wrong shapes) in one dialect, and its grammar."""
+
+    dialect: str
+    name: str
+    kind: Any
+    values: st.SearchStrategy[Any]
+    bad: list[str]
+    grammar: str
+
+
+@pytest.fixture(scope="module", params=GRAMMAR_DIALECTS)
+def grammar_dialect(request: pytest.FixtureRequest) -> str:
+    return request.param  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="module", params=KINDS, ids=KIND_IDS)
+def case(request: pytest.FixtureRequest, grammar_dialect: str) -> Case:
+    """Every kind in every dialect (module-scoped: hypothesis tests take it too)."""
+    name, kind, values, bad = request.param
+    return Case(grammar_dialect, name, kind, values, bad, grammar_for(grammar_dialect, kind))
+
+
+def test_every_answer_a_typed_grammar_admits_validates(case: Case) -> None:
+    grammar = case.grammar
     assert left_recursive(grammar) == []  # llama.cpp refuses a grammar with one
     assert len(parse(grammar)) == len(grammar.strip().splitlines())  # every rule reads
-    adapter, sample = TypeAdapter(kind), sampler(grammar)
-    rng = random.Random(f"{dialect} {name}")
+    adapter, sample = TypeAdapter(case.kind), sampler(grammar)
+    rng = random.Random(f"{case.dialect} {case.name}")
     for _ in range(60):
         reply = sample(rng)
-        adapter.validate_json(answer_text(dialect, reply).strip())
+        adapter.validate_json(answer_text(case.dialect, reply).strip())
 
 
-@pytest.mark.parametrize("dialect", GRAMMAR_DIALECTS)
-@pytest.mark.parametrize(("name", "kind", "values", "bad"), KINDS, ids=KIND_IDS)
-def test_a_typed_grammar_refuses_wrong_shapes_and_plain_text(
-    dialect: str, name: str, kind: Any, values: Any, bad: list[str]
-) -> None:
-    grammar = grammar_for(dialect, kind)
-    for text in [*bad, "It is 4 degrees in Oslo.", "```json\n1\n```"]:
+def test_a_typed_grammar_refuses_wrong_shapes_and_plain_text(case: Case) -> None:
+    for text in [*case.bad, "It is 4 degrees in Oslo.", "```json\n1\n```"]:
         with pytest.raises(ValidationError):
             # Wrong, or not JSON at all. (Strict: in lax mode pydantic also takes "1" for
             # 1; the grammar admits the JSON the schema describes, which is what it writes.)
-            TypeAdapter(kind).validate_json(text, strict=True)
-        assert not accepts(grammar, FORMS[dialect].format(text)), text
+            TypeAdapter(case.kind).validate_json(text, strict=True)
+        assert not accepts(case.grammar, FORMS[case.dialect].format(text)), text
 
 
 def test_a_model_takes_no_key_it_does_not_declare() -> None:
@@ -217,20 +232,17 @@ def test_a_model_takes_no_key_it_does_not_declare() -> None:
 # ---- the converse: the JSON of every value of the type is admitted
 
 
-@pytest.mark.parametrize("dialect", GRAMMAR_DIALECTS)
-@pytest.mark.parametrize(("name", "kind", "values", "bad"), KINDS, ids=KIND_IDS)
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
-def test_the_json_of_every_value_of_the_type_is_admitted(
-    dialect: str, name: str, kind: Any, values: Any, bad: list[str], data: st.DataObject
-) -> None:
-    value = data.draw(values)
+def test_the_json_of_every_value_of_the_type_is_admitted(case: Case, data: st.DataObject) -> None:
+    dialect, kind = case.dialect, case.kind
+    value = data.draw(case.values)
     text = as_json(dialect, kind, value)
     indent = data.draw(st.sampled_from([None, 1, 2]))
     spaced = json.dumps(json.loads(text), indent=indent, ensure_ascii=False)
     for body in (text, spaced.replace(STOPS[dialect], f"\\u{ord(STOPS[dialect]):04x}")):
         reply = FORMS[dialect].format(f"\n{body}\n")
-        assert accepts(grammar_for(dialect, kind), reply), reply
+        assert accepts(case.grammar, reply), reply
         # ...and the runtime reads it back as the same value.
         read = TypeAdapter(kind).validate_json(answer_text(dialect, reply).strip())
         assert TypeAdapter(kind).dump_python(read) == TypeAdapter(kind).dump_python(value)

@@ -132,7 +132,9 @@ class Cost:
     known), the tokens the server reported (None: it reported none; ``cached_tokens``,
     the part of the prompt read from the server's cache, None when it reported none),
     ``note`` saying whose prices of which date, or why there is none, and ``free`` why it
-    cost nothing."""
+    cost nothing. A reply the server reported no usage for, sent under a budget, counts
+    what its request reserved (``held_tokens``, ``held_usd``: its prompt's estimate and its
+    reply's cap), an upper bound: kept here so a resumed run counts it again."""
 
     model: str
     time: float
@@ -142,6 +144,8 @@ class Cost:
     note: str = ""
     free: str = ""
     cached_tokens: int | None = None
+    held_tokens: int | None = None
+    held_usd: float | None = None
     kind: ClassVar[str] = "cost"
 
 

@@ -148,7 +148,10 @@ class Spend:
         for cost in costs:
             tokens = cost.prompt_tokens
             usage = None if tokens is None else Usage(tokens, cost.completion_tokens or 0)
-            self.add(Price(cost.usd, cost.note, cost.free), usage)
+            held = None  # a reply without usage counted what its request held
+            if usage is None and (cost.held_tokens or cost.held_usd):
+                held = Hold(self, cost.held_usd or 0.0, cost.held_tokens or 0, released=True)
+            self.add(Price(cost.usd, cost.note, cost.free), usage, held)
 
     def reserve(
         self,
@@ -359,6 +362,7 @@ def charge(
     price = price_request(model, usage)
     spend.add(price, usage, hold)
     now = time.monotonic()
+    held = hold if usage is None and hold is not None and (hold.tokens or hold.usd) else None
     if usage is not None:
         counts = (
             ("prompt_tokens", usage.prompt_tokens),
@@ -378,6 +382,8 @@ def charge(
             price.note,
             price.free,
             None if usage is None else usage.cached_tokens or None,
+            None if held is None else held.tokens,
+            None if held is None else held.usd,
         )
     )
 
