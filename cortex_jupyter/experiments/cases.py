@@ -11,6 +11,7 @@ from stored runs. Nothing here runs anything: the experiment does.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -252,6 +253,5 @@ class Dataset:
     def from_runs(cls, ids_or_query: Any, store: Any = None, name: str | None = None) -> Dataset:
         """Cases from stored runs: each run's prompt, with its actions and answer as the
         expectations, for the user to edit (``experiments.recorded.cases_from_runs``)."""
-        from .recorded import cases_from_runs  # type: ignore[import-not-found,unused-ignore]
-
-        return cls(cases_from_runs(ids_or_query, store=store), name)
+        recorded = importlib.import_module("cortex_jupyter.experiments.recorded")
+        return cls(recorded.cases_from_runs(ids_or_query, store=store), name)
