@@ -132,8 +132,14 @@ class _Dumper(yaml.SafeDumper):
         return True
 
 
+#: Line breaks YAML knows besides "\n" (a plain or block scalar would fold them away).
+_OTHER_BREAKS = ("\r", "\x85", "\u2028", "\u2029")
+
+
 def _text(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
     style = "|" if "\n" in value else None
+    if any(mark in value for mark in _OTHER_BREAKS):
+        style = '"'  # escaped, so read back exactly
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
 
@@ -261,7 +267,8 @@ def _case(source: Path, where: str, data: Any) -> Case:
 def _read_jsonl(source: Path, text: str) -> tuple[str | None, list[Case]]:
     name: str | None = None
     cases: list[Case] = []
-    for number, line in enumerate(text.splitlines(), 1):
+    # Only "\n" ends a line: a case's text may hold U+2028 or U+0085 unescaped.
+    for number, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
         try:
