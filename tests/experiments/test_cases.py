@@ -80,7 +80,7 @@ def test_a_prompt_is_non_empty_text(prompt: Any, error: type[Exception], message
 
 
 def test_vars_are_names_a_run_can_read_as_dollar_name() -> None:
-    with pytest.raises(ValueError, match="read as \\$name.*got 'two words'"):
+    with pytest.raises(ValueError, match=r"read as \$name.*got 'two words'"):
         Case("Use $x", vars={"two words": 1})
     assert Case("Use $x", vars={"x": 1}).vars == {"x": 1}
 
@@ -112,7 +112,7 @@ def test_unnamed_cases_are_named_by_position_and_found_by_name() -> None:
     assert "case-3" in dataset and "case-2" not in dataset
     assert repr(dataset) == "Dataset('demo', 3 cases)"
     assert repr(Dataset([Case("x")])) == "Dataset(1 case)"
-    with pytest.raises(KeyError, match="no case named 'nope'.*its cases: case-1, second, case-3"):
+    with pytest.raises(KeyError, match=r"no case named 'nope'.*its cases: case-1, second, case-3"):
         dataset["nope"]
 
 
@@ -217,20 +217,29 @@ def test_a_self_holding_value_cannot_be_saved(tmp_path: Path) -> None:
 
 
 def test_an_unknown_suffix_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="ends in .yaml, .yml or .jsonl; got '.csv'"):
+    with pytest.raises(ValueError, match=r"ends in \.yaml, \.yml or \.jsonl; got '\.csv'"):
         Dataset([Case("q")]).save(tmp_path / "set.csv")
-    with pytest.raises(ValueError, match="got '.json'"):
+    with pytest.raises(ValueError, match=r"got '\.json'"):
         Dataset.load(tmp_path / "set.json")
 
 
 BAD_YAML = {
-    "malformed": ("cases:\n- prompt: [unclosed\n- name: x\n", r"set\.yaml, line \d: not a dataset's YAML"),
-    "no prompt": ("cases:\n- name: a\n  prompt: fine\n- name: b\n", r"line 4: case \('b'\): it has no prompt"),
+    "malformed": (
+        "cases:\n- prompt: [unclosed\n- name: x\n",
+        r"set\.yaml, line \d: not a dataset's YAML",
+    ),
+    "no prompt": (
+        "cases:\n- name: a\n  prompt: fine\n- name: b\n",
+        r"line 4: case \('b'\): it has no prompt",
+    ),
     "unknown kind": (
         "cases:\n- name: a\n  prompt: q\n  expect: [{kind: telepathy}]\n",
         r"line 2: case \('a'\): expectation 1: no expectation of kind 'telepathy'; the kinds are",
     ),
-    "duplicate": ("cases:\n- {name: a, prompt: x}\n- {name: a, prompt: y}\n", r"two cases are named 'a'"),
+    "duplicate": (
+        "cases:\n- {name: a, prompt: x}\n- {name: a, prompt: y}\n",
+        r"two cases are named 'a'",
+    ),
     "unknown field": ("- prompt: q\n  expected: [x]\n", r"line 1: case: unknown field 'expected'"),
     "not a mapping": ("cases: 3\n", r"holds a list of cases under 'cases'"),
     "vars not names": ("- prompt: q\n  vars: {a b: 1}\n", r"line 1: case: .*read as \$name"),
@@ -277,8 +286,14 @@ def test_yaml_aliases_that_would_expand_enormously_load_without_expanding(tmp_pa
 
 
 BAD_JSONL = {
-    "not json": ('{"prompt": "a"}\n{"prompt": \n', r"set\.jsonl, line 2: not JSON \(Expecting value\)"),
-    "header late": ('{"prompt": "a"}\n{"dataset": "x"}\n', r"line 2: a \{\"dataset\": NAME\} line comes first"),
+    "not json": (
+        '{"prompt": "a"}\n{"prompt": \n',
+        r"set\.jsonl, line 2: not JSON \(Expecting value\)",
+    ),
+    "header late": (
+        '{"prompt": "a"}\n{"dataset": "x"}\n',
+        r"line 2: a \{\"dataset\": NAME\} line comes first",
+    ),
     "no prompt": ('{"dataset": "x"}\n\n{"name": "b"}\n', r"line 3: case \('b'\): it has no prompt"),
     "a list": ("[1, 2]\n", r"line 1: a case is a mapping; got list"),
     "deep": ("[" * 100_000 + "]" * 100_000 + "\n", r"line 1: not JSON"),
@@ -300,7 +315,7 @@ def test_a_bad_jsonl_file_is_one_line_naming_the_file_and_line(
 def test_a_file_that_is_not_utf8_is_said_so(tmp_path: Path) -> None:
     path = tmp_path / "set.jsonl"
     path.write_bytes(b'{"prompt": "caf\xe9"}\n')
-    with pytest.raises(ValueError, match="set.jsonl: not UTF-8 text"):
+    with pytest.raises(ValueError, match=r"set\.jsonl: not UTF-8 text"):
         Dataset.load(path)
 
 
