@@ -360,3 +360,137 @@ def test_any_dataset_round_trips_through_both_formats(
         again = Dataset.load(path)
         expected = data_of(dataset) | ({} if name else {"name": "any"})
         assert data_of(again) == expected
+
+
+# ---- from a DataFrame ----------------------------------------------------------------------
+
+
+def test_a_dataframe_becomes_one_case_per_row_with_plain_values(tmp_path: Path) -> None:
+    pd = pytest.importorskip("pandas")
+    df = pd.DataFrame(
+        {
+            "question": ["Capital of France?", "Capital of Peru?"],
+            "id": ["fr", "pe"],
+            "level": [1, None],
+            "answer": ["Paris", "Lima"],
+            "country": ["France", "Peru"],
+        }
+    )
+    dataset = Dataset.from_pandas(
+        df, case_name="id", metadata=["level"], vars=["country"], name="capitals",
+        expect=lambda row: [Contains(row["answer"])],
+    )  # fmt: skip
+    assert dataset.names == ["fr", "pe"] and dataset.name == "capitals"
+    assert dataset["fr"].metadata == {"level": 1.0} and dataset["pe"].metadata == {"level": None}
+    assert type(dataset["fr"].metadata["level"]) is float  # numpy's float64 made plain
+    assert dataset["pe"].vars == {"country": "Peru"}
+    assert [e.text for e in dataset["pe"].expect] == ["Lima"]  # type: ignore[attr-defined]
+    dataset.save(tmp_path / "capitals.jsonl")  # plain data: it can be saved
+    assert data_of(Dataset.load(tmp_path / "capitals.jsonl")) == data_of(dataset)
+
+
+def test_a_missing_column_is_named_with_the_columns_there_are() -> None:
+    pd = pytest.importorskip("pandas")
+    df = pd.DataFrame({"q": ["a"], "tag": ["x"]})
+    with pytest.raises(
+        ValueError, match="prompt: the DataFrame has no column 'question'; its columns are q, tag"
+    ):
+        Dataset.from_pandas(df)
+    with pytest.raises(ValueError, match="metadata: the DataFrame has no column 'level'"):
+        Dataset.from_pandas(df, prompt="q", metadata=["level"])
+
+
+def test_an_empty_prompt_cell_names_its_row() -> None:
+    pd = pytest.importorskip("pandas")
+    df = pd.DataFrame({"question": ["fine", None, "also"]}, index=["a", "b", "c"])
+    with pytest.raises(
+        ValueError, match=r"row 2 \(index 'b'\): the prompt column 'question' is empty"
+    ):
+        Dataset.from_pandas(df)
+
+
+# ---- ScriptModel: a script for each prompt -----------------------------------------------
+
+
+def script_for(prompt: str) -> str:
+    """Each prompt's script: an llm action (with its reply section), then the answer."""
+    return (
+        '<action type="llm" id="s">{"name": "complete", "parameters": {"prompt": "x"}, '
+        '"output_key": "sum"}</action>'
+        f"\n--- next turn ---\n<response>{prompt.upper()} $sum</response>"
+        f"\n--- reply to s ---\nsummary of {prompt}"
+    )
+
+
+@pytest.fixture
+def registry() -> Any:
+    from cortex_jupyter.runtime import Registry
+
+    registry = Registry(builtins=False)
+    registry.register(lambda prompt: prompt, name="complete", type="llm")
+    return registry
+
+
+@pytest.mark.anyio
+async def test_a_function_script_answers_each_run_from_its_prompt(registry: Any) -> None:
+    from cortex_jupyter.models import ScriptModel
+    from cortex_jupyter.runtime import Agent
+
+    model = ScriptModel(script_for)
+    agent = Agent(model=model, registry=registry)
+    first = await agent.run("cats")
+    second = await agent.run("dogs")  # the first script was used up: the new prompt's is taken
+    assert first.status == "completed" and first.answer == "CATS summary of cats"
+    assert second.status == "completed" and second.answer == "DOGS summary of dogs"
+    assert repr(model) == "ScriptModel(function=script_for, chunk_size=16, delay=0)"
+
+
+@pytest.mark.anyio
+async def test_a_mapping_script_looks_the_prompt_up_and_names_one_it_lacks() -> None:
+    from cortex_jupyter.models import NoScriptForPrompt, ScriptModel
+    from cortex_jupyter.runtime import Agent
+
+    scripts = {"hi": "<response>hello</response>", "bye": ["<response>ciao</response>"]}
+    model = ScriptModel(scripts)
+    assert (await Agent(model=model).run("bye")).answer == "ciao"
+    model.reset()
+    assert (await Agent(model=model).run("hi")).answer == "hello"
+    missing = await Agent(model=ScriptModel(scripts)).run("what is " + "very " * 30 + "long?")
+    assert missing.status == "failed"
+    assert "no entry for the prompt 'what is very very" in (missing.reason or "")
+    assert "…': its mapping holds 2 prompts" in (missing.reason or "")
+    with pytest.raises(NoScriptForPrompt, match="holds 2 prompts"):
+        ScriptModel(scripts).fresh("nope")
+
+
+@pytest.mark.anyio
+async def test_fresh_models_run_at_once_without_sharing_a_turn(registry: Any) -> None:
+    import anyio
+
+    from cortex_jupyter.models import ScriptModel
+    from cortex_jupyter.runtime import Agent
+
+    shared = ScriptModel(script_for, chunk_size=3, delay=0.001)
+    runs: dict[str, Any] = {}
+
+    async def one(prompt: str) -> None:
+        agent = Agent(model=shared.fresh(prompt), registry=registry)
+        runs[prompt] = await agent.run(prompt)
+
+    async with anyio.create_task_group() as group:
+        for prompt in ("cats", "dogs", "owls"):
+            group.start_soon(one, prompt)
+    assert {p: r.answer for p, r in runs.items()} == {
+        p: f"{p.upper()} summary of {p}" for p in ("cats", "dogs", "owls")
+    }
+    assert shared.turns_used == 0  # the shared model was never asked itself
+
+
+def test_fresh_copies_a_fixed_script_at_turn_one() -> None:
+    from cortex_jupyter.models import ScriptModel
+
+    model = ScriptModel("one\n--- next turn ---\ntwo\n--- reply to a ---\nsub")
+    model.turns_used = 2
+    copy = model.fresh("anything")
+    assert copy.turns == ("one", "two") and copy.turns_used == 0
+    assert copy.replies == {"a": "sub"} and copy is not model
