@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from . import datafiles
+from .frames import cases_from_frame
 from .results import Expectation
 
 __all__ = ["Case", "Dataset"]
@@ -109,9 +111,7 @@ class Case:
         """Its plain-data form, as a saved dataset holds it. ``ValueError`` names an
         expectation that cannot be saved (it holds a function) or a value of ``vars`` or
         ``metadata`` that is not plain data."""
-        from .datafiles import case_data
-
-        return case_data(self)
+        return datafiles.case_data(self)
 
 
 class Dataset:
@@ -209,17 +209,14 @@ class Dataset:
         ``ValueError`` naming it, and nothing is written. The file is replaced whole (a
         new file renamed over it), so a reader never sees half of it.
         """
-        from .datafiles import save
-
-        save(self, path)
+        datafiles.save(self, path)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Dataset:
         """The dataset in ``path`` (``.yaml``/``.yml`` or ``.jsonl``). What is wrong with a
         file is a ``ValueError`` of one line naming the file, the line or case, and what."""
-        from .datafiles import load
-
-        return load(path)
+        dataset: Dataset = datafiles.load(path, Case, cls)
+        return dataset
 
     # ---- other sources -----------------------------------------------------------------
 
@@ -242,12 +239,7 @@ class Dataset:
         expectations, or a column of expected answers (each becomes
         ``expect.answer(equals=...)``). A missing column is a ``ValueError`` naming it.
         """
-        from .frames import cases_from_frame
-
-        return cls(
-            cases_from_frame(df, prompt, expect, case_name, metadata, vars),
-            name,
-        )
+        return cls(cases_from_frame(df, prompt, expect, case_name, metadata, vars, Case), name)
 
     @classmethod
     def from_runs(cls, ids_or_query: Any, store: Any = None, name: str | None = None) -> Dataset:

@@ -31,15 +31,13 @@ import json
 import math
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
 from . import results
-
-if TYPE_CHECKING:
-    from .cases import Case, Dataset
 
 __all__ = ["case_data", "load", "save"]
 
@@ -90,7 +88,7 @@ def not_plain(value: Any, where: str) -> str | None:
     return check(value, where, set())
 
 
-def case_data(case: Case) -> dict[str, Any]:
+def case_data(case: Any) -> dict[str, Any]:
     """``case`` as plain data; ``ValueError`` names the case and what cannot be saved."""
     data: dict[str, Any] = {"name": case.name, "prompt": case.prompt}
     expect = []
@@ -155,7 +153,7 @@ def _suffix(path: Path) -> str:
     return suffix
 
 
-def render(dataset: Dataset, suffix: str) -> str:
+def render(dataset: Any, suffix: str) -> str:
     """The file's whole text (every case made plain data first)."""
     cases = [case_data(case) for case in dataset]
     if suffix == ".jsonl":
@@ -168,7 +166,7 @@ def render(dataset: Dataset, suffix: str) -> str:
     return text
 
 
-def save(dataset: Dataset, path: str | os.PathLike[str]) -> None:
+def save(dataset: Any, path: str | os.PathLike[str]) -> None:
     """Write ``dataset`` to ``path`` whole, or leave it as it was."""
     target = Path(path)
     text = render(dataset, _suffix(target))
@@ -201,10 +199,12 @@ def _known_kinds() -> None:
         importlib.import_module("cortex_jupyter.experiments.expect")
 
 
-def load(path: str | os.PathLike[str]) -> Dataset:
-    """The dataset in ``path``; ``ValueError`` (one line) says what is wrong with it."""
-    from .cases import Dataset
-
+def load(
+    path: str | os.PathLike[str], make_case: Callable[..., Any], make_dataset: Callable[..., Any]
+) -> Any:
+    """The dataset in ``path``, made with ``make_dataset(cases, name)`` from cases made
+    with ``make_case(prompt, name, expect, metadata, vars)`` (``Dataset`` and ``Case``);
+    ``ValueError`` (one line) says what is wrong with it."""
     source = Path(path)
     suffix = _suffix(source)
     try:
@@ -215,20 +215,20 @@ def load(path: str | os.PathLike[str]) -> Dataset:
         ) from None
     _known_kinds()
     if suffix == ".jsonl":
-        name, cases = _read_jsonl(source, text)
+        name, raw = _read_jsonl(source, text)
     else:
-        name, cases = _read_yaml(source, text)
+        name, raw = _read_yaml(source, text)
+    cases = [_case(source, where, data, make_case) for where, data in raw]
     if name is None:
         name = source.stem
     try:
-        return Dataset(cases, name)
+        return make_dataset(cases, name)
     except (ValueError, TypeError) as error:
         raise ValueError(f"{source}: {error}") from None
 
 
-def _case(source: Path, where: str, data: Any) -> Case:
+def _case(source: Path, where: str, data: Any, make_case: Callable[..., Any]) -> Any:
     """A case from its plain data; ``where`` is "line 4" or similar."""
-    from .cases import Case
 
     def wrong(what: str) -> ValueError:
         label = f" ({data['name']!r:.60})" if isinstance(data, dict) and "name" in data else ""
@@ -259,14 +259,14 @@ def _case(source: Path, where: str, data: Any) -> Case:
         if problem:
             raise wrong(str(problem))
     try:
-        return Case(data["prompt"], name, expect, data.get("metadata"), data.get("vars"))
+        return make_case(data["prompt"], name, expect, data.get("metadata"), data.get("vars"))
     except (ValueError, TypeError) as error:
         raise wrong(str(error)) from None
 
 
-def _read_jsonl(source: Path, text: str) -> tuple[str | None, list[Case]]:
+def _read_jsonl(source: Path, text: str) -> tuple[str | None, list[tuple[str, Any]]]:
     name: str | None = None
-    cases: list[Case] = []
+    cases: list[tuple[str, Any]] = []
     # Only "\n" ends a line: a case's text may hold U+2028 or U+0085 unescaped.
     for number, line in enumerate(text.split("\n"), 1):
         if not line.strip():
@@ -287,11 +287,11 @@ def _read_jsonl(source: Path, text: str) -> tuple[str | None, list[Case]]:
                 raise ValueError(f"{source}, line {number}: the dataset's name is text")
             name = data["dataset"]
             continue
-        cases.append(_case(source, f"line {number}", data))
+        cases.append((f"line {number}", data))
     return name, cases
 
 
-def _read_yaml(source: Path, text: str) -> tuple[str | None, list[Case]]:
+def _read_yaml(source: Path, text: str) -> tuple[str | None, list[tuple[str, Any]]]:
     loader = _Loader(text)
     try:
         node = loader.get_single_node()
@@ -327,5 +327,5 @@ def _read_yaml(source: Path, text: str) -> tuple[str | None, list[Case]]:
     cases = []
     for position, item in enumerate(items):
         at = f"line {lines[position].start_mark.line + 1}" if position < len(lines) else ""
-        cases.append(_case(source, at or f"case {position + 1}", item))
+        cases.append((at or f"case {position + 1}", item))
     return name, cases

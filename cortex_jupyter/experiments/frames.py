@@ -10,12 +10,9 @@ from __future__ import annotations
 import importlib
 import math
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .results import Expectation
-
-if TYPE_CHECKING:
-    from .cases import Case
 
 __all__ = ["cases_from_frame"]
 
@@ -100,9 +97,10 @@ def cases_from_frame(
     case_name: str | None,
     metadata: Sequence[str] | str | None,
     vars: Sequence[str] | str | None,
-) -> list[Case]:
-    """One case per row of ``df`` (see ``Dataset.from_pandas``)."""
-    from .cases import Case
+    make_case: Callable[..., Any],
+) -> list[Any]:
+    """One case per row of ``df``, made with ``make_case`` (``Case``; see
+    ``Dataset.from_pandas``)."""
 
     if not hasattr(df, "iterrows") or not hasattr(df, "columns"):
         raise TypeError(f"from_pandas reads a pandas DataFrame; got {type(df).__name__}")
@@ -132,7 +130,7 @@ def cases_from_frame(
         made = expect(row) if expect is not None else None
         try:
             cases.append(
-                Case(
+                make_case(
                     text,
                     name=None if name is None else str(name),
                     expect=_expectations(made, row_label),
