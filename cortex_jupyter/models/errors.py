@@ -26,6 +26,7 @@ __all__ = [
     "ModelError",
     "ModelTimeout",
     "NoReplyScripted",
+    "NoScriptForPrompt",
     "PermissionDenied",
     "RateLimited",
     "ReplyRejected",
@@ -364,6 +365,30 @@ class NoReplyScripted(ModelError):
     @property
     def have(self) -> str:
         return ", ".join(self.sections) if self.sections else "none"
+
+
+@dataclass(eq=False, repr=False)
+class NoScriptForPrompt(ModelError):
+    """Raised when a ``ScriptModel`` made from a mapping of prompts to scripts is asked
+    about a prompt the mapping does not hold."""
+
+    continuable = False
+    prompt: str
+    prompts: int
+    template = (
+        "The script has no entry for the prompt {e.shown}: its mapping holds "
+        "{e.held}, and a prompt is looked up exactly as the run sends it. Add this prompt "
+        "to the mapping, or give ScriptModel a function of the prompt instead."
+    )
+
+    @property
+    def shown(self) -> str:
+        text = " ".join(self.prompt.split())
+        return repr(text if len(text) <= 60 else text[:59] + "\u2026")
+
+    @property
+    def held(self) -> str:
+        return count(self.prompts, "prompt", "prompts")
 
 
 @dataclass(eq=False, repr=False)

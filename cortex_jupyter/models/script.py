@@ -23,6 +23,14 @@ after the main script, a section starting with a line::
 is what the model answers for the action with that id (it may itself hold
 ``--- next turn ---`` lines: a nested agent takes several turns). ``for_action(id)`` is
 that section as a script of its own; without one, asking it raises ``NoReplyScripted``.
+
+A script may depend on the prompt, so a whole dataset of cases runs offline: give a
+function of the prompt (returning the script's text or a list of turns) or a mapping
+from prompt to script. ``fresh(prompt)`` is a new model at turn 1 holding that prompt's
+script (an experiment makes one per try, so tries running at once never share a turn
+counter). Used directly, such a model picks its script at its first request, from the
+last user message (the run's prompt), and picks again when a later request finds that
+script used up (the next run's prompt) or after ``reset()``.
 """
 
 from __future__ import annotations
@@ -30,8 +38,8 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any, TypeAlias
 
 import anyio
 import anyio.lowlevel
@@ -45,9 +53,14 @@ from cortex_jupyter.runtime.core.model.chunks import (
     Usage,
 )
 
-from .errors import NoReplyScripted, ScriptExhausted
+from .errors import NoReplyScripted, NoScriptForPrompt, ScriptExhausted
 
-__all__ = ["TURN_SEPARATOR", "ScriptModel", "split_replies", "split_turns"]
+__all__ = ["TURN_SEPARATOR", "ScriptModel", "ScriptSource", "split_replies", "split_turns"]
+
+#: A script: its whole text, or one text per turn.
+Script: TypeAlias = str | Sequence[str]
+#: A script that depends on the prompt: a function of it, or a mapping from prompt to script.
+ScriptSource: TypeAlias = Callable[[str], Script] | Mapping[str, Script]
 
 TURN_SEPARATOR = "--- next turn ---"
 _REPLY_TO = re.compile(r"^---\s+reply\s+to\s+(\S+?)\s+---$")
@@ -135,13 +148,15 @@ class FixedTurns:
 class ScriptModel(FixedTurns):
     """Streams a script's turns as the model's replies, one turn per ``stream()`` call.
 
-    ``text`` is the whole script (turns separated by ``--- next turn ---`` lines) or a
-    list with one text per turn. ``reset()`` starts again from the first turn.
+    ``text`` is the whole script (turns separated by ``--- next turn ---`` lines), a
+    list with one text per turn, or a script that depends on the prompt: a function of
+    the prompt or a mapping from prompt to script (see the module's docs; ``fresh``).
+    ``reset()`` starts again from the first turn.
     """
 
     def __init__(
         self,
-        text: str | Sequence[str],
+        text: Script | ScriptSource,
         *,
         chunk_size: int = 16,
         delay: float = 0.0,
@@ -155,27 +170,125 @@ class ScriptModel(FixedTurns):
             raise TypeError(f"delay must be a number of seconds; got {delay!r}")
         if not math.isfinite(delay) or delay < 0:
             raise ValueError(f"delay must be 0 or more seconds; got {delay}")
+        self.chunk_size = chunk_size
+        self.delay = float(delay)
+        self.name = name
+        self.turns_used = 0
+        #: The function or mapping a prompt's script comes from (None: one fixed script).
+        self.source: ScriptSource | None = None
+        #: The prompt whose script this model holds (None: none picked yet, or a fixed one).
+        self.prompt: str | None = None
         self.replies: dict[str, str] = {}
+        self.turns: tuple[str, ...] = ()
+        if isinstance(text, Mapping):
+            bad = next((key for key in text if not isinstance(key, str)), None)
+            if bad is not None:
+                raise TypeError(
+                    f"a mapping of scripts is keyed by prompt text; got the key {bad!r:.60}"
+                )
+            self.source = text
+        elif callable(text):
+            self.source = text
+        else:
+            self._load(text)
+
+    def _load(self, text: Script) -> None:
+        """Hold ``text`` (a whole script, or one text per turn) as the turns to stream."""
+        self.replies = {}
         if isinstance(text, str):
             text, self.replies = split_replies(text)
             turns = split_turns(text)
         else:
+            if not isinstance(text, Sequence):
+                raise TypeError(
+                    "a script is its text, a list with one text per turn, a function of the "
+                    f"prompt or a mapping from prompt to script; got {type(text).__name__}"
+                )
             turns = list(text)
             if not turns:
                 raise ValueError("a script needs at least one turn; got an empty list")
             if not all(isinstance(turn, str) for turn in turns):
                 raise TypeError("a script's turns must be strings")
-        self.turns: tuple[str, ...] = tuple(turns)
-        self.chunk_size = chunk_size
-        self.delay = float(delay)
-        self.name = name
-        self.turns_used = 0
+        self.turns = tuple(turns)
 
     def __repr__(self) -> str:
-        return (
-            f"ScriptModel(turns={len(self.turns)}, chunk_size={self.chunk_size}, "
-            f"delay={self.delay:g})"
+        options = f"chunk_size={self.chunk_size}, delay={self.delay:g}"
+        if isinstance(self.source, Mapping):
+            return f"ScriptModel(prompts={len(self.source)}, {options})"
+        if self.source is not None:
+            return f"ScriptModel(function={getattr(self.source, '__name__', 'script')}, {options})"
+        return f"ScriptModel(turns={len(self.turns)}, {options})"
+
+    def script_for(self, prompt: str) -> Script:
+        """The script ``prompt`` is answered with: the function's result, the mapping's
+        entry (``NoScriptForPrompt`` names a prompt it lacks), or the one fixed script."""
+        if self.source is None:
+            return list(self.turns)
+        if isinstance(self.source, Mapping):
+            if prompt not in self.source:
+                raise NoScriptForPrompt(prompt, len(self.source))
+            return self.source[prompt]
+        script = self.source(prompt)
+        if not isinstance(script, str | Sequence):
+            raise TypeError(
+                f"the script function {getattr(self.source, '__name__', '')!r} returned "
+                f"{type(script).__name__} for the prompt {prompt!r:.60}; it must return the "
+                "script's text or a list of turns"
+            )
+        return script
+
+    def fresh(self, prompt: str) -> ScriptModel:
+        """A new model at turn 1 holding the script for ``prompt`` (for a fixed script, a
+        copy of it), with this one's options; this model's own turn counter is untouched.
+        An experiment makes one per try, so tries running at once never share a turn."""
+        model = ScriptModel(
+            self.script_for(prompt), chunk_size=self.chunk_size, delay=self.delay, name=self.name
         )
+        if self.source is None:
+            model.replies = dict(self.replies)
+        model.prompt = prompt
+        return model
+
+    def reset(self) -> None:
+        """Start again from the first turn (a script of the prompt is picked again)."""
+        super().reset()
+        if self.source is not None:
+            self.prompt, self.turns, self.replies = None, (), {}
+
+    def stream(self, messages: Sequence[Message], **options: Any) -> AsyncIterator[ModelChunk]:
+        """The next turn. A script of the prompt is picked first when none is held yet, or
+        when the one held is used up and the last user message is a prompt it knows (a
+        new run); a failure to pick is raised when the reply is first read."""
+        if self.source is not None:
+            try:
+                self._pick(messages)
+            except Exception as error:  # raised where a model's errors are: when read
+                self.turns_used += 1
+                return _failing(error)
+        return super().stream(messages, **options)
+
+    def _pick(self, messages: Sequence[Message]) -> None:
+        said = [m.get("content") for m in messages if m.get("role") == "user"]
+        prompts = [text for text in said if isinstance(text, str)]
+        if self.prompt is None:
+            if isinstance(self.source, Mapping):  # the latest message that is one of its prompts
+                prompt = next((p for p in reversed(prompts) if p in self.source), None)
+            else:
+                prompt = prompts[-1] if prompts else None
+            if prompt is None and isinstance(self.source, Mapping):
+                raise NoScriptForPrompt(prompts[-1] if prompts else "", len(self.source))
+            if prompt is None:
+                raise ValueError(
+                    "a script of the prompt needs the prompt: the request has no user message"
+                )
+            self._load(self.script_for(prompt))
+            self.prompt = prompt
+        elif self.turns_used >= len(self.turns) and prompts:
+            prompt = prompts[-1]
+            if isinstance(self.source, Mapping) and prompt not in self.source:
+                return  # not a prompt: the script is used up (ScriptExhausted says so)
+            self._load(self.script_for(prompt))
+            self.prompt, self.turns_used = prompt, 0
 
     def for_action(self, action_id: str) -> ScriptModel:
         """The model an ``llm`` or ``agent`` action asks: its ``--- reply to ID ---``
@@ -231,3 +344,11 @@ class _Unscripted(ScriptModel):
         for chunk in nothing:  # an async generator that fails at its first step
             yield chunk
         raise NoReplyScripted(self._action_id, self._sections)
+
+
+async def _failing(error: Exception) -> AsyncIterator[ModelChunk]:
+    """A reply that raises ``error`` at its first step."""
+    nothing: tuple[ModelChunk, ...] = ()
+    for chunk in nothing:
+        yield chunk
+    raise error
