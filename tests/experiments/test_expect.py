@@ -10,6 +10,8 @@ from typing import Any
 import anyio
 import pydantic
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import cortex_jupyter
 from cortex_jupyter import store
@@ -364,3 +366,39 @@ async def test_a_real_run_and_its_stored_copy_get_the_same_verdicts(tmp_path: Pa
     wrong = expect.graph(before={"mail": ["lookup"]}, parallel=[["refund", "lookup"]])
     assert wrong.check(run) == wrong.check(back)
     assert wrong.check(run).details["broken"] == [["mail", "lookup"]]
+
+
+# --------------------------------------------------------------------------- properties
+
+NAMES = st.sampled_from(["a", "b", "c"])
+
+
+def _subsequence(small: list[str], big: list[str]) -> bool:
+    it = iter(big)
+    return all(any(x == y for y in it) for x in small)
+
+
+def _multiset_in(small: list[str], big: list[str]) -> bool:
+    return all(small.count(x) <= big.count(x) for x in set(small))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(NAMES, max_size=6), st.lists(NAMES, max_size=6))
+def test_tool_scores_are_in_range_and_one_exactly_when_the_rule_holds(
+    expected: list[str], actual: list[str]
+) -> None:
+    run = calls_run(*actual)
+    verdicts = {o: expect.tools(expected, order=o).check(run) for o in expect.ORDERS}
+    rules = {
+        "exact": expected == actual,
+        "in_order": _subsequence(expected, actual),
+        "any_order": _multiset_in(expected, actual),
+        "superset": _multiset_in(expected, actual),
+        "subset": set(actual) <= set(expected),
+    }
+    for order, verdict in verdicts.items():
+        assert 0.0 <= verdict.score <= 1.0
+        assert verdict.passed is rules[order], order
+        assert (verdict.score == 1.0) is rules[order], order
+    assert not verdicts["exact"].passed or verdicts["in_order"].passed
+    assert not verdicts["in_order"].passed or verdicts["any_order"].passed
