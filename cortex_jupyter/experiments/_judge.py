@@ -93,6 +93,16 @@ class Judge(Expectation):
     threshold: float = 0.5
     name: str | None = None
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.rubric, str) or not self.rubric.strip():
+            raise ValueError("expect.judge: rubric is the text the judge grades by")
+        threshold = self.threshold
+        if isinstance(threshold, bool) or not isinstance(threshold, int | float):
+            raise ValueError(f"expect.judge: threshold is in [0, 1]; got {threshold!r:.40}")
+        if not 0 <= threshold <= 1:
+            raise ValueError(f"expect.judge: threshold is in [0, 1]; got {threshold!r:.40}")
+        object.__setattr__(self, "threshold", float(threshold))
+
     def check(self, run: Any) -> Verdict:
         """Ask the judge outside an event loop (the runner awaits ``acheck``)."""
         import anyio
@@ -173,9 +183,7 @@ class Judge(Expectation):
 
     @classmethod
     def from_data(cls, data: Mapping[str, Any]) -> Judge:
-        from cortex_jupyter.experiments.expect import judge
-
-        return judge(
+        return cls(
             data.get("rubric", ""), model=data.get("model"),
             threshold=data.get("threshold", 0.5), name=data.get("name"),
         )  # fmt: skip

@@ -639,11 +639,7 @@ def judge(rubric: str, model: Any = None, threshold: float = 0.5, name: str | No
     with the environment's base URL and key, or None: the experiment's judge model) reads
     the rubric, the case's prompt and the run's answer (secrets redacted) and replies
     pass, score and reason. Its requests are counted apart from the agent's."""
-    if not isinstance(rubric, str) or not rubric.strip():
-        raise ValueError("expect.judge: rubric is the text the judge grades by")
-    if _number(threshold) is None or not 0 <= threshold <= 1:
-        raise ValueError(f"expect.judge: threshold is in [0, 1]; got {threshold!r:.40}")
-    return Judge(rubric, model, float(threshold), name)
+    return Judge(rubric, model, threshold, name)
 
 
 # --------------------------------------------------------------------------- protocol
