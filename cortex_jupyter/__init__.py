@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
     from cortex_jupyter.evaluation import Task, evaluate
+    from cortex_jupyter.experiments import Case, Dataset, Experiment, expect
     from cortex_jupyter.models import OpenAIModel
     from cortex_jupyter.protocol import Parser
     from cortex_jupyter.runtime import (
@@ -32,6 +33,9 @@ from cortex_jupyter._version import __version__
 
 __all__ = [
     "Agent",
+    "Case",
+    "Dataset",
+    "Experiment",
     "OpenAIModel",
     "Parser",
     "Registry",
@@ -42,6 +46,7 @@ __all__ = [
     "__version__",
     "default_registry",
     "evaluate",
+    "expect",
     "expose",
     "hide",
     "load_ipython_extension",
@@ -55,6 +60,10 @@ __all__ = [
 # Public names, imported on first use so ``import cortex_jupyter`` stays light.
 _LAZY = {
     "Agent": "cortex_jupyter.runtime",
+    "Case": "cortex_jupyter.experiments",
+    "Dataset": "cortex_jupyter.experiments",
+    "Experiment": "cortex_jupyter.experiments",
+    "expect": "cortex_jupyter.experiments",
     "OpenAIModel": "cortex_jupyter.models",
     "Parser": "cortex_jupyter.protocol",
     "Registry": "cortex_jupyter.runtime",

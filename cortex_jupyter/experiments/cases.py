@@ -199,6 +199,30 @@ class Dataset:
         """Its plain-data form, as a YAML file holds it: ``{"name":, "cases": [...]}``."""
         return {"name": self.name, "cases": [case.to_data() for case in self]}
 
+    @classmethod
+    def from_data(cls, data: Any) -> Dataset:
+        """The dataset ``to_data()`` made (``ValueError`` in one line when it is not one)."""
+        dataset: Dataset = datafiles.from_data(data, Case, cls, "dataset data")
+        return dataset
+
+    def run(self, agents: Any, **options: Any) -> Any:
+        """Run every case by every agent and judge each try: an ``Experiment``.
+
+        ``agents`` maps a column name to an ``Agent`` (one ``Agent`` alone is one column).
+        ``repeat`` tries each (case, agent) that many times; ``concurrency`` bounds the tries
+        at once per server (default: 1 for a server on this machine, 4 for others, 8 for
+        scripts; an int for all, or ``{endpoint: n}``); ``budget`` (dollars, or ``"Ntok"``)
+        holds for the whole experiment; ``executor`` (a ``distributed.Client`` or its
+        address) runs the tries on a cluster's workers; ``name`` names it (default: the
+        dataset's). Also ``judge`` (the model an ``expect.judge`` without one asks),
+        ``time_limit`` (seconds a try), ``store`` (None: not kept), ``progress`` and
+        ``view`` (the live matrix; default: in a notebook). Every try is an ordinary run in
+        the store; a Stop keeps those that ended, and ``Experiment.resume(id)`` goes on.
+        """
+        # By name, as from_runs: the runner reads cases, so cases may not import it back.
+        experiment = importlib.import_module("cortex_jupyter.experiments.experiment")
+        return experiment.run_dataset(self, agents, **options)
+
     # ---- files --------------------------------------------------------------------------
 
     def save(self, path: str | os.PathLike[str]) -> None:

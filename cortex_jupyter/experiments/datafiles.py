@@ -227,6 +227,20 @@ def load(
         raise ValueError(f"{source}: {error}") from None
 
 
+def from_data(
+    data: Any, make_case: Callable[..., Any], make_dataset: Callable[..., Any], source: str
+) -> Any:
+    """A dataset from ``Dataset.to_data()``'s form (as the store keeps an experiment's);
+    ``source`` names where it came from in a refusal."""
+    _known_kinds()
+    if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
+        raise ValueError(f"{source}: a dataset is a mapping with a list of cases")
+    cases = [
+        _case(Path(source), f"case {i}", item, make_case) for i, item in enumerate(data["cases"], 1)
+    ]
+    return make_dataset(cases, data.get("name"))
+
+
 def _case(source: Path, where: str, data: Any, make_case: Callable[..., Any]) -> Any:
     """A case from its plain data; ``where`` is "line 4" or similar."""
 

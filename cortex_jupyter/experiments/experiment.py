@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from cortex_jupyter.experiments import report as _report
 from cortex_jupyter.experiments.results import Expectation, JudgeContext, Try, Verdict
-from cortex_jupyter.experiments.running import Plan, drive, judge
+from cortex_jupyter.experiments.running import Plan, drive, judge, try_row
 from cortex_jupyter.experiments.schedule import Allowance, Gates
 from cortex_jupyter.runtime import Agent
 from cortex_jupyter.runtime.core.trust.secrets import shorten
@@ -33,24 +33,6 @@ _KEEP = object()
 _Expectations = (
     Sequence[Expectation] | Mapping[str, Sequence[Expectation]] | None
 )  # store=: the current run store (CortexMagics.store / CORTEX_STORE)
-
-
-def try_row(tried: Try) -> TryRow:
-    from cortex_jupyter.store.experiments import TryRow
-
-    verdicts = {
-        label: {
-            "passed": v.passed,
-            "score": v.score,
-            "reason": v.reason,
-            "details": dict(v.details),
-        }
-        for label, v in tried.verdicts.items()
-    }
-    return TryRow(
-        tried.case, tried.agent, tried.repeat, tried.run_id, tried.status, verdicts,
-        tried.cost, tried.tokens, tried.seconds, tried.first_action, tried.error,
-    )  # fmt: skip
 
 
 def _from_row(row: TryRow) -> Try:
@@ -122,7 +104,7 @@ class Experiment:
         return list(seen)
 
     def matrix(self, baseline: Experiment | None = None) -> Any:
-        cases = [case.name for case in self.dataset.cases]
+        cases = self.dataset.names
         title = f"experiment {self.name} ({self.id})"
         if baseline is None:
             return _report.matrix(title, self.tries, cases, self.columns)
@@ -131,7 +113,7 @@ class Experiment:
     def to_pandas(self) -> Any:
         """One row a try: ``case``, ``agent``, ``repeat``, ``passed``, ``score``, one column
         per expectation (its score), ``cost``, ``tokens``, ``seconds``, ``run_id``..."""
-        import pandas as pd
+        import pandas as pd  # type: ignore[import-untyped]  # users bring pandas
 
         return pd.DataFrame(_report.rows(self.tries, self.labels))
 
@@ -200,10 +182,10 @@ class Experiment:
         import anyio.from_thread
 
         fresh = Experiment(
-            self.id, self.name, self.dataset, dict(self.agents), self.repeat, [],
+            self.id, self.name, self.dataset, list(self.agents), self.repeat, [],
             store=self.store, created=self.created, status=self.status, note="rescored",
         )  # fmt: skip
-        cases = {case.name: case for case in self.dataset.cases}
+        cases = dict(zip(self.dataset.names, self.dataset.cases, strict=True))
         with anyio.from_thread.start_blocking_portal() as portal:
             for tried in self.tries:
                 again = Try(tried.case, tried.agent, tried.repeat, tried.run_id, tried.status,
@@ -259,6 +241,12 @@ class Experiment:
             agents if agents is not None else list(stored.agents)
         )
         tries = [_from_row(row) for row in stored.tries]
+        if agents is not None:  # resuming: every try of the grid, those that ended as kept
+            kept = {t.key: t for t in tries}
+            grid = [(case, column, r) for r in range(stored.repeat)
+                    for case in dataset.names for column in agents]  # fmt: skip
+            tries = [kept.pop(key) if key in kept else Try(*key) for key in grid]
+            tries += kept.values()
         return cls(stored.id, stored.name, dataset, columns, stored.repeat, tries, store=store,
                    created=stored.created, status=stored.status, note=stored.note)  # fmt: skip
 
@@ -315,11 +303,9 @@ def _columns(stored: StoredExperiment, agents: Mapping[str, Agent] | None) -> di
         if agents is not None and column in agents:
             found[column] = agents[column]
             continue
-        spec = (
-            default_registry.get(str(settings.get("agent") or ""))
-            if settings.get("agent")
-            else None
-        )
+        named = str(settings.get("agent") or "")
+        known = bool(named) and named in default_registry.names("agent")
+        spec = default_registry.get("agent", named) if known else None
         agent = getattr(spec, "agent", None)
         if isinstance(agent, Agent):
             found[column] = agent
@@ -356,7 +342,7 @@ def run_dataset(
     where = _store_path(store)
     experiment_id = uuid.uuid4().hex[:12]
     name = name or dataset.name or "experiment"
-    tries = [Try(case.name, column, r) for r in range(repeat) for case in dataset.cases
+    tries = [Try(case, column, r) for r in range(repeat) for case in dataset.names
              for column in columns]  # fmt: skip
     experiment = Experiment(experiment_id, name, dataset, columns, repeat, tries, store=where)
     rows = None
@@ -395,7 +381,7 @@ def _go(experiment: Experiment, rows: Any, options: Mapping[str, Any]) -> Experi
 
         runner = ClusterRunner(options["executor"])
     plan = Plan(
-        experiment.id, {c.name: c for c in experiment.dataset.cases},
+        experiment.id, dict(zip(experiment.dataset.names, experiment.dataset.cases, strict=True)),
         {k: v for k, v in experiment.agents.items() if v is not None}, experiment.tries, gates,
         Allowance.of(options.get("budget")), store, rows, options.get("judge"),
         _limit(options.get("time_limit")), runner, experiment.judge_spend,

@@ -9,13 +9,10 @@ This is the experiments package's one edge to the notebook (it may import IPytho
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cortex_jupyter.experiments.results import Try
 from cortex_jupyter.runtime.core.trust.secrets import redact, shorten
-
-if TYPE_CHECKING:
-    from cortex_jupyter.experiments.experiment import Experiment
 
 __all__ = ["Watching", "in_notebook"]
 
@@ -33,9 +30,10 @@ def in_notebook() -> bool:
 
 
 class Watching:
-    """The progress bar and live matrix of one experiment run (see the module docstring)."""
+    """The progress bar and live matrix of one experiment run (see the module docstring):
+    ``experiment`` is the ``Experiment`` being run (read, never changed here)."""
 
-    def __init__(self, experiment: Experiment, *, progress: bool = True, view: bool | None = None):
+    def __init__(self, experiment: Any, *, progress: bool = True, view: bool | None = None):
         self.experiment = experiment
         pending = sum(1 for tried in experiment.tries if not tried.done)
         self.bar: Any = None

@@ -32,7 +32,16 @@ from cortex_jupyter.experiments.schedule import Allowance, Gates, endpoint_of
 from cortex_jupyter.runtime import Agent, Run
 from cortex_jupyter.runtime.core.trust.secrets import redact, shorten
 
-__all__ = ["Plan", "Watched", "drive", "first_action", "judge", "labelled", "measure_try"]
+__all__ = [
+    "Plan",
+    "Watched",
+    "drive",
+    "first_action",
+    "judge",
+    "labelled",
+    "measure_try",
+    "try_row",
+]
 
 #: How often one try is asked again after the server rate-limited it (HTTP 429).
 RATE_LIMIT_TRIES = 3
@@ -121,11 +130,17 @@ def first_action(run: Run) -> float | None:
     return None if not starts else max(0.0, min(starts) - run.started)
 
 
+def tokens_of(run: Run) -> int:
+    """Every token the run's requests took (prompt and completion)."""
+    usage = run.usage
+    return int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
+
+
 def measure_try(tried: Try, run: Run) -> None:
     """Fill ``tried``'s figures from its ended run."""
     tried.run, tried.run_id, tried.status = run, run.id, run.status
     tried.cost = run.cost
-    tried.tokens = int(run.usage.get("total_tokens", 0))
+    tried.tokens = tokens_of(run)
     tried.seconds = None if run.ended is None else max(0.0, run.ended - run.started)
     tried.first_action = first_action(run)
 
@@ -174,7 +189,9 @@ class Plan:
             finally:
                 self.allowance.ended(*spent)
                 self._change()
-        await self._ended(tried, report)
+            # Kept before the next try may start: a kernel killed from then on loses
+            # only tries that were running.
+            await self._ended(tried, report)
 
     async def _attempts(
         self, tried: Try, agent: Agent, endpoint: str, share: Any
@@ -188,7 +205,7 @@ class Plan:
             if run is None:
                 return cost, tokens
             cost = None if cost is None or run.cost is None else cost + run.cost
-            tokens += int(run.usage.get("total_tokens", 0))
+            tokens += tokens_of(run)
             failure = watched.failure
             limited = type(failure).__name__ == "RateLimited" and not getattr(failure, "quota", 0)
             if limited and attempt < RATE_LIMIT_TRIES:
@@ -250,8 +267,6 @@ class Plan:
 
     async def _ended(self, tried: Try, report: Callable[[Try], None]) -> None:
         if self.rows is not None:
-            from cortex_jupyter.experiments.experiment import try_row
-
             row = try_row(tried)
             try:
                 await anyio.to_thread.run_sync(self.rows.put_try, self.experiment_id, row)
@@ -268,6 +283,24 @@ class Plan:
         if self._changed is not None:
             self._changed.set()
             self._changed = anyio.Event()
+
+
+def try_row(tried: Try) -> Any:
+    from cortex_jupyter.store.experiments import TryRow
+
+    verdicts = {
+        label: {
+            "passed": v.passed,
+            "score": v.score,
+            "reason": v.reason,
+            "details": dict(v.details),
+        }
+        for label, v in tried.verdicts.items()
+    }
+    return TryRow(
+        tried.case, tried.agent, tried.repeat, tried.run_id, tried.status, verdicts,
+        tried.cost, tried.tokens, tried.seconds, tried.first_action, tried.error,
+    )  # fmt: skip
 
 
 def drive(plan: Plan, on_try: Callable[[Try], None], on_idle: Callable[[], None]) -> str | None:

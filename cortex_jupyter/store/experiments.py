@@ -121,16 +121,22 @@ class ExperimentRows:
                 ),
             )  # fmt: skip
 
-    def find(self, given: str, *, before: float | None = None) -> str:
+    def find(self, given: str, *, before: float | None = None, name: str | None = None) -> str:
         """The id of the experiment ``given`` names: its id (or the start of one), or its
-        name (the newest of that name); ``"last"``: the newest of all (created before
-        ``before`` when given)."""
+        name (the newest of that name); ``"last"``: the newest created before ``before``
+        (when given) of the name ``name`` (when given and there is one), else of all."""
         with self._db(create=False) as db:
             if given == "last":
-                sql, args = "SELECT id FROM experiments", ()
-                if before is not None:
-                    sql, args = sql + " WHERE created < ?", (before,)
-                row = db.execute(sql + " ORDER BY created DESC LIMIT 1", args).fetchone()
+                row = None
+                for same in ((name,) if name else ()) + (None,):
+                    clauses = [c for c, v in (("created < ?", before), ("name = ?", same)) if v]
+                    args = [v for v in (before, same) if v]
+                    where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+                    row = db.execute(
+                        f"SELECT id FROM experiments{where} ORDER BY created DESC LIMIT 1", args
+                    ).fetchone()
+                    if row is not None:
+                        break
             else:
                 row = db.execute(
                     "SELECT id FROM experiments WHERE id = ? OR name = ? "
