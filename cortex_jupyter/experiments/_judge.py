@@ -125,6 +125,9 @@ class Judge(Expectation):
                 model = OpenAIModel(model)
             except Exception as exc:  # no key, a bad base URL: the verdict says so
                 return Verdict.of(False, f"judge model unusable: {_short(redact(str(exc)), 120)}")
+        spent = _over_budget(context)
+        if spent is not None:
+            return Verdict.of(False, spent)
         try:
             text, usage = await _ask(model, self._messages(run, context))
         except Exception as exc:  # the judge's server failed: this try is not judged
@@ -203,3 +206,22 @@ async def _ask(model: Any, messages: list[Message]) -> tuple[str, Usage | None]:
     finally:
         await close_stream(chunks)
     return "".join(pieces), usage
+
+
+def _over_budget(context: JudgeContext) -> str | None:
+    """Why the judge may not ask again (its own budget is spent), or None."""
+    budget = context.judge_budget
+    if budget is None:
+        return None
+    if budget.unit == "tok":
+        spent = float(sum(sum(counts.values()) for counts, _ in context.judge_spend))
+    else:
+        costs = [usd for _, usd in context.judge_spend]
+        if any(usd is None for usd in costs):
+            return (
+                f"the judge's budget of {budget} cannot be kept: a judge request's price is unknown"
+            )
+        spent = float(sum(usd for usd in costs if usd is not None))
+    if spent >= budget.limit:
+        return f"the judge's budget of {budget} is spent ({budget.show(spent)}): not judged"
+    return None

@@ -214,7 +214,9 @@ class Dataset:
         scripts; an int for all, or ``{endpoint: n}``); ``budget`` (dollars, or ``"Ntok"``)
         holds for the whole experiment; ``executor`` (a ``distributed.Client`` or its
         address) runs the tries on a cluster's workers; ``name`` names it (default: the
-        dataset's). Also ``judge`` (the model an ``expect.judge`` without one asks),
+        dataset's). Also ``judge`` (the model an ``expect.judge`` without one asks; by
+        default the agent's own when it asks a server), ``judge_budget`` (the most the
+        judge's requests may spend, counted apart from the agents'),
         ``time_limit`` (seconds a try), ``store`` (None: not kept), ``progress`` and
         ``view`` (the live matrix; default: in a notebook). Every try is an ordinary run in
         the store; a Stop keeps those that ended, and ``Experiment.resume(id)`` goes on.

@@ -21,6 +21,7 @@ from cortex_jupyter.experiments.results import Expectation, JudgeContext, Try, V
 from cortex_jupyter.experiments.running import Plan, drive, judge, try_row
 from cortex_jupyter.experiments.schedule import Allowance, Gates
 from cortex_jupyter.runtime import Agent
+from cortex_jupyter.runtime.core.cost.budget import Budget
 from cortex_jupyter.runtime.core.trust.secrets import shorten
 
 if TYPE_CHECKING:
@@ -330,6 +331,7 @@ def run_dataset(
     name: str | None = None,
     store: Any = _KEEP,
     judge: Any = None,
+    judge_budget: Any = None,
     time_limit: float | None = None,
     progress: bool = True,
     view: bool | None = None,
@@ -339,6 +341,7 @@ def run_dataset(
     if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
         raise ValueError(f"repeat must be a whole number, at least 1; got {repeat!r}")
     Allowance.of(budget)  # a bad budget is refused before anything runs
+    Budget.parse(judge_budget)
     where = _store_path(store)
     experiment_id = uuid.uuid4().hex[:12]
     name = name or dataset.name or "experiment"
@@ -356,7 +359,8 @@ def run_dataset(
         })  # fmt: skip
     options = {
         "concurrency": concurrency, "budget": budget, "executor": executor, "judge": judge,
-        "time_limit": time_limit, "progress": progress, "view": view,
+        "judge_budget": judge_budget, "time_limit": time_limit, "progress": progress,
+        "view": view,
     }  # fmt: skip
     return _go(experiment, rows, options)
 
@@ -364,8 +368,8 @@ def run_dataset(
 def _go(experiment: Experiment, rows: Any, options: Mapping[str, Any]) -> Experiment:
     from cortex_jupyter.experiments.live import Watching
 
-    unknown = set(options) - {"concurrency", "budget", "executor", "judge", "time_limit",
-                              "progress", "view"}  # fmt: skip
+    unknown = set(options) - {"concurrency", "budget", "executor", "judge", "judge_budget",
+                              "time_limit", "progress", "view"}  # fmt: skip
     if unknown:
         raise TypeError(f"unknown option {', '.join(sorted(unknown))}")
     concurrency = options.get("concurrency")
@@ -383,8 +387,10 @@ def _go(experiment: Experiment, rows: Any, options: Mapping[str, Any]) -> Experi
     plan = Plan(
         experiment.id, dict(zip(experiment.dataset.names, experiment.dataset.cases, strict=True)),
         {k: v for k, v in experiment.agents.items() if v is not None}, experiment.tries, gates,
-        Allowance.of(options.get("budget")), store, rows, options.get("judge"),
-        _limit(options.get("time_limit")), runner, experiment.judge_spend,
+        Allowance.of(options.get("budget")), store=store, rows=rows,
+        judge_model=options.get("judge"), judge_budget=Budget.parse(options.get("judge_budget")),
+        time_limit=_limit(options.get("time_limit")), runner=runner,
+        judge_spend=experiment.judge_spend,
     )  # fmt: skip
     watching = Watching(
         experiment, progress=options.get("progress", True), view=options.get("view")

@@ -60,6 +60,9 @@ class JudgeContext:
     case: Any = None
     judge_model: Any = None
     judge_spend: list[tuple[dict[str, int], float | None]] = field(default_factory=list)
+    #: The most the judge may spend over the experiment (a ``Budget``: dollars or tokens),
+    #: apart from the agents' budget; None: no limit.
+    judge_budget: Any = None
 
 
 #: Every expectation class by its ``kind`` (filled as subclasses are defined), so a saved

@@ -158,6 +158,7 @@ class Plan:
     store: Any = None  # a Store, or None: the tries are not kept
     rows: Any = None  # store.experiments.ExperimentRows, or None
     judge_model: Any = None
+    judge_budget: Any = None  # a Budget for the judge's own requests
     time_limit: float | None = None
     runner: Any = None  # experiments.cluster.ClusterRunner, or None: in this process
     judge_spend: list[tuple[dict[str, int], float | None]] = field(default_factory=list)
@@ -212,7 +213,12 @@ class Plan:
                 self.gates.back_off(endpoint, getattr(failure, "retry_after", None), attempt)
                 continue
             measure_try(tried, run)
-            context = JudgeContext(case, self.judge_model or agent.model, self.judge_spend)
+            # The judge asks the experiment's judge model, else the agent's own (a model
+            # that asks a server: a script is no judge).
+            own = agent.model if endpoint_of(agent.model) != "script" else None
+            context = JudgeContext(
+                case, self.judge_model or own, self.judge_spend, self.judge_budget
+            )
             tried.verdicts = await judge(run, case.expect, context)
             break
         return cost, tokens

@@ -345,3 +345,27 @@ def test_the_store_never_holds_a_secret_from_an_experiment(monkeypatch: pytest.M
     with sqlite3.connect(store.current_path() or "") as db:
         rows = db.execute("SELECT * FROM tries WHERE experiment = ?", (experiment.id,)).fetchall()
     assert rows and secret not in json.dumps(rows)
+
+
+def test_the_judge_is_counted_and_budgeted_apart_from_the_agents(
+    server: FakeOpenAIServer,
+) -> None:
+    server.script(
+        Stream([text('{"pass": true, "score": 0.9, "reason": "names Paris"}'), finish(),
+                usage(400, 30)]),  # fmt: skip
+    )
+    judge = expect.judge("The answer names the capital of France.")
+    cases = Dataset([Case("capital of France?", name=f"q{i}", expect=[judge]) for i in range(2)])
+    paris = ScriptModel(lambda p: '<response final="true">Paris</response>')
+    experiment = cases.run(
+        {"a": Agent(model=paris)}, judge=OpenAIModel("fake-model", max_retries=0),
+        judge_budget="300tok", concurrency=1, progress=False,
+    )  # fmt: skip
+    verdicts = [t.verdicts["judge"] for t in experiment.tries]
+    assert verdicts[0].passed and verdicts[0].score == 0.9
+    assert not verdicts[1].passed and "judge's budget of 300 tokens is spent" in verdicts[1].reason
+    assert len(server.requests) == 1
+    assert [counts for counts, _ in experiment.judge_spend] == [
+        {"prompt_tokens": 400, "completion_tokens": 30}
+    ]
+    assert all(t.tokens == 0 for t in experiment.tries)  # the agents spent nothing
