@@ -21,11 +21,12 @@ OUT = Path(__file__).resolve().parents[1] / "docs" / "images" / "architecture.sv
 # (independent of each other). (folder, what it holds)
 LAYERS: list[list[tuple[str, str]]] = [
     [("magic", "%%cortex / %cortex: parse arguments, call the session or a command")],
-    [("commands", "the work of %cortex vars, views, mcp, cluster, local, eval, save")],
+    [("commands", "the work of %cortex vars, views, mcp, cluster, local, eval, experiment, save")],
     [
         ("session/", "one cell: agent, reachable names, views, record"),
         ("evaluation · local · mcp", "evaluate(); the local server; notebook MCP"),
     ],
+    [("experiments/", "cases, expectations, tries as ordinary runs, results, compare")],
     [
         ("models/", "OpenAI-compatible, script, replay"),
         ("display/", "widgets, text, static HTML, SVG"),
