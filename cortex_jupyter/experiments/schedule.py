@@ -119,8 +119,10 @@ class Allowance:
             return True
         if self.stopped is not None:
             return False
-        if self.running and not self.finished:
-            return False  # the first try runs alone: it says what a try costs
+        if self.running and self.dearest <= 0:
+            # Tries run alone until one has spent something: it says what a try costs (a
+            # first try that failed before its request spent nothing and says nothing).
+            return False
         need = self.spent + (self.running + 1) * self.dearest
         if self.finished and need > self.budget.limit:
             self.stopped = (
