@@ -44,6 +44,8 @@ __all__ = ["case_data", "load", "save"]
 SUFFIXES = (".yaml", ".yml", ".jsonl")
 FIELDS = ("name", "prompt", "expect", "metadata", "vars")
 MAX_DEPTH = 64
+#: Values a YAML file's aliases may add once written out (``_expanded``).
+MAX_ALIASED = 100_000
 PLAIN = "text, numbers, true/false, null, and lists and mappings of them with text keys"
 _Loader: type[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -305,10 +307,48 @@ def _read_jsonl(source: Path, text: str) -> tuple[str | None, list[tuple[str, An
     return name, cases
 
 
+def _expanded(root: yaml.Node) -> int:
+    """How many values more than its own nodes the document ``root`` holds once each alias
+    is written out (a node shared by aliases is counted at each place; a node that holds
+    itself once, ``not_plain`` refuses it). A billion-laughs file of 1 KB loads cheaply,
+    its lists shared, but every copy of it (an experiment's stored dataset, a save) would
+    write each of them out."""
+    sizes: dict[int, int] = {}
+    nodes: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    path: set[int] = set()
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            children = [part for pair in node.value for part in pair]
+        if children_done:
+            path.discard(key)
+            sizes[key] = 1 + sum(sizes.get(id(child), 0) for child in children)
+            if sizes[key] > MAX_ALIASED + len(nodes):
+                return sizes[key] - len(nodes)
+            continue
+        if key in sizes or key in path:
+            continue
+        nodes.add(key)
+        path.add(key)
+        stack.append((node, True))
+        stack.extend((child, False) for child in children)
+    return sizes.get(id(root), 0) - len(nodes)
+
+
 def _read_yaml(source: Path, text: str) -> tuple[str | None, list[tuple[str, Any]]]:
     loader = _Loader(text)
     try:
         node = loader.get_single_node()
+        if node is not None and _expanded(node) > MAX_ALIASED:
+            raise ValueError(
+                f"{source}: its aliases (*name) repeat more than {MAX_ALIASED:,} values: "
+                "a dataset file holds its cases written out"
+            )
         data = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark

@@ -1,0 +1,37 @@
+"""Hostile dataset files: what loading one may cost."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cortex_jupyter.experiments.cases import Dataset
+
+
+def _laughs(levels: int) -> str:
+    lols = ", ".join(['"lol"'] * 9)
+    lines = ["name: x", "cases:", "- prompt: hi", "  vars:", f"    a0: &a0 [{lols}]"]
+    lines += [f"    a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+def test_a_billion_laughs_file_is_refused_on_loading(tmp_path: Path) -> None:
+    # 9**9 "lol"s from 1 KB: loaded, they are shared; run or saved, the experiment's
+    # stored copy of the dataset would write every one of them (and the kernel dies).
+    bomb = tmp_path / "laughs.yaml"
+    bomb.write_text(_laughs(9), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"laughs\.yaml.*alias"):
+        Dataset.load(bomb)
+
+
+def test_a_file_sharing_an_expectation_by_alias_still_loads(tmp_path: Path) -> None:
+    shared = tmp_path / "shared.yaml"
+    shared.write_text(
+        "cases:\n"
+        "- {prompt: one, expect: &paris [{kind: answer, contains: Paris}]}\n"
+        "- {prompt: two, expect: *paris}\n",
+        encoding="utf-8",
+    )
+    dataset = Dataset.load(shared)
+    assert [len(case.expect) for case in dataset.cases] == [1, 1]
