@@ -259,16 +259,20 @@ class Experiment:
         *,
         dataset: Dataset | None = None,
         store: str | None = None,
+        force: bool = False,
         **options: Any,
     ) -> Experiment:
         """Go on with the stored experiment ``given`` where it stopped: its ended tries are
         kept (never run again) and the rest are run. ``agents`` are the columns' agents
         (needed unless each column was a named ``Agent`` this session has registered);
-        ``dataset`` the cases (by default the saved copy); ``options`` as ``Dataset.run``."""
+        ``dataset`` the cases (by default the saved copy); ``options`` as ``Dataset.run``.
+        One still running in another kernel is refused (``ExperimentTaken``): its tries
+        would run twice; ``force=True`` takes over one marked running on another machine."""
         rows = _rows_at(store)
         stored = rows.load(given)
         columns = _columns(stored, agents)
         experiment = cls._of(stored, store, dataset, columns)
+        rows.take(stored.id, force=force)
         return _go(experiment, rows, options)
 
 

@@ -37,6 +37,14 @@ Version 3:
   view counts them for its ``~N tokens`` estimate (thought, response and text, and each
   action's name and parameters). A run whose server never said how many tokens it wrote
   (a ``--script`` cell, a replay) shows that estimate, marked ``~`` (0 in an older row).
+
+Version 4: the ``experiments`` and ``tries`` tables (``store.experiments``).
+
+Version 5:
+
+- ``experiments.claimed``: when the process in ``experiments.host`` made the experiment or
+  resumed it (NULL in a version-4 row: its ``created``), so a resume refuses one another
+  live kernel runs (``ExperimentRows.take``).
 """
 
 from __future__ import annotations
@@ -127,6 +135,9 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (experiment, case_name, agent, repeat)
     ) WITHOUT ROWID
     """,
+    # When (Unix time) the process in ``experiments.host`` took the experiment: made it,
+    # or resumed it (``ExperimentRows.take``), so a pid reused since is told apart.
+    "ALTER TABLE experiments ADD COLUMN claimed REAL",
 ]
 VERSION = len(MIGRATIONS)
 
