@@ -10,6 +10,7 @@ never ended (a killed kernel loses only those that were running).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import uuid
@@ -22,7 +23,7 @@ from cortex_jupyter.experiments.running import Plan, drive, judge, try_row
 from cortex_jupyter.experiments.schedule import Allowance, Gates
 from cortex_jupyter.runtime import Agent
 from cortex_jupyter.runtime.core.cost.budget import Budget
-from cortex_jupyter.runtime.core.trust.secrets import shorten
+from cortex_jupyter.runtime.core.trust.secrets import redact, shorten
 
 if TYPE_CHECKING:
     from cortex_jupyter.experiments.cases import Case, Dataset
@@ -401,6 +402,12 @@ def _go(experiment: Experiment, rows: Any, options: Mapping[str, Any]) -> Experi
     )
     try:
         stopped = drive(plan, watching.ended, watching.idle)
+    except BaseException as exc:  # not left "running" in the store: nothing runs it now
+        if rows is not None:
+            with contextlib.suppress(Exception):
+                why = shorten(redact(f"{type(exc).__name__}: {exc}"), 200)
+                rows.status(experiment.id, "stopped", f"the experiment failed: {why}")
+        raise
     finally:
         watching.close()
         if runner is not None:

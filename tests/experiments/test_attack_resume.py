@@ -48,3 +48,19 @@ def test_an_experiment_running_in_another_kernel_is_not_resumed(tmp_path: Path) 
     # Once that kernel is gone, the experiment is resumed, and the resume holds it.
     resumed = Experiment.resume("killed", {"a": _agent(calls)}, progress=False)
     assert calls == ["Spain"] and resumed.status == "completed"
+
+
+def test_an_experiment_that_failed_is_not_left_running_in_the_store(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from cortex_jupyter.experiments import experiment as module
+    from tests.experiments.test_experiment import dataset
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("the event loop broke")
+
+    monkeypatch.setattr(module, "drive", broken)
+    with pytest.raises(RuntimeError, match="broke"):
+        dataset().run({"a": _agent([])}, name="broken", progress=False)
+    stored = Experiment.load("broken")
+    assert stored.status == "stopped" and "the event loop broke" in (stored.note or "")
