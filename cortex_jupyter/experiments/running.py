@@ -182,13 +182,12 @@ class Plan:
                     await self._ended(tried, report)
                     return
                 await self._wait_change()
-            share = self.allowance.share()
-            self.allowance.started()
+            share = self.allowance.grant()
             spent: tuple[float | None, int] = (None, 0)
             try:
                 spent = await self._attempts(tried, agent, endpoint, share)
             finally:
-                self.allowance.ended(*spent)
+                self.allowance.ended(share, *spent)
                 self._change()
             # Kept before the next try may start: a kernel killed from then on loses
             # only tries that were running.

@@ -5,9 +5,9 @@
 - ``Gates``: one ``anyio.CapacityLimiter`` per endpoint (one at a time for a local
   server, ``DEFAULT_REMOTE`` for others, as many as asked with ``concurrency=``), which
   a 429 halves and holds shut for the server's ``Retry-After`` (``back_off``);
-- ``Allowance``: an experiment's budget (dollars or tokens): a try starts only when what
-  was spent, what running tries may still spend, and what the dearest try so far cost fit
-  in it, and each try gets what is left as its own run budget, so no try can pass it.
+- ``Allowance``: an experiment's budget (dollars or tokens): each running try holds a share
+  of what is left, which is its run's own budget, and the shares never add up to more than
+  the budget, so no mix of tries can pass it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
 
@@ -95,61 +95,87 @@ class Gates:
 
 @dataclass
 class Allowance:
-    """An experiment's budget, as tries start and end (see the module docstring)."""
+    """An experiment's budget, as tries start and end (see the module docstring).
+
+    Each running try holds a share of what is left (``held``), which is also its run's own
+    budget: the shares never add up to more than the budget, so no mix of tries can pass
+    it. Until a try has spent something, tries run one at a time with the whole of what is
+    left (what a try costs is not known yet); after that a try's share is ``HEADROOM``
+    times the dearest try so far, and a try starts only when such a share is left. When
+    none is left and no try runs that could give some back, scheduling stops (``stopped``).
+    """
 
     budget: Budget | None
     spent: float = 0.0
     dearest: float = 0.0
-    running: int = 0
+    held: list[float] = field(default_factory=list)
     finished: int = 0
     stopped: str | None = None
+
+    #: A try may spend up to this many times the dearest try so far.
+    HEADROOM: ClassVar[float] = 1.25
 
     @classmethod
     def of(cls, value: Any) -> Allowance:
         return cls(Budget.parse(value))
+
+    @property
+    def running(self) -> int:
+        return len(self.held)
 
     def amount(self, cost: float | None, tokens: int) -> float:
         if self.budget is None:
             return 0.0
         return float(tokens) if self.budget.unit == "tok" else float(cost or 0.0)
 
+    def _left(self) -> float:
+        assert self.budget is not None
+        return self.budget.limit - self.spent - sum(self.held)
+
     def may_start(self) -> bool:
-        """Whether another try fits; once one does not, none does (``stopped`` says why)."""
+        """Whether another try may start now; False also while running tries hold what it
+        needs (they give back what they did not spend). ``stopped`` says when none ever will."""
         if self.budget is None:
             return True
         if self.stopped is not None:
             return False
-        if self.running and self.dearest <= 0:
-            # Tries run alone until one has spent something: it says what a try costs (a
-            # first try that failed before its request spent nothing and says nothing).
+        if self.held and self.dearest <= 0:
+            return False  # one at a time until a try has said what a try costs
+        want = self.dearest * self.HEADROOM
+        left = self._left()
+        if left > 0 and left >= want:
+            return True
+        if self.held:
             return False
-        need = self.spent + (self.running + 1) * self.dearest
-        if self.finished and need > self.budget.limit:
+        if self.spent >= self.budget.limit:
+            self.stopped = f"the experiment's budget of {self.budget} is spent"
+        else:
             self.stopped = (
                 f"the experiment's budget of {self.budget} would be passed: "
                 f"{self.budget.show(self.spent)} spent, a try costs up to "
                 f"{self.budget.show(self.dearest)}"
             )
-            return False
-        if self.spent >= self.budget.limit:
-            self.stopped = f"the experiment's budget of {self.budget} is spent"
-            return False
-        return True
+        return False
 
-    def share(self) -> Budget | None:
-        """The run budget of a try starting now: what is left, less what running tries may
-        still spend."""
+    def grant(self) -> Budget | None:
+        """The share of a try starting now (its run's budget), held until ``ended``."""
         if self.budget is None:
+            self.held.append(0.0)
             return None
-        left = self.budget.limit - self.spent - self.running * self.dearest
-        left = max(left, 1.0 if self.budget.unit == "tok" else 1e-9)
-        return Budget(math.floor(left) if self.budget.unit == "tok" else left, self.budget.unit)
+        left = max(self._left(), 0.0)
+        amount = left if self.dearest <= 0 else min(left, self.dearest * self.HEADROOM)
+        if self.budget.unit == "tok":
+            amount = float(max(1, math.floor(amount)))
+        self.held.append(amount)
+        return Budget(amount if amount > 0 else 1e-9, self.budget.unit)
 
-    def started(self) -> None:
-        self.running += 1
-
-    def ended(self, cost: float | None, tokens: int) -> None:
-        self.running -= 1
+    def ended(self, granted: Budget | None, cost: float | None, tokens: int) -> None:
+        """A try that held ``granted`` ended, having spent ``cost`` / ``tokens``."""
+        held = 0.0 if granted is None else granted.limit
+        if held in self.held:
+            self.held.remove(held)
+        elif self.held:
+            self.held.pop()
         self.finished += 1
         amount = self.amount(cost, tokens)
         self.spent += amount
