@@ -13,12 +13,12 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from cortex_jupyter.experiments import report as _report
 from cortex_jupyter.experiments.results import Expectation, JudgeContext, Try, Verdict
-from cortex_jupyter.experiments.running import Plan, drive, judge, try_row
+from cortex_jupyter.experiments.running import Hooks, Plan, drive, judge, try_row
 from cortex_jupyter.experiments.schedule import Allowance, Gates
 from cortex_jupyter.runtime import Agent
 from cortex_jupyter.runtime.core.trust.secrets import shorten
@@ -333,17 +333,27 @@ def run_dataset(
     time_limit: float | None = None,
     progress: bool = True,
     view: bool | None = None,
+    order: str = "repeat",
+    hooks: Hooks | None = None,
 ) -> Experiment:
-    """``Dataset.run``: see its docstring."""
+    """``Dataset.run``: see its docstring. ``order`` is the order the tries start in:
+    ``"repeat"`` (every case by every agent, then again) or ``"agent"`` (one column's
+    tries, repeat by repeat, before the next column's). ``hooks`` (``running.Hooks``) is
+    what a preset such as ``evaluate()`` changes: a per-case agent, a stop, a callback."""
     columns = _agents(agents)
     if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
         raise ValueError(f"repeat must be a whole number, at least 1; got {repeat!r}")
+    if order not in ("repeat", "agent"):
+        raise ValueError(f"order is 'repeat' or 'agent'; got {order!r}")
     Allowance.of(budget)  # a bad budget is refused before anything runs
     where = _store_path(store)
     experiment_id = uuid.uuid4().hex[:12]
     name = name or dataset.name or "experiment"
     tries = [Try(case, column, r) for r in range(repeat) for case in dataset.names
              for column in columns]  # fmt: skip
+    if order == "agent":
+        tries = [Try(case, column, r) for column in columns for r in range(repeat)
+                 for case in dataset.names]  # fmt: skip
     experiment = Experiment(experiment_id, name, dataset, columns, repeat, tries, store=where)
     rows = None
     if where is not None:
@@ -358,10 +368,12 @@ def run_dataset(
         "concurrency": concurrency, "budget": budget, "executor": executor, "judge": judge,
         "time_limit": time_limit, "progress": progress, "view": view,
     }  # fmt: skip
-    return _go(experiment, rows, options)
+    return _go(experiment, rows, options, hooks or Hooks())
 
 
-def _go(experiment: Experiment, rows: Any, options: Mapping[str, Any]) -> Experiment:
+def _go(
+    experiment: Experiment, rows: Any, options: Mapping[str, Any], hooks: Hooks | None = None
+) -> Experiment:
     from cortex_jupyter.experiments.live import Watching
 
     unknown = set(options) - {"concurrency", "budget", "executor", "judge", "time_limit",
@@ -384,13 +396,16 @@ def _go(experiment: Experiment, rows: Any, options: Mapping[str, Any]) -> Experi
         experiment.id, dict(zip(experiment.dataset.names, experiment.dataset.cases, strict=True)),
         {k: v for k, v in experiment.agents.items() if v is not None}, experiment.tries, gates,
         Allowance.of(options.get("budget")), store, rows, options.get("judge"),
-        _limit(options.get("time_limit")), runner, experiment.judge_spend,
+        _limit(options.get("time_limit")), runner, experiment.judge_spend, hooks or Hooks(),
     )  # fmt: skip
     watching = Watching(
         experiment, progress=options.get("progress", True), view=options.get("view")
     )
+    on_try: Callable[[Try], None] = watching.ended
+    if plan.hooks.ended is not None:
+        on_try = _both(watching.ended, plan.hooks.ended)
     try:
-        stopped = drive(plan, watching.ended, watching.idle)
+        stopped = drive(plan, on_try, watching.idle)
     finally:
         watching.close()
         if runner is not None:
@@ -399,10 +414,18 @@ def _go(experiment: Experiment, rows: Any, options: Mapping[str, Any]) -> Experi
             store.flush()
     pending = [t for t in experiment.tries if not t.done]
     experiment.status = "stopped" if stopped or pending else "completed"
-    experiment.note = stopped or (plan.allowance.stopped if plan.allowance.stopped else None)
+    experiment.note = stopped or plan.stopped or plan.allowance.stopped or None
     if rows is not None:
         rows.status(experiment.id, experiment.status, experiment.note)
     return experiment
+
+
+def _both(first: Callable[[Try], None], then: Callable[[Try], None]) -> Callable[[Try], None]:
+    def ended(tried: Try) -> None:
+        first(tried)
+        then(tried)
+
+    return ended
 
 
 def _limit(value: Any) -> float | None:
