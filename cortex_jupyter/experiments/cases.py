@@ -216,7 +216,10 @@ class Dataset:
         address) runs the tries on a cluster's workers; ``name`` names it (default: the
         dataset's). Also ``judge`` (the model an ``expect.judge`` without one asks),
         ``time_limit`` (seconds a try), ``store`` (None: not kept), ``progress`` and
-        ``view`` (the live matrix; default: in a notebook). Every try is an ordinary run in
+        ``view`` (the live matrix; default: in a notebook), ``order`` (``"repeat"``: every
+        case by every column, then again; ``"agent"``: a column's tries before the next's)
+        and ``hooks`` (``running.Hooks``: what a preset such as ``evaluate()`` changes).
+        Every try is an ordinary run in
         the store; a Stop keeps those that ended, and ``Experiment.resume(id)`` goes on.
         """
         # By name, as from_runs: the runner reads cases, so cases may not import it back.
