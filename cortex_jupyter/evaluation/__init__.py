@@ -416,14 +416,15 @@ class _Preset:
             self.report(len(self.result.tries), self.total, note)
 
     def rows(self) -> None:
-        """A row per setting, in order, up to the one a fatal failure stopped in."""
+        """A row per setting, in order, up to the one a fatal failure (or a Stop: the
+        tries that ended are kept) stopped in."""
         last = self.result.tries[-1] if self.result.tries else None
         for setting in self.settings:
             if setting in self.notes:
                 self.result.rows.append(Row.of(*setting, [], note=self.notes[setting]))
                 continue
             tried = self.tries[setting]
-            if self.fatal is not None and not tried:
+            if not tried:  # never reached: stopped (an unusable endpoint, a Stop) before it
                 break
             self.result.rows.append(Row.of(*setting, tried))
             if self.fatal is not None and any(t is last for t in tried):
