@@ -7,30 +7,41 @@ conversation, so what is measured is what a user of that dialect gets; the figur
 read from the run record: its status, its protocol error events, its nodes' statuses,
 its usage, and the times of its events (``Turn`` and the first ``chunk`` of a reply).
 
-It sits above the runtime and the models, like ``session`` does, and imports no IPython.
-The tasks are in ``evaluation.tasks``; the result (``Try``, ``Row``, ``Evaluation``: a text
-table, or an HTML table with a bar chart in a notebook) in ``evaluation.table``.
+It is a preset of the experiments (``cortex_jupyter.experiments``): the tasks are the
+dialect-conformance dataset (``evaluation.conformance``: a case per task, checked by the
+task's own check), each (dialect, constraint) setting is an agent column, and the tries
+run one at a time (timings are measured), setting by setting, repeat by repeat, task by
+task. Each try's run is then measured into the table's rows (``measure``); the
+experiment itself is ``Evaluation.experiment`` (``to_pandas()``, the matrix).
+
+It sits above the runtime, the models and the experiments, like ``session`` does, and
+imports no IPython. The tasks are in ``evaluation.tasks``; the result (``Try``, ``Row``,
+``Evaluation``: a text table, or an HTML table with a bar chart in a notebook) in
+``evaluation.table``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import math
 import numbers
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-import anyio.from_thread
 import tqdm.auto  # type: ignore[import-untyped]  # tqdm ships no type hints
 
+from cortex_jupyter.evaluation.conformance import TaskCheck, checked, conformance_dataset, task_of
 from cortex_jupyter.evaluation.table import Evaluation, Row, Try
 from cortex_jupyter.evaluation.tasks import TASKS, TYPED_TASKS, Task
+from cortex_jupyter.experiments import results as _results
+from cortex_jupyter.experiments.experiment import run_dataset
+from cortex_jupyter.experiments.results import Verdict
+from cortex_jupyter.experiments.running import Hooks, Watched
 from cortex_jupyter.protocol.events import ActionStart, ResponseDelta, TextDelta
 from cortex_jupyter.protocol.events import ThoughtDelta as _ThoughtDelta
 from cortex_jupyter.runtime import Agent, Run
-from cortex_jupyter.runtime.core.events import Chunk, OutputChecked, Turn
+from cortex_jupyter.runtime.core.events import Chunk, Turn
 
 __all__ = [
     "DIALECTS",
@@ -41,6 +52,7 @@ __all__ = [
     "Row",
     "Task",
     "Try",
+    "conformance_dataset",
     "evaluate",
     "measure",
     "supports_constrain",
@@ -79,20 +91,22 @@ class EndpointUnusable(RuntimeError):
 # --------------------------------------------------------------------------- measuring
 
 
-def measure(run: Run, task: Task, dialect: str, constrain: bool) -> Try:
-    """The ``Try`` a finished run makes, read from its record alone."""
+def measure(
+    run: Run, task: Task, dialect: str, constrain: bool, verdict: Verdict | None = None
+) -> Try:
+    """The ``Try`` a finished run makes, read from its record alone. ``verdict`` is the
+    task's check already made on it (``TaskCheck``'s, by the experiment), so a check is
+    called once a try; without it the check is made here."""
     nodes = [node for node in run.actions.values() if node.parent is None]
     action_errors = [e for e in run.errors if e.id is not None]
     runnable = bool(nodes) and not action_errors and all(n.status == "done" for n in nodes)
     answer = run.answer
-    valid, attempts = _checked(run) if task.typed else (None, 0)
-    correct = False
-    reason = run.reason
-    if run.status == "completed" and valid is not False:
-        try:
-            correct = task.passes(answer, run.output)
-        except Exception as exc:  # the user's check failed: say so, keep the rest
-            reason = f"the task's check raised {type(exc).__name__}: {exc}"
+    valid, attempts = checked(run) if task.typed else (None, 0)
+    if verdict is None:
+        verdict = TaskCheck(task).check(run)
+    correct = verdict.passed
+    # the user's check failed: say so, keep the rest
+    reason = verdict.reason if verdict.details.get("raised") else run.reason
     usage = run.usage
     first, generating = _timings(run)
     return Try(
@@ -101,16 +115,6 @@ def measure(run: Run, task: Task, dialect: str, constrain: bool) -> Try:
         generating, run.turns, reason, tool_task=bool(task.tools), valid=valid,
         attempts=attempts, output=run.output,
     )  # fmt: skip
-
-
-def _checked(run: Run) -> tuple[bool, int]:
-    """(whether the typed answer fit, how many typed answers were checked), from the
-    run's ``OutputChecked`` events: the attempt that fit, or the last one tried."""
-    checks = [event for event in run.events if isinstance(event, OutputChecked)]
-    fit = next((check for check in checks if check.ok), None)
-    if fit is not None:
-        return True, fit.attempt
-    return False, max((check.attempt for check in checks), default=0)
 
 
 def _timings(run: Run) -> tuple[float | None, float]:
@@ -147,45 +151,6 @@ def _timings(run: Run) -> tuple[float | None, float]:
 
 
 # --------------------------------------------------------------------------- running
-
-
-class _Watched:
-    """The model, with the last failure of its stream kept (``failure``): how an
-    unreachable endpoint is told from a model that merely writes badly; and whether a
-    grammar went with a request since the last ``reset`` (``constrained``)."""
-
-    def __init__(self, model: Any) -> None:
-        self._model = model
-        self.failure: BaseException | None = None
-        self.constrained = False
-
-        # The model's own ``stream`` signature shows through (``inspect`` follows
-        # ``__wrapped__``): the loop asks it whether the model takes a grammar.
-        @functools.wraps(model.stream)
-        def stream(messages: Any, **options: Any) -> AsyncIterator[Any]:
-            self.constrained = self.constrained or options.get("constraint") is not None
-            return self._watch(model.stream(messages, **options))
-
-        self.stream: Callable[..., AsyncIterator[Any]] = stream
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._model, name)
-
-    @property
-    def name(self) -> str:
-        return str(getattr(self._model, "name", "model"))
-
-    async def _watch(self, chunks: AsyncIterator[Any]) -> AsyncIterator[Any]:
-        try:
-            async for chunk in chunks:
-                yield chunk
-        except Exception as exc:
-            self.failure = exc
-            raise
-        finally:
-            aclose = getattr(chunks, "aclose", None)
-            if aclose is not None:
-                await aclose()
 
 
 def supports_constrain() -> bool:
@@ -304,23 +269,30 @@ def evaluate(
     temperature: float | None = None,
     options: Mapping[str, Any] | None = None,
     progress: Callable[[int, int, str], None] | bool | None = None,
+    store: Any = None,
 ) -> Evaluation:
     """Run each task ``n`` times in each dialect (and constraint setting) and sum up.
 
     ``model`` is a model name on the OpenAI-compatible endpoint at ``base_url`` (default
     ``OPENAI_BASE_URL``) with ``api_key`` (default ``OPENAI_API_KEY``), or any model
-    object (a ``ScriptModel`` is reset before each try). ``dialects`` are names from
-    ``DIALECTS`` (``"native"``: the endpoint's own tool calls). ``tasks`` default to
-    ``TASKS`` and then ``TYPED_TASKS`` (answers typed with ``output_type``: their rows'
-    ``valid`` share says how many fit the type). ``constrain`` is a bool or both
-    (``(False, True)``): one row per setting; a model that takes no grammar gives an
+    object (a ``ScriptModel`` starts its script again for each try). ``dialects`` are
+    names from ``DIALECTS`` (``"native"``: the endpoint's own tool calls). ``tasks``
+    default to ``TASKS`` and then ``TYPED_TASKS`` (answers typed with ``output_type``:
+    their rows' ``valid`` share says how many fit the type). ``constrain`` is a bool or
+    both (``(False, True)``): one row per setting; a model that takes no grammar gives an
     unconstrained row saying so.
     Each reply is bounded to ``max_tokens`` (512) and each try to ``time_limit`` seconds
     (120; a try cut there counts as ``timeout``); ``None`` lifts a bound. The table's
     caption shows both. ``options`` are further ``Agent`` settings. ``progress`` is
     called after each try with (done, total, note); by default a bar shows how far it got
-    and the time left (``False``: silent). An endpoint that cannot be used at all raises
-    ``EndpointUnusable`` with one line, its ``result`` holding what was done before.
+    and the time left (``False``: silent). ``store`` keeps every try's run (a store's
+    path or a ``Store``; ``True``: the current run store); by default none is kept.
+    An endpoint that cannot be used at all raises ``EndpointUnusable`` with one line,
+    its ``result`` holding what was done before.
+
+    It runs the conformance dataset (``conformance_dataset(tasks)``) as an experiment,
+    one agent column per setting: ``Evaluation.experiment`` is that ``Experiment``
+    (``to_pandas()``, its matrix).
     """
     tries = _whole(n)
     if tries is None or tries < 1:
@@ -329,63 +301,134 @@ def evaluate(
     if not chosen or not all(isinstance(t, Task) for t in chosen):
         raise TypeError("evaluate: tasks must be a non-empty list of cortex_jupyter.Task")
     settings = _settings(dialects, constrain)
-    watched = _Watched(_model(model, base_url, api_key))
+    used = _model(model, base_url, api_key)
     extra: dict[str, Any] = {
         "max_turns": _whole(max_turns) or max_turns, "temperature": temperature
     }  # fmt: skip
     extra.update(options or {})
     # options= may carry max_tokens too
     extra["max_tokens"], time_limit = _bounds(extra.get("max_tokens", max_tokens), time_limit)
+    name = str(getattr(used, "name", "model"))
     result = Evaluation(
-        watched.name, len(chosen), tries, max_tokens=extra["max_tokens"], time_limit=time_limit
+        name, len(chosen), tries, max_tokens=extra["max_tokens"], time_limit=time_limit
     )
-    total = len(settings) * len(chosen) * tries
-    bar = _Bar(total) if progress is None or progress is True else None
-    report: Callable[[int, int, str], None] | None = (
-        bar if bar is not None or isinstance(progress, bool) else progress
-    )
-
-    def tick(note: str) -> None:
-        if report is not None:
-            report(len(result.tries), total, note)
-
+    preset = _Preset(result, conformance_dataset(chosen), settings)
+    preset.agents(used, extra)
+    bar = _Bar(preset.total) if progress is None or progress is True else None
+    preset.report = bar if bar is not None or isinstance(progress, bool) else progress
     try:
-        with anyio.from_thread.start_blocking_portal() as portal:
-            for dialect, constrained in settings:
-                _setting(portal, watched, result, (dialect, constrained), chosen, extra, tick)
+        if preset.columns:
+            result.experiment = run_dataset(
+                preset.dataset, preset.columns, repeat=tries, concurrency=1,
+                name=f"evaluate {name}", store=_store(store), time_limit=time_limit,
+                progress=False, view=False, order="agent", hooks=preset.hooks(),
+            )  # fmt: skip
     finally:
         if bar is not None:
             bar.close()
+    preset.rows()
+    if preset.fatal is not None:
+        raise EndpointUnusable(preset.fatal, result)
     return result
 
 
-def _setting(
-    portal: Any,
-    watched: _Watched,
-    result: Evaluation,
-    setting: tuple[str, bool],
-    chosen: Sequence[Task],
-    extra: Mapping[str, Any],
-    tick: Callable[[str], None],
-) -> None:
-    """Every try of one dialect and constraint setting, and its row."""
-    dialect, constrained = setting
-    try:
-        agents = [_agent(watched, t, dialect, constrained, extra) for t in chosen]
-    except (TypeError, ValueError) as exc:
-        result.rows.append(Row.of(dialect, constrained, [], note=str(exc)))
-        return
-    tries: list[Try] = []
-    for _ in range(result.n):
-        for task, agent in zip(chosen, agents, strict=True):
-            tried = _one(portal, watched, agent, task, dialect, result.time_limit)
-            tries.append(tried)
-            result.tries.append(tried)
-            if type(watched.failure).__name__ in _FATAL:
-                result.rows.append(Row.of(dialect, constrained, tries))
-                raise EndpointUnusable(str(watched.failure), result)
-            tick(_progress_note(dialect, constrained, tries))
-    result.rows.append(Row.of(dialect, constrained, tries))
+def _store(store: Any) -> Any:
+    if store is not True:
+        return None if store is False else store
+    from cortex_jupyter.store import current_path
+
+    where = current_path()
+    if where is None:
+        raise ValueError("evaluate: store=True, but the run store is off (CortexMagics.store)")
+    return where
+
+
+_Setting = tuple[str, bool]
+
+
+class _Preset:
+    """One ``evaluate()`` as an experiment: a column per setting, an agent per (task,
+    setting), and the hooks that measure each try into the table as it ends and stop
+    everything at a failure of the endpoint itself."""
+
+    def __init__(self, result: Evaluation, dataset: Any, settings: list[_Setting]) -> None:
+        self.result = result
+        self.dataset = dataset
+        self.settings = settings
+        self.columns: dict[str, Agent] = {}
+        self.setting_of: dict[str, _Setting] = {}
+        self.notes: dict[_Setting, str] = {}
+        self.per_case: dict[tuple[str, str], Agent] = {}
+        self.tries: dict[_Setting, list[Try]] = {setting: [] for setting in settings}
+        self.constrained: dict[tuple[str, str, int], bool] = {}
+        self.fatal: str | None = None
+        self.report: Callable[[int, int, str], None] | None = None
+
+    @property
+    def total(self) -> int:
+        return len(self.settings) * len(self.dataset) * self.result.n
+
+    def agents(self, model: Any, extra: Mapping[str, Any]) -> None:
+        """The column of each setting the ``Agent`` takes (a refused one is a noted row)."""
+        for dialect, constrained in self.settings:
+            column = dialect + (" constrained" if constrained else "")
+            try:
+                made = {
+                    case.name: _agent(model, task_of(case), dialect, constrained, extra)
+                    for case in self.dataset
+                }
+            except (TypeError, ValueError) as exc:
+                self.notes[(dialect, constrained)] = str(exc)
+                continue
+            self.columns[column] = next(iter(made.values()))
+            self.setting_of[column] = (dialect, constrained)
+            self.per_case.update({(case, column): agent for case, agent in made.items()})
+
+    def hooks(self) -> Hooks:
+        return Hooks(
+            agent_for=lambda case, column: self.per_case[(case, column)],
+            stop_when=self.stop_when,
+            ended=self.ended,
+        )
+
+    def stop_when(self, tried: _results.Try, watched: Watched) -> str | None:
+        """Keep whether a grammar went out; a failure of the endpoint itself stops it all."""
+        self.constrained[tried.key] = watched.constrained
+        if type(watched.failure).__name__ in _FATAL:
+            self.fatal = str(watched.failure)
+            return self.fatal
+        return None
+
+    def ended(self, tried: _results.Try) -> None:
+        """The experiment's try measured into the table's ``Try``, and the progress."""
+        setting = self.setting_of[tried.agent]
+        task = task_of(self.dataset[tried.case])
+        run = tried.run
+        if run is None:  # it could not run at all: the runtime failed
+            run = Run()
+            run.status, run.reason = tried.status, tried.error
+        constrained = self.constrained.get(tried.key, False)
+        measured = measure(run, task, setting[0], constrained, tried.verdicts.get("task"))
+        self.tries[setting].append(measured)
+        self.result.tries.append(measured)
+        if self.report is not None and self.fatal is None:
+            note = _progress_note(*setting, self.tries[setting])
+            self.report(len(self.result.tries), self.total, note)
+
+    def rows(self) -> None:
+        """A row per setting, in order, up to the one a fatal failure (or a Stop: the
+        tries that ended are kept) stopped in."""
+        last = self.result.tries[-1] if self.result.tries else None
+        for setting in self.settings:
+            if setting in self.notes:
+                self.result.rows.append(Row.of(*setting, [], note=self.notes[setting]))
+                continue
+            tried = self.tries[setting]
+            if not tried:  # never reached: stopped (an unusable endpoint, a Stop) before it
+                break
+            self.result.rows.append(Row.of(*setting, tried))
+            if self.fatal is not None and any(t is last for t in tried):
+                break
 
 
 def _progress_note(dialect: str, constrained: bool, tries: Sequence[Try]) -> str:
@@ -396,34 +439,3 @@ def _progress_note(dialect: str, constrained: bool, tries: Sequence[Try]) -> str
     if typed:
         counts.append(f"{sum(bool(t.valid) for t in typed)}/{len(typed)} valid")
     return dialect + (" constrained" if constrained else "") + ": " + ", ".join(counts)
-
-
-def _one(
-    portal: Any,
-    watched: _Watched,
-    agent: Agent,
-    task: Task,
-    dialect: str,
-    time_limit: float | None,
-) -> Try:
-    """One try: a fresh run of ``task`` (a scripted model starts its script again), cut
-    at ``time_limit`` seconds."""
-    reset = getattr(watched, "reset", None)
-    if callable(reset):
-        reset()
-    watched.failure = None
-    watched.constrained = False
-    run, cut = portal.call(_bounded_run, agent, task.prompt, time_limit)
-    tried = measure(run, task, dialect, watched.constrained)
-    if cut:
-        reason = f"cut at the time limit of {time_limit:g} s a try"
-        tried = dataclasses.replace(tried, status=TIMED_OUT, correct=False, reason=reason)
-    return tried
-
-
-async def _bounded_run(agent: Agent, prompt: str, time_limit: float | None) -> tuple[Run, bool]:
-    """The run of ``prompt``, and whether it was cut at ``time_limit`` seconds."""
-    run = Run()
-    with anyio.move_on_after(math.inf if time_limit is None else time_limit) as scope:
-        await agent.run(prompt, run=run)
-    return run, scope.cancel_called

@@ -156,7 +156,9 @@ def _cells(row: Row) -> list[str]:
 @dataclass
 class Evaluation:
     """What ``evaluate()`` found: ``rows`` (one per dialect and constraint setting) and
-    every ``tries`` entry they sum up. ``summary()`` is a text table."""
+    every ``tries`` entry they sum up. ``summary()`` is a text table. ``experiment`` is
+    the experiment that ran them (``cortex_jupyter.experiments.Experiment``: its
+    ``to_pandas()`` and matrix, one agent column per setting), or None when none ran."""
 
     model: str
     tasks: int
@@ -166,6 +168,7 @@ class Evaluation:
     #: The bounds each try ran under (``None``: none): most tokens per reply, seconds per try.
     max_tokens: int | None = None
     time_limit: float | None = None
+    experiment: Any = field(default=None, repr=False, compare=False)
 
     @property
     def caption(self) -> str:

@@ -218,7 +218,10 @@ class Dataset:
         default the agent's own when it asks a server), ``judge_budget`` (the most the
         judge's requests may spend, counted apart from the agents'),
         ``time_limit`` (seconds a try), ``store`` (None: not kept), ``progress`` and
-        ``view`` (the live matrix; default: in a notebook). Every try is an ordinary run in
+        ``view`` (the live matrix; default: in a notebook), ``order`` (``"repeat"``: every
+        case by every column, then again; ``"agent"``: a column's tries before the next's)
+        and ``hooks`` (``running.Hooks``: what a preset such as ``evaluate()`` changes).
+        Every try is an ordinary run in
         the store; a Stop keeps those that ended, and ``Experiment.resume(id)`` goes on.
         """
         # By name, as from_runs: the runner reads cases, so cases may not import it back.

@@ -14,12 +14,12 @@ import contextlib
 import math
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from cortex_jupyter.experiments import report as _report
 from cortex_jupyter.experiments.results import Expectation, JudgeContext, Try, Verdict
-from cortex_jupyter.experiments.running import Plan, drive, judge, try_row
+from cortex_jupyter.experiments.running import Hooks, Plan, drive, judge, try_row
 from cortex_jupyter.experiments.schedule import Allowance, Gates
 from cortex_jupyter.runtime import Agent
 from cortex_jupyter.runtime.core.cost.budget import Budget
@@ -340,11 +340,18 @@ def run_dataset(
     time_limit: float | None = None,
     progress: bool = True,
     view: bool | None = None,
+    order: str = "repeat",
+    hooks: Hooks | None = None,
 ) -> Experiment:
-    """``Dataset.run``: see its docstring."""
+    """``Dataset.run``: see its docstring. ``order`` is the order the tries start in:
+    ``"repeat"`` (every case by every agent, then again) or ``"agent"`` (one column's
+    tries, repeat by repeat, before the next column's). ``hooks`` (``running.Hooks``) is
+    what a preset such as ``evaluate()`` changes: a per-case agent, a stop, a callback."""
     columns = _agents(agents)
     if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
         raise ValueError(f"repeat must be a whole number, at least 1; got {repeat!r}")
+    if order not in ("repeat", "agent"):
+        raise ValueError(f"order is 'repeat' or 'agent'; got {order!r}")
     Allowance.of(budget)  # a bad budget is refused before anything runs
     Budget.parse(judge_budget)
     where = _store_path(store)
@@ -352,6 +359,9 @@ def run_dataset(
     name = name or dataset.name or "experiment"
     tries = [Try(case, column, r) for r in range(repeat) for case in dataset.names
              for column in columns]  # fmt: skip
+    if order == "agent":
+        tries = [Try(case, column, r) for column in columns for r in range(repeat)
+                 for case in dataset.names]  # fmt: skip
     experiment = Experiment(experiment_id, name, dataset, columns, repeat, tries, store=where)
     rows = None
     if where is not None:
@@ -367,10 +377,12 @@ def run_dataset(
         "judge_budget": judge_budget, "time_limit": time_limit, "progress": progress,
         "view": view,
     }  # fmt: skip
-    return _go(experiment, rows, options)
+    return _go(experiment, rows, options, hooks or Hooks())
 
 
-def _go(experiment: Experiment, rows: Any, options: Mapping[str, Any]) -> Experiment:
+def _go(
+    experiment: Experiment, rows: Any, options: Mapping[str, Any], hooks: Hooks | None = None
+) -> Experiment:
     from cortex_jupyter.experiments.live import Watching
 
     unknown = set(options) - {"concurrency", "budget", "executor", "judge", "judge_budget",
@@ -395,13 +407,16 @@ def _go(experiment: Experiment, rows: Any, options: Mapping[str, Any]) -> Experi
         Allowance.of(options.get("budget")), store=store, rows=rows,
         judge_model=options.get("judge"), judge_budget=Budget.parse(options.get("judge_budget")),
         time_limit=_limit(options.get("time_limit")), runner=runner,
-        judge_spend=experiment.judge_spend,
+        judge_spend=experiment.judge_spend, hooks=hooks or Hooks(),
     )  # fmt: skip
     watching = Watching(
         experiment, progress=options.get("progress", True), view=options.get("view")
     )
+    on_try: Callable[[Try], None] = watching.ended
+    if plan.hooks.ended is not None:
+        on_try = _both(watching.ended, plan.hooks.ended)
     try:
-        stopped = drive(plan, watching.ended, watching.idle)
+        stopped = drive(plan, on_try, watching.idle)
     except BaseException as exc:  # not left "running" in the store: nothing runs it now
         if rows is not None:
             with contextlib.suppress(Exception):
@@ -416,10 +431,18 @@ def _go(experiment: Experiment, rows: Any, options: Mapping[str, Any]) -> Experi
             store.flush()
     pending = [t for t in experiment.tries if not t.done]
     experiment.status = "stopped" if stopped or pending else "completed"
-    experiment.note = stopped or (plan.allowance.stopped if plan.allowance.stopped else None)
+    experiment.note = stopped or plan.stopped or plan.allowance.stopped or None
     if rows is not None:
         rows.status(experiment.id, experiment.status, experiment.note)
     return experiment
+
+
+def _both(first: Callable[[Try], None], then: Callable[[Try], None]) -> Callable[[Try], None]:
+    def ended(tried: Try) -> None:
+        first(tried)
+        then(tried)
+
+    return ended
 
 
 def _limit(value: Any) -> float | None:

@@ -33,6 +33,7 @@ from cortex_jupyter.runtime import Agent, Run
 from cortex_jupyter.runtime.core.trust.secrets import redact, shorten
 
 __all__ = [
+    "Hooks",
     "Plan",
     "Watched",
     "drive",
@@ -48,15 +49,20 @@ RATE_LIMIT_TRIES = 3
 
 
 class Watched:
-    """A model, with the last failure of its stream kept (``failure``): a 429 is told from
-    a model that merely answers badly. Everything else is the model's own."""
+    """A model, with the last failure of its stream kept (``failure``): a 429 (or an
+    endpoint that cannot be reached at all) is told from a model that merely answers
+    badly; and whether a grammar went with any of its requests (``constrained``).
+    Everything else is the model's own (its ``stream`` signature shows through: the loop
+    asks it whether the model takes a grammar)."""
 
     def __init__(self, model: Any) -> None:
         self._model = self.model = model
         self.failure: BaseException | None = None
+        self.constrained = False
 
         @functools.wraps(model.stream)
         def stream(messages: Any, **options: Any) -> AsyncIterator[Any]:
+            self.constrained = self.constrained or options.get("constraint") is not None
             return self._watch(model.stream(messages, **options))
 
         self.stream: Callable[..., AsyncIterator[Any]] = stream
@@ -145,9 +151,30 @@ def measure_try(tried: Try, run: Run) -> None:
     tried.first_action = first_action(run)
 
 
+@dataclass(frozen=True)
+class Hooks:
+    """What a preset built on the runner (``evaluate()``) may change of a plain experiment;
+    each is None for the plain way.
+
+    - ``agent_for(case, column)``: the agent of that column's tries of that case (a case
+      needing tools or an answer type of its own); None, or a None answer: the column's;
+    - ``stop_when(tried, watched)``: called as each try's run ends, with its ``Watched``
+      model (its ``failure``, whether a grammar went out); a reason (one line) stops the
+      experiment at once: tries not yet ended are cancelled and stay pending, and the
+      reason is the experiment's ``note``;
+    - ``ended(tried)``: called in the calling thread as each try ends (after the
+      progress bar and the live matrix).
+    """
+
+    agent_for: Callable[[str, str], Agent | None] | None = None
+    stop_when: Callable[[Try, Watched], str | None] | None = None
+    ended: Callable[[Try], None] | None = None
+
+
 @dataclass
 class Plan:
-    """What one experiment run does: the tries to make, and with what."""
+    """What one experiment run does: the tries to make, and with what (``hooks``: what a
+    preset changes, see ``Hooks``; ``stopped``: the reason a hook stopped it)."""
 
     experiment_id: str
     cases: Mapping[str, Any]  # case name -> Case
@@ -162,20 +189,40 @@ class Plan:
     time_limit: float | None = None
     runner: Any = None  # experiments.cluster.ClusterRunner, or None: in this process
     judge_spend: list[tuple[dict[str, int], float | None]] = field(default_factory=list)
+    hooks: Hooks = field(default_factory=Hooks)
+    stopped: str | None = None
     _changed: anyio.Event | None = None
+    _group: Any = None
+
+    def agent_for(self, case: str, column: str) -> Agent:
+        """The agent of ``column``'s tries of ``case``: the column's, unless a hook says."""
+        given = None if self.hooks.agent_for is None else self.hooks.agent_for(case, column)
+        return self.agents[column] if given is None else given
+
+    def stop_when(self, tried: Try, watched: Watched) -> str | None:
+        """Why the experiment stops after ``tried`` (None: it goes on; see ``Hooks``)."""
+        return None if self.hooks.stop_when is None else self.hooks.stop_when(tried, watched)
+
+    def _told_to_stop(self) -> bool:
+        return self.stopped is not None
 
     async def go(self, report: Callable[[Try], None]) -> None:
-        """Run every pending try; ``report`` is called with each as it ends."""
+        """Run every pending try; ``report`` is called with each as it ends. Tries start in
+        ``tries`` order, each as its endpoint's limiter lets it (first come, first
+        served: at a concurrency of 1 they run one by one in that order)."""
         self._changed = anyio.Event()
         async with anyio.create_task_group() as group:
+            self._group = group
             for tried in self.tries:
                 if not tried.done:
                     group.start_soon(self._one, tried, report)
 
     async def _one(self, tried: Try, report: Callable[[Try], None]) -> None:
-        agent = self.agents[tried.agent]
+        agent = self.agent_for(tried.case, tried.agent)
         endpoint = endpoint_of(agent.model)
         async with self.gates.limiter(endpoint):
+            if self._told_to_stop():
+                return  # a hook stopped the experiment: the try stays pending
             while not self.allowance.may_start():
                 if self.allowance.stopped is not None:
                     tried.status, tried.error = "budget", self.allowance.stopped
@@ -192,6 +239,8 @@ class Plan:
             # Kept before the next try may start: a kernel killed from then on loses
             # only tries that were running.
             await self._ended(tried, report)
+            if self._told_to_stop():  # the rest are cancelled, left pending
+                self._group.cancel_scope.cancel()
 
     async def _attempts(
         self, tried: Try, agent: Agent, endpoint: str, share: Any
@@ -219,6 +268,9 @@ class Plan:
                 case, self.judge_model or own, self.judge_spend, self.judge_budget
             )
             tried.verdicts = await judge(run, case.expect, context)
+            said = self.stop_when(tried, watched)
+            if said is not None and self.stopped is None:
+                self.stopped = said
             break
         return cost, tokens
 

@@ -357,7 +357,7 @@ def test_the_judge_is_counted_and_budgeted_apart_from_the_agents(
                 finish(),
                 usage(400, 30),
             ]
-        ),  # fmt: skip
+        ),
     )
     judge = expect.judge("The answer names the capital of France.")
     cases = Dataset([Case("capital of France?", name=f"q{i}", expect=[judge]) for i in range(2)])

@@ -31,6 +31,7 @@ CASES: list[tuple[errors.ModelError, str]] = [
     (errors.UnexpectedReply("m", E, "no events"), "is the API root"),
     (errors.ScriptExhausted(2, 1), "it has only 1 turn"),
     (errors.NoReplyScripted("s", ["a"]), "add a section starting with a line '--- reply to s"),
+    (errors.NoScriptForPrompt("what is the capital?", 2), "its mapping holds 2 prompts"),
 ]
 
 
