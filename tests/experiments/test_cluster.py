@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,17 @@ def agent_calling(name: str, answer: str = "done", **parameters: Any) -> Agent:
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[Client]:
+    # An IPython shell an earlier test made leaves a ``__main__`` without ``__spec__``, which
+    # multiprocessing's spawn (the nannies' way to start workers) reads: "None" is what a
+    # script run with ``python -c`` has, and spawn takes it.
+    main = sys.modules["__main__"]
+    with pytest.MonkeyPatch.context() as patch:
+        if not hasattr(main, "__spec__"):
+            patch.setattr(main, "__spec__", None, raising=False)
+        yield from _client()
+
+
+def _client() -> Iterator[Client]:
     with (
         LocalCluster(
             n_workers=2, threads_per_worker=1, processes=True, protocol="tcp",
