@@ -4,8 +4,9 @@ A tool writes in pieces (``print("line", i)`` is four writes) and a secret may b
 across them: redacted piece by piece, neither half is a secret, and the store, the
 transcript and the views would keep both halves. Redacting on every write is what made
 a tool printing 100,000 lines 45 times slower than the same call made directly. So a
-write only appends its piece (a list append: no lock, no redaction), and the run's
-flusher, at most ``FLUSH_HZ`` times a second, ``take``s what gathered: it joins it to
+write only adds its piece to an in-memory ``io.StringIO`` (a C call: no lock, no
+redaction), and the run's flusher, at most ``FLUSH_HZ`` times a second, ``take``s what
+gathered (swapping that sink for an empty one in one step): it joins it to
 what it held back last time, redacts it as one text with the secrets' compiled pattern
 (kept until the secrets change), and settles it up to a **safe cut** (``safe_cut``): a
 place that no occurrence of a secret, in any of its forms, crosses, whole or only begun,
@@ -19,6 +20,8 @@ pass of the pattern over new text, however many writes made it.
 from __future__ import annotations
 
 import bisect
+import functools
+import io
 import re
 import threading
 from typing import NamedTuple, Protocol
@@ -35,22 +38,33 @@ _MARK = re.compile(r"\.{3,}|…|\.\.?\Z")
 class CapturedText:
     """One stream of what an action wrote (its stdout or its stderr).
 
-    ``append`` takes a raw piece (any thread, no lock; a writer in a hurry appends to
-    ``pieces`` and adds to ``size`` itself, as ``append`` does); ``take`` (the flusher) settles
-    what gathered, redacted, and returns it; ``text()`` is everything settled plus the
-    rest as it reads now (redacted, a secret's beginning at its end hidden), so a reader
-    never sees a secret however the pieces fell. ``len()`` counts the raw characters
-    kept (what ``capture.MAX_KEPT`` bounds); ``cut()`` says the raw text stopped
-    there (``dropped`` counts the rest), so its end is a cut. A text given to the constructor
-    (read back from a transcript or the store) is settled as it is.
+    ``write`` (an attribute: a C-level callable, any thread, no lock) takes a raw piece
+    and returns its length, as a stream's ``write`` does: it writes into an in-memory
+    ``io.StringIO``, the *sink*, so that a ``print`` inside an action costs about what it
+    costs into a ``StringIO``. ``take`` (the flusher) swaps the sink for an empty one in
+    one step (no write is lost or split), keeps what the sink held up to ``limit`` raw
+    characters (past it, the rest is counted in ``dropped``), and settles it, redacted;
+    ``text()`` is everything settled plus the rest as it reads now (redacted, a secret's
+    beginning at its end hidden), so a reader never sees a secret however the pieces
+    fell. ``len()`` counts the raw characters kept (what ``limit`` bounds); ``cut()``
+    says the raw text stopped there (``dropped`` counts the rest), so its end is a cut.
+    A text given to the constructor (read back from a transcript or the store) is
+    settled as it is.
     """
 
-    __slots__ = ("_ended", "_held", "_lock", "_settled", "dropped", "full", "pieces", "size")
+    __slots__ = (
+        "_ended", "_held", "_late", "_lock", "_settled", "_sink", "dropped", "full", "limit",
+        "size", "write",
+    )  # fmt: skip
 
     def __init__(self, text: str = "") -> None:
         self._lock = threading.Lock()
-        self.pieces: list[str] = []  # raw, not yet taken
-        self.size = len(text)  # raw characters written
+        self._sink = io.StringIO(newline="")  # raw, written since the last take
+        # Writers call this; ``_swap`` points it at a new sink.
+        self.write: functools.partial[int] = functools.partial(self._sink.write)
+        self._late: io.StringIO | None = None  # the sink before (emptied)
+        self.size = len(text)  # raw characters kept (taken, or held back)
+        self.limit: int | None = None  # the most raw characters kept (None: no limit)
         self._settled: list[str] = [text] if text else []
         self._held = ""  # raw text past the last safe cut
         self.full = False  # the raw text ends where characters were dropped
@@ -58,17 +72,26 @@ class CapturedText:
         self._ended = False  # an end was taken: what comes after starts at a cut
 
     def __len__(self) -> int:
-        return self.size
+        if self.full:
+            return self.size
+        size = self.size + self._sink.tell()
+        return size if self.limit is None else min(size, self.limit)
 
     def append(self, text: str) -> None:
-        self.pieces.append(text)
-        self.size += len(text)
+        self.write(text)
+
+    def pending(self) -> bool:
+        """Whether something was written since the last take."""
+        late = self._late
+        return self._sink.tell() > 0 or (late is not None and late.tell() > 0)
 
     def cut(self, dropped: int) -> None:
         """The raw text stops here, ``dropped`` characters more were written (and more
-        may be: a writer adds them to ``dropped``): its end is a cut."""
-        self.full = True
-        self.dropped += dropped
+        may be: what is written after is counted in ``dropped``): its end is a cut."""
+        with self._lock:
+            self._held += self._gather()
+            self.full = True
+            self.dropped += dropped
 
     def take(self, *, end: bool = False) -> str:
         """What was written since the last take, redacted and settled up to a safe cut
@@ -94,21 +117,63 @@ class CapturedText:
             if len(settled) > 1:
                 settled[:] = ["".join(settled)]
             done = settled[0] if settled else ""
-            rest = self._held + "".join(self.pieces[:])
+            rest = self._held + self._kept(self._peek(), count=False)
             if not rest:
                 return done
             shown = hide_edges(secrets.redact(rest), start=self._ended, end=True)
             return done + shown
 
+    # ---- under the lock ------------------------------------------------------------------
+
     def _gather(self) -> str:
-        """The pieces appended so far, taken off (appends meanwhile stay after them)."""
-        pieces = self.pieces
-        count = len(pieces)
-        if not count:
+        """What was written since the last take (the sink swapped for an empty one), as
+        much of it as ``limit`` keeps."""
+        return self._kept(self._swap())
+
+    def _swap(self) -> str:
+        old, late = self._sink, self._late_text()
+        if not old.tell():
+            return late
+        self._sink = io.StringIO(newline="")
+        # One C call: a write (a C call too) lands wholly before it or wholly after.
+        self.write.__setstate__((self._sink.write, (), None, None))  # type: ignore[attr-defined]
+        text = old.getvalue()
+        old.seek(0)
+        old.truncate()
+        self._late = old
+        return late + text
+
+    def _late_text(self) -> str:
+        """What reached the sink before last after it was swapped: a write that had found
+        its ``write`` just before (possible only where threads run without a global
+        lock) is taken next time, before anything newer."""
+        late = self._late
+        if late is None or not late.tell():
             return ""
-        taken = pieces[:count]
-        del pieces[:count]
-        return "".join(taken)
+        text = late.getvalue()
+        late.seek(0)
+        late.truncate()
+        return text
+
+    def _peek(self) -> str:
+        late = self._late
+        return (late.getvalue() if late is not None else "") + self._sink.getvalue()
+
+    def _kept(self, text: str, count: bool = True) -> str:
+        """What of ``text`` (written after everything kept so far) is kept: past
+        ``limit`` the raw text is cut (``count``: and the cut recorded), so that its
+        redaction hides the part of a secret at the cut."""
+        limit = self.limit
+        if not text or (not self.full and (limit is None or self.size + len(text) <= limit)):
+            if count:
+                self.size += len(text)
+            return text
+        room = 0 if self.full else max((limit or 0) - self.size, 0)
+        if count:
+            self.size += room
+            self.full = True
+            self.dropped += len(text) - room
+        return text[:room]
 
 
 class Known(Protocol):
