@@ -6,7 +6,7 @@ transcript and the views would keep both halves. Redacting on every write is wha
 a tool printing 100,000 lines 45 times slower than the same call made directly. So a
 write only adds its piece to an in-memory ``io.StringIO`` (a C call: no lock, no
 redaction), and the run's flusher, at most ``FLUSH_HZ`` times a second, ``take``s what
-gathered (swapping that sink for an empty one in one step): it joins it to
+gathered: it joins it to
 what it held back last time, redacts it as one text with the secrets' compiled pattern
 (kept until the secrets change), and settles it up to a **safe cut** (``safe_cut``): a
 place that no occurrence of a secret, in any of its forms, crosses, whole or only begun,
@@ -20,7 +20,6 @@ pass of the pattern over new text, however many writes made it.
 from __future__ import annotations
 
 import bisect
-import functools
 import io
 import re
 import threading
@@ -39,11 +38,13 @@ class CapturedText:
     """One stream of what an action wrote (its stdout or its stderr).
 
     ``write`` (an attribute: a C-level callable, any thread, no lock) takes a raw piece
-    and returns its length, as a stream's ``write`` does: it writes into an in-memory
-    ``io.StringIO``, the *sink*, so that a ``print`` inside an action costs about what it
-    costs into a ``StringIO``. ``take`` (the flusher) swaps the sink for an empty one in
-    one step (no write is lost or split), keeps what the sink held up to ``limit`` raw
-    characters (past it, the rest is counted in ``dropped``), and settles it, redacted;
+    and returns its length, as a stream's ``write`` does: it is the ``write`` of an
+    in-memory ``io.StringIO``, the *sink*, so that a ``print`` inside an action costs
+    about what it costs into a ``StringIO``. ``take`` (the flusher) reads what the sink
+    gained since the last take (reading changes nothing a writer sees: no write is lost
+    or split), keeps it up to ``limit`` raw characters and settles it, redacted. Past
+    ``limit`` what is written is only counted in ``dropped`` and the sink emptied at each
+    take (so memory stays bounded; a write landing while it is emptied may go uncounted).
     ``text()`` is everything settled plus the rest as it reads now (redacted, a secret's
     beginning at its end hidden), so a reader never sees a secret however the pieces
     fell. ``len()`` counts the raw characters kept (what ``limit`` bounds); ``cut()``
@@ -53,16 +54,15 @@ class CapturedText:
     """
 
     __slots__ = (
-        "_ended", "_held", "_late", "_lock", "_settled", "_sink", "dropped", "full", "limit",
+        "_ended", "_held", "_lock", "_read", "_settled", "_sink", "dropped", "full", "limit",
         "size", "write",
     )  # fmt: skip
 
     def __init__(self, text: str = "") -> None:
         self._lock = threading.Lock()
-        self._sink = io.StringIO(newline="")  # raw, written since the last take
-        # Writers call this; ``_swap`` points it at a new sink.
-        self.write: functools.partial[int] = functools.partial(self._sink.write)
-        self._late: io.StringIO | None = None  # the sink before (emptied)
+        self._sink = io.StringIO(newline="")  # raw, as written (writers only append)
+        self.write = self._sink.write
+        self._read = 0  # characters of the sink taken
         self.size = len(text)  # raw characters kept (taken, or held back)
         self.limit: int | None = None  # the most raw characters kept (None: no limit)
         self._settled: list[str] = [text] if text else []
@@ -74,7 +74,7 @@ class CapturedText:
     def __len__(self) -> int:
         if self.full:
             return self.size
-        size = self.size + self._sink.tell()
+        size = self.size + self._sink.tell() - self._read
         return size if self.limit is None else min(size, self.limit)
 
     def append(self, text: str) -> None:
@@ -82,15 +82,16 @@ class CapturedText:
 
     def pending(self) -> bool:
         """Whether something was written since the last take."""
-        late = self._late
-        return self._sink.tell() > 0 or (late is not None and late.tell() > 0)
+        return self._sink.tell() != self._read
 
     def cut(self, dropped: int) -> None:
         """The raw text stops here, ``dropped`` characters more were written (and more
         may be: what is written after is counted in ``dropped``): its end is a cut."""
         with self._lock:
             self._held += self._gather()
-            self.full = True
+            if not self.full:
+                self.full = True
+                self._empty()
             self.dropped += dropped
 
     def take(self, *, end: bool = False) -> str:
@@ -117,7 +118,8 @@ class CapturedText:
             if len(settled) > 1:
                 settled[:] = ["".join(settled)]
             done = settled[0] if settled else ""
-            rest = self._held + self._kept(self._peek(), count=False)
+            new = "" if self.full else self._sink.getvalue()[self._read :]
+            rest = self._held + self._kept(new, count=False)
             if not rest:
                 return done
             shown = hide_edges(secrets.redact(rest), start=self._ended, end=True)
@@ -126,38 +128,26 @@ class CapturedText:
     # ---- under the lock ------------------------------------------------------------------
 
     def _gather(self) -> str:
-        """What was written since the last take (the sink swapped for an empty one), as
-        much of it as ``limit`` keeps."""
-        return self._kept(self._swap())
-
-    def _swap(self) -> str:
-        old, late = self._sink, self._late_text()
-        if not old.tell():
-            return late
-        self._sink = io.StringIO(newline="")
-        # One C call: a write (a C call too) lands wholly before it or wholly after.
-        self.write.__setstate__((self._sink.write, (), None, None))  # type: ignore[attr-defined]
-        text = old.getvalue()
-        old.seek(0)
-        old.truncate()
-        self._late = old
-        return late + text
-
-    def _late_text(self) -> str:
-        """What reached the sink before last after it was swapped: a write that had found
-        its ``write`` just before (possible only where threads run without a global
-        lock) is taken next time, before anything newer."""
-        late = self._late
-        if late is None or not late.tell():
+        """What was written since the last take, as much of it as ``limit`` keeps."""
+        sink = self._sink
+        if sink.tell() == self._read:
             return ""
-        text = late.getvalue()
-        late.seek(0)
-        late.truncate()
-        return text
+        if self.full:  # only counted
+            self.dropped += sink.tell() - self._read
+            self._empty()
+            return ""
+        value = sink.getvalue()
+        new, self._read = value[self._read :], len(value)
+        kept = self._kept(new)
+        if len(kept) < len(new):  # the limit was reached
+            self._empty()
+        return kept
 
-    def _peek(self) -> str:
-        late = self._late
-        return (late.getvalue() if late is not None else "") + self._sink.getvalue()
+    def _empty(self) -> None:
+        """Past ``limit``: what the sink holds is not needed (only its size, counted)."""
+        self._sink.seek(0)
+        self._sink.truncate()
+        self._read = 0
 
     def _kept(self, text: str, count: bool = True) -> str:
         """What of ``text`` (written after everything kept so far) is kept: past
