@@ -13,16 +13,17 @@ Three tools, each a sync action:
 
 Each is timed:
 
-- **direct (kernel)**: the function called directly, as a notebook cell calls it: its output
-  going to the stream a cell's ``sys.stdout`` is in a Jupyter kernel (ipykernel's ``OutStream``,
-  publishing on a zmq socket through its IOPub thread, as in a kernel; nobody subscribes). This is
-  the direct call the issue's goals are against;
-- **direct (StringIO)**: the same call writing to an in-memory ``io.StringIO`` (the cheapest
-  place output can go: a write costs 0.06 µs in C), shown for reference;
+- **direct (StringIO)**: the function called directly, writing to an in-memory
+  ``io.StringIO`` (the cheapest place output can go: a write costs about 0.06 µs in C). This
+  is the direct call the issue's goals are against (its 0.16 s for 100k prints was this);
+- **direct (kernel)**: the same call with its output going to the stream a cell's
+  ``sys.stdout`` is in a Jupyter kernel (ipykernel's ``OutStream``, publishing on a zmq socket
+  through its IOPub thread, as in a kernel; nobody subscribes), shown for reference;
 - **runtime**: one ``sync`` action running it through ``Agent(model=ScriptModel(...)).run``
   (parser, scheduler, capture, run record; no IPython);
 - **cell (text)**: the same action as a ``%%cortex --script`` cell in a real
-  ``InteractiveShell`` (session, the text view, variables, the run store), the whole cell timed;
+  ``InteractiveShell`` (session, the text view, variables, the run store), the whole cell timed
+  (the store, which writes in its own thread, is let finish after, untimed);
 - **cell (widgets)**: the same cell with ``%config CortexMagics.display = "widgets"`` (the
   widget view reduces the events, redraws and makes its static copy; no front end is
   attached, so nothing is sent).
@@ -32,8 +33,10 @@ notebook with ``OPENAI_API_KEY`` set has one), so every batch of output is redac
 
 For the captured paths the table gives the tool's own time (the node's ``started`` to
 ``finished``) and the whole call, each against the direct call, plus the ``action_output``
-events the node sent and the characters it kept. Best of ``--runs``. Targets (issue 33 §7),
-the tool's time against the direct call in a kernel: ``words`` within 5x, ``write`` within 3x.
+events the node sent and the characters it kept. Best of ``--runs``; the direct call into
+``StringIO`` is timed again just before each captured path (the load drifts). Targets
+(issue 33 §7), the tool's time against the direct call into ``StringIO``: ``words`` within
+5x, ``write`` within 3x, in the run and in a cell (text and widgets).
 """
 
 from __future__ import annotations
@@ -53,7 +56,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._common import table
 
-#: The most a tool's time in a cell may be, as a multiple of the direct call.
+#: The most a tool's time in a run or a cell may be, as a multiple of the direct call into
+#: an ``io.StringIO``.
 TARGETS = {"words": 5.0, "write": 3.0, "write-1k": 3.0, "lines": 5.0}
 SECRET = "sk-bench-" + "0123456789abcdefghij" * 2  # 49 characters, like an API key
 WRITE_CHUNK = "x" * 63 + "\n"
@@ -194,6 +198,11 @@ class Cell:
             start = time.perf_counter()
             self.shell.run_cell_magic("cortex", "--script --chunk-size 64", body)
             whole = time.perf_counter() - start
+        # The run store writes the run in its own thread: let it finish (untimed), so
+        # that it does not compete with the next measure.
+        from cortex_jupyter.store import open_store
+
+        open_store().flush()
         tool, events, kept = node_figures(self.shell.user_ns["_cortex"])
         return tool, whole, events, kept
 
@@ -227,28 +236,31 @@ def main(argv: Sequence[str] | None = None) -> int:
             (kernel,) = best(args.runs, lambda w=work: direct(w, args.size, stream))
             (plain,) = best(args.runs, lambda w=work: direct(w, args.size))
             directs.append((work, kernel, plain))
-    for work, kernel, plain in directs:
+    for work, kernel, _ in directs:
         for path, measure in paths:
+            # The direct call into StringIO again, just before: on a shared machine the
+            # load drifts within seconds, and the goal is the ratio of the two.
+            (plain,) = best(args.runs, lambda w=work: direct(w, args.size))
             tool, whole, events, kept = best(args.runs, lambda m=measure, w=work: m(w, args.size))
-            ratio = tool / kernel
+            ratio = tool / plain
             rows.append(
-                [work, path, f"{kernel * 1000:.1f} ms", f"{plain * 1000:.1f} ms",
-                 f"{tool * 1000:.1f} ms", f"{ratio:.1f}x", f"{tool / plain:.1f}x",
-                 f"{whole * 1000:.1f} ms", f"{whole / kernel:.1f}x", events, f"{kept:,}"]
+                [work, path, f"{plain * 1000:.1f} ms", f"{kernel * 1000:.1f} ms",
+                 f"{tool * 1000:.1f} ms", f"{ratio:.1f}x", f"{tool / kernel:.1f}x",
+                 f"{whole * 1000:.1f} ms", f"{whole / plain:.1f}x", events, f"{kept:,}"]
             )  # fmt: skip
             verdicts.append((work, path, ratio))
     secret = "no secret set" if args.no_secret else "a credential set in the environment"
     where = f"Python {sys.version.split()[0]}, {os.cpu_count()} cores"
     print(f"{where}; best of {args.runs}; {secret}\n")
-    header = ["tool", "path", "direct (kernel)", "direct (StringIO)", "tool in run",
-              "/ kernel", "/ StringIO", "whole call", "/ kernel", "action_output events",
-              "chars kept"]  # fmt: skip
+    header = ["tool", "path", "direct (StringIO)", "direct (kernel)", "tool in run",
+              "/ StringIO (goal)", "/ kernel", "whole call", "/ StringIO",
+              "action_output events", "chars kept"]  # fmt: skip
     print(table(f"Captured output (size {args.size:,})", header, rows))
     for work, path, ratio in verdicts:
         target = TARGETS[work]
         ok = ratio <= target
         print(
-            f"- {work}, {path}: {ratio:.1f}x the direct call in a kernel "
+            f"- {work}, {path}: {ratio:.1f}x the direct call into StringIO "
             f"(target <= {target:.0f}x): {'PASS' if ok else 'FAIL'}"
         )
     return 0

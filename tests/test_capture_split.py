@@ -124,3 +124,33 @@ def test_a_key_a_tool_writes_as_bytes_is_captured_and_redacted(
         ("cell stderr", cell.err),
     ]
     assert {name: fragments(text) for name, text in shown if fragments(text)} == {}
+
+
+def test_what_a_tool_writes_is_not_in_ipythons_output_history(
+    ip: InteractiveShell, tool: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """IPython 9 tees each cell's stdout and stderr into its output history
+    (``history_manager.outputs``, what ``%history -o`` shows) by setting
+    ``sys.stdout.write`` for the cell. What a tool writes inside its action is the
+    action's (redacted, on its node), not the cell's: no piece of the key is there (the
+    view's redacted lines are the cell's own output); what the cell prints still is."""
+    if not hasattr(ip, "_tee"):
+        pytest.skip("this IPython keeps no output history")
+    monkeypatch.setenv("DB_PASSWORD", SECRET)
+    with capture_output():
+        ip.run_cell("print('the cell says hi')", store_history=True)
+        said = ip.execution_count - 1
+        for _ in range(2):  # (in a kernel, from the second cell on: the router is in place)
+            ip.run_cell("%%cortex --script --delay 0\n" + SCRIPT, store_history=True)
+        ran = ip.execution_count - 1
+    run = ip.user_ns["_cortex"]
+    assert run.actions["w"].stdout == "key=[redacted] end\n"
+    history = ip.history_manager.outputs
+
+    def streams(count: int) -> str:
+        return "".join("".join(o.bundle.get("stream", [])) for o in history.get(count, []))
+
+    assert "the cell says hi" in streams(said)
+    kept = streams(ran)  # the cell's own output: the text view's lines, redacted
+    assert "w | key=[redacted] end" in kept
+    assert fragments(kept) == [] and SECRET[: _CUT["at"]] not in kept

@@ -31,6 +31,7 @@ KEEP_TEXT = 16_000
 #: Log lines (logging records, warnings) a node keeps for the view (the newest).
 KEEP_LOG_LINES = 200
 _LAST_LINE = 200
+_LAST_LINE_WINDOW = 8192  # characters at the end of a batch its last line is looked for in
 
 
 @dataclass
@@ -271,7 +272,15 @@ def _nested_kept(text: str) -> str:
 
 def _last_line(text: str) -> str:
     """The newest non-blank line of ``text`` (a piece of a stream, which may start or
-    end inside a secret), cut for a box in the graph; no part of a secret shown."""
+    end inside a secret), cut for a box in the graph; no part of a secret shown. Looked
+    for in the text's last ``_LAST_LINE_WINDOW`` characters first (a batch of output may
+    be a MiB: redacting and splitting all of it for its last line cost 10 ms a batch),
+    past that window's first line (which may have begun before it)."""
+    if len(text) > _LAST_LINE_WINDOW:
+        window = secrets.hide_edges(secrets.redact(text[-_LAST_LINE_WINDOW:]))
+        for line in reversed(window.splitlines()[1:]):
+            if line.strip():
+                return secrets.head(line.strip(), _LAST_LINE)
     for line in reversed(secrets.hide_edges(secrets.redact(text)).splitlines()):
         if line.strip():
             return secrets.head(line.strip(), _LAST_LINE)

@@ -192,8 +192,7 @@ class TextRenderer:
                 lines = (self._open_lines.pop(key, "") + text).split("\n")
                 if lines[-1]:
                     self._open_lines[key] = lines[-1]
-                for line in lines[:-1]:
-                    self._captured(node, stream, line)
+                self._captured_lines(node, stream, lines[:-1])
         for entry in getattr(event, "logs", ()) or ():
             for line in str(entry).splitlines() or [""]:
                 self._captured(node, "logs", line)
@@ -226,6 +225,23 @@ class TextRenderer:
             held = self._unreported.pop((node.id, what), None)
             if held is not None:
                 self._captured(node, what, held)
+
+    def _captured_lines(self, node: NodeView, what: str, lines: list[str]) -> None:
+        """Whole lines a tool wrote, as ``_captured`` writes each, in one write (a tool
+        may print 100,000 lines: one batch of them is one text, not a call a line)."""
+        if not lines:
+            return
+        if len(lines) == 1 or (not self._at_line_start and self._block is not None):
+            for line in lines:  # held after the text line being written, one by one
+                self._captured(node, what, line)
+            return
+        head = f"{'  ' * (self.state.depth(node) + 1)}{clean(node.id)} {_MARKS[what]} "
+        # ``clean`` keeps line breaks and replaces a character by one: once for all.
+        body = clean("\n".join(line.rstrip() for line in lines))
+        if not self._at_line_start:
+            self._emit("\n")
+        self._emit(head + body.replace("\n", "\n" + head) + "\n")
+        self._block = None if self._block == "text" else self._block
 
     def _captured(self, node: NodeView, what: str, text: str) -> None:
         pad = "  " * (self.state.depth(node) + 1)

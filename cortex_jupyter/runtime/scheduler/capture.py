@@ -10,15 +10,18 @@ any action everything passes through untouched.
 
 A capture keeps the text on its node (``node.stdout``, ``node.stderr``, ``node.logs``,
 ``node.progress``) and reports it as ``ActionOutput`` events, coalesced: writers only
-mark the capture dirty and wake the run's flusher, which sends what gathered at most
-``FLUSH_HZ`` times a second. So a tool printing a thousand lines, or reporting progress a
-hundred times a second, costs a few events, not thousands.
+leave what they wrote (printed text wakes nobody; logs and progress mark the capture
+dirty), and the run's flusher, which looks at every capture while actions run, sends
+what gathered at most ``FLUSH_HZ`` times a second. So a tool printing a thousand lines,
+or reporting progress a hundred times a second, costs a few events, not thousands.
 
 Nothing is redacted on a write: the text is joined and redacted a batch at a time when
 it is flushed (``runtime.core.record.captured``), so a secret printed in two writes is redacted
-whole, in the events, on the node, in the store and the transcript, and a write costs a
-list append. Bytes written to ``sys.stdout.buffer`` / ``sys.stderr.buffer`` inside an
-action are decoded (UTF-8) onto the same capture: the binary buffer is the router's too.
+whole, in the events, on the node, in the store and the transcript, and a printed
+write costs what it costs into an ``io.StringIO``: ``sys.stdout.write`` inside an action
+*is* the capture's C-level ``write`` (see ``_Router``). Bytes written to
+``sys.stdout.buffer`` / ``sys.stderr.buffer`` inside an action are decoded (UTF-8)
+onto the same capture: the binary buffer is the router's too.
 
 ``progress(done, total, note)`` is the public way for a tool to report progress; a
 ``tqdm`` bar inside a tool reports through it too instead of drawing its own widget.
@@ -29,24 +32,25 @@ from __future__ import annotations
 import codecs
 import contextlib
 import contextvars
+import functools
 import importlib
 import importlib.abc
 import importlib.machinery
 import io
 import logging
+import operator
 import sys
 import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, NamedTuple, TextIO
 
 from cortex_jupyter.runtime.core.events import ActionOutput, Progress
 from cortex_jupyter.runtime.core.trust.secrets import head
 
 if TYPE_CHECKING:
-    from cortex_jupyter.runtime.core.record.captured import CapturedText
     from cortex_jupyter.runtime.core.record.graph import ActionNode
 
 __all__ = ["FLUSH_HZ", "MAX_KEPT", "Capture", "capturing", "current", "install", "progress"]
@@ -59,6 +63,11 @@ MAX_KEPT = 1 << 20
 _current: contextvars.ContextVar[Capture | None] = contextvars.ContextVar(
     "cortex_capture", default=None
 )
+# The ``write`` of the running action's stdout and stderr (its node's ``CapturedText``),
+# set with ``_current``: what a router's ``write`` is, inside an action.
+_kept: dict[str, contextvars.ContextVar[Callable[[str], int]]] = {
+    name: contextvars.ContextVar(f"cortex_capture_{name}") for name in ("stdout", "stderr")
+}
 
 
 def current() -> Capture | None:
@@ -83,13 +92,14 @@ class Capture:
     since the last flush, or None; ``flush(final=True)`` when the action ends also sends
     what a batch held back (the beginning of what may be a secret).
 
-    Printed text is the hot path (a tool may print 100,000 lines): a write appends to
-    the node's ``CapturedText`` and marks the capture dirty, without a lock and without
-    redacting (a list append is atomic; the flusher clears ``dirty`` before it reads,
-    and a writer sets it after it appended, so nothing written is missed). The flusher
-    takes what gathered, joined and redacted. Only text that would pass ``MAX_KEPT``
-    (past it, a write is only counted), log lines, progress and partial values take the
-    lock.
+    Printed text is the hot path (a tool may print 100,000 lines): a print inside an
+    action writes straight into the node's ``CapturedText`` (its sink, a C-level
+    ``io.StringIO`` write: no lock, no Python frame, no redaction, no wake: the flusher
+    looks at every capture ``FLUSH_HZ`` times a second while actions run, ``pending``).
+    The flusher takes what gathered, cut at ``MAX_KEPT`` (the rest counted), joined and
+    redacted. ``write()`` (text handed over by other code: a worker's batches, decoded
+    bytes) also marks the capture dirty and wakes the flusher. Log lines, progress and
+    partial values take the lock.
     """
 
     def __init__(self, node: ActionNode, wake: Callable[[], None]) -> None:
@@ -104,24 +114,19 @@ class Capture:
         # What the node holds already (an earlier attempt's output counts too) and how
         # much of it was reported.
         self._logs_kept = sum(map(len, node.logs))
+        node.captured_stdout.limit = node.captured_stderr.limit = MAX_KEPT
 
     # ---- writers (any thread) --------------------------------------------------------
 
     def write(self, stream: str, text: str) -> None:
+        """``text`` written to ``stream`` (what a router does inline, and wakes the
+        flusher too)."""
         if not isinstance(text, str):  # (what a text stream says: the flush joins text)
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
         if not text:
             return
         kept = self.node.captured_stdout if stream == "stdout" else self.node.captured_stderr
-        if kept.size + len(text) > MAX_KEPT:
-            if kept.full:  # only counted (``node.dropped`` says so at the next flush)
-                kept.dropped += len(text)
-                return
-            text = self._over(kept, text)
-            if not text:
-                return
-        kept.pieces.append(text)
-        kept.size += len(text)
+        kept.write(text)
         if not self.dirty:
             self.dirty = True
             self._wake()
@@ -135,15 +140,6 @@ class Capture:
                 decoder = self._decoders[stream] = codecs.getincrementaldecoder("utf-8")("replace")
             text = decoder.decode(data)
         self.write(stream, text)
-
-    def _over(self, kept: CapturedText, text: str) -> str:
-        """What fits of ``text`` under ``MAX_KEPT`` (the rest is counted); the raw text is
-        cut there, so its redaction hides the part of a secret at the cut."""
-        with self._lock:
-            room = max(MAX_KEPT - kept.size, 0)
-            if room < len(text):
-                kept.cut(len(text) - room)
-            return text[:room]
 
     def log(self, line: str) -> None:
         with self._lock:
@@ -192,8 +188,14 @@ class Capture:
 
     # ---- the flusher (the run's loop) ------------------------------------------------
 
+    def pending(self) -> bool:
+        """Whether something gathered since the last flush (a writer in a hurry appends
+        to a stream that has news without marking the capture again)."""
+        node = self.node
+        return self.dirty or node.captured_stdout.pending() or node.captured_stderr.pending()
+
     def flush(self, *, final: bool = False) -> ActionOutput | None:
-        if not (self.dirty or final):
+        if not (final or self.pending()):
             return None
         self.dirty = False  # before reading: a write after this point marks it again
         with self._lock:
@@ -216,19 +218,25 @@ class Capture:
 
     def _take(self, stream: str, final: bool) -> str:
         kept = self.node.captured_stdout if stream == "stdout" else self.node.captured_stderr
+        taken = kept.take(end=final)
         if kept.dropped:
             self.node.dropped[stream] = kept.dropped
-        return kept.take(end=final)
+        return taken
 
 
 @contextlib.contextmanager
 def capturing(capture: Capture) -> Iterator[Capture]:
     """Run the body (one attempt of an action) with ``capture`` as this context's."""
     install()
+    node = capture.node
     token = _current.set(capture)
+    out = _kept["stdout"].set(node.captured_stdout.write)
+    err = _kept["stderr"].set(node.captured_stderr.write)
     try:
         yield capture
     finally:
+        _kept["stderr"].reset(err)
+        _kept["stdout"].reset(out)
         _current.reset(token)
 
 
@@ -244,21 +252,32 @@ class _Router(io.TextIOBase):
         self.inner = inner
         self.stream_name = name
 
-    def write(self, text: str) -> int:
-        capture = _current.get()
-        if capture is None:
-            return self.inner.write(text)
-        # The hot path, inline (every write of every print): a piece of text that fits
-        # under ``MAX_KEPT``, to a capture already marked dirty, is appended; anything
-        # else goes the long way.
-        node = capture.node
-        kept = node.captured_stdout if self.stream_name == "stdout" else node.captured_stderr
-        if type(text) is str and capture.dirty and kept.size + len(text) <= MAX_KEPT:
-            kept.pieces.append(text)
-            kept.size += len(text)
-        else:
-            capture.write(self.stream_name, text)
-        return len(text)
+    # ``sys.stdout.write`` is this context's: inside an action, its ``CapturedText``'s
+    # ``write`` (an ``io.StringIO``'s, so a print costs about what it costs into one);
+    # outside, the router itself, called (``__call__``: to the wrapped stream), or what
+    # was set in its place (IPython sets ``sys.stdout.write`` to its tee for each cell;
+    # inside actions the capture still takes the text, which is not the cell's output).
+    # Found with C calls only, no Python frame on every write of every print: the
+    # property is ``_kept[name].get`` with the router as its default (``_Routers.plain``)
+    # or, while something was set, ``self._route()``: ``_kept[name].get`` with that as
+    # its default (``_Routers.set``).
+    write: Any
+    _route: Callable[[], Callable[[str], int]]
+
+    def __call__(self, text: str) -> int:
+        """``write`` outside actions: to the wrapped stream."""
+        return self.inner.write(text)
+
+    def _set_write(self, value: Callable[[str], int]) -> None:
+        routers = _ROUTERS[self.stream_name]
+        if value is self:  # what ``write`` was outside actions, put back
+            self.__class__ = routers.plain
+            return
+        self._route = functools.partial(_kept[self.stream_name].get, value)
+        self.__class__ = routers.set
+
+    def _del_write(self) -> None:
+        self.__class__ = _ROUTERS[self.stream_name].plain
 
     def writelines(self, lines: Any) -> None:
         for line in lines:
@@ -289,6 +308,25 @@ class _Router(io.TextIOBase):
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+
+class _Routers(NamedTuple):
+    plain: type[_Router]  # ``write`` as the router has it
+    set: type[_Router]  # ``write`` set to something else outside actions
+
+
+def _routers(name: str) -> _Routers:
+    here = _kept[name].get
+    setter, deleter = _Router._set_write, _Router._del_write
+    plain = property(here, setter, deleter)
+    routed = property(operator.methodcaller("_route"), setter, deleter)
+    return _Routers(
+        type(f"_{name.title()}Router", (_Router,), {"write": plain, "__slots__": ()}),
+        type(f"_{name.title()}RouterSet", (_Router,), {"write": routed, "__slots__": ()}),
+    )
+
+
+_ROUTERS = {name: _routers(name) for name in ("stdout", "stderr")}
 
 
 class _BytesRouter(io.BufferedIOBase):
@@ -383,7 +421,7 @@ def install() -> None:
         for name in ("stdout", "stderr"):
             stream = getattr(sys, name)
             if stream is not None and not isinstance(stream, _Router):
-                setattr(sys, name, _Router(stream, name))
+                setattr(sys, name, _ROUTERS[name].plain(stream, name))
         root = logging.getLogger()
         if _log_router not in root.handlers:
             root.addHandler(_log_router)

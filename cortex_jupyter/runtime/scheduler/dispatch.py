@@ -690,7 +690,7 @@ class Scheduler:
 
     def _flush_all(self) -> None:
         for capture in list(self._captures.values()):
-            if capture.dirty:
+            if capture.pending():
                 self._emit_output(capture)
 
     def _stop_flusher(self) -> None:

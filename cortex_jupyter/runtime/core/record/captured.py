@@ -4,8 +4,9 @@ A tool writes in pieces (``print("line", i)`` is four writes) and a secret may b
 across them: redacted piece by piece, neither half is a secret, and the store, the
 transcript and the views would keep both halves. Redacting on every write is what made
 a tool printing 100,000 lines 45 times slower than the same call made directly. So a
-write only appends its piece (a list append: no lock, no redaction), and the run's
-flusher, at most ``FLUSH_HZ`` times a second, ``take``s what gathered: it joins it to
+write only adds its piece to an in-memory ``io.StringIO`` (a C call: no lock, no
+redaction), and the run's flusher, at most ``FLUSH_HZ`` times a second, ``take``s what
+gathered: it joins it to
 what it held back last time, redacts it as one text with the secrets' compiled pattern
 (kept until the secrets change), and settles it up to a **safe cut** (``safe_cut``): a
 place that no occurrence of a secret, in any of its forms, crosses, whole or only begun,
@@ -19,6 +20,7 @@ pass of the pattern over new text, however many writes made it.
 from __future__ import annotations
 
 import bisect
+import io
 import re
 import threading
 from typing import NamedTuple, Protocol
@@ -35,22 +37,34 @@ _MARK = re.compile(r"\.{3,}|…|\.\.?\Z")
 class CapturedText:
     """One stream of what an action wrote (its stdout or its stderr).
 
-    ``append`` takes a raw piece (any thread, no lock; a writer in a hurry appends to
-    ``pieces`` and adds to ``size`` itself, as ``append`` does); ``take`` (the flusher) settles
-    what gathered, redacted, and returns it; ``text()`` is everything settled plus the
-    rest as it reads now (redacted, a secret's beginning at its end hidden), so a reader
-    never sees a secret however the pieces fell. ``len()`` counts the raw characters
-    kept (what ``capture.MAX_KEPT`` bounds); ``cut()`` says the raw text stopped
-    there (``dropped`` counts the rest), so its end is a cut. A text given to the constructor
-    (read back from a transcript or the store) is settled as it is.
+    ``write`` (an attribute: a C-level callable, any thread, no lock) takes a raw piece
+    and returns its length, as a stream's ``write`` does: it is the ``write`` of an
+    in-memory ``io.StringIO``, the *sink*, so that a ``print`` inside an action costs
+    about what it costs into a ``StringIO``. ``take`` (the flusher) reads what the sink
+    gained since the last take (reading changes nothing a writer sees: no write is lost
+    or split), keeps it up to ``limit`` raw characters and settles it, redacted. Past
+    ``limit`` what is written is only counted in ``dropped`` and the sink emptied at each
+    take (so memory stays bounded; a write landing while it is emptied may go uncounted).
+    ``text()`` is everything settled plus the rest as it reads now (redacted, a secret's
+    beginning at its end hidden), so a reader never sees a secret however the pieces
+    fell. ``len()`` counts the raw characters kept (what ``limit`` bounds); ``cut()``
+    says the raw text stopped there (``dropped`` counts the rest), so its end is a cut.
+    A text given to the constructor (read back from a transcript or the store) is
+    settled as it is.
     """
 
-    __slots__ = ("_ended", "_held", "_lock", "_settled", "dropped", "full", "pieces", "size")
+    __slots__ = (
+        "_ended", "_held", "_lock", "_read", "_settled", "_sink", "dropped", "full", "limit",
+        "size", "write",
+    )  # fmt: skip
 
     def __init__(self, text: str = "") -> None:
         self._lock = threading.Lock()
-        self.pieces: list[str] = []  # raw, not yet taken
-        self.size = len(text)  # raw characters written
+        self._sink = io.StringIO(newline="")  # raw, as written (writers only append)
+        self.write = self._sink.write
+        self._read = 0  # characters of the sink taken
+        self.size = len(text)  # raw characters kept (taken, or held back)
+        self.limit: int | None = None  # the most raw characters kept (None: no limit)
         self._settled: list[str] = [text] if text else []
         self._held = ""  # raw text past the last safe cut
         self.full = False  # the raw text ends where characters were dropped
@@ -58,17 +72,27 @@ class CapturedText:
         self._ended = False  # an end was taken: what comes after starts at a cut
 
     def __len__(self) -> int:
-        return self.size
+        if self.full:
+            return self.size
+        size = self.size + self._sink.tell() - self._read
+        return size if self.limit is None else min(size, self.limit)
 
     def append(self, text: str) -> None:
-        self.pieces.append(text)
-        self.size += len(text)
+        self.write(text)
+
+    def pending(self) -> bool:
+        """Whether something was written since the last take."""
+        return self._sink.tell() != self._read
 
     def cut(self, dropped: int) -> None:
         """The raw text stops here, ``dropped`` characters more were written (and more
-        may be: a writer adds them to ``dropped``): its end is a cut."""
-        self.full = True
-        self.dropped += dropped
+        may be: what is written after is counted in ``dropped``): its end is a cut."""
+        with self._lock:
+            self._held += self._gather()
+            if not self.full:
+                self.full = True
+                self._empty()
+            self.dropped += dropped
 
     def take(self, *, end: bool = False) -> str:
         """What was written since the last take, redacted and settled up to a safe cut
@@ -94,21 +118,52 @@ class CapturedText:
             if len(settled) > 1:
                 settled[:] = ["".join(settled)]
             done = settled[0] if settled else ""
-            rest = self._held + "".join(self.pieces[:])
+            new = "" if self.full else self._sink.getvalue()[self._read :]
+            rest = self._held + self._kept(new, count=False)
             if not rest:
                 return done
             shown = hide_edges(secrets.redact(rest), start=self._ended, end=True)
             return done + shown
 
+    # ---- under the lock ------------------------------------------------------------------
+
     def _gather(self) -> str:
-        """The pieces appended so far, taken off (appends meanwhile stay after them)."""
-        pieces = self.pieces
-        count = len(pieces)
-        if not count:
+        """What was written since the last take, as much of it as ``limit`` keeps."""
+        sink = self._sink
+        if sink.tell() == self._read:
             return ""
-        taken = pieces[:count]
-        del pieces[:count]
-        return "".join(taken)
+        if self.full:  # only counted
+            self.dropped += sink.tell() - self._read
+            self._empty()
+            return ""
+        value = sink.getvalue()
+        new, self._read = value[self._read :], len(value)
+        kept = self._kept(new)
+        if len(kept) < len(new):  # the limit was reached
+            self._empty()
+        return kept
+
+    def _empty(self) -> None:
+        """Past ``limit``: what the sink holds is not needed (only its size, counted)."""
+        self._sink.seek(0)
+        self._sink.truncate()
+        self._read = 0
+
+    def _kept(self, text: str, count: bool = True) -> str:
+        """What of ``text`` (written after everything kept so far) is kept: past
+        ``limit`` the raw text is cut (``count``: and the cut recorded), so that its
+        redaction hides the part of a secret at the cut."""
+        limit = self.limit
+        if not text or (not self.full and (limit is None or self.size + len(text) <= limit)):
+            if count:
+                self.size += len(text)
+            return text
+        room = 0 if self.full else max((limit or 0) - self.size, 0)
+        if count:
+            self.size += room
+            self.full = True
+            self.dropped += len(text) - room
+        return text[:room]
 
 
 class Known(Protocol):

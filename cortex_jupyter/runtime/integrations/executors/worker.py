@@ -67,8 +67,8 @@ def run_remote(blob: bytes, call: str, topic: str | None, carried: Sequence[Carr
 
 class _Recorder:
     """A worker-side ``Capture`` whose flushes become numbered text batches, all returned
-    with the outcome and, given a ``send``, also sent live (by a thread started on the
-    first write, at most ``FLUSH_HZ`` times a second)."""
+    with the outcome and, given a ``send``, also sent live (by a thread started with the
+    call, at most ``FLUSH_HZ`` times a second)."""
 
     def __init__(
         self,
@@ -87,13 +87,13 @@ class _Recorder:
         self._text_live = send is not None
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
-        self._wanted = threading.Event()
         self._stop = threading.Event()
         self._closed = False
         self._thread: threading.Thread | None = None
 
     def call(self, blob: bytes, carried: Sequence[Carried] = ()) -> Outcome:
         try:
+            self._wake()  # live output: the pump starts with the call
             with capturing(self.capture), _Watchdog(self._cancelled):
                 func, args, kwargs = loads(blob)
                 with entered(carried):
@@ -138,22 +138,19 @@ class _Recorder:
             if self._thread is None and not self._closed:
                 self._thread = threading.Thread(target=self._pump, name="cortex-live", daemon=True)
                 self._thread.start()
-        self._wanted.set()
 
     def _pump(self) -> None:
-        while True:
-            self._wanted.wait()
-            if self._stop.wait(1 / FLUSH_HZ):
-                return  # closing: the final flush sends nothing live
-            self._wanted.clear()
+        """Flushes ``FLUSH_HZ`` times a second while the call runs (a tool's print goes
+        straight to its capture's sink and wakes nobody: ``capture.CapturedText``)."""
+        while not self._stop.wait(1 / FLUSH_HZ):
             self._flush()
+        # closing: the final flush sends nothing live
 
     def _close(self) -> None:
         with self._lock:
             self._closed = True
             thread = self._thread
         self._stop.set()
-        self._wanted.set()
         if thread is not None:
             thread.join()
         self._flush(final=True)
