@@ -42,7 +42,8 @@ def column_script(offset, answer):
     def script(prompt):
         turn = offset + int(prompt.split()[-1])
         return (
-            f'<action id="g">{{{{"name": "kt_gate", "parameters": {{{{"turn": {{turn}}}}}}}}}}</action>'
+            f'<action id="g">{{{{"name": "kt_gate", '
+            f'"parameters": {{{{"turn": {{turn}}}}}}}}}}</action>'
             f'\\n--- next turn ---\\n<response final="true">{{answer}}</response>'
         )
     return script
@@ -110,8 +111,11 @@ def test_the_matrix_fills_in_as_tries_end_then_leaves_its_static_copy(
     assert final.count("1/1") == CASES and final.count("0/1") == CASES
 
     # Then the static copy: the matrix table as HTML, no script, shown after the last update.
-    copies = [(i, m) for i, m in enumerate(execution.messages)
-              if m.type == "display_data" and "<table" in m.content["data"].get("text/html", "")]  # fmt: skip
+    copies = [
+        (i, m)
+        for i, m in enumerate(execution.messages)
+        if m.type == "display_data" and "<table" in m.content["data"].get("text/html", "")
+    ]
     assert len(copies) == 1, [m.type for m in execution.messages]
     at, copy = copies[0]
     assert at > last_update
