@@ -275,6 +275,22 @@ class Comparison:
             )
         return "\n".join(lines)
 
+    def __repr__(self) -> str:
+        from cortex_jupyter.display.matrix import matrix_text
+
+        return f"{matrix_text(self.matrix)}\n{self}"
+
+    def _repr_html_(self) -> str:
+        """The matrix with the changed cells marked, under what changed in words (a
+        notebook shows this; the text is escaped as every matrix text is)."""
+        from cortex_jupyter.display.matrix import matrix_html
+        from cortex_jupyter.display.theme import esc
+
+        said = esc(str(self)).replace("\n", "<br>")
+        return f'<p style="font-family:monospace;font-size:12px">{said}</p>' + str(
+            matrix_html(self.matrix)
+        )
+
 
 def compare(
     tries: Sequence[Try],

@@ -254,6 +254,18 @@ def test_compare_names_regressions_improvements_and_cells_on_one_side() -> None:
     assert "only in the baseline: dropped / gpt" in text
 
 
+def test_a_comparison_shows_in_a_notebook_as_the_matrix_with_its_changes() -> None:
+    baseline = [attempt("<b>steady</b>", "gpt"), attempt("fixed", "gpt", 0, False)]
+    now = [attempt("<b>steady</b>", "gpt", 0, False, reason="<i>wrong</i>"),
+           attempt("fixed", "gpt")]  # fmt: skip
+    result = compare(now, baseline)
+    html = result._repr_html_()
+    assert "<table" in html and "▼ regressed" in html and "▲ improved" in html
+    assert "1 regressed, 1 improved" in html and "<b>steady" not in html and "<i>" not in html
+    text = repr(result)
+    assert "▼" in text and "▲" in text and "regressed: <b>steady</b> / gpt now 0/1" in text
+
+
 def test_rows_have_one_column_per_expectation_score() -> None:
     both = Try(
         "a",
