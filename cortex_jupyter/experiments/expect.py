@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import regex  # type: ignore[import-untyped]  # the package ships no type hints
 
 from cortex_jupyter.experiments import _match
 from cortex_jupyter.experiments._judge import Judge
@@ -99,6 +100,10 @@ def _number(value: Any) -> float | None:
 # --------------------------------------------------------------------------- answer
 
 
+#: The most seconds ``expect.answer(regex=...)`` searches one answer.
+REGEX_SECONDS = 1.0
+
+
 @dataclass(frozen=True)
 class Answer(Expectation):
     """The run's answer text: ``equals`` (whitespace at the ends ignored), ``contains``
@@ -112,14 +117,14 @@ class Answer(Expectation):
     check_: Callable[[str], Any] | None = None
     case_sensitive: bool = True
     name: str | None = None
-    _pattern: re.Pattern[str] | None = field(default=None, init=False, repr=False, compare=False)
+    _pattern: Any = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.regex is not None:
-            flags = 0 if self.case_sensitive else re.IGNORECASE
+            flags = 0 if self.case_sensitive else regex.IGNORECASE
             try:
-                object.__setattr__(self, "_pattern", re.compile(self.regex, flags))
-            except re.error as exc:
+                object.__setattr__(self, "_pattern", regex.compile(self.regex, flags))
+            except (regex.error, TypeError) as exc:
                 raise ValueError(
                     f"expect.answer: regex {self.regex!r:.80} is not valid: {exc}"
                 ) from None
@@ -137,8 +142,7 @@ class Answer(Expectation):
         for piece in self.contains:
             parts.append((float(fold(piece) in fold(text)), f"answer lacks {_quoted(piece)}"))
         if self._pattern is not None:
-            found = self._pattern.search(text) is not None
-            parts.append((float(found), f"answer does not match /{short(self.regex)}/"))
+            parts.append(self._searched(text))
         if self.check_ is not None:
             parts.append(_called(self.check_, text))
         if not parts:
@@ -146,6 +150,19 @@ class Answer(Expectation):
         failed = [reason for score, reason in parts if score < 0.5]
         score = sum(score for score, _ in parts) / len(parts)
         return Verdict(not failed, score, "; ".join(failed))
+
+    def _searched(self, text: str) -> tuple[float, str]:
+        """Whether the regex is found, searched for at most ``REGEX_SECONDS``: a pattern
+        from a dataset file is untrusted text, and one such as ``^(a+)+$`` can take hours
+        on the wrong answer (Python's ``re`` has no time limit; the ``regex`` package has)."""
+        try:
+            found = self._pattern.search(text, timeout=REGEX_SECONDS) is not None
+        except TimeoutError:
+            return 0.0, (
+                f"the regex /{short(self.regex)}/ took over {REGEX_SECONDS:g} s on this answer: "
+                "not matched (simplify the pattern)"
+            )
+        return float(found), f"answer does not match /{short(self.regex)}/"
 
     def to_data(self) -> dict[str, Any]:
         return _data(

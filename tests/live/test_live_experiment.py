@@ -19,9 +19,10 @@ from cortex_jupyter.runtime import Agent, Registry
 
 pytestmark = pytest.mark.live
 
-#: Short replies, two turns at most: a try is a few small requests (the system prompt is
-#: the bulk of each), so the whole experiment stays a few minutes on loaded cores.
-LIMITS = {"max_tokens": 48, "max_turns": 2, "temperature": 0.0}
+#: Short replies, one turn: a try is one small request (the system prompt is the bulk of it,
+#: and llama.cpp reuses it from its cache while one column's tries run in a row:
+#: ``order="agent"``), so the experiment adds about a minute to the live unit.
+LIMITS = {"max_tokens": 32, "max_turns": 1, "temperature": 0.0}
 
 
 def tools() -> Registry:
@@ -39,8 +40,6 @@ CASES = Dataset(
     [
         Case("What is 2 + 3? Use the add tool.", name="add",
              expect=[expect.tools(["add"]), expect.answer(contains="5")]),
-        Case("What is the capital of France? One word.", name="capital",
-             expect=expect.answer(contains="Paris")),
     ],
     name="live-smoke",
 )  # fmt: skip
@@ -59,7 +58,7 @@ def test_an_experiment_in_two_dialects_with_and_without_the_grammar(
         for dialect in ("cortex", "sigil")
         for constrain in (False, True)
     }
-    experiment = CASES.run(columns, repeat=2, time_limit=300, progress=False)
+    experiment = CASES.run(columns, repeat=2, time_limit=300, order="agent", progress=False)
 
     print(f"\n[live experiment]\n{experiment!r}", flush=True)
     frame = experiment.to_pandas()
