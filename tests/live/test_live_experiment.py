@@ -22,7 +22,7 @@ pytestmark = pytest.mark.live
 #: Short replies, one turn: a try is one small request (the system prompt is the bulk of it,
 #: and llama.cpp reuses it from its cache while one column's tries run in a row:
 #: ``order="agent"``), so the experiment adds about a minute to the live unit.
-LIMITS = {"max_tokens": 32, "max_turns": 1, "temperature": 0.0}
+LIMITS = {"max_tokens": 64, "max_turns": 1, "temperature": 0.0}
 
 
 def tools() -> Registry:
