@@ -64,6 +64,8 @@ if TYPE_CHECKING:
 #: A cell's run: given the emit callback and the task group that owns its
 #: fire_and_forget actions (``None``: the run waits for them itself).
 Job = Callable[[Emit, TaskGroup | None], Awaitable[Run]]
+#: A ``--compare`` column's options, from its ``--model``/``--dialect``/``--agent`` words.
+ColumnOptions = Callable[[str], CellOptions]
 
 
 @dataclass
@@ -119,13 +121,26 @@ class Session:
 
     # ---- running a cell -----------------------------------------------------------
 
-    def run_cell(self, prompt: str, options: CellOptions) -> NotebookRun:
-        """Run one ``%%cortex`` cell; returns the run (also left in ``_cortex``)."""
+    def run_cell(
+        self, prompt: str, options: CellOptions, columns: ColumnOptions | None = None
+    ) -> Any:
+        """Run one ``%%cortex`` cell; returns the run (also left in ``_cortex``). A
+        ``--compare`` cell is ``session.compare``'s (``columns``: a column's options)."""
+        if options.compare is not None:
+            from cortex_jupyter.session import compare
+
+            return compare.comparison(self, prompt, options, columns).run()
         return self._execute(self._cell(prompt, options))
 
-    async def run_cell_async(self, prompt: str, options: CellOptions) -> NotebookRun:
+    async def run_cell_async(
+        self, prompt: str, options: CellOptions, columns: ColumnOptions | None = None
+    ) -> Any:
         """``run_cell`` as an async cell on the kernel's loop (how a kernel runs
         ``%%cortex``): buttons in the view work while it runs."""
+        if options.compare is not None:
+            from cortex_jupyter.session import compare
+
+            return await compare.comparison(self, prompt, options, columns).run_async()
         cell = self._cell(prompt, options)
         try:
             await self._prepare(cell).run_async()
@@ -300,10 +315,16 @@ class Session:
         )
 
     def _recording(
-        self, run: Run, prompt: str, options: CellOptions, agent: Agent
+        self,
+        run: Run,
+        prompt: str,
+        options: CellOptions,
+        agent: Agent,
+        tags: Mapping[str, Any] | None = None,
     ) -> Recording | None:
         """Where ``run`` is kept as it happens (``CortexMagics.store``); None when the
-        store is off, or cannot be opened: then one ``cortex:`` line, and the run goes on."""
+        store is off, or cannot be opened: then one ``cortex:`` line, and the run goes on.
+        ``tags`` join its stored options (a ``--compare`` column's ``compare``, ``column``)."""
         if store.current_path() is None:
             return None
         try:
@@ -311,7 +332,7 @@ class Session:
         except store.StoreUnavailable as exc:
             print(redact(f"cortex: %%cortex: {exc}; this run is not stored."), file=sys.stderr)
             return None
-        settings = {**agent.settings(), **cell_settings(options)}
+        settings = {**agent.settings(), **cell_settings(options), **(tags or {})}
         return kept.record(run, prompt, settings)
 
     def _prepare(self, cell: _Cell) -> Bridge[Run]:
