@@ -96,8 +96,12 @@ def test_columns_stream_at_once_column_b_acts_before_column_a_ends(
     assert not a.gate_timed_out
     run_a, run_b = result["ma"].run, result["mb"].run
     assert (run_a.status, run_b.status) == ("completed", "completed")
-    first_b = next(t for e, t in zip(run_b.events, run_b.event_times) if isinstance(e, Chunk))
-    end_a = next(t for e, t in zip(run_a.events, run_a.event_times) if isinstance(e, End))
+    first_b = next(
+        t for e, t in zip(run_b.events, run_b.event_times, strict=True) if isinstance(e, Chunk)
+    )
+    end_a = next(
+        t for e, t in zip(run_a.events, run_a.event_times, strict=True) if isinstance(e, End)
+    )
     assert first_b < end_a
     assert result["ma"].answer == "The capital is Paris."
     assert result["mb"].run.actions["m"].output == "marked"
@@ -109,7 +113,6 @@ def test_columns_stream_at_once_column_b_acts_before_column_a_ends(
 def test_text_prints_each_column_then_a_summary_table(
     ip: InteractiveShell, servers: list[FakeOpenAIServer], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    a, b, c = servers
     for server, answer in zip(servers, ("Paris.", "Lyon.", "Paris!"), strict=True):
         server.script(reply(f"<response>{answer}</response>"))
     compare(ip, "--compare ma,mb,mc")
