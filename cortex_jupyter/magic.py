@@ -388,7 +388,13 @@ class CortexMagics(Magics):
         ``--max-tokens``. ``--model`` beside ``--agent NAME`` wins over the agent's own
         model, and the header names the model asked.
         """
-        self.session.run_cell(cell, self._options(line), self._columns(line))
+        options = self._options(line)
+        if options.compare is not None:  # side by side: its own module (session.compare)
+            from cortex_jupyter.session.compare import comparison
+
+            comparison(self.session, cell, options, self._columns(line)).run()
+            return
+        self.session.run_cell(cell, options)
 
     def _columns(self, line: str) -> Callable[[str], CellOptions]:
         """A ``--compare`` column's options: the cell's line with the column's own
@@ -749,7 +755,13 @@ async def run_cell_async(shell: InteractiveShell, line: str, cell: str) -> None:
     magics = shell.magics_manager.registry.get(CortexMagics.__name__)
     if not isinstance(magics, CortexMagics):
         raise UsageError("%%cortex: the extension is not loaded; run %load_ext cortex_jupyter")
-    await magics.session.run_cell_async(cell, magics._options(line), magics._columns(line))
+    options = magics._options(line)
+    if options.compare is not None:
+        from cortex_jupyter.session.compare import comparison
+
+        await comparison(magics.session, cell, options, magics._columns(line)).run_async()
+        return
+    await magics.session.run_cell_async(cell, options)
 
 
 def unregister(shell: InteractiveShell) -> None:

@@ -53,7 +53,7 @@ from cortex_jupyter.runtime.loop.conversation import Conversation
 from cortex_jupyter.session.cell import CellOptions, cell_model, model_name
 from cortex_jupyter.session.compare_views import CompareText, CompareWidgets
 from cortex_jupyter.session.experiments import ExperimentRefused, columns
-from cortex_jupyter.session.notebook import ColumnOptions, Session
+from cortex_jupyter.session.notebook import Session
 from cortex_jupyter.session.record import (
     CortexInterrupt,
     CortexRunError,
@@ -65,6 +65,8 @@ from cortex_jupyter.session.views import CellView, close_quietly, close_view
 
 __all__ = ["COMPARE_VARIABLE", "Column", "Comparison", "comparison"]
 
+#: A column's options, from the words ``experiments.columns`` gives it (``--model M``...).
+ColumnOptions = Callable[[str], CellOptions]
 #: The notebook name a comparison is bound to.
 COMPARE_VARIABLE = "_compare"
 

@@ -64,8 +64,6 @@ if TYPE_CHECKING:
 #: A cell's run: given the emit callback and the task group that owns its
 #: fire_and_forget actions (``None``: the run waits for them itself).
 Job = Callable[[Emit, TaskGroup | None], Awaitable[Run]]
-#: A ``--compare`` column's options, from its ``--model``/``--dialect``/``--agent`` words.
-ColumnOptions = Callable[[str], CellOptions]
 
 
 @dataclass
@@ -121,26 +119,13 @@ class Session:
 
     # ---- running a cell -----------------------------------------------------------
 
-    def run_cell(
-        self, prompt: str, options: CellOptions, columns: ColumnOptions | None = None
-    ) -> Any:
-        """Run one ``%%cortex`` cell; returns the run (also left in ``_cortex``). A
-        ``--compare`` cell is ``session.compare``'s (``columns``: a column's options)."""
-        if options.compare is not None:
-            from cortex_jupyter.session import compare
-
-            return compare.comparison(self, prompt, options, columns).run()
+    def run_cell(self, prompt: str, options: CellOptions) -> NotebookRun:
+        """Run one ``%%cortex`` cell; returns the run (also left in ``_cortex``)."""
         return self._execute(self._cell(prompt, options))
 
-    async def run_cell_async(
-        self, prompt: str, options: CellOptions, columns: ColumnOptions | None = None
-    ) -> Any:
+    async def run_cell_async(self, prompt: str, options: CellOptions) -> NotebookRun:
         """``run_cell`` as an async cell on the kernel's loop (how a kernel runs
         ``%%cortex``): buttons in the view work while it runs."""
-        if options.compare is not None:
-            from cortex_jupyter.session import compare
-
-            return await compare.comparison(self, prompt, options, columns).run_async()
         cell = self._cell(prompt, options)
         try:
             await self._prepare(cell).run_async()
