@@ -14,6 +14,7 @@ import dataclasses
 import math
 import numbers
 import shlex
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
@@ -357,6 +358,17 @@ class CortexMagics(Magics):
         metavar="NAME",
         help="Bind the validated answer to this notebook name (the output_key rules).",
     )
+    @argument(
+        "--compare",
+        metavar="A,B,C",
+        help="Run the cell by several columns at once, side by side: each a model, "
+        "dialect:model, a registered agent or a notebook Agent. _compare holds their runs.",
+    )
+    @argument(
+        "--repeat",
+        metavar="N",
+        help="With --compare: each column runs N times; identical answers are counted.",
+    )
     @_flag("--text", "Show the run as plain text, not widgets.")
     @_flag(
         "--overwrite",
@@ -376,7 +388,18 @@ class CortexMagics(Magics):
         ``--max-tokens``. ``--model`` beside ``--agent NAME`` wins over the agent's own
         model, and the header names the model asked.
         """
-        self.session.run_cell(cell, self._options(line))
+        options = self._options(line)
+        if options.compare is not None:  # side by side: its own module (session.compare)
+            from cortex_jupyter.session.compare import comparison
+
+            comparison(self.session, cell, options, self._columns(line)).run()
+            return
+        self.session.run_cell(cell, options)
+
+    def _columns(self, line: str) -> Callable[[str], CellOptions]:
+        """A ``--compare`` column's options: the cell's line with the column's own
+        ``--model``/``--dialect``/``--agent`` after it (the later option wins)."""
+        return lambda extra: self._options(f"{line} {extra}")
 
     @line_magic("cortex")  # type: ignore[arg-type]  # IPython types the named form as Never
     def cortex_line(self, line: str) -> Any:
@@ -415,6 +438,8 @@ class CortexMagics(Magics):
             )
         if args.script and args.replay:
             raise UsageError("%%cortex: use --script or --replay, not both.")
+        if args.repeat is not None and args.compare is None:
+            raise UsageError("%%cortex: --repeat N goes with --compare a,b (each column N times).")
         options = CellOptions(
             model=args.model or self.model,
             dialect=dialect,
@@ -445,6 +470,8 @@ class CortexMagics(Magics):
             output=arguments.unquote(" ".join(args.output)) if args.output else None,
             output_retries=arguments.number(args.output_retries, "--output-retries", int, 1, low=0),
             output_key=args.output_key,
+            compare=args.compare,
+            repeat=arguments.number(args.repeat, "--repeat", int, 1, low=1),
             given=frozenset(
                 name
                 for name in ("model", "dialect", "max_turns", "temperature", "max_tokens")
@@ -728,7 +755,13 @@ async def run_cell_async(shell: InteractiveShell, line: str, cell: str) -> None:
     magics = shell.magics_manager.registry.get(CortexMagics.__name__)
     if not isinstance(magics, CortexMagics):
         raise UsageError("%%cortex: the extension is not loaded; run %load_ext cortex_jupyter")
-    await magics.session.run_cell_async(cell, magics._options(line))
+    options = magics._options(line)
+    if options.compare is not None:
+        from cortex_jupyter.session.compare import comparison
+
+        await comparison(magics.session, cell, options, magics._columns(line)).run_async()
+        return
+    await magics.session.run_cell_async(cell, options)
 
 
 def unregister(shell: InteractiveShell) -> None:

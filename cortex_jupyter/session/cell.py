@@ -89,6 +89,10 @@ class CellOptions:
     output_retries: int = 1
     #: ``--output-key NAME``: the notebook name the validated answer is bound to.
     output_key: str | None = None
+    #: ``--compare a,b,c``: the columns of a side-by-side cell (``session.compare``).
+    compare: str | None = None
+    #: ``--repeat N``: how often each column of a ``--compare`` cell runs.
+    repeat: int = 1
 
 
 def cell_agent(

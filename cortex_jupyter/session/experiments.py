@@ -50,18 +50,22 @@ def dataset_named(namespace: Mapping[str, Any], given: str) -> Any:
 
 
 def columns(
-    session: Session, names: str, options_for: Callable[[str], CellOptions]
+    session: Session,
+    names: str,
+    options_for: Callable[[str], CellOptions],
+    option: str = "--agents",
 ) -> dict[str, Agent]:
-    """The agent of each comma-separated column name (see the module docstring)."""
+    """The agent of each comma-separated column name (see the module docstring);
+    ``option`` is how a refusal names the line's option (``%%cortex --compare`` too)."""
     found: dict[str, Agent] = {}
     for name in (part.strip() for part in names.split(",")):
         if not name:
             continue
         if name in found:
-            raise ExperimentRefused(f"--agents names {name!r} twice")
+            raise ExperimentRefused(f"{option} names {name!r} twice")
         found[name] = _column(session, name, options_for)
     if not found:
-        raise ExperimentRefused("--agents needs at least one name (a notebook Agent, a model...)")
+        raise ExperimentRefused(f"{option} needs at least one name (a notebook Agent, a model...)")
     return found
 
 

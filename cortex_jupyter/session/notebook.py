@@ -300,10 +300,16 @@ class Session:
         )
 
     def _recording(
-        self, run: Run, prompt: str, options: CellOptions, agent: Agent
+        self,
+        run: Run,
+        prompt: str,
+        options: CellOptions,
+        agent: Agent,
+        tags: Mapping[str, Any] | None = None,
     ) -> Recording | None:
         """Where ``run`` is kept as it happens (``CortexMagics.store``); None when the
-        store is off, or cannot be opened: then one ``cortex:`` line, and the run goes on."""
+        store is off, or cannot be opened: then one ``cortex:`` line, and the run goes on.
+        ``tags`` join its stored options (a ``--compare`` column's ``compare``, ``column``)."""
         if store.current_path() is None:
             return None
         try:
@@ -311,7 +317,7 @@ class Session:
         except store.StoreUnavailable as exc:
             print(redact(f"cortex: %%cortex: {exc}; this run is not stored."), file=sys.stderr)
             return None
-        settings = {**agent.settings(), **cell_settings(options)}
+        settings = {**agent.settings(), **cell_settings(options), **(tags or {})}
         return kept.record(run, prompt, settings)
 
     def _prepare(self, cell: _Cell) -> Bridge[Run]:

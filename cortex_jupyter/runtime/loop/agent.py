@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 from collections import ChainMap
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -36,6 +37,7 @@ from cortex_jupyter.runtime.core.events import AnyEvent, Nested
 from cortex_jupyter.runtime.core.model.chunks import StreamingModel
 from cortex_jupyter.runtime.core.record.observer import RunObserver, RunStore
 from cortex_jupyter.runtime.core.record.run import Run
+from cortex_jupyter.runtime.core.trust.secrets import shorten
 from cortex_jupyter.runtime.core.values.typed import OutputType
 from cortex_jupyter.runtime.core.values.variables import find_references
 from cortex_jupyter.runtime.loop.conversation import Conversation
@@ -363,6 +365,45 @@ class Agent:
         with anyio.from_thread.start_blocking_portal() as portal:
             return portal.call(functools.partial(self.run, prompt, **options))
 
+    @staticmethod
+    async def acompare(
+        prompt: str,
+        agents: Mapping[str, Agent] | Sequence[Agent],
+        *,
+        namespace: Mapping[str, Any] | None = None,
+        hooks: Mapping[str, RunHooks] | None = None,
+        store: RunStore | None = None,
+    ) -> dict[str, Run]:
+        """Run ``prompt`` by each of ``agents`` at once, each its own run (its own
+        conversation, actions and budget); returns column name -> run, in the order
+        given. ``agents`` is a mapping name -> Agent, or a list (each named by its name,
+        else its model's). ``hooks`` gives a column its own hooks (its events, binds).
+        A column that fails is that column's run ``failed`` (its ``reason`` says why);
+        the others go on. Cancelling it cancels every column."""
+        columns = compare_columns(agents)
+        runs = {name: Run() for name in columns}
+
+        async def one(name: str, agent: Agent) -> None:
+            given = (hooks or {}).get(name)
+            try:
+                await agent.run(prompt, namespace=namespace, hooks=given, run=runs[name],
+                                store=store)  # fmt: skip
+            except Exception as exc:  # this column's failure stays in this column
+                failed(runs[name], exc)
+
+        async with anyio.create_task_group() as group:
+            for name, agent in columns.items():
+                group.start_soon(one, name, agent)
+        return runs
+
+    @staticmethod
+    def compare(
+        prompt: str, agents: Mapping[str, Agent] | Sequence[Agent], **options: Any
+    ) -> dict[str, Run]:
+        """``acompare`` for plain scripts and notebook cells (as ``run_sync``)."""
+        with anyio.from_thread.start_blocking_portal() as portal:
+            return portal.call(functools.partial(Agent.acompare, prompt, agents, **options))
+
     async def run_nested(self, task: str, *, scheduler: Scheduler, node: ActionNode) -> Any:
         """Run as the ``agent`` action ``node`` of ``scheduler``'s run: its own loop, its
         events forwarded under ``node`` (``Nested``); its answer is the action's output
@@ -526,6 +567,35 @@ def _check(agent: Agent) -> None:
 
 
 Registry.make_agent = Agent  # ``Registry.add_agent`` makes agents of this loop
+
+
+def compare_columns(agents: Mapping[str, Agent] | Sequence[Agent]) -> dict[str, Agent]:
+    """``Agent.compare``'s columns: name -> agent (a list's agents by their names, else
+    their models' names); a name twice, or no agent at all, is refused."""
+    if isinstance(agents, Mapping):
+        pairs = list(agents.items())
+    else:
+        pairs = [(a.name or str(getattr(a.model, "name", "") or f"agent {i + 1}"), a)
+                 for i, a in enumerate(agents)]  # fmt: skip
+    columns: dict[str, Agent] = {}
+    for name, agent in pairs:
+        if not isinstance(agent, Agent):
+            raise TypeError(f"compare takes Agents; column {name!r} is {type(agent).__name__}")
+        if name in columns:
+            raise ValueError(f"compare names the column {name!r} twice; give a mapping of names")
+        columns[name] = agent
+    if not columns:
+        raise ValueError("compare needs at least one agent")
+    return columns
+
+
+def failed(run: Run, exc: BaseException) -> None:
+    """Mark ``run`` failed by ``exc`` (an unexpected error, not the model's): its status,
+    end and one line of reason."""
+    run.status = "failed"
+    run.ended = run.ended or time.monotonic()
+    text = shorten(" ".join(str(exc).split()), 300)  # redacted, then cut
+    run.reason = run.reason or (f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
 
 
 def _observed(hooks: RunHooks, recording: RunObserver) -> RunHooks:

@@ -25,10 +25,13 @@ provider set after ``%load_ext`` is used from the next cell on.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
 
 from cortex_jupyter.runtime.core.record.observer import RunObserver, RunStart, add_observer
 
-__all__ = ["run_observer"]
+__all__ = ["group_span", "run_observer"]
 
 
 def run_observer(start: RunStart) -> RunObserver | None:
@@ -38,6 +41,20 @@ def run_observer(start: RunStart) -> RunObserver | None:
     from cortex_jupyter.runtime.integrations.tracing.spans import observer
 
     return observer(start)
+
+
+@contextmanager
+def group_span(name: str, attributes: Mapping[str, Any]) -> Iterator[None]:
+    """One span around several runs started inside the block (a ``%%cortex --compare``
+    cell's columns): current in the block, so each run's ``invoke_agent`` span, made at
+    its start in a task the block starts, is its child. Nothing when tracing is off."""
+    if "opentelemetry.trace" not in sys.modules:
+        yield
+        return
+    from cortex_jupyter.runtime.integrations.tracing.spans import grouping
+
+    with grouping(name, attributes):
+        yield
 
 
 add_observer(run_observer)

@@ -127,6 +127,30 @@ def _gave_up(run_id: str, exc: Exception) -> None:
     )  # fmt: skip
 
 
+@contextmanager
+def grouping(name: str, attributes: Mapping[str, Any]) -> Iterator[None]:
+    """``tracing.group_span``: a span named ``name`` current in the block (none when no
+    provider is configured). A failure of the SDK leaves the block untraced, never broken."""
+    provider = trace.get_tracer_provider()
+    if not configured(provider):
+        yield
+        return
+    try:
+        tracer = provider.get_tracer("cortex_jupyter", __version__)
+        span = tracer.start_span(_span_name(name, None), attributes=_attributes(attributes))
+        token = otel_context.attach(trace.set_span_in_context(span))
+    except Exception as exc:
+        _log.warning("cortex: a span %s was not made: %s", name, _short(message(exc)))
+        yield
+        return
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            otel_context.detach(token)
+            span.end()
+
+
 def provider_name(model: object) -> str:
     """``gen_ai.provider.name`` for ``model``: the well-known name of its endpoint's host,
     else the host itself; ``cortex.script`` for a model with no endpoint (a script)."""
