@@ -288,3 +288,28 @@ async def test_an_address_opens_a_client_that_close_closes(client: Client) -> No
         runner.close()
     assert runner.client.status == "closed"
     assert client.status == "running"
+
+
+def test_a_dataset_runs_on_the_cluster_and_its_tries_are_stored_and_judged(
+    client: Client, tmp_path: Path
+) -> None:
+    from cortex_jupyter import store
+    from cortex_jupyter.experiments import expect
+    from cortex_jupyter.experiments.cases import Case, Dataset
+
+    client.wait_for_workers(2, timeout=60)
+    cases = Dataset(
+        [Case(f"where {tag}?", name=tag, expect=[expect.tools(["where"]),
+              expect.answer(contains="found")]) for tag in ("x", "y")],
+        name="on-the-cluster",
+    )  # fmt: skip
+    agent = agent_calling("where", answer="found $found.pid", folder=str(tmp_path), tag="t")
+    experiment = cases.run({"a": agent}, executor=client, concurrency=2, progress=False)
+    assert [t.passed for t in experiment.tries] == [True, True], [
+        t.reasons() for t in experiment.tries
+    ]
+    for tried in experiment.tries:
+        stored = store.open_run(tried.run_id or "")
+        assert stored.options["experiment"] == experiment.id
+        pid = stored.actions["a"].output["pid"]
+        assert pid != os.getpid() and stored.answer == f"found {pid}"  # it ran on a worker
