@@ -32,8 +32,8 @@ Three measurements, each of ``--tries`` tries (``cases × 2 agent columns × 2 r
 3. The store: the answer task with ``store=`` a temporary file against ``store=None``
    (median of ``--runs``), and the rows and bytes the store file gained.
 
-Every figure is the median of ``--runs`` runs (ours and the peer's alternating, after a
-warm-up of each). Needs the ``bench`` extra (``pydantic-evals``).
+Every figure is the median of ``--runs`` runs (ours, the peer's and ours with the store
+in turn, after a warm-up of each). Needs the ``bench`` extra (``pydantic-evals``).
 """
 
 from __future__ import annotations
@@ -130,6 +130,7 @@ class _State:
         self.most = 0
         self.requests = 0
         self.late = 0.0  # the most a chunk left after its time
+        self.log: list[tuple[float, float, int]] = []  # (arrival, reply sent, case number)
 
 
 class _Paced(BaseHTTPRequestHandler):
@@ -143,9 +144,9 @@ class _Paced(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         s = self.state
         with s.lock:
-            data = {"most": s.most, "requests": s.requests, "late": s.late}
+            data = {"most": s.most, "requests": s.requests, "late": s.late, "log": s.log}
             if self.path == "/reset":
-                s.most, s.requests, s.late = s.in_flight, 0, 0.0
+                s.most, s.requests, s.late, s.log = s.in_flight, 0, 0.0, []
         self._json(200 if self.path in ("/stats", "/reset") else 404, data)
 
     def _json(self, status: int, data: Any) -> None:
@@ -167,12 +168,15 @@ class _Paced(BaseHTTPRequestHandler):
             s.most = max(s.most, s.in_flight)
         try:
             body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))))
-            chunks, text = reply_chunks(*_marker(body))
+            task, number, results = _marker(body)
+            chunks, text = reply_chunks(task, number, results)
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                 if body.get("stream"):
                     self._stream(chunks, start)
                 else:
                     self._whole(chunks, text, start)
+            with s.lock:
+                s.log.append((start, time.monotonic(), number))
         finally:
             with s.lock:
                 s.in_flight -= 1
@@ -411,14 +415,20 @@ class Timed:
         return statistics.median(self.walls)
 
 
-def timed(server: Server, label: str, ideal: float, runs: int, go: Callable[[], float]) -> Timed:
-    go()  # warm-up: imports, the first connections, genai-prices' tables
-    out = Timed(label, ideal, [])
+def timed(
+    server: Server, group: list[tuple[str, float, Callable[[], float]]], runs: int
+) -> list[Timed]:
+    """Each of ``group`` warmed up once, then run in turn ``runs`` times (interleaved, so
+    load from elsewhere falls on each alike)."""
+    out = [Timed(label, floor, []) for label, floor, _ in group]
+    for _, _, go in group:
+        go()  # warm-up: imports, the first connections, genai-prices' tables
     for _ in range(runs):
-        server.stats(reset=True)
-        out.walls.append(go())
-        stats = server.stats()
-        out.most, out.requests = max(out.most, stats["most"]), stats["requests"]
+        for row, (_, _, go) in zip(out, group, strict=True):
+            server.stats(reset=True)
+            row.walls.append(go())
+            stats = server.stats()
+            row.most, row.requests = max(row.most, stats["most"]), stats["requests"]
     return out
 
 
@@ -448,19 +458,21 @@ def measure(args: argparse.Namespace, server: Server) -> tuple[list[Timed], list
     def peer(task: str) -> Callable[[], float]:
         return lambda: run_peer(task, cases, server.url)
 
-    plan = [
-        ("answer: ours, dataset.run", ideal(1, tries, lat, False), ours("answer")),
-        ("answer: pydantic_evals + pydantic-ai", ideal(1, tries, lat, False), peer("answer")),
-        ("answer: ours, store=file", ideal(1, tries, lat, False), ours("answer", "store")),
-        ("tool: ours, native tool calls", ideal(2, tries, lat, True), ours("tool")),
-        ("tool: pydantic_evals + pydantic-ai", ideal(2, tries, lat, True), peer("tool")),
-        ("tool: ours, one cortex turn", ideal(1, tries, lat, False), ours("cortex")),
-    ]
-    for label, floor, go in plan:
-        if args.quick and "store" in label:
-            continue
-        rows.append(timed(server, label, floor, runs, go))
-        print(f"  {label}: {', '.join(f'{w:.2f} s' for w in rows[-1].walls)}", flush=True)
+    answer, tool = ideal(1, tries, lat, False), ideal(2, tries, lat, True)
+    groups = [
+        [("answer: ours, dataset.run", answer, ours("answer")),
+         ("answer: pydantic_evals + pydantic-ai", answer, peer("answer")),
+         ("answer: ours, store=file", answer, ours("answer", "store"))],
+        [("tool: ours, native tool calls", tool, ours("tool")),
+         ("tool: pydantic_evals + pydantic-ai", tool, peer("tool")),
+         ("tool: ours, one cortex turn", answer, ours("cortex"))],
+    ]  # fmt: skip
+    for group in groups:
+        if args.quick:
+            group = [g for g in group if "store" not in g[0]]
+        rows += timed(server, group, runs)
+        for row in rows[-len(group) :]:
+            print(f"  {row.label}: {', '.join(f'{w:.2f} s' for w in row.walls)}", flush=True)
     return rows, stored[1:]  # the warm-up's store is not counted
 
 
