@@ -8,6 +8,7 @@ wherever the writes cut it; what the tool printed around it is all there."""
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -154,3 +155,131 @@ def test_what_a_tool_writes_is_not_in_ipythons_output_history(
     kept = streams(ran)  # the cell's own output: the text view's lines, redacted
     assert "w | key=[redacted] end" in kept
     assert fragments(kept) == [] and SECRET[: _CUT["at"]] not in kept
+
+
+#: ``sys.stdout.write`` as a module kept it when a plain cell ran (``write =
+#: sys.stdout.write`` at import): set by the ``kept_write`` tool's test.
+_KEPT: dict[str, object] = {}
+
+
+TEXT = "--script --delay 0 --text"
+
+
+def _tool_script(name: str) -> str:
+    return (
+        f'<action type="tool" mode="sync" id="w">{{"name": "{name}"}}</action>'
+        "<response>written</response>"
+    )
+
+
+@pytest.fixture
+def kept_write() -> Iterator[None]:
+    @default_registry.tool(name="kept_write")
+    def write_through_a_kept_write() -> str:
+        """Print the key through a ``sys.stdout.write`` kept from before the run."""
+        write = _KEPT.get("write")
+        if write is None:  # a first cell: an action ran, the routers are in place
+            return "warm"
+        assert callable(write)
+        write("key=" + SECRET + " end\n")
+        return "ok"
+
+    yield
+    default_registry.remove("tool", "kept_write")
+    _KEPT.clear()
+
+
+def test_a_write_kept_from_before_the_run_is_captured(
+    ip: InteractiveShell,
+    kept_write: None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """A module that kept ``sys.stdout.write`` (outside actions: the router itself, or
+    IPython's output-history tee over it, once a cortex cell ran) and calls it from a
+    tool: the text went to the wrapped stream, past the action's capture and its
+    redaction (the key whole in the cell's output and its output history, nothing on the
+    node)."""
+    monkeypatch.setenv("DB_PASSWORD", SECRET)
+    ip.run_cell_magic("cortex", "--script --delay 0 --text", _tool_script("kept_write"))
+    ip.run_cell("import sys; from tests.test_capture_split import _KEPT")
+    ip.run_cell("_KEPT['write'] = sys.stdout.write")  # (in a kernel: a module imported)
+    run, surfaces = run_and_save(ip, tmp_path, TEXT, _tool_script("kept_write"))
+    node = run.actions["w"]
+    assert node.status == "done"
+    assert node.stdout == "key=[redacted] end\n"
+    cell = capfd.readouterr()
+    shown = [*surfaces, ("cell stdout", cell.out), ("cell stderr", cell.err)]
+    assert {name: fragments(text) for name, text in shown if fragments(text)} == {}
+    history = ip.history_manager.outputs.values()
+    kept = "".join("".join(o.bundle.get("stream", [])) for outs in history for o in outs)
+    assert fragments(kept) == []
+    n = _KEPT["write"]("outside\n")  # type: ignore[operator]
+    assert n == len("outside\n") and "outside\n" in capfd.readouterr().out
+
+
+@pytest.fixture
+def threaded() -> Iterator[None]:
+    from concurrent.futures import ThreadPoolExecutor
+
+    @default_registry.tool(name="threaded")
+    def print_from_threads() -> str:
+        """Print the key from a thread it starts and from a thread pool's worker."""
+        thread = threading.Thread(target=lambda: print("thread", SECRET))
+        thread.start()
+        thread.join()
+        with ThreadPoolExecutor(2) as pool:
+            pool.submit(lambda: sys.stderr.write(f"pool {SECRET}\n")).result()
+        return "ok"
+
+    yield
+    default_registry.remove("tool", "threaded")
+
+
+def test_what_a_tools_own_threads_print_is_its_actions(
+    ip: InteractiveShell,
+    threaded: None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """A tool that prints from a ``threading.Thread`` or a ``ThreadPoolExecutor`` it
+    started: the threads ran outside the action's context, so their text went to the
+    cell's output whole (the key unredacted) and the node kept nothing."""
+    monkeypatch.setenv("DB_PASSWORD", SECRET)
+    run, surfaces = run_and_save(ip, tmp_path, TEXT, _tool_script("threaded"))
+    node = run.actions["w"]
+    assert node.status == "done"
+    assert node.stdout == "thread [redacted]\n"
+    assert node.stderr == "pool [redacted]\n"
+    cell = capfd.readouterr()
+    shown = [*surfaces, ("cell stdout", cell.out), ("cell stderr", cell.err)]
+    assert {name: fragments(text) for name, text in shown if fragments(text)} == {}
+
+
+def test_a_thread_pool_made_in_an_action_serves_plain_cells_as_before(
+    ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A pool whose threads an action started: a task a plain cell submits later prints
+    into that cell, not into the action that happened to start the thread."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(1)
+    monkeypatch.setitem(_KEPT, "pool", pool)
+
+    @default_registry.tool(name="warm_pool")
+    def warm_pool() -> str:
+        """Start the pool's thread."""
+        return str(pool.submit(lambda: "warm").result())
+
+    try:
+        ip.run_cell("from tests.test_capture_split import _KEPT")
+        ip.run_cell_magic("cortex", "--script --delay 0 --text", _tool_script("warm_pool"))
+        capfd.readouterr()
+        ip.run_cell("_KEPT['pool'].submit(print, 'from the pool').result()")
+    finally:
+        default_registry.remove("tool", "warm_pool")
+        pool.shutdown()
+    assert "from the pool" in capfd.readouterr().out
+    assert ip.user_ns["_cortex"].actions["w"].stdout == ""

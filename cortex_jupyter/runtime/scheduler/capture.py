@@ -224,6 +224,20 @@ class Capture:
         return taken
 
 
+def carried(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``func``, run (in any thread) with this context's capture: what a tool's own
+    threads and thread pools run (``_hand_on``). Outside actions, ``func`` itself."""
+    capture = _current.get()
+    if capture is None:
+        return func
+
+    def run_in_the_action(*args: Any, **kwargs: Any) -> Any:
+        with capturing(capture):
+            return func(*args, **kwargs)
+
+    return run_in_the_action
+
+
 @contextlib.contextmanager
 def capturing(capture: Capture) -> Iterator[Capture]:
     """Run the body (one attempt of an action) with ``capture`` as this context's."""
@@ -265,7 +279,11 @@ class _Router(io.TextIOBase):
     _route: Callable[[], Callable[[str], int]]
 
     def __call__(self, text: str) -> int:
-        """``write`` outside actions: to the wrapped stream."""
+        """``write`` outside actions: to the wrapped stream. Kept and called later inside
+        an action (``write = sys.stdout.write`` at a module's import), to its capture."""
+        write = _kept[self.stream_name].get(None)
+        if write is not None:
+            return write(text)
         return self.inner.write(text)
 
     def _set_write(self, value: Callable[[str], int]) -> None:
@@ -273,7 +291,10 @@ class _Router(io.TextIOBase):
         if value is self:  # what ``write`` was outside actions, put back
             self.__class__ = routers.plain
             return
-        self._route = functools.partial(_kept[self.stream_name].get, value)
+        if isinstance(value, _SetWrite):  # (a nested tee putting back the one before)
+            value = value.write
+        outside = _SetWrite(value, self.stream_name)
+        self._route = functools.partial(_kept[self.stream_name].get, outside)
         self.__class__ = routers.set
 
     def _del_write(self) -> None:
@@ -295,7 +316,7 @@ class _Router(io.TextIOBase):
 
     @property
     def encoding(self) -> str:  # type: ignore[override]
-        return str(getattr(self.inner, "encoding", "utf-8"))
+        return str(getattr(self.inner, "encoding", None) or "utf-8")
 
     @property
     def buffer(self) -> _BytesRouter:
@@ -308,6 +329,25 @@ class _Router(io.TextIOBase):
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+
+class _SetWrite:
+    """``sys.stdout.write`` outside actions while something else was set in its place
+    (IPython's output-history tee): that, or when it was kept and is called inside an
+    action (``write = sys.stdout.write`` in a module a cell imported), the action's
+    capture (the tee would keep the text in the cell's output history)."""
+
+    __slots__ = ("stream_name", "write")
+
+    def __init__(self, write: Callable[[str], int], stream_name: str) -> None:
+        self.write = write
+        self.stream_name = stream_name
+
+    def __call__(self, text: str, *args: Any, **kwargs: Any) -> int:
+        write = _kept[self.stream_name].get(None)
+        if write is None:
+            return self.write(text, *args, **kwargs)
+        return write(text)
 
 
 class _Routers(NamedTuple):
@@ -430,7 +470,46 @@ def install() -> None:
                 handler.addFilter(_not_in_an_action)
         if warnings.showwarning is not _showwarning:
             warnings.showwarning = _showwarning
+        _hand_on()
         _watch_tqdm()
+
+
+# ---- a tool's own threads -------------------------------------------------------------------
+
+
+class _Handed(NamedTuple):
+    start: Callable[[threading.Thread], None]
+    submit: Callable[..., Any]
+
+
+_handed: list[_Handed] = []
+
+
+def _hand_on() -> None:
+    """A thread a tool starts (``threading.Thread``) runs in the tool's action, and so
+    does a task it gives a ``ThreadPoolExecutor``: what they print is the action's (its
+    node, redacted), not the cell's. A pool's threads are started outside any action (a
+    pool outlives the action that first used it: each task is in the action that gave
+    it, or in none). Threads started outside actions are left as they are."""
+    if _handed:
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    start, submit = threading.Thread.start, ThreadPoolExecutor.submit
+    _handed.append(_Handed(start, submit))
+
+    def start_in_the_action(self: threading.Thread) -> None:
+        if _current.get() is not None:
+            self.run = carried(self.run)  # type: ignore[method-assign]
+        start(self)
+
+    def submit_in_the_action(self: Any, fn: Callable[..., Any], /, *args: Any, **kw: Any) -> Any:
+        if _current.get() is None:
+            return submit(self, fn, *args, **kw)
+        return contextvars.Context().run(submit, self, carried(fn), *args, **kw)
+
+    threading.Thread.start = start_in_the_action  # type: ignore[method-assign]
+    ThreadPoolExecutor.submit = submit_in_the_action  # type: ignore[method-assign]
 
 
 # ---- tqdm ---------------------------------------------------------------------------------
