@@ -248,3 +248,21 @@ def test_each_column_is_its_own_invoke_agent_under_one_span_for_the_cell(
     for span in agents:
         assert span.parent is not None and span.parent.span_id == cell.context.span_id
         assert span.context.trace_id == cell.context.trace_id
+
+
+def test_text_shows_the_diff_of_actions_and_answers_before_the_summary(
+    ip: InteractiveShell, servers: list[FakeOpenAIServer], tools: None,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    a, b, _ = servers
+    a.script(reply("<response>The capital is <b>Paris</b>.</response>"))
+    b.script(
+        reply('<action id="m">{"name": "compare_mark", "parameters": {}}</action>'),
+        reply("<response>The capital is Lyon.</response>"),
+    )
+    compare(ip, "--compare ma,mb")
+    out = capsys.readouterr().out
+    diff = out[out.index("Actions aligned (ma, mb):") : out.index("column ")]
+    assert "+ compare_mark: only in mb" in diff
+    assert "Answer of mb against ma:" in diff
+    assert "The capital is [-<b>Paris</b>.-]{+Lyon.+}" in diff
