@@ -16,7 +16,12 @@ What a comparison keeps to:
 - **Failure and Stop.** A column's failure is that column's run ``failed``; the others
   go on. Stop cancels every column.
 - **Budget.** ``--budget`` holds for each run of each column (its own spend): a cell
-  spends at most columns × repeats × budget.
+  spends at most columns × repeats × budget. ``--compare-budget`` is split evenly into
+  each run's budget (``budget_share``; the smaller of it and ``--budget``), so the cell's
+  runs together spend at most it.
+- **Diff and keep.** The views show the diff of the columns (``display.compare_diff``);
+  a column's keep button (and ``%cortex keep``) makes its run a test case
+  (``session.keep``).
 - **Store and trace.** Each run is stored with ``compare`` (the comparison's id),
   ``column`` and ``repeat`` among its options; traced as its own ``invoke_agent`` span
   under one ``compare`` span for the cell.

@@ -62,7 +62,11 @@ def keep_column(namespace: MutableMapping[str, Any], comparison: Any, column: st
                           f"{names}")  # fmt: skip
     run = comparison[column].run
     if run is None or run.status != "completed":
-        why = "it never started" if run is None else f"its run ended {run.status!r}"
+        why = (
+            "it never started" if run is None
+            else "it is still running" if run.status == "running"
+            else f"its run ended {run.status!r}"
+        )  # fmt: skip
         reason = f" ({run.reason})" if run is not None and run.reason else ""
         raise KeepRefused(f"column {column} cannot be kept: {why}{reason}; only a run that "
                           "answered is a test case")  # fmt: skip
