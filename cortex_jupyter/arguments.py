@@ -59,6 +59,17 @@ EXPERIMENT.add_argument("--concurrency", type=int, metavar="N", help="Tries at o
 EXPERIMENT.add_argument("--budget", metavar="USD|Ntok", help="The most the whole run may spend.")
 EXPERIMENT.add_argument("--name", help="The experiment's name (default: the dataset's).")
 
+KEEP = MagicArgumentParser(
+    prog="%cortex keep",
+    add_help=False,
+    description="Keep a column of the last --compare cell as a test case of a dataset.",
+)
+KEEP.add_argument("column", help="The column's name, as in --compare.")
+KEEP.add_argument(
+    "--to", required=True, metavar="DATASET",
+    help="A notebook name (a Dataset, made if missing) or a .yaml/.jsonl file (appended to).",
+)  # fmt: skip
+
 
 def resume(words: list[str]) -> tuple[str, bool, Budget | None]:
     """``%cortex resume ID [--force] [--budget USD|Ntok]``'s words: the run id, whether to
@@ -197,14 +208,14 @@ def approval(value: Any) -> Any:
     )
 
 
-def budget(given: str | None, default: Budget | None) -> Budget | None:
+def budget(given: str | None, default: Budget | None, option: str = "--budget") -> Budget | None:
     """``--budget USD|Ntok``, else ``CortexMagics.budget`` (checked when it was set)."""
     if given is None:
         return default
     try:
         return Budget.parse(unquote(given))
     except ValueError as error:
-        raise UsageError(f"%%cortex: --budget: {error}.") from None
+        raise UsageError(f"%%cortex: {option}: {error}.") from None
 
 
 def constrain(given: str | None, default: bool | str) -> bool | str:

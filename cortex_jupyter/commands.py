@@ -537,6 +537,23 @@ def run_experiment(session: Session, given: Any, options_for: Callable[[str], An
         raise UsageError(f"%cortex experiment: {exc}") from None
 
 
+def keep(session: Session, given: Any) -> None:
+    """``%cortex keep COLUMN --to DATASET``: the last comparison's column kept as a case
+    (``session.keep``); what cannot be kept is one line."""
+    from cortex_jupyter.session.compare import COMPARE_VARIABLE, Comparison
+    from cortex_jupyter.session.keep import KeepRefused, keep_column
+
+    namespace = session.shell.user_ns
+    found = namespace.get(COMPARE_VARIABLE)
+    try:
+        line = keep_column(
+            namespace, found if isinstance(found, Comparison) else None, given.column, given.to
+        )
+    except KeepRefused as exc:
+        raise UsageError(f"%cortex keep: {redact(str(exc))}") from None
+    print(f"cortex: {redact(line)}")
+
+
 def mcp_command(args: list[str]) -> None:
     """MCP servers' tools as NAME.TOOL: %cortex mcp add|list|remove (%cortex mcp help)."""
     command, rest = (args[0], args[1:]) if args else ("list", [])

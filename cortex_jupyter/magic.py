@@ -81,6 +81,7 @@ COMMANDS = (
     "trace",
     "eval",
     "experiment",
+    "keep",
     "help",
 )
 
@@ -369,6 +370,12 @@ class CortexMagics(Magics):
         metavar="N",
         help="With --compare: each column runs N times; identical answers are counted.",
     )
+    @argument(
+        "--compare-budget",
+        metavar="USD",
+        help="With --compare: the most the whole cell may spend (USD or Ntok), split evenly "
+        "into each run's budget (columns × repeats shares).",
+    )
     @_flag("--text", "Show the run as plain text, not widgets.")
     @_flag(
         "--overwrite",
@@ -438,8 +445,9 @@ class CortexMagics(Magics):
             )
         if args.script and args.replay:
             raise UsageError("%%cortex: use --script or --replay, not both.")
-        if args.repeat is not None and args.compare is None:
-            raise UsageError("%%cortex: --repeat N goes with --compare a,b (each column N times).")
+        alone = "--repeat N" if args.repeat is not None else "--compare-budget"
+        if args.compare is None and (args.repeat or args.compare_budget) is not None:
+            raise UsageError(f"%%cortex: {alone} goes with --compare a,b (its columns).")
         options = CellOptions(
             model=args.model or self.model,
             dialect=dialect,
@@ -472,6 +480,7 @@ class CortexMagics(Magics):
             output_key=args.output_key,
             compare=args.compare,
             repeat=arguments.number(args.repeat, "--repeat", int, 1, low=1),
+            compare_budget=arguments.budget(args.compare_budget, None, "--compare-budget"),
             given=frozenset(
                 name
                 for name in ("model", "dialect", "max_turns", "temperature", "max_tokens")
@@ -686,6 +695,10 @@ class CortexMagics(Magics):
         return commands.run_experiment(
             self.session, arguments.EXPERIMENT.parse_args(args), self._options
         )
+
+    def _cmd_keep(self, args: list[str]) -> None:
+        """Keep a compare cell's column as a test case: %cortex keep COLUMN --to DATASET."""
+        commands.keep(self.session, arguments.KEEP.parse_args(args))
 
     def _cmd_mcp(self, args: list[str]) -> None:
         """MCP servers' tools as NAME.TOOL: %cortex mcp add|list|remove (%cortex mcp help)."""

@@ -248,3 +248,58 @@ def test_each_column_is_its_own_invoke_agent_under_one_span_for_the_cell(
     for span in agents:
         assert span.parent is not None and span.parent.span_id == cell.context.span_id
         assert span.context.trace_id == cell.context.trace_id
+
+
+def test_text_shows_the_diff_of_actions_and_answers_before_the_summary(
+    ip: InteractiveShell, servers: list[FakeOpenAIServer], tools: None,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    a, b, _ = servers
+    a.script(reply("<response>The capital is <b>Paris</b>.</response>"))
+    b.script(
+        reply('<action id="m">{"name": "compare_mark", "parameters": {}}</action>'),
+        reply("<response>The capital is Lyon.</response>"),
+    )
+    compare(ip, "--compare ma,mb")
+    out = capsys.readouterr().out
+    diff = out[out.index("Actions aligned (ma, mb):") : out.index("column ")]
+    assert "+ compare_mark: only in mb" in diff
+    assert "Answer of mb against ma:" in diff
+    assert "The capital is [-<b>Paris</b>.-]{+Lyon.+}" in diff
+
+
+def test_the_static_copy_has_the_diff_under_the_columns_escaped(
+    ip: InteractiveShell, servers: list[FakeOpenAIServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cortex_jupyter.session import compare_views
+
+    shown: list[Any] = []
+
+    class Handle:
+        def update(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+    def display(obj: Any, **kwargs: Any) -> Handle:
+        shown.append(obj)
+        return Handle()
+
+    monkeypatch.setattr(compare_views, "display", display)
+    a, b, _ = servers
+    a.script(reply("<response>Paris.</response>"))
+    b.script(reply('<response><img src=x onerror="alert(1)"> Lyon.</response>'))
+    ip.run_line_magic("config", "CortexMagics.display = 'widgets'")
+    try:
+        ip.run_cell_magic("cortex", "--compare ma,mb", "Capital?")
+    finally:
+        ip.run_line_magic("config", "CortexMagics.display = 'auto'")
+    result = ip.user_ns["_compare"]
+    copy = next(o for o in shown if isinstance(o, dict) and "text/html" in o)
+    html = copy["text/html"]
+    assert html.index("cortex-compare-column") < html.index("cortex-compare-diff")
+    diff = html[html.index("cortex-compare-diff") :]
+    assert "<img" not in diff and "&lt;img" in diff and "<ins style" in diff
+    assert "Answer of mb against ma" in copy["text/plain"]
+    # The live box's toggle shows the same diff.
+    box = result.view.box
+    box.bar._handle_custom_msg({"view": "diff"}, [])
+    assert "cortex-compare-diff" in box.diff_pane.value and "<img" not in box.diff_pane.value

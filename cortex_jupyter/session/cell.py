@@ -93,6 +93,8 @@ class CellOptions:
     compare: str | None = None
     #: ``--repeat N``: how often each column of a ``--compare`` cell runs.
     repeat: int = 1
+    #: ``--compare-budget``: the most a ``--compare`` cell spends, all its runs together.
+    compare_budget: Budget | None = None
 
 
 def cell_agent(

@@ -16,7 +16,12 @@ What a comparison keeps to:
 - **Failure and Stop.** A column's failure is that column's run ``failed``; the others
   go on. Stop cancels every column.
 - **Budget.** ``--budget`` holds for each run of each column (its own spend): a cell
-  spends at most columns × repeats × budget.
+  spends at most columns × repeats × budget. ``--compare-budget`` is split evenly into
+  each run's budget (``budget_share``; the smaller of it and ``--budget``), so the cell's
+  runs together spend at most it.
+- **Diff and keep.** The views show the diff of the columns (``display.compare_diff``);
+  a column's keep button (and ``%cortex keep``) makes its run a test case
+  (``session.keep``).
 - **Store and trace.** Each run is stored with ``compare`` (the comparison's id),
   ``column`` and ``repeat`` among its options; traced as its own ``invoke_agent`` span
   under one ``compare`` span for the cell.
@@ -43,6 +48,7 @@ from cortex_jupyter import store
 from cortex_jupyter._bridge import Bridge, Emit
 from cortex_jupyter.display.compare import ColumnFacts, answer_groups, facts
 from cortex_jupyter.runtime import Agent, RunHooks
+from cortex_jupyter.runtime.core.cost.budget import Budget
 from cortex_jupyter.runtime.core.errors import BadOutputType
 from cortex_jupyter.runtime.core.record.observer import Recording
 from cortex_jupyter.runtime.core.trust.scope import Scope
@@ -213,7 +219,16 @@ class Comparison(Mapping[str, Column]):
         session, display = self._session, self.options.display
         if display == "text" or (display == "auto" and not session.live._has_widgets()):
             return CompareText(self)
-        return CompareWidgets(self, session.approvals, self._reach)
+        return CompareWidgets(self, session.approvals, self._reach, self._keep)
+
+    def _keep(self, column: str) -> str:
+        """A column's keep button: this comparison's column into the notebook's ``kept``."""
+        from cortex_jupyter.session.keep import BUTTON_DATASET, KeepRefused, keep_column
+
+        try:
+            return keep_column(self._session.shell.user_ns, self, column, BUTTON_DATASET)
+        except KeepRefused as exc:
+            return redact(str(exc))
 
     def _reach(self, column: Column) -> Mapping[str, Any]:
         feeds = self._session.feeds
@@ -344,15 +359,50 @@ def comparison(
     except ExperimentRefused as exc:
         raise CortexRunError(redact(str(exc))) from None
     agents: dict[str, tuple[Agent, CellOptions]] = {}
+    share = budget_share(options.compare_budget, len(found) * options.repeat)
     for name, agent in found.items():
         if output_type is not None:
             agent = agent.with_options(output_type=output_type)
+        budget = options.budget
+        if share is not None:  # each run's share (or its own budget, when smaller)
+            budget = run_budget(Budget.parse(agent.budget), share)
+            agent = agent.with_options(budget=budget)
         # What its stored run keeps as its cell's options: its own model and dialect.
         kept = dataclasses.replace(
-            options, model=model_name(agent), dialect=agent.dialect, agent=agent.name
-        )
+            options, model=model_name(agent), dialect=agent.dialect, agent=agent.name,
+            budget=budget,
+        )  # fmt: skip
         agents[name] = (agent, kept)
     return Comparison(session, prompt, options, agents)
+
+
+def budget_share(whole: Budget | None, runs: int) -> Budget | None:
+    """``--compare-budget`` split evenly into ``runs`` run budgets (columns × repeats):
+    each run's budget holds, so the cell's runs together spend at most ``whole``. Tokens
+    are whole (rounded down); a share under one token is refused."""
+    if whole is None:
+        return None
+    if whole.unit == "tok":
+        tokens = int(whole.limit) // runs
+        if tokens < 1:
+            raise CortexRunError(f"--compare-budget {whole} is under a token for each of its "
+                                 f"{runs} runs")  # fmt: skip
+        return Budget(float(tokens), "tok")
+    return Budget(whole.limit / runs, "usd")
+
+
+def run_budget(own: Budget | None, share: Budget) -> Budget:
+    """A run's budget under ``--compare-budget``: its share, or its own ``--budget`` (or
+    its agent's) when that is smaller; two budgets in different units are refused (a
+    run holds to one)."""
+    if own is None:
+        return share
+    if own.unit != share.unit:
+        raise CortexRunError(
+            f"--budget {own} and --compare-budget {share} count in different units (dollars "
+            "and tokens); give both in one"
+        )
+    return own if own.limit < share.limit else share
 
 
 def _options_for(options: CellOptions) -> ColumnOptions:

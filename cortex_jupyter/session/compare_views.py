@@ -33,6 +33,17 @@ def _end(run: Any) -> float:
     return run.ended if run.ended is not None else time.monotonic()
 
 
+def the_diff(comparison: Comparison) -> Any:
+    """The comparison's diff (``display.compare_diff``) of each column's latest run;
+    None with one column (nothing to diff)."""
+    from cortex_jupyter.display.compare_diff import compare_diff
+
+    columns = list(comparison.values())
+    if len(columns) < 2:
+        return None
+    return compare_diff([(c.name, c.run, c.answer) for c in columns])
+
+
 class CompareText:
     """``--text`` (or no widgets): nothing while the columns run (their streams would
     interleave line by line); at the end each column's run as text, one after another,
@@ -61,6 +72,11 @@ class CompareText:
             out.append("")
         if self.comparison.repeat > 1:
             out += [groups_text(self.comparison.groups), ""]
+        diff = the_diff(self.comparison)
+        if diff is not None:
+            from cortex_jupyter.display.compare_diff import diff_text
+
+            out += [diff_text(diff), ""]
         out.append(summary_text(self.comparison.facts()))
         sys.stdout.write(redact("\n".join(out)) + "\n")
         sys.stdout.flush()
@@ -75,6 +91,7 @@ class CompareWidgets:
         comparison: Comparison,
         approvals: Approvals,
         scopes: Callable[[Column], Mapping[str, Any]],
+        keep: Callable[[str], str] | None = None,
     ) -> None:
         from cortex_jupyter.display.compare_widget import CompareBox
 
@@ -86,7 +103,9 @@ class CompareWidgets:
         columns = list(comparison.values())
         self._repeat = [0] * len(columns)
         views = [self._view(column) for column in columns]
-        self.box: CompareBox = CompareBox(views, [c.facts() for c in columns])
+        self.box: CompareBox = CompareBox(
+            views, [c.facts() for c in columns], diff=self._diff_html, keep=keep
+        )
         self._handle = display(self.box.widget, display_id=True)
         self._closed = False
 
@@ -106,6 +125,12 @@ class CompareWidgets:
             model=column.model, values=values, decide=decide, stop=self._stop,
             record=lambda: column.run,
         )  # fmt: skip
+
+    def _diff_html(self) -> str:
+        from cortex_jupyter.display.compare_diff import diff_html
+
+        diff = the_diff(self.comparison)
+        return "" if diff is None else diff_html(diff)
 
     def _stop(self) -> None:
         if self.stop is not None:
@@ -128,6 +153,7 @@ class CompareWidgets:
                 view.apply(batches[index])
             behind = bool(view.redraw()) or behind
             self.box.header(index, columns[index].facts())
+        self.box.redraw_diff()
         return behind
 
     def close(self) -> None:
@@ -143,6 +169,7 @@ class CompareWidgets:
             view.stream_closed()
             view.finish()  # the final frame of the column's view
             self.box.header(index, columns[index].facts())
+        self.box.redraw_diff()
         parts, texts = [], []
         for column in columns:
             run = column.run
@@ -153,10 +180,14 @@ class CompareWidgets:
             parts.append((column.facts(), static_html(state, shown, _end(run))))
             texts.append(f"== {column.name} ==\n{static_text(state, _end(run), shown)}")
         groups = self.comparison.groups if self.comparison.repeat > 1 else {}
-        html = compare_html(parts, groups_html(groups))
         from cortex_jupyter.display.compare import summary_text
+        from cortex_jupyter.display.compare_diff import diff_html, diff_text
 
-        texts += [groups_text(groups), summary_text(self.comparison.facts())]
+        diff = the_diff(self.comparison)
+        under = groups_html(groups) + ("" if diff is None else diff_html(diff))
+        html = compare_html(parts, under)
+        texts += [groups_text(groups), "" if diff is None else diff_text(diff)]
+        texts.append(summary_text(self.comparison.facts()))
         copy = {"text/html": f"<style>{SWITCH_CSS}</style>{html}", "text/plain": "\n".join(texts)}
         display(copy, raw=True)
         if self._handle is not None:
