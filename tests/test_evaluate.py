@@ -30,10 +30,10 @@ from tests.models.fake_openai_server import (
     FakeOpenAIServer,
     Stream,
     finish,
-    free_port,
     role,
     serve,
     texts,
+    unreachable,
     usage,
 )
 
@@ -176,8 +176,7 @@ def test_progress_reports_every_try_in_order(server: FakeOpenAIServer) -> None:
 def test_an_unreachable_endpoint_is_one_line_and_stops_at_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("OPENAI_API_KEY", "none")
-    url = f"http://127.0.0.1:{free_port()}/v1"
+    url = unreachable(monkeypatch)
     with pytest.raises(EndpointUnusable) as caught:
         evaluate("smollm2", ["cortex", "hermes"], n=3, base_url=url, progress=quiet)
     message = str(caught.value)
@@ -273,8 +272,7 @@ def test_magic_eval_help_runs_nothing(
 def test_magic_eval_unreachable_prints_one_line(
     ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("OPENAI_API_KEY", "none")
-    monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{free_port()}/v1")
+    monkeypatch.setenv("OPENAI_BASE_URL", unreachable(monkeypatch))
     shown = ip.run_line_magic("cortex", "eval --dialects cortex --n 1")
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("cortex: evaluate: Cannot connect to 127.0.0.1:")

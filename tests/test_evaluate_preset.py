@@ -15,9 +15,9 @@ from tests.models.fake_openai_server import (
     FakeOpenAIServer,
     Stream,
     finish,
-    free_port,
     role,
     texts,
+    unreachable,
     usage,
 )
 
@@ -90,8 +90,7 @@ def test_runs_are_kept_only_when_asked(
 def test_a_dead_endpoint_leaves_the_rest_of_the_experiment_pending(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("OPENAI_API_KEY", "none")
-    url = f"http://127.0.0.1:{free_port()}/v1"
+    url = unreachable(monkeypatch)
     with pytest.raises(EndpointUnusable) as caught:
         evaluate("smollm2", ["cortex", "hermes"], n=2, tasks=[ADD], base_url=url, progress=quiet)
     experiment = caught.value.result.experiment

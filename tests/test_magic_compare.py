@@ -31,6 +31,12 @@ def reply(body: str, gates: Any = ()) -> Stream:
     return Stream([*texts(body, 8), finish()], gates=gates)
 
 
+def answering(servers: list[FakeOpenAIServer], *answers: str) -> None:
+    """The first servers each answer once, with the answers in turn."""
+    for server, answer in zip(servers, answers, strict=False):
+        server.script(reply(f"<response>{answer}</response>"))
+
+
 @pytest.fixture
 def servers(
     ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch
@@ -113,8 +119,7 @@ def test_columns_stream_at_once_column_b_acts_before_column_a_ends(
 def test_text_prints_each_column_then_a_summary_table(
     ip: InteractiveShell, servers: list[FakeOpenAIServer], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    for server, answer in zip(servers, ("Paris.", "Lyon.", "Paris!"), strict=True):
-        server.script(reply(f"<response>{answer}</response>"))
+    answering(servers, "Paris.", "Lyon.", "Paris!")
     compare(ip, "--compare ma,mb,mc")
     out = capsys.readouterr().out
     assert out.index("== ma ==") < out.index("== mb ==") < out.index("== mc ==")
@@ -210,9 +215,7 @@ def test_output_keys_never_bind_over_notebook_names(ip: InteractiveShell) -> Non
 def test_each_column_is_stored_tagged_with_the_comparison(
     ip: InteractiveShell, servers: list[FakeOpenAIServer]
 ) -> None:
-    a, b, _ = servers
-    a.script(reply("<response>Paris.</response>"))
-    b.script(reply("<response>Lyon.</response>"))
+    answering(servers, "Paris.", "Lyon.")
     result = compare(ip, "--compare ma,mb --budget 20000tok")
     session_for(ip)  # the store writes on its own thread: wait for it to settle
     from cortex_jupyter import store
@@ -233,9 +236,7 @@ def test_each_column_is_stored_tagged_with_the_comparison(
 def test_each_column_is_its_own_invoke_agent_under_one_span_for_the_cell(
     ip: InteractiveShell, servers: list[FakeOpenAIServer]
 ) -> None:
-    a, b, _ = servers
-    a.script(reply("<response>Paris.</response>"))
-    b.script(reply("<response>Lyon.</response>"))
+    answering(servers, "Paris.", "Lyon.")
     with recorded() as spans:
         result = compare(ip, "--compare ma,mb")
     (cell,) = [s for s in spans if s.name == "compare"]

@@ -24,15 +24,24 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import anywidget
-import traitlets
-
 from cortex_jupyter.runtime.core.cost.prices import fmt_usd
 
+from .clickable import ClickableHtml, clickable_esm
 from .matrix_data import AgentSummary, Matrix, MatrixCell
 from .matrix_try import TryView, try_view
 from .static import STATIC_CLASS, SWITCH_CSS, VIEW_CLASS
-from .theme import BORDER_VAR, FG_VAR, FONT, MUTED_VAR, esc, fmt_count, redact_markup, shorten
+from .theme import (
+    BORDER_VAR,
+    FG_VAR,
+    FONT,
+    MUTED_VAR,
+    STATUS_STYLES,
+    TEXT,
+    esc,
+    fmt_count,
+    redact_markup,
+    shorten,
+)
 
 __all__ = [
     "FILTERS",
@@ -57,13 +66,14 @@ CHANGE_MARKS = {"improved": "▲ improved", "regressed": "▼ regressed"}
 _REASON_CHARS = 80
 _DASH = "\u2013"  # an en dash: 53\u201389%
 _CASE_CHARS = 60
-# Okabe-Ito fills (theme.STATUS_STYLES): all passed, some, none, nothing finished yet.
-_FILL_ALL = "#e5f5f0"
-_FILL_SOME = "#fdf9d8"
-_FILL_NONE = "#fbeee5"
-_FILL_NOTHING = "#f4f4f4"
-_INK = "#1f2328"
-_CHANGE_INK = {"improved": "#00684c", "regressed": "#a84a00"}
+# The statuses' Okabe-Ito fills: all passed (done), some (awaiting), none (failed),
+# nothing finished yet (pending).
+_FILL_ALL = STATUS_STYLES["done"].fill
+_FILL_SOME = STATUS_STYLES["awaiting"].fill
+_FILL_NONE = STATUS_STYLES["failed"].fill
+_FILL_NOTHING = STATUS_STYLES["pending"].fill
+_INK = TEXT
+_CHANGE_INK = {"improved": STATUS_STYLES["done"].ink, "regressed": STATUS_STYLES["failed"].ink}
 
 
 # ---- which cases show ------------------------------------------------------------------
@@ -344,12 +354,7 @@ def matrix_text(m: Matrix, filter: str = "all") -> str:
 
 # ---- the live widget ------------------------------------------------------------------
 
-_ESM = """
-function render({ model, el }) {
-  const draw = () => { el.innerHTML = model.get("value"); };
-  draw();
-  model.on("change:value", draw);
-  el.addEventListener("click", (event) => {
+_ESM = clickable_esm("""
     const target = event.target.closest("button");
     if (!target || !el.contains(target)) { return; }
     if (target.dataset.filter !== undefined) {
@@ -360,18 +365,14 @@ function render({ model, el }) {
       model.send({ open: { case: target.dataset.case, agent: target.dataset.agent,
                            repeat: Number(target.dataset.repeat) } });
     }
-  });
-}
-export default { render };
-"""
+""")
 
 
-class MatrixWidget(anywidget.AnyWidget):
+class MatrixWidget(ClickableHtml):
     """The front end of ``MatrixView``: ``value`` is the matrix's HTML with its buttons;
     clicks come back as ``{"filter": NAME}`` and ``{"open": {case, agent, repeat}}``."""
 
     _esm = _ESM
-    value = traitlets.Unicode("").tag(sync=True)
 
 
 #: At most this many redraws a second reach the front end.

@@ -13,37 +13,27 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import anywidget
 import ipywidgets
-import traitlets
 
+from .clickable import ClickableHtml, clickable_esm
 from .static import VIEW_CLASS
 
-_ESM = """
-function render({ model, el }) {
-  const draw = () => { el.innerHTML = model.get("value"); };
-  draw();
-  model.on("change:value", draw);
-  el.addEventListener("click", (event) => {
+_ESM = clickable_esm("""
     const button = event.target.closest("[data-open]");
     if (button && el.contains(button)) {
       el.querySelectorAll("[data-open]").forEach((b) => b.removeAttribute("aria-pressed"));
       button.setAttribute("aria-pressed", "true");
       model.send({ open: button.dataset.open });
     }
-  });
-}
-export default { render };
-"""
+""")
 
 
-class RunsTable(anywidget.AnyWidget):
+class RunsTable(ClickableHtml):
     """The table; ``on_open(id)`` is called with the id of a clicked run, one of the
     ``ids`` it lists: a message naming anything else (another run, an id's first letters
     that ``%cortex open`` would complete) opens nothing."""
 
     _esm = _ESM
-    value = traitlets.Unicode("").tag(sync=True)
 
     def __init__(
         self, html: str, on_open: Callable[[str], None], ids: Iterable[str], **kwargs: Any

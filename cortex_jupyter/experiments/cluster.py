@@ -47,7 +47,6 @@ import json
 import os
 import pickle
 import queue
-import sys
 import threading
 import time
 import traceback
@@ -71,6 +70,7 @@ from cortex_jupyter.runtime.core.record.run import (
     to_json_value,
 )
 from cortex_jupyter.runtime.core.trust.secrets import redact, redact_value
+from cortex_jupyter.runtime.integrations.executors.cluster import LiveRoutes
 from cortex_jupyter.runtime.integrations.executors.errors import ClusterUnavailable, NotSendable
 from cortex_jupyter.runtime.integrations.executors.wire import (
     RemoteTraceback,
@@ -79,6 +79,7 @@ from cortex_jupyter.runtime.integrations.executors.wire import (
     exception_label,
     loads,
 )
+from cortex_jupyter.runtime.integrations.executors.worker import cancellation_check, dask_worker
 from cortex_jupyter.runtime.scheduler.capture import FLUSH_HZ
 
 __all__ = ["CANCEL_TIMEOUT", "TOPIC", "WATCH_INTERVAL", "ClusterRunner", "TryFailed", "WorkerLost"]
@@ -134,7 +135,7 @@ class ClusterRunner:
             )
         if self.client.status in ("closing", "closed"):
             raise ValueError("executor=: this distributed.Client is closed")
-        self.client.subscribe_topic(TOPIC, _route)
+        self.client.subscribe_topic(TOPIC, _tries.route)
 
     def close(self) -> None:
         """Close the client this runner opened (a client it was given stays open)."""
@@ -203,16 +204,7 @@ def _connect(address: str) -> Any:
 # ---- the notebook's side ----------------------------------------------------------------------
 
 #: Live messages by try id, filled from the Dask client's event handler.
-_inboxes: dict[str, queue.SimpleQueue[tuple[str, Any]]] = {}
-
-
-def _route(event: tuple[float, Any]) -> None:
-    """The client's handler for ``TOPIC`` (on the client's own loop): never blocks."""
-    _, message = event
-    if isinstance(message, dict):
-        inbox = _inboxes.get(str(message.get("try")))
-        if inbox is not None:
-            inbox.put(("live", message))
+_tries = LiveRoutes("try")
 
 
 def _travelling(agent: Agent, prompt: str) -> tuple[Agent, list[tuple[str, str]]]:
@@ -309,7 +301,7 @@ class _Job:
         self.limiter = anyio.CapacityLimiter(1)
 
     async def go(self) -> Run:
-        _inboxes[self.key] = self.inbox
+        _tries.add(self.key, self.inbox)
         self.future = self.client.submit(
             _remote_try, self.blob, self.key, TOPIC, self.run.id, key=self.key, pure=False
         )
@@ -329,7 +321,7 @@ class _Job:
             self.future.cancel()
 
     def forget(self) -> None:
-        _inboxes.pop(self.key, None)
+        _tries.drop(self.key)
         self.future = None  # a future held is a result the cluster keeps
 
     def _result(self) -> bytes:
@@ -483,7 +475,7 @@ def _moved_line(line: dict[str, Any], shift: float) -> dict[str, Any]:
 
 def _remote_try(blob: bytes, key: str, topic: str, run_id: str) -> bytes:
     """Runs on a worker: the agent's run, its events sent live; the pickled answer."""
-    worker = _dask_worker()
+    worker = dask_worker()
     here = {
         "try": key,
         "attempt": uuid.uuid4().hex,
@@ -494,7 +486,7 @@ def _remote_try(blob: bytes, key: str, topic: str, run_id: str) -> bytes:
     agent = _arrived(shipped, builtins)
     run = Run(id=run_id)
     sender = _Sender(worker, topic, here, run)
-    cancelled = _cancellation_check(worker)
+    cancelled = cancellation_check(worker)
     answer: dict[str, Any] = {**here, "kind": "ok"}
 
     async def main() -> None:
@@ -647,34 +639,3 @@ class _Sender:
             self.worker.log_event(self.topic, {**self.here, "clock": _clock(), **fields})
         except Exception:
             self.broken = True
-
-
-def _cancellation_check(worker: Any) -> Callable[[], bool] | None:
-    """Whether this thread's task was cancelled (the scheduler told the worker to forget
-    it); read without locking: a stale answer only delays the stop."""
-    if worker is None:
-        return None
-    try:
-        key = worker.get_current_task()
-    except Exception:
-        return None
-
-    def cancelled() -> bool:
-        try:
-            task = worker.state.tasks.get(key)
-        except Exception:  # another distributed version's internals: no early stop
-            return False
-        return task is None or task.state in ("cancelled", "released", "forgotten")
-
-    return cancelled
-
-
-def _dask_worker() -> Any:
-    if "distributed" not in sys.modules:
-        return None
-    from distributed import get_worker
-
-    try:
-        return get_worker()
-    except ValueError:
-        return None

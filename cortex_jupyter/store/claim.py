@@ -19,7 +19,8 @@ writer knows the runs it is recording.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import psutil
@@ -118,8 +119,7 @@ def take(
     process (``here`` says when it goes on in this one). What the row said before is
     returned, and handed to ``keep`` before the take is committed: a Stop between the
     commit and the return still leaves the caller what to give back."""
-    db.execute("BEGIN IMMEDIATE")  # the check and the take: no other kernel in between
-    try:
+    with immediate(db):  # the check and the take: no other kernel in between
         before = _check(db, run, me, force=force)
         changed = db.execute(
             "UPDATE runs SET host = ?, claimed = ?, status = 'running' "
@@ -129,11 +129,6 @@ def take(
         if changed != 1:  # cannot happen inside BEGIN IMMEDIATE; never taken blindly
             raise RunTaken(f"run {run} was taken by another kernel meanwhile.")
         keep(before)
-        db.execute("COMMIT")
-    except BaseException:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-        raise
     return before
 
 
@@ -144,6 +139,51 @@ def here(run: str) -> RunTaken:
         "it): resuming it would run its actions twice; wait for it to end, or stop it, then "
         "resume it."
     )
+
+
+@contextmanager
+def immediate(db: sqlite3.Connection) -> Iterator[None]:
+    """A write transaction begun at once (``BEGIN IMMEDIATE``), so no other kernel writes
+    between what it reads and what it writes; committed at the end, rolled back on any
+    error."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+
+
+def refuse_held(
+    what: str,
+    host: str | None,
+    since: float,
+    me: str,
+    *,
+    force: bool,
+    twice: str,
+    take_over: str,
+    error: Callable[[str], Exception],
+) -> None:
+    """Raise ``error`` when ``what`` (``"run ID"``), marked running by ``host`` since the
+    Unix time ``since``, is held by a process that lives, or one that cannot be checked
+    (unless ``force``): resuming it would run its ``twice`` (``"actions"``) twice.
+    ``take_over`` says how to take it anyway."""
+    found = owner(host, since, me.partition("@")[2])
+    if found.state == "alive":
+        raise error(
+            f"{what} is still running in another kernel (process {found.pid} on "
+            f"{found.hostname}): resuming it would run its {twice} twice; wait for it "
+            "to end, or stop that kernel and resume it again."
+        )
+    if found.state == "unknown" and not force:
+        where = f"process {found.pid} on {found.hostname}" if found.pid else found.hostname
+        raise error(
+            f"{what} is marked running by {where} ({found.why}): if that kernel is "
+            f"gone, {take_over} (if it still runs, its {twice} run twice)."
+        )
 
 
 def _check(db: sqlite3.Connection, run: str, me: str, *, force: bool) -> Taken:
@@ -158,20 +198,16 @@ def _check(db: sqlite3.Connection, run: str, me: str, *, force: bool) -> Taken:
             f"run {run} already {status}: there is nothing to resume (%cortex open {run} shows it)."
         )
     if status == "running" and host != me:
-        found = owner(host, float(since), me.partition("@")[2])
-        if found.state == "alive":
-            raise RunTaken(
-                f"run {run} is still running in another kernel (process {found.pid} on "
-                f"{found.hostname}): resuming it would run its actions twice; wait for it "
-                "to end, or stop that kernel and resume it again."
-            )
-        if found.state == "unknown" and not force:
-            where = f"process {found.pid} on {found.hostname}" if found.pid else found.hostname
-            raise RunTaken(
-                f"run {run} is marked running by {where} ({found.why}): if that kernel is "
-                f"gone, %cortex resume {run} --force takes the run over (if it still runs, "
-                "its actions run twice)."
-            )
+        refuse_held(
+            f"run {run}",
+            host,
+            float(since),
+            me,
+            force=force,
+            twice="actions",
+            take_over=f"%cortex resume {run} --force takes the run over",
+            error=RunTaken,
+        )
     return Taken(run, str(status), host, claimed)
 
 

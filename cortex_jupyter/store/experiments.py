@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cortex_jupyter.runtime.core.trust.secrets import redact_value
+from cortex_jupyter.store.claim import immediate, refuse_held
 from cortex_jupyter.store.writer import StoreUnavailable, connect, why
 
 __all__ = [
@@ -113,24 +114,27 @@ class ExperimentRows:
         lives on another machine, unless ``force``): two kernels resuming one experiment
         at once, one goes on."""
         me = _me()
-        with self._db() as db:
-            db.execute("BEGIN IMMEDIATE")  # the check and the take: no other kernel between
-            try:
-                status, host, since = db.execute(
-                    "SELECT status, host, coalesce(claimed, created) FROM experiments WHERE id = ?",
-                    (experiment_id,),
-                ).fetchone()
-                if status == "running" and host != me:
-                    _refuse(experiment_id, host, float(since), me, force=force)
-                db.execute(
-                    "UPDATE experiments SET host = ?, claimed = ?, status = 'running' WHERE id = ?",
-                    (me, time.time(), experiment_id),
+        # the check and the take: no other kernel between
+        with self._db() as db, immediate(db):
+            status, host, since = db.execute(
+                "SELECT status, host, coalesce(claimed, created) FROM experiments WHERE id = ?",
+                (experiment_id,),
+            ).fetchone()
+            if status == "running" and host != me:
+                refuse_held(
+                    f"experiment {experiment_id}",
+                    host,
+                    float(since),
+                    me,
+                    force=force,
+                    twice="tries",
+                    error=ExperimentTaken,
+                    take_over=f"Experiment.resume({experiment_id!r}, force=True) takes it over",
                 )
-                db.execute("COMMIT")
-            except BaseException:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
+            db.execute(
+                "UPDATE experiments SET host = ?, claimed = ?, status = 'running' WHERE id = ?",
+                (me, time.time(), experiment_id),
+            )
 
     def status(self, experiment_id: str, status: str, note: str | None = None) -> None:
         with self._db() as db:
@@ -251,25 +255,6 @@ class ExperimentRows:
 
 def _me() -> str:
     return f"{os.getpid()}@{socket.gethostname()}"
-
-
-def _refuse(experiment_id: str, host: str | None, since: float, me: str, *, force: bool) -> None:
-    from cortex_jupyter.store.claim import owner
-
-    found = owner(host, since, me.partition("@")[2])
-    if found.state == "alive":
-        raise ExperimentTaken(
-            f"experiment {experiment_id} is still running in another kernel (process "
-            f"{found.pid} on {found.hostname}): resuming it would run its tries twice; wait "
-            "for it to end, or stop that kernel, then resume it."
-        )
-    if found.state == "unknown" and not force:
-        where = f"process {found.pid} on {found.hostname}" if found.pid else found.hostname
-        raise ExperimentTaken(
-            f"experiment {experiment_id} is marked running by {where} ({found.why}): if that "
-            f"kernel is gone, Experiment.resume({experiment_id!r}, force=True) takes it over "
-            "(if it still runs, its tries run twice)."
-        )
 
 
 def _json(value: Any) -> str | None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from cortex_jupyter.experiments.cases import Dataset
+from tests.experiments.files import written
 
 
 def _laughs(levels: int) -> str:
@@ -19,19 +20,17 @@ def _laughs(levels: int) -> str:
 def test_a_billion_laughs_file_is_refused_on_loading(tmp_path: Path) -> None:
     # 9**9 "lol"s from 1 KB: loaded, they are shared; run or saved, the experiment's
     # stored copy of the dataset would write every one of them (and the kernel dies).
-    bomb = tmp_path / "laughs.yaml"
-    bomb.write_text(_laughs(9), encoding="utf-8")
+    bomb = written(tmp_path / "laughs.yaml", _laughs(9))
     with pytest.raises(ValueError, match=r"laughs\.yaml.*alias"):
         Dataset.load(bomb)
 
 
 def test_a_file_sharing_an_expectation_by_alias_still_loads(tmp_path: Path) -> None:
-    shared = tmp_path / "shared.yaml"
-    shared.write_text(
+    shared = written(
+        tmp_path / "shared.yaml",
         "cases:\n"
         "- {prompt: one, expect: &paris [{kind: answer, contains: Paris}]}\n"
         "- {prompt: two, expect: *paris}\n",
-        encoding="utf-8",
     )
     dataset = Dataset.load(shared)
     assert [len(case.expect) for case in dataset.cases] == [1, 1]
@@ -43,11 +42,10 @@ def test_a_catastrophic_regex_from_a_file_fails_its_try_instead_of_hanging(tmp_p
     from cortex_jupyter.experiments import expect as _expect
     from cortex_jupyter.experiments.cases import Dataset as _Dataset
 
-    path = tmp_path / "redos.yaml"
-    path.write_text(
+    path = written(
+        tmp_path / "redos.yaml",
         "name: redos\ncases:\n- name: a\n  prompt: say a\n  expect:\n"
         "  - {kind: answer, regex: '(x+x+)+y'}\n",
-        encoding="utf-8",
     )
     case = _Dataset.load(path)["a"]
     run = SimpleNamespace(answer="x" * 5000)  # (x+x+)+y backtracks for hours on it in re

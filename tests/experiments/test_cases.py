@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from cortex_jupyter.experiments.cases import Case, Dataset
 from cortex_jupyter.experiments.results import Expectation, Verdict
+from tests.experiments.files import written
 
 
 class Contains(Expectation):
@@ -169,11 +170,10 @@ def test_the_files_are_readable_by_a_person(tmp_path: Path) -> None:
 
 
 def test_a_hand_written_yaml_list_of_cases_loads_named_after_its_file(tmp_path: Path) -> None:
-    path = tmp_path / "smoke.yaml"
-    path.write_text(
+    path = written(
+        tmp_path / "smoke.yaml",
         "- prompt: What is 2+2?\n  expect: [{kind: test_contains, text: '4'}]\n"
         "- {name: hi, prompt: Say hello}\n",
-        encoding="utf-8",
     )
     dataset = Dataset.load(path)
     assert dataset.name == "smoke" and dataset.names == ["case-1", "hi"]
@@ -250,17 +250,6 @@ BAD_YAML = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize(("text", "message"), BAD_YAML.values(), ids=BAD_YAML.keys())
-def test_a_bad_yaml_file_is_one_line_naming_the_file_and_where(
-    tmp_path: Path, text: str, message: str
-) -> None:
-    path = tmp_path / "set.yaml"
-    path.write_text(text, encoding="utf-8")
-    with pytest.raises(ValueError, match=message) as caught:
-        Dataset.load(path)
-    assert "\n" not in str(caught.value) and str(path) in str(caught.value)
-
-
 @pytest.mark.parametrize(
     "tag",
     ["!!python/object/apply:os.system ['touch {marker}']",
@@ -269,8 +258,7 @@ def test_a_bad_yaml_file_is_one_line_naming_the_file_and_where(
 )  # fmt: skip
 def test_a_yaml_file_with_python_tags_is_refused_not_executed(tmp_path: Path, tag: str) -> None:
     marker = tmp_path / "ran"
-    path = tmp_path / "evil.yaml"
-    path.write_text(f"- prompt: {tag.format(marker=marker)}\n", encoding="utf-8")
+    path = written(tmp_path / "evil.yaml", f"- prompt: {tag.format(marker=marker)}\n")
     with pytest.raises(ValueError, match=r"evil\.yaml, line 1: not a dataset's YAML \(could not"):
         Dataset.load(path)
     assert not marker.exists()
@@ -282,8 +270,7 @@ def test_yaml_aliases_that_would_expand_enormously_are_refused(tmp_path: Path) -
     lines = ["- prompt: bomb", "  vars:", "    l0: &l0 [x, x, x, x, x, x, x, x]"]
     for level in range(1, 9):  # 8**9 leaves if walked naively
         lines.append(f"    l{level}: &l{level} [{', '.join([f'*l{level - 1}'] * 8)}]")
-    path = tmp_path / "bomb.yaml"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    path = written(tmp_path / "bomb.yaml", "\n".join(lines) + "\n")
     with pytest.raises(ValueError, match=r"bomb\.yaml: its aliases \(\*name\) repeat more than"):
         Dataset.load(path)
 
@@ -304,15 +291,20 @@ BAD_JSONL = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize(("text", "message"), BAD_JSONL.values(), ids=BAD_JSONL.keys())
-def test_a_bad_jsonl_file_is_one_line_naming_the_file_and_line(
-    tmp_path: Path, text: str, message: str
+BAD_FILES = {
+    **{f"yaml: {name}": ("set.yaml", *bad) for name, bad in BAD_YAML.items()},
+    **{f"jsonl: {name}": ("set.jsonl", *bad) for name, bad in BAD_JSONL.items()},
+}
+
+
+@pytest.mark.parametrize(("name", "text", "message"), BAD_FILES.values(), ids=BAD_FILES.keys())
+def test_a_bad_file_is_one_line_naming_the_file_and_where(
+    tmp_path: Path, name: str, text: str, message: str
 ) -> None:
-    path = tmp_path / "set.jsonl"
-    path.write_text(text, encoding="utf-8")
+    path = written(tmp_path / name, text)
     with pytest.raises(ValueError, match=message) as caught:
         Dataset.load(path)
-    assert "\n" not in str(caught.value)
+    assert "\n" not in str(caught.value) and str(path) in str(caught.value)
 
 
 def test_a_file_that_is_not_utf8_is_said_so(tmp_path: Path) -> None:

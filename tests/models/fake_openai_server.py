@@ -450,6 +450,13 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def unreachable(monkeypatch: Any) -> str:
+    """A base URL nothing answers at (a free port), with an API key set so the client
+    tries it."""
+    monkeypatch.setenv("OPENAI_API_KEY", "none")
+    return f"http://127.0.0.1:{free_port()}/v1"
+
+
 def serve() -> Iterator[FakeOpenAIServer]:
     """For a fixture: a started server, stopped at teardown."""
     with FakeOpenAIServer() as server:

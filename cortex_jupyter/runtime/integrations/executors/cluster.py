@@ -18,7 +18,7 @@ import queue
 import sys
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = [
     "LIVE_TOPIC",
     "ClusterInfo",
+    "LiveRoutes",
     "close_all",
     "cluster_info",
     "dask_client",
@@ -92,7 +93,7 @@ def dask_client() -> Client:
         _dask.client, _dask.source, _dask.connected_to = client, source, address
         # distributed leaves these methods unannotated (as it does Client, LocalCluster and
         # close below); its own signatures are stable: (topic, handler) here.
-        client.subscribe_topic(LIVE_TOPIC, _on_live)  # type: ignore[no-untyped-call]
+        client.subscribe_topic(LIVE_TOPIC, _live.route)  # type: ignore[no-untyped-call]
         if not _dask.exit_hook:
             atexit.register(close_all)
             _dask.exit_hook = True
@@ -225,25 +226,49 @@ def cluster_info() -> ClusterInfo:
 
 # ---- live messages from the workers ----------------------------------------------------------
 
-#: Live output by call id, filled from the Dask client's event handler.
-_live_inboxes: dict[str, queue.SimpleQueue[tuple[str, Any]]] = {}
+
+class LiveRoutes:
+    """Live messages from the workers, each routed by one of its fields (``field``) to
+    the inbox waiting for it: ``route`` is the Dask client's handler for the topic;
+    ``add`` and ``drop`` (or ``messages``, around the wait) are the waiting side's."""
+
+    def __init__(self, field: str) -> None:
+        self.field = field
+        self._inboxes: dict[str, queue.SimpleQueue[tuple[str, Any]]] = {}
+
+    def add(self, key: str, inbox: queue.SimpleQueue[tuple[str, Any]]) -> None:
+        """From now on, the messages whose ``field`` is ``key`` go into ``inbox`` (as
+        ``("live", message)``)."""
+        self._inboxes[key] = inbox
+
+    def drop(self, key: str) -> None:
+        self._inboxes.pop(key, None)
+
+    @contextmanager
+    def messages(self, key: str, inbox: queue.SimpleQueue[tuple[str, Any]]) -> Iterator[None]:
+        """While inside, the messages for ``key`` go into ``inbox``."""
+        self.add(key, inbox)
+        try:
+            yield
+        finally:
+            self.drop(key)
+
+    def route(self, event: tuple[float, Any]) -> None:
+        """The client's handler (on the client's own loop): never blocks."""
+        _, message = event
+        if isinstance(message, dict):
+            inbox = self._inboxes.get(str(message.get(self.field)))
+            if inbox is not None:
+                inbox.put(("live", message))
 
 
-@contextmanager
-def live_messages(call: str, inbox: queue.SimpleQueue[tuple[str, Any]]) -> Iterator[None]:
+#: Live output of the calls, by call id.
+_live = LiveRoutes("call")
+
+
+def live_messages(
+    call: str, inbox: queue.SimpleQueue[tuple[str, Any]]
+) -> AbstractContextManager[None]:
     """While inside, the live messages of the call ``call`` go into ``inbox`` (as
     ``("live", message)``)."""
-    _live_inboxes[call] = inbox
-    try:
-        yield
-    finally:
-        _live_inboxes.pop(call, None)
-
-
-def _on_live(event: tuple[float, Any]) -> None:
-    """The client's handler for ``LIVE_TOPIC`` (on the client's own loop): never blocks."""
-    _, message = event
-    if isinstance(message, dict):
-        inbox = _live_inboxes.get(str(message.get("call")))
-        if inbox is not None:
-            inbox.put(("live", message))
+    return _live.messages(call, inbox)

@@ -55,7 +55,7 @@ class _Cancelled(BaseException):
 def run_remote(blob: bytes, call: str, topic: str | None, carried: Sequence[Carried] = ()) -> bytes:
     """Runs on the worker: the tool, with what it writes recorded, inside what the run's
     observers ``carried`` (a trace's context); the pickled outcome."""
-    recorder = _Recorder(call, _live_sender(topic), _cancellation_check())
+    recorder = _Recorder(call, _live_sender(topic), cancellation_check(dask_worker()))
     outcome = recorder.call(blob, carried)
     node = recorder.capture.node
     if node.progress is not None:
@@ -261,7 +261,7 @@ def _raise_in(thread_id: int, exc: type[BaseException] | None) -> bool:
 
 def _live_sender(topic: str | None) -> Callable[[dict[str, Any]], None] | None:
     """How this worker sends live messages: a Dask worker's ``log_event``, or nothing."""
-    worker = _dask_worker()
+    worker = dask_worker()
     if topic is None or worker is None:
         return None
 
@@ -271,11 +271,10 @@ def _live_sender(topic: str | None) -> Callable[[dict[str, Any]], None] | None:
     return send
 
 
-def _cancellation_check() -> Callable[[], bool] | None:
-    """On a Dask worker: whether this thread's task was cancelled (the scheduler told
-    the worker to forget it). Reads the worker's state without locking: a stale answer
-    only delays the stop to the next report."""
-    worker = _dask_worker()
+def cancellation_check(worker: Any) -> Callable[[], bool] | None:
+    """On a Dask ``worker`` (None: not one): whether this thread's task was cancelled
+    (the scheduler told the worker to forget it). Reads the worker's state without
+    locking: a stale answer only delays the stop to the next look."""
     if worker is None:
         return None
     try:
@@ -293,7 +292,7 @@ def _cancellation_check() -> Callable[[], bool] | None:
     return cancelled
 
 
-def _dask_worker() -> Any:
+def dask_worker() -> Any:
     """The Dask worker running this task, or None (not imported: not a Dask worker)."""
     if "distributed" not in sys.modules:
         return None
