@@ -20,7 +20,7 @@ from cortex_jupyter import local, store
 pytestmark = pytest.mark.live
 
 DIALECTS = ("cortex", "sigil")
-#: One short turn a column: the two requests share the server (its slots), about 20 s.
+#: One short turn a column: the two requests share the server (its slots), about 30 s.
 LINE = "--text --temperature 0 --max-turns 1 --max-tokens 48"
 PROMPT = "What is 2 + 3? Answer in one short sentence."
 
