@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from cortex_jupyter import Agent, Registry, Run
@@ -84,6 +84,7 @@ def specs(draw: st.DrawFn) -> Spec:
 
 
 CUT = "Your previous reply was interrupted after:\n\n"
+RESULTS = "These actions of that reply already ran"
 
 
 class Faithful(ScriptModel):
@@ -106,8 +107,11 @@ class Faithful(ScriptModel):
             at = whole.find(tail)
             assert at >= 0 and (at == 0 or written.startswith("…")), (whole, written)
             rest = whole[at + len(tail) :]
-            if not rest:  # nothing left to write: with the results it was sent
-                self.merged += 1  # in the note, it goes on with its next turn
+            # Nothing left to write: with the results of the reply's actions in the
+            # note, it goes on with its next turn; after a whole answer (no results,
+            # maybe no next turn) it writes nothing more.
+            if not rest and RESULTS in content:
+                self.merged += 1
                 return super().stream(messages, **kw)
             return self._rest(rest)
         return super().stream(messages, **kw)
@@ -221,6 +225,21 @@ async def _killed(spec: Spec, stop_at: int, path: str) -> tuple[str, Tools, int,
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spec=specs(), stop=st.floats(0, 1), kill=st.booleans())
+# Killed between the last reply's text and its finish: the store holds the whole final
+# response but no end, so the model is asked to read on and has nothing to add.
+@example(
+    spec=Spec(
+        turns=(
+            (Action(id="a1", tool=0, arg=0), Action(id="a2", tool=0, arg=0)),
+            (Action(id="a3", tool=0, arg=0), Action(id="a4", tool=0, arg=0)),
+        ),
+        answer_keys=("ka1",),
+        async_tools=False,
+        chunk_size=4,
+    ),
+    stop=0.8125,
+    kill=True,
+)
 def test_stopped_anywhere_and_resumed_gives_the_same_result(
     spec: Spec, stop: float, kill: bool
 ) -> None:
