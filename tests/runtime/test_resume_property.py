@@ -95,6 +95,12 @@ class Faithful(ScriptModel):
     requests = 0
     merged = 0
 
+    @property
+    def remaining_turns(self) -> Any:
+        """None, as a real model has: it can always be asked to read on (a plain script
+        cannot, and the loop lets its recorded last reply stand)."""
+        return None
+
     def stream(self, messages: Any, **kw: Any) -> Any:
         self.requests += 1
         last = messages[-1] if messages else None
@@ -295,3 +301,34 @@ def _done(run: Run) -> list[str]:
     record; a node row written after a kill may say more)."""
     last = {e.id: e.status for e in run.events if isinstance(e, ActionStatus)}
     return [id for id, status in last.items() if status == "done" and "/" not in id]
+
+
+def test_a_script_killed_before_its_last_replys_end_resumes_to_that_reply() -> None:
+    """A plain script (``%%cortex --script``) killed between its final answer's text and
+    the reply's end: a script cannot read on, so the recorded reply stands; asking it for
+    a turn after its last failed the same way on every resume."""
+    spec = Spec(
+        turns=((Action(id="a1", tool=0, arg=0), Action(id="a2", tool=0, arg=0)),
+               (Action(id="a3", tool=0, arg=0), Action(id="a4", tool=0, arg=0))),
+        answer_keys=("ka1",), async_tools=False, chunk_size=4,
+    )  # fmt: skip
+
+    async def check() -> None:
+        ref = await _reference(spec)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = str(Path(tmp) / "runs.db")
+            run_id, *_ = await _killed(spec, len(ref.events) - 11, path)
+            stored = open_run(run_id, store=path)
+            assert stored.final_response and stored.status == "running"
+            store = Store(path)
+            try:
+                model = ScriptModel(spec.script(), chunk_size=spec.chunk_size)
+                agent = Agent(model=model, registry=Tools().registry(False), max_turns=10)
+                resumed = await agent.resume(stored, prompt="go", store=store)
+            finally:
+                store.flush()
+                store.close()
+            assert resumed.status == "completed", resumed.reason
+            assert resumed.answer == ref.answer
+
+    anyio.run(check)

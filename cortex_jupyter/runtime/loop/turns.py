@@ -296,6 +296,12 @@ class Loop:
             # A script or a replay that has no more turns: its end is the run's end,
             # not a question for a turn that does not exist.
             outcome, reason = "final", "the script has no more turns"
+        if replay is not None and outcome == "interrupted" and isinstance(turn.error, ReplyCut):
+            if getattr(self.model, "remaining_turns", None) == 0:
+                # A resumed script's last reply, recorded without its end: a script
+                # cannot read on (it has no turn after its last), so what the record
+                # holds stands as that reply (asking would fail the same way each time).
+                outcome, reason = "final", "the script has no more turns: its recorded reply"
         if outcome == "results" and number == last:
             outcome = "limit"
         # A reply of plain text (no response block, no actions): that text is the answer.
