@@ -24,6 +24,7 @@ from cortex_jupyter.runtime.core.model.chunks import (
     ToolCallReady,
     Usage,
 )
+from cortex_jupyter.runtime.loop.pickup import ReplyCut
 from cortex_jupyter.runtime.loop.resume import Resume
 from cortex_jupyter.runtime.scheduler.calls import error_text
 
@@ -37,6 +38,7 @@ __all__ = [
     "canonical",
     "decide",
     "native_action",
+    "script_end",
     "takes_constraint",
 ]
 
@@ -213,3 +215,19 @@ def decide(
     if not turn.loose:
         return "final", NO_ANSWER[turn.thought]
     return "final", "no actions and no response: the text is the answer"
+
+
+def script_end(
+    model: Any, turn: TurnState, outcome: str, reason: str, *, reread: bool
+) -> tuple[str, str]:
+    """``decide``'s (outcome, reason), for a script or a replay with no turns left: it ends
+    the run where a model would be asked again, after a turn of actions (not a question
+    for a turn that does not exist), and after its last reply read again from a resumed
+    run's record without its end (a script cannot read on: the recorded reply stands;
+    asking would fail the same way on every resume)."""
+    if getattr(model, "remaining_turns", None) == 0:
+        if outcome == "results":
+            return "final", "the script has no more turns"
+        if reread and outcome == "interrupted" and isinstance(turn.error, ReplyCut):
+            return "final", "the script has no more turns: its recorded reply"
+    return outcome, reason

@@ -94,6 +94,7 @@ from cortex_jupyter.runtime.loop.reply import (
     canonical,
     decide,
     native_action,
+    script_end,
     takes_constraint,
 )
 from cortex_jupyter.runtime.loop.resume import Resume
@@ -292,16 +293,7 @@ class Loop:
         if outcome == "truncated" and hold is not None and budget_cut(hold, self.model):
             self._stop("budget", "budget", cut_by_budget(hold, words["budget"]))
             return True  # the budget's cap cut the reply, not the user's --max-tokens
-        if outcome == "results" and getattr(self.model, "remaining_turns", None) == 0:
-            # A script or a replay that has no more turns: its end is the run's end,
-            # not a question for a turn that does not exist.
-            outcome, reason = "final", "the script has no more turns"
-        if replay is not None and outcome == "interrupted" and isinstance(turn.error, ReplyCut):
-            if getattr(self.model, "remaining_turns", None) == 0:
-                # A resumed script's last reply, recorded without its end: a script
-                # cannot read on (it has no turn after its last), so what the record
-                # holds stands as that reply (asking would fail the same way each time).
-                outcome, reason = "final", "the script has no more turns: its recorded reply"
+        outcome, reason = script_end(self.model, turn, outcome, reason, reread=replay is not None)
         if outcome == "results" and number == last:
             outcome = "limit"
         # A reply of plain text (no response block, no actions): that text is the answer.
