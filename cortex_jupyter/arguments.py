@@ -20,11 +20,12 @@ from cortex_jupyter.runtime.loop.request import check_request
 APPROVALS = ("ask", "allow", "deny")
 
 
-EVAL = MagicArgumentParser(
-    prog="%cortex eval",
-    add_help=False,
-    description="Score the model on the built-in tool tasks and typed-answer tasks.",
-)
+def _subcommand(name: str, description: str) -> MagicArgumentParser:
+    """The parser of ``%cortex NAME``'s words (without argparse's own ``-h``)."""
+    return MagicArgumentParser(prog=f"%cortex {name}", add_help=False, description=description)
+
+
+EVAL = _subcommand("eval", "Score the model on the built-in tool tasks and typed-answer tasks.")
 EVAL.add_argument("--model", metavar="NAME", help="Model (default: CortexMagics.model).")
 EVAL.add_argument(
     "--dialects", default="cortex,sigil,cogency,hermes,native", help="Comma-separated."
@@ -44,10 +45,8 @@ EVAL.add_argument(
 )
 
 
-EXPERIMENT = MagicArgumentParser(
-    prog="%cortex experiment",
-    add_help=False,
-    description="Run a dataset's cases by each agent and show the matrix of results.",
+EXPERIMENT = _subcommand(
+    "experiment", "Run a dataset's cases by each agent and show the matrix of results."
 )
 EXPERIMENT.add_argument("dataset", help="A notebook name holding a Dataset, or a saved file.")
 EXPERIMENT.add_argument(
@@ -59,11 +58,7 @@ EXPERIMENT.add_argument("--concurrency", type=int, metavar="N", help="Tries at o
 EXPERIMENT.add_argument("--budget", metavar="USD|Ntok", help="The most the whole run may spend.")
 EXPERIMENT.add_argument("--name", help="The experiment's name (default: the dataset's).")
 
-KEEP = MagicArgumentParser(
-    prog="%cortex keep",
-    add_help=False,
-    description="Keep a column of the last --compare cell as a test case of a dataset.",
-)
+KEEP = _subcommand("keep", "Keep a column of the last --compare cell as a test case of a dataset.")
 KEEP.add_argument("column", help="The column's name, as in --compare.")
 KEEP.add_argument(
     "--to", required=True, metavar="DATASET",

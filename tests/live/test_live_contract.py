@@ -33,6 +33,9 @@ TEXT_DIALECTS = ("cortex", "hermes", "sigil", "cogency")
 #: text and may run to the cap, at grammar speed (several times slower a token).
 CONSTRAINED_TOKENS = 96
 
+#: The options of a two-turn text run under a grammar, after ``--model`` and ``--dialect``.
+CONSTRAINED = f"--constrain --text --temperature 0 --max-turns 2 --max-tokens {CONSTRAINED_TOKENS}"
+
 #: The one tool these tests register: what it was called with, in call order.
 TOOL = "live_note"
 
@@ -65,6 +68,18 @@ def settled(run: Any) -> None:
     assert all(node.final for node in run.actions.values())
 
 
+def save_a_note(live_ip: InteractiveShell, dialect: str, options: str) -> Any:
+    """A cell asking SmolLM2, in DIALECT, to save a note with the registered tool; its run
+    settled."""
+    run = cell(
+        live_ip,
+        f"--model smollm2 --dialect {dialect} {options}",
+        f"Use the {TOOL} tool to save the note 'buy apples'.",
+    )
+    settled(run)
+    return run
+
+
 # ---- each text dialect with a registered tool --------------------------------------------
 
 
@@ -72,13 +87,7 @@ def settled(run: Any) -> None:
 def test_a_constrained_dialect_calls_the_registered_tool_and_it_runs(
     live_ip: InteractiveShell, notes: list[dict[str, Any]], dialect: str
 ) -> None:
-    run = cell(
-        live_ip,
-        f"--model smollm2 --dialect {dialect} --constrain --text --temperature 0 "
-        f"--max-turns 2 --max-tokens {CONSTRAINED_TOKENS}",
-        f"Use the {TOOL} tool to save the note 'buy apples'.",
-    )
-    settled(run)
+    run = save_a_note(live_ip, dialect, CONSTRAINED)
     # The grammar makes the first turn call a registered tool: the reply holds an action.
     # A later turn may call again; an exact repeat of a call that ran is not run.
     assert run.actions
@@ -112,8 +121,7 @@ def test_a_tool_with_no_parameters_runs_under_the_grammar(
     try:
         run = cell(
             live_ip,
-            f"--model smollm2 --dialect {dialect} --constrain --text --temperature 0 "
-            f"--max-turns 2 --max-tokens {CONSTRAINED_TOKENS}",
+            f"--model smollm2 --dialect {dialect} {CONSTRAINED}",
             "Use the live_clock tool to tell me the time.",
         )
     finally:
@@ -129,13 +137,8 @@ def test_a_tool_with_no_parameters_runs_under_the_grammar(
 def test_an_unconstrained_dialect_ends_in_a_named_status_with_every_action_settled(
     live_ip: InteractiveShell, notes: list[dict[str, Any]], dialect: str
 ) -> None:
-    run = cell(
-        live_ip,
-        # Unconstrained, SmolLM2 writes prose (NOTES.md: 0/10 runnable actions) up to the cap.
-        f"--model smollm2 --dialect {dialect} --text --temperature 0 --max-turns 2 --max-tokens 40",
-        f"Use the {TOOL} tool to save the note 'buy apples'.",
-    )
-    settled(run)
+    # Unconstrained, SmolLM2 writes prose (NOTES.md: 0/10 runnable actions) up to the cap.
+    run = save_a_note(live_ip, dialect, "--text --temperature 0 --max-turns 2 --max-tokens 40")
     done = [node.resolved for node in run.actions.values() if node.status == "done"]
     assert sorted(map(repr, notes)) == sorted(map(repr, done))
 
