@@ -99,34 +99,6 @@ def byte_writer() -> Iterator[None]:
     default_registry.remove("tool", "write_bytes")
 
 
-def test_a_key_a_tool_writes_as_bytes_is_captured_and_redacted(
-    ip: InteractiveShell,
-    byte_writer: None,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capfd: pytest.CaptureFixture[str],
-) -> None:
-    """``sys.stdout.buffer`` was the wrapped stream's own: bytes written there skipped the
-    action's capture and its redaction, and the key reached the terminal whole."""
-    monkeypatch.setenv("DB_PASSWORD", SECRET)
-    script = (
-        '<action type="tool" mode="sync" id="w">{"name": "write_bytes"}</action>'
-        "<response>written</response>"
-    )
-    run, surfaces = run_and_save(ip, tmp_path, "--script --delay 0 --text", script)
-    node = run.actions["w"]
-    assert node.status == "done"
-    assert node.stdout == "key=[redacted] café\n"
-    assert node.stderr == "err [redacted] end\n"
-    cell = capfd.readouterr()
-    shown = [
-        *surfaces,
-        ("cell stdout", cell.out),
-        ("cell stderr", cell.err),
-    ]
-    assert {name: fragments(text) for name, text in shown if fragments(text)} == {}
-
-
 def test_what_a_tool_writes_is_not_in_ipythons_output_history(
     ip: InteractiveShell, tool: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -163,6 +135,15 @@ _KEPT: dict[str, object] = {}
 
 
 TEXT = "--script --delay 0 --text"
+
+
+def on_no_surface(
+    surfaces: list[tuple[str, str]], cell: pytest.CaptureResult[str]
+) -> dict[str, list[str]]:
+    """The secret's fragments found on each of the run's saved surfaces and in the cell's
+    stdout and stderr (empty: none anywhere)."""
+    shown = [*surfaces, ("cell stdout", cell.out), ("cell stderr", cell.err)]
+    return {name: fragments(text) for name, text in shown if fragments(text)}
 
 
 def _tool_script(name: str) -> str:
@@ -209,9 +190,7 @@ def test_a_write_kept_from_before_the_run_is_captured(
     node = run.actions["w"]
     assert node.status == "done"
     assert node.stdout == "key=[redacted] end\n"
-    cell = capfd.readouterr()
-    shown = [*surfaces, ("cell stdout", cell.out), ("cell stderr", cell.err)]
-    assert {name: fragments(text) for name, text in shown if fragments(text)} == {}
+    assert on_no_surface(surfaces, capfd.readouterr()) == {}
     history = ip.history_manager.outputs.values()
     kept = "".join("".join(o.bundle.get("stream", [])) for outs in history for o in outs)
     assert fragments(kept) == []
@@ -237,25 +216,36 @@ def threaded() -> Iterator[None]:
     default_registry.remove("tool", "threaded")
 
 
-def test_what_a_tools_own_threads_print_is_its_actions(
+@pytest.mark.parametrize(
+    ("writer", "name", "stdout", "stderr"),
+    [
+        ("byte_writer", "write_bytes", "key=[redacted] café\n", "err [redacted] end\n"),
+        ("threaded", "threaded", "thread [redacted]\n", "pool [redacted]\n"),
+    ],
+    ids=["bytes", "own threads"],
+)
+def test_a_key_a_tool_writes_past_sys_stdout_write_is_its_actions_and_redacted(
     ip: InteractiveShell,
-    threaded: None,
+    request: pytest.FixtureRequest,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capfd: pytest.CaptureFixture[str],
+    writer: str,
+    name: str,
+    stdout: str,
+    stderr: str,
 ) -> None:
-    """A tool that prints from a ``threading.Thread`` or a ``ThreadPoolExecutor`` it
-    started: the threads ran outside the action's context, so their text went to the
-    cell's output whole (the key unredacted) and the node kept nothing."""
+    """Bytes on ``sys.stdout.buffer`` / ``sys.stderr.buffer`` (the wrapped stream's own),
+    and text printed from a ``threading.Thread`` or a ``ThreadPoolExecutor`` the tool
+    started (outside the action's context): both skipped the action's capture and its
+    redaction, so the key reached the cell's output whole and the node kept nothing."""
+    request.getfixturevalue(writer)
     monkeypatch.setenv("DB_PASSWORD", SECRET)
-    run, surfaces = run_and_save(ip, tmp_path, TEXT, _tool_script("threaded"))
+    run, surfaces = run_and_save(ip, tmp_path, TEXT, _tool_script(name))
     node = run.actions["w"]
     assert node.status == "done"
-    assert node.stdout == "thread [redacted]\n"
-    assert node.stderr == "pool [redacted]\n"
-    cell = capfd.readouterr()
-    shown = [*surfaces, ("cell stdout", cell.out), ("cell stderr", cell.err)]
-    assert {name: fragments(text) for name, text in shown if fragments(text)} == {}
+    assert (node.stdout, node.stderr) == (stdout, stderr)
+    assert on_no_surface(surfaces, capfd.readouterr()) == {}
 
 
 def test_a_thread_pool_made_in_an_action_serves_plain_cells_as_before(
