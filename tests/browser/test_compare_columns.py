@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .harness import REPO_ROOT, LabServer, expect, open_notebook, run_all, write_notebook
+from .harness import CELLS, REPO_ROOT, LabServer, expect, open_notebook, run_all, write_notebook
 
 if TYPE_CHECKING:
     from playwright.sync_api import Locator, Page
@@ -53,7 +53,6 @@ COMPARE = """%%cortex --compare euro,pound,yen --script --delay 0
 COLUMNS = ("euro", "pound", "yen")
 NAMES = ("cc_fetch_prices", "cc_convert")
 ANSWERS = ("The basket costs 60.0.", "The basket costs 51.0.", "The basket costs 9600.0.")
-CELLS = ".jp-NotebookPanel:visible .jp-Notebook .jp-CodeCell"
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 SHOT = REPO_ROOT / "docs" / "images" / "compare-columns.png"
 

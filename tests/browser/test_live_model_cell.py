@@ -16,7 +16,7 @@ import pytest
 
 from cortex_jupyter import local
 
-from .harness import LabServer, expect, open_notebook, run_cell, screenshot, write_notebook
+from .harness import CELLS, LabServer, expect, open_notebook, run_cell, screenshot, write_notebook
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -55,7 +55,7 @@ def test_a_live_cell_streams_and_ends_in_the_state_its_record_has(
             expect(prompt).to_have_text(re.compile(rf"^\[{index + 1}\]:$"), timeout=240_000)
     finally:
         screenshot(page, "live-model-cell")
-    cells = page.locator(".jp-NotebookPanel:visible .jp-Notebook .jp-CodeCell")
+    cells = page.locator(CELLS)
     view = cells.nth(1).locator(".cortex-view")
     expect(view).to_be_visible()
     header = view.locator(".cortex-header")

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .harness import (
+    CELLS,
     UI,
     LabServer,
     expect,
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
     from playwright.sync_api import Locator, Page
 
 QUICKSTART = "01_quickstart.ipynb"
-CELLS = ".jp-NotebookPanel:visible .jp-Notebook .jp-CodeCell"
 STDERR = '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]'
 LIVE = ("streaming", "running actions")  # the state words of a run that has not ended
 

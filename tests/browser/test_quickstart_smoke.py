@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from .harness import UI, LabServer, expect, open_notebook, run_all, screenshot
+from .harness import CELLS, UI, LabServer, expect, open_notebook, run_all, screenshot
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -20,7 +20,7 @@ ERROR = '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.error"]'
 def test_quickstart_runs_clean(page: Page, lab_server: LabServer, ui: UI) -> None:
     open_notebook(page, lab_server, QUICKSTART, ui=ui)
     prompts = run_all(page, ui)
-    cells = page.locator(".jp-NotebookPanel:visible .jp-Notebook .jp-CodeCell")
+    cells = page.locator(CELLS)
 
     # Every cell ran, in order, and none raised.
     assert prompts == [f"[{n}]:" for n in range(1, len(prompts) + 1)]

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .harness import (
+    CELLS,
     UI,
     LabServer,
     expect,
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
     from playwright.sync_api import Locator, Page
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
-CELLS = ".jp-NotebookPanel:visible .jp-Notebook .jp-CodeCell"
 TOOLS = """%load_ext cortex_jupyter
 import cortex_jupyter
 

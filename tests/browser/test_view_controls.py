@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .harness import (
+    CELLS,
     UI,
     LabServer,
     expect,
@@ -112,7 +113,7 @@ SAMPLER_JS = """() => {
 
 
 def output_text(page: Page, index: int) -> str:
-    cell = page.locator(".jp-NotebookPanel:visible .jp-Notebook .jp-CodeCell").nth(index)
+    cell = page.locator(CELLS).nth(index)
     area = cell.locator(".jp-OutputArea-output").first
     expect(area).to_be_visible()
     return area.inner_text()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from .harness import LabServer, expect, open_notebook, run_all, screenshot, write_notebook
+from .harness import CELLS, LabServer, expect, open_notebook, run_all, screenshot, write_notebook
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -36,9 +36,6 @@ def cell(name: str) -> str:
         f'"output_key": "{name}"}}</action>\n'
         f"<response>The {name} sum is ${name}.</response>\n"
     )
-
-
-CELLS = ".jp-NotebookPanel:visible .jp-Notebook .jp-CodeCell"
 
 
 def test_old_views_and_a_restarted_kernel_show_the_static_copy(
