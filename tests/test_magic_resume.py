@@ -394,21 +394,6 @@ def test_a_redacted_request_field_is_refused_on_resume_then_sent_as_given_again(
     assert "[redacted]" not in json.dumps(sent)
 
 
-def test_a_redacted_request_field_is_taken_from_the_environment_on_resume(
-    ip: InteractiveShell,
-    server: FakeOpenAIServer,
-    tools: Tools,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    server.script(Stream([*texts(TURN_1, 9), finish()]))
-    stopped = _stop_in_second(ip, server, tools, REQUEST)
-    monkeypatch.setenv("API_TOKEN", TOKEN)
-    server.script(Stream([*texts(TURN_2, 9), finish()]))
-    ip.run_line_magic("cortex", f"resume {stopped.id}")
-    assert ip.user_ns["_cortex"].status == "completed"
-    assert server.requests[-1].json["api_token"] == TOKEN
-
-
 def test_a_field_whose_key_is_a_secret_is_refused_on_resume_then_sent_as_given_again(
     ip: InteractiveShell,
     server: FakeOpenAIServer,
@@ -463,22 +448,37 @@ def test_a_field_named_by_a_secret_is_refused_on_resume_then_sent_as_given_again
 AUTH = f"""--model fake-model --request '{{"auth": {{"api_token": "{TOKEN}"}}, "seed": 3}}'"""
 
 
-def test_a_redacted_object_field_is_taken_from_the_environment_as_an_object(
+@pytest.mark.parametrize(
+    ("line", "variable", "given", "sent"),
+    [
+        (REQUEST, "API_TOKEN", TOKEN, ("api_token", TOKEN)),
+        (AUTH, "AUTH", json.dumps({"api_token": TOKEN}), ("auth", {"api_token": TOKEN})),
+    ],
+    ids=["text field", "object field"],
+)
+def test_a_redacted_request_field_is_taken_from_the_environment_on_resume(
     ip: InteractiveShell,
     server: FakeOpenAIServer,
     tools: Tools,
     monkeypatch: pytest.MonkeyPatch,
+    line: str,
+    variable: str,
+    given: str,
+    sent: tuple[str, Any],
 ) -> None:
-    """A field holding an object came back from ``AUTH`` as the variable's text: the
-    server was sent ``"auth": "{\\"api_token\\": ...}"``, a string."""
+    """The store kept the field redacted; the environment variable named after it gives it
+    again. A field holding an object came back from ``AUTH`` as the variable's text (the
+    server was sent ``"auth": "{\\"api_token\\": ...}"``, a string): it is read as JSON."""
+    field, value = sent
     server.script(Stream([*texts(TURN_1, 9), finish()]))
-    stopped = _stop_in_second(ip, server, tools, AUTH)
-    assert store.open_run(stopped.id).options["request"]["auth"] == {"api_token": "[redacted]"}
-    monkeypatch.setenv("AUTH", json.dumps({"api_token": TOKEN}))
+    stopped = _stop_in_second(ip, server, tools, line)
+    kept = json.loads(json.dumps(value).replace(TOKEN, "[redacted]"))
+    assert store.open_run(stopped.id).options["request"][field] == kept
+    monkeypatch.setenv(variable, given)
     server.script(Stream([*texts(TURN_2, 9), finish()]))
     ip.run_line_magic("cortex", f"resume {stopped.id}")
     assert ip.user_ns["_cortex"].status == "completed"
-    assert server.requests[-1].json["auth"] == {"api_token": TOKEN}
+    assert server.requests[-1].json[field] == value
 
 
 def test_an_object_field_the_environment_gives_as_plain_text_is_refused_in_one_line(
