@@ -313,6 +313,24 @@ def run_everything(
     )
 
 
+def quiet_and_shown(
+    ip: InteractiveShell,
+    server: FakeOpenAIServer,
+    wire: list[str],
+    views: list[Any],
+    make: Callable[[str], Any],
+    secret: str,
+) -> tuple[str, str]:
+    """Everything a run shows with the tools' value made from a placeholder (what shows
+    anyway), then with it made from ``secret``, held in the environment for that run."""
+    placeholder = "PLACEHOLDER-VALUE"
+    _VALUE[:] = [make(placeholder), placeholder]
+    quiet = run_everything(ip, server, wire, views)
+    _VALUE[:] = [make(secret), secret]
+    with as_secret(secret, "env"):
+        return quiet, run_everything(ip, server, wire, views)
+
+
 @settings(
     max_examples=10,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
@@ -331,12 +349,7 @@ def test_no_surface_of_a_run_keeps_a_fragment_of_a_secret(
     secret: str,
     kind: str,
 ) -> None:
-    placeholder = "PLACEHOLDER-VALUE"
-    _VALUE[:] = [shape(kind, placeholder), placeholder]
-    quiet = run_everything(ip, server, wire, views)
-    _VALUE[:] = [shape(kind, secret), secret]
-    with as_secret(secret, "env"):
-        shown = run_everything(ip, server, wire, views)
+    quiet, shown = quiet_and_shown(ip, server, wire, views, lambda s: shape(kind, s), secret)
     found = leaks(secret, shown, quiet)
     where = [shown[max(0, shown.find(p) - 700) : shown.find(p) + 50] for p in found[:3]]
     assert found == [], (kind, where)
@@ -384,12 +397,7 @@ def test_no_surface_keeps_a_fragment_of_a_secret_in_another_form(
 ) -> None:
     secret = "pässwörd-Ünïcode-42-Zéro"
     make, form = ENCODED[kind]
-    placeholder = "PLACEHOLDER-VALUE"
-    _VALUE[:] = [make(placeholder), placeholder]
-    quiet = run_everything(ip, server, wire, views)
-    _VALUE[:] = [make(secret), secret]
-    with as_secret(secret, "env"):
-        shown = run_everything(ip, server, wire, views)
+    quiet, shown = quiet_and_shown(ip, server, wire, views, make, secret)
     shown = unicodedata.normalize("NFC", shown)  # a form in NFD is the secret too
     found = leaks(form(secret), shown, quiet) + leaks(secret, shown, quiet)
     where = [shown[max(0, shown.find(p) - 300) : shown.find(p) + 50] for p in found[:2]]
