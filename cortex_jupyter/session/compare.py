@@ -52,7 +52,7 @@ from cortex_jupyter.runtime.core.cost.budget import Budget
 from cortex_jupyter.runtime.core.errors import BadOutputType
 from cortex_jupyter.runtime.core.record.observer import Recording
 from cortex_jupyter.runtime.core.trust.scope import Scope
-from cortex_jupyter.runtime.core.trust.secrets import redact
+from cortex_jupyter.runtime.core.trust.secrets import redact, redact_value
 from cortex_jupyter.runtime.core.values.typed import OutputType, type_from_text
 from cortex_jupyter.runtime.integrations.tracing import group_span
 from cortex_jupyter.runtime.loop.conversation import Conversation
@@ -177,12 +177,16 @@ class Comparison(Mapping[str, Column]):
         return summary_text(self.facts())
 
     def metadata(self) -> dict[str, Any]:
-        """What the cell output's metadata records (JSON-ready)."""
-        return {
-            "compare": self.id,
-            "columns": [dataclasses.asdict(f) for f in self.facts()],
-            "runs": {c.name: [run.id for run in c.runs] for c in self.values()},
-        }
+        """What the cell output's metadata records (JSON-ready; saved with the notebook,
+        so a column or model named like a secret is redacted)."""
+        shown: dict[str, Any] = redact_value(
+            {
+                "compare": self.id,
+                "columns": [dataclasses.asdict(f) for f in self.facts()],
+                "runs": {c.name: [run.id for run in c.runs] for c in self.values()},
+            }
+        )
+        return shown
 
     # ---- running ----------------------------------------------------------------
 

@@ -188,7 +188,8 @@ class CompareWidgets:
         html = compare_html(parts, under)
         texts += [groups_text(groups), "" if diff is None else diff_text(diff)]
         texts.append(summary_text(self.comparison.facts()))
-        copy = {"text/html": f"<style>{SWITCH_CSS}</style>{html}", "text/plain": "\n".join(texts)}
+        plain = redact("\n".join(texts))  # a column's name is the user's: maybe a key
+        copy = {"text/html": f"<style>{SWITCH_CSS}</style>{html}", "text/plain": plain}
         display(copy, raw=True)
         if self._handle is not None:
             data = {**self.box.bundle(), "text/plain": ""}

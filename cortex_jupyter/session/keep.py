@@ -19,6 +19,8 @@ coordinator is not visited again (STYLE.md).
 
 from __future__ import annotations
 
+import builtins
+import keyword
 import os
 from collections.abc import MutableMapping
 from dataclasses import dataclass, field
@@ -78,13 +80,22 @@ def keep_column(namespace: MutableMapping[str, Any], comparison: Any, column: st
     model = getattr(comparison[column], "model", None)
     extra = {"compare": getattr(comparison, "id", None), "column": column, "model": model}
     case = case.replace(metadata={**case.metadata, **extra})
-    grown = Dataset([*dataset.cases, case], dataset.name)
     try:
+        grown = Dataset([*dataset.cases, _redacted(case)], dataset.name)
         save(grown)
     except (OSError, ValueError) as exc:
         raise KeepRefused(f"{where}: {exc}") from None
     count = f"{len(grown)} case" + ("" if len(grown) == 1 else "s")
     return f"kept column {column} as case {case.name!r} in {where} ({count})"
+
+
+def _redacted(case: Any) -> Any:
+    """``case`` with every secret its prompt, actions and answer hold redacted, as a run
+    read back from the store has them (``Dataset.from_runs``): the live run is not."""
+    from cortex_jupyter.experiments.cases import Dataset
+    from cortex_jupyter.runtime.core.trust.secrets import redact_value
+
+    return Dataset.from_data({"cases": [redact_value(case.to_data())]}).cases[0]
 
 
 def _destination(namespace: MutableMapping[str, Any], to: str) -> tuple[Any, str, Any]:
@@ -94,8 +105,10 @@ def _destination(namespace: MutableMapping[str, Any], to: str) -> tuple[Any, str
     if not isinstance(to, str) or not to.strip():
         raise KeepRefused("give the dataset: --to NAME (a notebook name) or --to FILE.yaml")
     if to.isidentifier():
+        if keyword.iskeyword(to) or (to not in namespace and hasattr(builtins, to)):
+            raise KeepRefused(f"{to} is Python's own name; give another (--to cases)")
         found = namespace.get(to)
-        if found is not None and not isinstance(found, Dataset):
+        if to in namespace and not isinstance(found, Dataset):
             raise KeepRefused(f"{to} is a {type(found).__name__}, not a Dataset; give another "
                               "name, or a file (--to cases.yaml)")  # fmt: skip
 
