@@ -219,7 +219,11 @@ async def test_a_worker_killed_mid_try_gives_a_clear_error(
 
     async with anyio.create_task_group() as group:
         group.start_soon(go)
-        await wait_for(pid_file.exists, "the tool to start")
+        # The file is made, then written: wait for the whole pid, not the file alone.
+        await wait_for(
+            lambda: pid_file.exists() and pid_file.read_text().strip().isdigit(),
+            "the tool to start",
+        )
         os.kill(int(pid_file.read_text()), signal.SIGKILL)
 
     assert len(failure) == 1
