@@ -328,22 +328,29 @@ def test_bad_arguments_are_one_clear_line() -> None:
         cases.run({"a": agent()}, budget="lots", progress=False)
 
 
-def test_the_store_never_holds_a_secret_from_an_experiment(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_store_never_holds_a_secret_from_an_experiment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     secret = "sk-live-EXPERIMENT0123456789abcd"
     monkeypatch.setenv("OPENAI_API_KEY", secret)
     leaky = ScriptModel(lambda p: f'<response final="true">key {secret}</response>')
     cases = Dataset([Case(f"say {secret}", name=f"case {secret}",
                           expect=[expect.answer(equals="nothing")])])  # fmt: skip
-    experiment = cases.run({secret[:12]: Agent(model=leaky)}, progress=False)
-    store.open_store().flush()
-    raw = Path(store.current_path() or "").read_bytes()
+    # A store of its own, closed before its bytes are read: a plain open() and close() of a
+    # file SQLite holds drops this process's locks on it (POSIX), which would let another
+    # process take the session's store for unused and lose what it writes.
+    path = tmp_path / "runs.db"
+    experiment = cases.run({secret[:12]: Agent(model=leaky)}, store=path, progress=False)
+    store.open_store(path).close()
     for suffix in ("", "-wal"):
-        path = Path((store.current_path() or "") + suffix)
-        if path.exists():
-            assert secret.encode() not in path.read_bytes()
-    assert secret.encode() not in raw
-    with sqlite3.connect(store.current_path() or "") as db:
+        file = Path(f"{path}{suffix}")
+        if file.exists():
+            assert secret.encode() not in file.read_bytes()
+    db = sqlite3.connect(path)
+    try:
         rows = db.execute("SELECT * FROM tries WHERE experiment = ?", (experiment.id,)).fetchall()
+    finally:
+        db.close()
     assert rows and secret not in json.dumps(rows)
 
 
