@@ -166,16 +166,12 @@ class Allowance:
         amount = left if self.dearest <= 0 else min(left, self.dearest * self.HEADROOM)
         if self.budget.unit == "tok":
             amount = float(max(1, math.floor(amount)))
-        self.held.append(amount)
-        return Budget(amount if amount > 0 else 1e-9, self.budget.unit)
+        self.held.append(amount)  # above 0: ``may_start`` let it start only with room left
+        return Budget(amount, self.budget.unit)
 
     def ended(self, granted: Budget | None, cost: float | None, tokens: int) -> None:
         """A try that held ``granted`` ended, having spent ``cost`` / ``tokens``."""
-        held = 0.0 if granted is None else granted.limit
-        if held in self.held:
-            self.held.remove(held)
-        elif self.held:
-            self.held.pop()
+        self.held.remove(0.0 if granted is None else granted.limit)
         self.finished += 1
         amount = self.amount(cost, tokens)
         self.spent += amount
