@@ -232,7 +232,19 @@ async def test_on_demand_feeds_respect_their_cache_ttl() -> None:
 
 @pytest.mark.anyio
 async def test_periodic_feeds_refresh_in_the_background_only_while_active() -> None:
-    registry, calls = counting_registry()
+    # An async tool: a sync tool's worker thread is abandoned when its refresh is cancelled
+    # (as Stop must be immediate), so a tick already handed to a thread could land after
+    # ``remove``. What is checked here is that no refresh *starts* after it.
+    registry = Registry(builtins=False)
+    calls = {"n": 0}
+
+    @registry.tool
+    async def tick(step: int = 1) -> int:
+        """Count."""
+        await anyio.sleep(0)
+        calls["n"] += step
+        return calls["n"]
+
     feeds = FeedSet(
         [FeedSpec("p", source="tool", name="tick", type="periodic", interval=0.02)],
         registry=registry,
