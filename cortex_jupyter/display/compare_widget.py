@@ -29,8 +29,6 @@ from .widget import WidgetView
 VIEWS = {"columns": "Side by side", "diff": "Diff"}
 
 _ESM = clickable_esm("""
-    const target = event.target.closest("button");
-    if (!target || !el.contains(target)) { return; }
     if (target.dataset.view !== undefined) {
       model.send({ view: target.dataset.view });
     } else if (target.dataset.keep !== undefined) {
