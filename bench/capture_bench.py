@@ -79,22 +79,23 @@ def print_words(n: int) -> int:
     return n
 
 
-def write_mib(n: int) -> int:
-    """Write 1 MiB to ``sys.stdout`` in writes of 64 characters (n is ignored)."""
+def _write_mib(chunk: str) -> int:
+    """Write 1 MiB to ``sys.stdout``, ``chunk`` at a time: the body of the two write tools."""
     start = time.perf_counter()
-    for _ in range((1 << 20) // len(WRITE_CHUNK)):
-        sys.stdout.write(WRITE_CHUNK)
+    for _ in range((1 << 20) // len(chunk)):
+        sys.stdout.write(chunk)
     BODY.append(time.perf_counter() - start)
     return 1 << 20
+
+
+def write_mib(n: int) -> int:
+    """Write 1 MiB to ``sys.stdout`` in writes of 64 characters (n is ignored)."""
+    return _write_mib(WRITE_CHUNK)
 
 
 def write_mib_1k(n: int) -> int:
     """Write 1 MiB to ``sys.stdout`` in writes of 1,024 characters (n is ignored)."""
-    start = time.perf_counter()
-    for _ in range((1 << 20) // len(WRITE_1K)):
-        sys.stdout.write(WRITE_1K)
-    BODY.append(time.perf_counter() - start)
-    return 1 << 20
+    return _write_mib(WRITE_1K)
 
 
 def print_lines(n: int) -> int:

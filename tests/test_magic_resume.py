@@ -366,83 +366,63 @@ TOKEN = "tok-live-0123456789abcdef"
 REQUEST = f"""--model fake-model --request '{{"api_token": "{TOKEN}", "seed": 3}}'"""
 
 
+@pytest.mark.parametrize(
+    ("request_", "field", "kept", "secret", "says"),
+    [
+        (
+            {"api_token": TOKEN, "seed": 3},
+            "'api_token'",
+            {"api_token": "[redacted]"},
+            TOKEN,
+            ["API_TOKEN"],  # the environment variable that gives it again
+        ),
+        # The store keeps a key that is a secret as ``[redacted]``; only values were looked
+        # at, so resume sent ``{"metadata": {"[redacted]": "mine"}}``.
+        (
+            {"metadata": {SECRET: "mine"}, "seed": 3},
+            "'metadata'",
+            {"metadata": {"[redacted]": "mine"}},
+            SECRET,
+            ["METADATA"],
+        ),
+        ({SECRET: "on", "seed": 3}, "", {"[redacted]": "on"}, SECRET, []),
+    ],
+    ids=["a secret value", "a key inside that is a secret", "a field named by a secret"],
+)
 def test_a_redacted_request_field_is_refused_on_resume_then_sent_as_given_again(
     ip: InteractiveShell,
     server: FakeOpenAIServer,
     tools: Tools,
     capsys: pytest.CaptureFixture[str],
+    request_: dict[str, Any],
+    field: str,
+    kept: dict[str, Any],
+    secret: str,
+    says: list[str],
 ) -> None:
+    (name, value), *_ = request_.items()
+    line = f"--model fake-model --request '{json.dumps(request_)}'"
     server.script(Stream([*texts(TURN_1, 9), finish()]))
-    stopped = _stop_in_second(ip, server, tools, REQUEST)
-    assert server.requests[0].json["api_token"] == TOKEN
-    assert store.open_run(stopped.id).options["request"]["api_token"] == "[redacted]"
+    stopped = _stop_in_second(ip, server, tools, line)
+    assert server.requests[0].json[name] == value
+    assert store.open_run(stopped.id).options["request"] == {**kept, "seed": 3}
     capsys.readouterr()
 
     ip.run_line_magic("cortex", f"resume {stopped.id}")  # nothing gives it again here
     err = capsys.readouterr().err.strip()
-    assert err.startswith(f"cortex: %cortex resume {stopped.id}: the request field 'api_token'")
-    assert "CortexMagics.request" in err and "API_TOKEN" in err and "\n" not in err
+    assert err.startswith(f"cortex: %cortex resume {stopped.id}: the request field {field}")
+    assert "CortexMagics.request" in err and secret not in err and "\n" not in err
+    assert all(part in err for part in says), err
     assert len(server.requests) == 1  # nothing was sent
 
-    ip.run_line_magic("config", f"CortexMagics.request = {{'api_token': {TOKEN!r}}}")
+    ip.run_line_magic("config", f"CortexMagics.request = {{{name!r}: {value!r}}}")
     server.script(Stream([*texts(TURN_2, 9), finish()]))
     ip.run_line_magic("cortex", f"resume {stopped.id}")
     run = ip.user_ns["_cortex"]
     assert (run.id, run.status) == (stopped.id, "completed")
     sent = server.requests[-1].json
-    assert (sent["api_token"], sent["seed"]) == (TOKEN, 3)
+    assert (sent[name], sent["seed"]) == (value, 3)
     assert "[redacted]" not in json.dumps(sent)
-
-
-def test_a_field_whose_key_is_a_secret_is_refused_on_resume_then_sent_as_given_again(
-    ip: InteractiveShell,
-    server: FakeOpenAIServer,
-    tools: Tools,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    """The store keeps a key that is a secret as ``[redacted]``; only values were looked
-    at, so resume sent ``{"metadata": {"[redacted]": "mine"}}``."""
-    line = f"""--model fake-model --request '{{"metadata": {{"{SECRET}": "mine"}}, "seed": 3}}'"""
-    server.script(Stream([*texts(TURN_1, 9), finish()]))
-    stopped = _stop_in_second(ip, server, tools, line)
-    assert store.open_run(stopped.id).options["request"]["metadata"] == {"[redacted]": "mine"}
-    capsys.readouterr()
-
-    ip.run_line_magic("cortex", f"resume {stopped.id}")
-    err = capsys.readouterr().err.strip()
-    assert err.startswith(f"cortex: %cortex resume {stopped.id}: the request field 'metadata'")
-    assert "\n" not in err and len(server.requests) == 1  # nothing was sent
-
-    ip.run_line_magic("config", f"CortexMagics.request = {{'metadata': {{{SECRET!r}: 'mine'}}}}")
-    server.script(Stream([*texts(TURN_2, 9), finish()]))
-    ip.run_line_magic("cortex", f"resume {stopped.id}")
-    assert ip.user_ns["_cortex"].status == "completed"
-    sent = server.requests[-1].json
-    assert (sent["metadata"], sent["seed"]) == ({SECRET: "mine"}, 3)
-    assert "[redacted]" not in json.dumps(sent)
-
-
-def test_a_field_named_by_a_secret_is_refused_on_resume_then_sent_as_given_again(
-    ip: InteractiveShell,
-    server: FakeOpenAIServer,
-    tools: Tools,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    line = f"""--model fake-model --request '{{"{SECRET}": "on", "seed": 3}}'"""
-    server.script(Stream([*texts(TURN_1, 9), finish()]))
-    stopped = _stop_in_second(ip, server, tools, line)
-    capsys.readouterr()
-    ip.run_line_magic("cortex", f"resume {stopped.id}")
-    err = capsys.readouterr().err.strip()
-    assert err.startswith(f"cortex: %cortex resume {stopped.id}: the request field")
-    assert SECRET not in err and "\n" not in err and len(server.requests) == 1
-
-    ip.run_line_magic("config", f"CortexMagics.request = {{{SECRET!r}: 'on'}}")
-    server.script(Stream([*texts(TURN_2, 9), finish()]))
-    ip.run_line_magic("cortex", f"resume {stopped.id}")
-    assert ip.user_ns["_cortex"].status == "completed"
-    sent = server.requests[-1].json
-    assert (sent[SECRET], sent["seed"]) == ("on", 3) and "[redacted]" not in json.dumps(sent)
 
 
 AUTH = f"""--model fake-model --request '{{"auth": {{"api_token": "{TOKEN}"}}, "seed": 3}}'"""

@@ -25,6 +25,7 @@ import os
 import textwrap
 import unicodedata
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import comm
@@ -245,6 +246,24 @@ def views(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     return opened
 
 
+@dataclass
+class Notebook:
+    """Every surface of a run: the shell (with the tools registered), the fake server it
+    asks, every comm message the widgets send (``wire``) and the live views it opens."""
+
+    ip: InteractiveShell
+    server: FakeOpenAIServer
+    wire: list[str]
+    views: list[Any]
+
+
+@pytest.fixture
+def notebook(
+    ip: InteractiveShell, server: FakeOpenAIServer, tools: None, wire: list[str], views: list[Any]
+) -> Notebook:
+    return Notebook(ip, server, wire, views)
+
+
 PROTOCOL = (
     '<action id="g">{"name": "give", "output_key": "got"}</action>'
     '<action id="b">{"name": "boom"}</action>'
@@ -253,10 +272,9 @@ PROTOCOL = (
 )
 
 
-def run_everything(
-    ip: InteractiveShell, server: FakeOpenAIServer, wire: list[str], views: list[Any]
-) -> str:
+def run_everything(notebook: Notebook) -> str:
     """One run with the value, and everything a person or the model could see of it."""
+    ip, server, wire, views = notebook.ip, notebook.server, notebook.wire, notebook.views
     wire.clear()
     views.clear()
     server.requests.clear()
@@ -313,22 +331,15 @@ def run_everything(
     )
 
 
-def quiet_and_shown(
-    ip: InteractiveShell,
-    server: FakeOpenAIServer,
-    wire: list[str],
-    views: list[Any],
-    make: Callable[[str], Any],
-    secret: str,
-) -> tuple[str, str]:
+def quiet_and_shown(notebook: Notebook, make: Callable[[str], Any], secret: str) -> tuple[str, str]:
     """Everything a run shows with the tools' value made from a placeholder (what shows
     anyway), then with it made from ``secret``, held in the environment for that run."""
     placeholder = "PLACEHOLDER-VALUE"
     _VALUE[:] = [make(placeholder), placeholder]
-    quiet = run_everything(ip, server, wire, views)
+    quiet = run_everything(notebook)
     _VALUE[:] = [make(secret), secret]
     with as_secret(secret, "env"):
-        return quiet, run_everything(ip, server, wire, views)
+        return quiet, run_everything(notebook)
 
 
 @settings(
@@ -341,15 +352,9 @@ def quiet_and_shown(
 @example(secret="pw\"with\\back'slash-ünï", kind="nested")
 @example(secret="Ņ𨩞ġĿÖ𬻲jĭ8Ûý𑦬H𠺾됅Ķ", kind="frame")  # wide characters: pandas cut a cell
 def test_no_surface_of_a_run_keeps_a_fragment_of_a_secret(
-    ip: InteractiveShell,
-    server: FakeOpenAIServer,
-    tools: None,
-    wire: list[str],
-    views: list[Any],
-    secret: str,
-    kind: str,
+    notebook: Notebook, secret: str, kind: str
 ) -> None:
-    quiet, shown = quiet_and_shown(ip, server, wire, views, lambda s: shape(kind, s), secret)
+    quiet, shown = quiet_and_shown(notebook, lambda s: shape(kind, s), secret)
     found = leaks(secret, shown, quiet)
     where = [shown[max(0, shown.find(p) - 700) : shown.find(p) + 50] for p in found[:3]]
     assert found == [], (kind, where)
@@ -388,27 +393,21 @@ ENCODED: dict[str, tuple[Callable[[str], Any], Callable[[str], str]]] = {
 
 @pytest.mark.parametrize("kind", sorted(ENCODED))
 def test_no_surface_keeps_a_fragment_of_a_secret_in_another_form(
-    ip: InteractiveShell,
-    server: FakeOpenAIServer,
-    tools: None,
-    wire: list[str],
-    views: list[Any],
-    kind: str,
+    notebook: Notebook, kind: str
 ) -> None:
     secret = "pässwörd-Ünïcode-42-Zéro"
     make, form = ENCODED[kind]
-    quiet, shown = quiet_and_shown(ip, server, wire, views, make, secret)
+    quiet, shown = quiet_and_shown(notebook, make, secret)
     shown = unicodedata.normalize("NFC", shown)  # a form in NFD is the secret too
     found = leaks(form(secret), shown, quiet) + leaks(secret, shown, quiet)
     where = [shown[max(0, shown.find(p) - 300) : shown.find(p) + 50] for p in found[:2]]
     assert found == [], (kind, where)
 
 
-def config_shown(
-    ip: InteractiveShell, server: FakeOpenAIServer, variable: str, secret: str
-) -> tuple[str, str]:
+def config_shown(notebook: Notebook, variable: str, secret: str) -> tuple[str, str]:
     """The text view and the transcript of a cell whose tools print and return
     ``secret``, held in the environment variable ``variable`` while it runs."""
+    ip, server = notebook.ip, notebook.server
     _VALUE[:] = [secret, "unused"]
     server.script(
         Stream([*texts(PROTOCOL, 37), finish()]),
@@ -429,13 +428,11 @@ PEM = (
 )
 
 
-def test_a_secret_of_many_lines_leaves_no_line_of_itself(
-    ip: InteractiveShell, server: FakeOpenAIServer, tools: None, wire: list[str], views: list[Any]
-) -> None:
+def test_a_secret_of_many_lines_leaves_no_line_of_itself(notebook: Notebook) -> None:
     """The text view writes what a tool printed line by line, each under its node's
     mark (``n | ...``): a secret holding line breaks never reads as one text there, nor
     once a renderer wraps or re-indents it."""
-    shown = "".join(config_shown(ip, server, "PRIVATE_KEY", PEM))
+    shown = "".join(config_shown(notebook, "PRIVATE_KEY", PEM))
     lines = [line for line in PEM.splitlines() if len(line) >= 8]
     assert [line for line in lines if line in shown] == []
 
@@ -444,27 +441,23 @@ def test_a_secret_of_many_lines_leaves_no_line_of_itself(
     "secret", ["hunter2\x1b[0m-secret-zz9", "undecodable-\udcff\udcfe-bytes-42"]
 )
 def test_a_secret_holding_control_characters_is_redacted_where_they_are_replaced(
-    ip: InteractiveShell,
-    server: FakeOpenAIServer,
-    tools: None,
-    wire: list[str],
-    views: list[Any],
-    secret: str,
+    notebook: Notebook, secret: str
 ) -> None:
     """The text view and the SVG graph replace control characters and lone surrogates (an
     environment value of bytes that are not UTF-8) with U+FFFD before they cut a line:
     the secret as it reads then is one of its forms too."""
-    stdout, _ = config_shown(ip, server, "DB_PASSWORD", secret)
+    stdout, _ = config_shown(notebook, "DB_PASSWORD", secret)
     replaced = "".join("\ufffd" if not c.isprintable() and c not in "\n\t" else c for c in secret)
     assert leaks(replaced, stdout, "") == []
 
 
 def test_a_secret_in_the_response_is_redacted_before_markdown_renders_it(
-    ip: InteractiveShell, server: FakeOpenAIServer, tools: None, wire: list[str], views: list[Any]
+    notebook: Notebook,
 ) -> None:
     """Markdown rewrites the text it renders (``*x*`` is ``<em>x</em>``, ``\\_`` is ``_``,
     ``&amp;`` is ``&``): a secret in the model's reply (model text is untrusted) is
     another text once rendered, in the live view and in the static copy."""
+    ip, server = notebook.ip, notebook.server
     secret = "pa*ss*wo\\_rd&amp;-12345678"
     reply = f"<response>The key is {secret} there.</response>"
     server.script(Stream([*texts(reply, 7), finish()]))
@@ -472,13 +465,11 @@ def test_a_secret_in_the_response_is_redacted_before_markdown_renders_it(
     with pytest.MonkeyPatch.context() as patch, capture_output() as captured:
         patch.setenv("DB_PASSWORD", secret)
         ip.run_cell_magic("cortex", "--model gpt-test", "What is the key?")
-    shown = "\n".join([*wire, *(json.dumps(o.data) for o in captured.outputs)])
+    shown = "\n".join([*notebook.wire, *(json.dumps(o.data) for o in captured.outputs)])
     assert leaks(secret.replace("\\", "").replace("&amp;", "&"), shown, "") == []
 
 
-def test_a_passphrase_wrapped_onto_lines_is_redacted(
-    ip: InteractiveShell, server: FakeOpenAIServer, tools: None, wire: list[str], views: list[Any]
-) -> None:
+def test_a_passphrase_wrapped_onto_lines_is_redacted(notebook: Notebook) -> None:
     """A tool that wraps its text (``textwrap``, a report laid out for a terminal) puts a
     line break and an indent where a passphrase had a space: the words of the secret
     are the secret whatever whitespace stands between them."""
@@ -489,10 +480,10 @@ def test_a_passphrase_wrapped_onto_lines_is_redacted(
     assert secret not in wrapped
     placeholder = "PLACEHOLDER VALUE OF FOUR WORDS"
     _VALUE[:] = [textwrap.fill(f"the passphrase is {placeholder}, keep it", width=22), placeholder]
-    quiet = run_everything(ip, server, wire, views)
+    quiet = run_everything(notebook)
     _VALUE[:] = [wrapped, secret]
     with as_secret(secret, "env"):
-        shown = run_everything(ip, server, wire, views)
+        shown = run_everything(notebook)
     flat = " ".join(shown.split())
     found = leaks(secret, flat, quiet)
     assert found == [], [flat[max(0, flat.find(p) - 200) : flat.find(p) + 40] for p in found[:2]]

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import difflib
 import json
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from cortex_jupyter.runtime.core.record.order import parameters_of, top_level_in_start_order
 from cortex_jupyter.runtime.core.trust.secrets import redact, shorten
 
 from .theme import BORDER_VAR, FONT, MONO, MUTED_VAR, esc, redact_markup
@@ -108,28 +108,13 @@ class CompareDiff:
 # ---- reading a run ---------------------------------------------------------------------
 
 
-def _time(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return math.inf
-    return float(value)
-
-
 def calls_of(run: Any) -> tuple[Call, ...]:
-    """``run``'s top-level actions (``parent`` None) in the order they started (one that
-    never started: by when it was submitted, then by its place), as ``(tool, parameters)``."""
-    actions = getattr(run, "actions", None)
-    nodes = list(actions.values()) if isinstance(actions, Mapping) else []
-    keyed = []
-    for place, node in enumerate(nodes):
-        if getattr(node, "parent", None) is not None:
-            continue
-        started = _time(getattr(node, "started", None))
-        at = started if started != math.inf else _time(getattr(node, "submitted", None))
-        action = getattr(node, "action", None)
-        parameters = getattr(action, "parameters", None) if action is not None else None
-        keyed.append(((at, place), (str(getattr(node, "name", "") or ""), parameters)))
-    keyed.sort(key=lambda item: item[0])
-    return tuple(call for _, call in keyed)
+    """``run``'s top-level actions in the order they started (the rule of
+    ``runtime.core.record.order``), as ``(tool, parameters)``."""
+    return tuple(
+        (str(getattr(node, "name", "") or ""), parameters_of(node))
+        for _, node in top_level_in_start_order(run)
+    )
 
 
 # ---- aligning actions ------------------------------------------------------------------

@@ -18,10 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import anywidget
 import ipywidgets
-import traitlets
 
+from .clickable import ClickableHtml, clickable_esm
 from .compare import MIN_COLUMN, ColumnFacts, column_header_html
 from .theme import BORDER_VAR, esc, redact_markup
 from .widget import WidgetView
@@ -29,23 +28,13 @@ from .widget import WidgetView
 #: The views the toggle switches between, and what its button says to go to each.
 VIEWS = {"columns": "Side by side", "diff": "Diff"}
 
-_ESM = """
-function render({ model, el }) {
-  const draw = () => { el.innerHTML = model.get("value"); };
-  draw();
-  model.on("change:value", draw);
-  el.addEventListener("click", (event) => {
-    const target = event.target.closest("button");
-    if (!target || !el.contains(target)) { return; }
+_ESM = clickable_esm("""
     if (target.dataset.view !== undefined) {
       model.send({ view: target.dataset.view });
     } else if (target.dataset.keep !== undefined) {
       model.send({ keep: target.dataset.keep });
     }
-  });
-}
-export default { render };
-"""
+""")
 
 _BUTTON = (
     "font:inherit;font-size:11.5px;padding:0 6px;margin:0 0 0 6px;cursor:pointer;"
@@ -53,11 +42,10 @@ _BUTTON = (
 )
 
 
-class ClickHTML(anywidget.AnyWidget):
+class ClickHTML(ClickableHtml):
     """HTML whose buttons come back as ``{"view": ...}`` or ``{"keep": ...}``."""
 
     _esm = _ESM
-    value = traitlets.Unicode("").tag(sync=True)
 
 
 def toggle_html(view: str) -> str:

@@ -355,8 +355,6 @@ def matrix_text(m: Matrix, filter: str = "all") -> str:
 # ---- the live widget ------------------------------------------------------------------
 
 _ESM = clickable_esm("""
-    const target = event.target.closest("button");
-    if (!target || !el.contains(target)) { return; }
     if (target.dataset.filter !== undefined) {
       model.send({ filter: target.dataset.filter });
     } else if (target.dataset.repeat !== undefined) {

@@ -18,14 +18,14 @@ import ipywidgets
 from .clickable import ClickableHtml, clickable_esm
 from .static import VIEW_CLASS
 
-_ESM = clickable_esm("""
-    const button = event.target.closest("[data-open]");
-    if (button && el.contains(button)) {
-      el.querySelectorAll("[data-open]").forEach((b) => b.removeAttribute("aria-pressed"));
-      button.setAttribute("aria-pressed", "true");
-      model.send({ open: button.dataset.open });
-    }
-""")
+_ESM = clickable_esm(
+    """
+    el.querySelectorAll("[data-open]").forEach((b) => b.removeAttribute("aria-pressed"));
+    target.setAttribute("aria-pressed", "true");
+    model.send({ open: target.dataset.open });
+""",
+    selector="[data-open]",
+)
 
 
 class RunsTable(ClickableHtml):

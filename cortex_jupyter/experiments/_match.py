@@ -11,11 +11,11 @@ with the actual value; one that raises does not match.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cortex_jupyter.runtime.core.record.order import parameters_of, top_level_in_start_order
 from cortex_jupyter.runtime.core.values.variables import find_references, resolve
 
 __all__ = ["Call", "Expected", "calls_of", "lcs", "matching", "plain", "same"]
@@ -39,34 +39,19 @@ class Expected:
     args: Mapping[str, Any] | None = None
 
 
-def _time(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return math.inf
-    return float(value)
-
-
 def calls_of(run: Any) -> list[Call]:
     """The run's top-level actions in start order (see the module docstring)."""
-    actions = getattr(run, "actions", None)
-    nodes = list(actions.values()) if isinstance(actions, Mapping) else []
-    ordered = []
-    for place, node in enumerate(nodes):
-        if getattr(node, "parent", None) is not None:
-            continue
-        started = _time(getattr(node, "started", None))
-        submitted = _time(getattr(node, "submitted", None))
-        key = (started if started != math.inf else submitted, place)
-        action = getattr(node, "action", None)
-        parameters = getattr(action, "parameters", None) if action is not None else None
+    calls = []
+    for place, node in top_level_in_start_order(run):
+        parameters = parameters_of(node)
         resolved = getattr(node, "resolved", None)
         if resolved is None:
             resolved = _resolved(parameters, getattr(run, "variables", None))
         call = Call(
             str(getattr(node, "id", place)), str(getattr(node, "name", "")), parameters, resolved
         )
-        ordered.append((key, call))
-    ordered.sort(key=lambda item: item[0])
-    return [call for _, call in ordered]
+        calls.append(call)
+    return calls
 
 
 def _resolved(parameters: Any, variables: Any) -> Any:

@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,11 +61,25 @@ def holders() -> Iterator[list[subprocess.Popen[str]]]:
         process.communicate(timeout=30)
 
 
-def holding(directory: Path, holders: list[subprocess.Popen[str]], *options: str) -> Any:
+@dataclass
+class Kernels:
+    """This process's tools, counting in ``here``, and the other kernels a test starts
+    there (``holders``: none outlives the test)."""
+
+    here: Path
+    holders: list[subprocess.Popen[str]]
+
+
+@pytest.fixture
+def kernels(here: Path, holders: list[subprocess.Popen[str]]) -> Kernels:
+    return Kernels(here, holders)
+
+
+def holding(kernels: Kernels, *options: str) -> Any:
     """A process whose ``%%cortex`` run holds in its second action: (process, run id)."""
-    (directory / "hold-holder").touch()
-    process = start("hold", str(directory), *options)
-    holders.append(process)
+    (kernels.here / "hold-holder").touch()
+    process = start("hold", str(kernels.here), *options)
+    kernels.holders.append(process)
     assert process.stdout is not None
     for text in process.stdout:  # the cell's text view may write lines before it
         line = text.split()
@@ -73,12 +88,19 @@ def holding(directory: Path, holders: list[subprocess.Popen[str]], *options: str
     raise AssertionError(process.communicate(timeout=60))  # it ended without holding
 
 
-def dead_run(directory: Path, holders: list[subprocess.Popen[str]], *options: str) -> str:
+def dead_run(kernels: Kernels, *options: str) -> str:
     """The id of a run whose process was killed (SIGKILL) in its second action."""
-    process, run_id = holding(directory, holders, *options)
+    process, run_id = holding(kernels, *options)
     process.send_signal(signal.SIGKILL)
     process.communicate(timeout=30)
     return run_id
+
+
+def sleeping(holders: list[subprocess.Popen[str]]) -> tuple[int, float]:
+    """A process that only sleeps (stopped after the test): its pid and when it started."""
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], text=True)
+    holders.append(sleeper)
+    return sleeper.pid, psutil.Process(sleeper.pid).create_time()
 
 
 def calls(directory: Path) -> list[str]:
@@ -133,12 +155,10 @@ def refusal(ip: InteractiveShell, run_id: str, capsys: pytest.CaptureFixture[str
 
 
 def test_a_run_going_on_in_another_live_kernel_is_refused_and_left_as_it_is(
-    ip: InteractiveShell,
-    here: Path,
-    holders: list[subprocess.Popen[str]],
-    capsys: pytest.CaptureFixture[str],
+    ip: InteractiveShell, kernels: Kernels, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    process, run_id = holding(here, holders)
+    here = kernels.here
+    process, run_id = holding(kernels)
     before = row(run_id)
     assert before[:2] == ("running", f"{process.pid}@{HOSTNAME}")
     assert refusal(ip, run_id, capsys) == (
@@ -161,20 +181,16 @@ def test_a_run_going_on_in_another_live_kernel_is_refused_and_left_as_it_is(
 
 
 def test_a_pid_now_of_a_process_started_after_the_run_was_taken_blocks_nothing(
-    ip: InteractiveShell,
-    here: Path,
-    holders: list[subprocess.Popen[str]],
-    capsys: pytest.CaptureFixture[str],
+    ip: InteractiveShell, kernels: Kernels, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    run_id = dead_run(here, holders)
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    holders.append(sleeper)  # type: ignore[arg-type]
-    born = psutil.Process(sleeper.pid).create_time()
+    here = kernels.here
+    run_id = dead_run(kernels)
+    pid, born = sleeping(kernels.holders)
     # Its pid, as if the run's kernel had it: taken after the sleeper started, it is that
     # kernel, alive...
-    set_row(run_id, host=f"{sleeper.pid}@{HOSTNAME}", claimed=born + 60)
+    set_row(run_id, host=f"{pid}@{HOSTNAME}", claimed=born + 60)
     said = refusal(ip, run_id, capsys)
-    assert f"still running in another kernel (process {sleeper.pid} " in said
+    assert f"still running in another kernel (process {pid} " in said
     # ...taken an hour before the sleeper started, the pid was reused: the kernel is gone.
     set_row(run_id, claimed=born - 3600)
     completed(ip, run_id)
@@ -214,12 +230,11 @@ def test_a_run_going_on_in_a_thread_of_this_kernel_is_refused(
     )
 
 
-def test_two_kernels_resuming_one_dead_run_at_once_run_it_once(
-    here: Path, holders: list[subprocess.Popen[str]]
-) -> None:
-    run_id = dead_run(here, holders)
+def test_two_kernels_resuming_one_dead_run_at_once_run_it_once(kernels: Kernels) -> None:
+    here = kernels.here
+    run_id = dead_run(kernels)
     resumers = [start("resume", str(here), run_id) for _ in range(2)]
-    holders.extend(resumers)
+    kernels.holders.extend(resumers)
     for process in resumers:
         assert process.stdout is not None
         assert "READY" in (line.strip() for line in iter(process.stdout.readline, "")), (
@@ -239,12 +254,10 @@ def test_two_kernels_resuming_one_dead_run_at_once_run_it_once(
 
 
 def test_a_run_marked_running_on_another_machine_takes_force(
-    ip: InteractiveShell,
-    here: Path,
-    holders: list[subprocess.Popen[str]],
-    capsys: pytest.CaptureFixture[str],
+    ip: InteractiveShell, kernels: Kernels, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    run_id = dead_run(here, holders)
+    here = kernels.here
+    run_id = dead_run(kernels)
     set_row(run_id, host="4242@another-machine.invalid")
     before = row(run_id)
     assert refusal(ip, run_id, capsys) == (
@@ -266,14 +279,11 @@ def test_resume_takes_one_id_and_force_only(ip: InteractiveShell, line: str) -> 
 
 
 def test_a_resume_stopped_before_the_run_went_on_leaves_it_resumable(
-    ip: InteractiveShell,
-    here: Path,
-    holders: list[subprocess.Popen[str]],
-    capsys: pytest.CaptureFixture[str],
+    ip: InteractiveShell, kernels: Kernels, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # The cell's --output type is a name only its kernel knew: the resume stops before
     # the run goes on, and the run is given back as it was.
-    run_id = dead_run(here, holders, "--output RtAnswer")
+    run_id = dead_run(kernels, "--output RtAnswer")
     before = row(run_id)
     ip.user_ns.pop("RtAnswer", None)
     with pytest.raises(CortexRunError, match="RtAnswer"):
@@ -360,14 +370,12 @@ def test_a_version_1_store_is_migrated_and_its_runs_checked_from_their_start(
         db.executescript(schema.MIGRATIONS[0])
         db.execute("PRAGMA user_version = 1")
     db.close()
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    holders.append(sleeper)  # type: ignore[arg-type]
-    born = psutil.Process(sleeper.pid).create_time()
+    pid, born = sleeping(holders)
     parent = psutil.Process(os.getpid()).parent()
     assert parent is not None
     written = (
         ("r-alive", parent.pid, parent.create_time() + 10),  # started after its writer
-        ("r-reused", sleeper.pid, born - 60),  # started before the sleeper was
+        ("r-reused", pid, born - 60),  # started before the sleeper was
     )
     with sqlite3.connect(path) as db:
         for run_id, pid, started in written:

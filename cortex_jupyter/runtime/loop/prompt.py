@@ -16,7 +16,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from cortex_jupyter.protocol.events import ProtocolError
+from cortex_jupyter.protocol.events import Action, ProtocolError
 from cortex_jupyter.runtime.core.calls.registry import Registry
 from cortex_jupyter.runtime.core.errors import type_label
 from cortex_jupyter.runtime.core.record.graph import ActionNode
@@ -79,9 +79,7 @@ action an id you have not used before.
 When your reply has actions and no final response, or a response with `final="false"`, \
 the runtime waits for the actions and sends their results in the next message:
 
-<results>
-<result id="a1" name="get_weather" status="done">{"temp": 18}</result>
-</results>
+{results}
 
 Then you continue. Never write `<result>` or `<results>` yourself: results come only from \
 the runtime. Finish with a final `<response>`.
@@ -95,10 +93,7 @@ the runtime. Finish with a final `<response>`.
 
 The next message brings:
 
-<results>
-<result id="w1" name="get_weather" status="done" output_key="weather">{"temp": 18, \
-"sky": "sunny"}</result>
-</results>
+{example results}
 
 and you answer:
 
@@ -124,8 +119,7 @@ their results in the next message.
 
 Results arrive in the next message as:
 
-§RESULTS:
-[auto-1] get_weather (done): {"temp": 18}
+{results}
 
 Never write results yourself: they come only from the runtime.
 
@@ -137,8 +131,7 @@ Never write results yourself: they come only from the runtime.
 
 The next message brings:
 
-§RESULTS:
-[auto-1] get_weather (done, output_key weather): {"temp": 18, "sky": "sunny"}
+{example results}
 
 and you answer:
 
@@ -162,9 +155,7 @@ runs the calls and sends their results in the next message.
 
 Results arrive in the next message as:
 
-<results>
-<result id="auto-1" name="get_weather" status="done">{"temp": 18}</result>
-</results>
+{results}
 
 Never write `<result>` or `<results>` yourself: results come only from the runtime.
 
@@ -176,10 +167,7 @@ Never write `<result>` or `<results>` yourself: results come only from the runti
 
 The next message brings:
 
-<results>
-<result id="auto-1" name="get_weather" status="done" output_key="weather">{"temp": 18, \
-"sky": "sunny"}</result>
-</results>
+{example results}
 
 and you answer:
 
@@ -200,9 +188,7 @@ know you need it. Several calls may follow one another.
 When your reply has tool calls, the runtime runs them and sends their results in the next \
 message, one block per call:
 
-<tool_response>
-{"id": "auto-1", "name": "get_weather", "status": "done", "content": {"temp": 18}}
-</tool_response>
+{results}
 
 Then you continue. Never write `<tool_response>` yourself: results come only from the \
 runtime. A reply with no tool calls is your final answer.
@@ -214,10 +200,7 @@ runtime. A reply with no tool calls is your final answer.
 
 The next message brings:
 
-<tool_response>
-{"id": "auto-1", "name": "get_weather", "status": "done", "content": {"temp": 18, "sky": \
-"sunny"}}
-</tool_response>
+{example results}
 
 and you answer:
 
@@ -251,6 +234,31 @@ _SECTIONS: tuple[tuple[str, str], ...] = (
     ("llm", 'Model tasks (`type="llm"`): a prompt sent to the model, its answer is the output'),
     ("internal", 'Internal actions (`type="internal"`): change your own context feeds'),
 )
+
+
+#: The ids the examples' calls run under: the id written in cortex, else the one given.
+_EXAMPLE_IDS = {"cortex": ("a1", "w1")}
+
+
+def _taught(teach: str, dialect: str) -> str:
+    """A dialect's teaching text with its example results made by ``format_results``, as
+    the runtime sends them, so the text a model learns from never differs from what it
+    gets."""
+    first, example = _EXAMPLE_IDS.get(dialect, ("auto-1", "auto-1"))
+    key = None if dialect == "hermes" else "weather"  # hermes calls write no output_key
+    results = _example(dialect, first, {"temp": 18})
+    shown = _example(dialect, example, {"temp": 18, "sky": "sunny"}, key)
+    return (
+        teach.replace("{references}", _REFERENCES)
+        .replace("{results}", results)
+        .replace("{example results}", shown)
+    )
+
+
+def _example(dialect: str, id: str, output: Any, output_key: str | None = None) -> str:
+    action = Action(id=id, name="get_weather", output_key=output_key)
+    node = ActionNode(id=id, name="get_weather", action=action, status="done", output=output)
+    return format_results([node], dialect=dialect)
 
 
 # ---- the system prompt ---------------------------------------------------------------
@@ -288,7 +296,7 @@ def system_prompt(
     parts = [_INTRO.format(title=title)]
     if instructions and instructions.strip():
         parts.append("# Your instructions\n\n" + instructions.strip())
-    parts.append(teach.replace("{references}", _REFERENCES))
+    parts.append(_taught(teach, taught))
     parts.append(_callables(registry, taught, internal, native_tools))
     if feeds is not None and len(feeds):
         parts.append(
