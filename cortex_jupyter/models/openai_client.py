@@ -78,6 +78,8 @@ _GRAMMAR_REFUSED = re.compile(
 )
 # What _next returns at the end of the stream.
 _END = object()
+
+
 class _Secret:
     """A value that does not show itself in reprs, tracebacks or variable inspectors."""
 
