@@ -6,6 +6,7 @@ import importlib.util
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -326,53 +327,55 @@ def test_a_proxy_in_the_environment_does_not_hide_the_local_phoenix(
     assert "execute_tool no_such_tool" in phoenix.spans  # sent directly too
 
 
-Arrange = Callable[[pytest.MonkeyPatch, Path, Callable[..., Listener]], tuple[str, ...]]
+@dataclass(frozen=True)
+class Setting:
+    """What a case below arranges the kernel's surroundings with."""
+
+    monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path
+    listen: Callable[..., Listener]
 
 
-def _phoenix_not_installed(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, listen: Callable[..., Listener]
-) -> tuple[str, ...]:
+Arrange = Callable[[Setting], tuple[str, ...]]
+
+
+def _phoenix_not_installed(at: Setting) -> tuple[str, ...]:
     real = importlib.util.find_spec
 
     def find_spec(name: str, *args: Any) -> Any:
         return None if name == "phoenix" else real(name, *args)
 
-    monkeypatch.setattr(setup.importlib.util, "find_spec", find_spec)
+    at.monkeypatch.setattr(setup.importlib.util, "find_spec", find_spec)
     return (
         "cortex: trace: Phoenix is not installed here; install it with: "
         "pip install arize-phoenix\n",
     )
 
 
-def _a_provider_that_takes_no_processor(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, listen: Callable[..., Listener]
-) -> tuple[str, ...]:
-    listen(True)
-    monkeypatch.setattr(setup.trace, "get_tracer_provider", Closed)
+def _a_provider_that_takes_no_processor(at: Setting) -> tuple[str, ...]:
+    at.listen(True)
+    at.monkeypatch.setattr(setup.trace, "get_tracer_provider", Closed)
     return (
         "cortex: trace: the tracer provider already set (tests.test_magic_trace.Closed) "
         "takes no span processor",
     )
 
 
-def _a_phoenix_folder_that_cannot_be_made(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, listen: Callable[..., Listener]
-) -> tuple[str, ...]:
+def _a_phoenix_folder_that_cannot_be_made(at: Setting) -> tuple[str, ...]:
     """PHOENIX_WORKING_DIR names a file (a typo, a stale setting)."""
-    blocker = tmp_path / "not-a-folder"
+    blocker = at.tmp_path / "not-a-folder"
     blocker.write_text("x", encoding="utf-8")
-    monkeypatch.setenv("PHOENIX_WORKING_DIR", str(blocker / "phoenix"))
-    listen(False)  # a port that answers, but not as Phoenix
+    at.monkeypatch.setenv("PHOENIX_WORKING_DIR", str(blocker / "phoenix"))
+    at.listen(False)  # a port that answers, but not as Phoenix
     return "cortex: trace: Phoenix could not start: ", str(blocker / "phoenix")
 
 
-def _phoenix_without_the_otlp_exporter(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, listen: Callable[..., Listener]
-) -> tuple[str, ...]:
+def _phoenix_without_the_otlp_exporter(at: Setting) -> tuple[str, ...]:
     """Phoenix's server installed but not the OTLP/HTTP exporter it sends spans with (an
     import that fails)."""
-    listen(True)
-    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)
+    at.listen(True)
+    exporter = "opentelemetry.exporter.otlp.proto.http.trace_exporter"
+    at.monkeypatch.setitem(sys.modules, exporter, None)
     return (
         "cortex: trace: sending spans to Phoenix needs the OpenTelemetry SDK and its OTLP/HTTP "
         "exporter; install them with: pip install arize-phoenix-otel\n",
@@ -398,7 +401,7 @@ def test_phoenix_that_cannot_be_set_up_is_said_in_one_line(
 ) -> None:
     """Each reason `%cortex trace phoenix` cannot go on is one `cortex:` line that says it
     (and what to install, or the folder and the error), and nothing is registered."""
-    start, *within = arrange(monkeypatch, tmp_path, listen)
+    start, *within = arrange(Setting(monkeypatch, tmp_path, listen))
     err = refused(ip, capsys)
     assert err.startswith(start), err
     for part in within:
