@@ -259,7 +259,10 @@ class Plan:
             tokens += tokens_of(run)
             failure = watched.failure
             limited = type(failure).__name__ == "RateLimited" and not getattr(failure, "quota", 0)
-            if limited and attempt < RATE_LIMIT_TRIES:
+            # Only a run the 429 ended is made again: one that completed anyway (an llm
+            # action's request was refused, the agent answered without it) is the try's
+            # result, and running it again would run its tools again.
+            if limited and run.status != "completed" and attempt < RATE_LIMIT_TRIES:
                 self.gates.back_off(endpoint, getattr(failure, "retry_after", None), attempt)
                 continue
             # The judge asks the experiment's judge model, else the agent's own (a model

@@ -17,9 +17,10 @@ from cortex_jupyter.experiments import expect
 from cortex_jupyter.experiments.cases import Case, Dataset
 from cortex_jupyter.experiments.experiment import Experiment
 from cortex_jupyter.experiments.running import Hooks
-from cortex_jupyter.models import ScriptModel
+from cortex_jupyter.models import OpenAIModel, ScriptModel
 from cortex_jupyter.runtime import Agent, Registry
 from cortex_jupyter.runtime.core.model.chunks import TextChunk, Usage
+from tests.models.fake_openai_server import Error, FakeOpenAIServer, Stream, finish, text, usage
 
 
 def _says(text: str) -> Agent:
@@ -227,3 +228,35 @@ def test_assert_passes_refuses_a_threshold_that_is_no_fraction(rule: dict[str, A
     )
     with pytest.raises(ValueError, match="is a fraction from 0 to 1"):
         experiment.assert_passes(**rule)
+
+
+def test_a_try_that_completed_is_not_run_again_for_a_rate_limited_llm_action(
+    server: FakeOpenAIServer,
+) -> None:
+    refunds: list[int] = []
+    registry = Registry()
+
+    @registry.tool
+    def refund(amount: int) -> str:
+        """Refund an amount."""
+        refunds.append(amount)
+        return "refunded"
+
+    registry.register(lambda prompt: prompt, name="summary", type="llm")
+    server.script(
+        Stream([text(
+            '<action id="r">{"name": "refund", "parameters": {"amount": 20}}</action>'
+            '<action type="llm" id="s">{"name": "summary", "parameters": {"prompt": "sum up"}}'
+            "</action>"
+        ), finish(), usage(3, 4)]),
+        Error(429, {"error": {"message": "slow down"}}, {"Retry-After": "0"}),  # the llm action
+        Stream([text('<response final="true">Refunded.</response>'), finish(), usage(3, 4)]),
+    )  # fmt: skip
+    agent = Agent(model=OpenAIModel("fake-model", max_retries=0), registry=registry)
+    experiment = Dataset([Case("Refund A7", expect=[expect.answer(contains="Refunded")])]).run(
+        {"m": agent}, store=None, progress=False
+    )
+    assert [(t.status, t.verdicts["answer"].passed) for t in experiment.tries] == [
+        ("completed", True)
+    ]
+    assert len(server.requests) == 3 and refunds == [20]  # the try was not made again
