@@ -133,6 +133,8 @@ class Experiment:
             # NaN compares false with every rate: the assertion held whatever failed.
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
                 raise ValueError(f"{label} is a fraction from 0 to 1; got {value!r:.40}")
+        if isinstance(agents, str):  # one agent, not its letters
+            agents = [agents]
         message = _report.failures_message(
             self.tries, min_rate=min_rate, per_case=per_case,
             agents=None if agents is None else list(agents),

@@ -260,3 +260,26 @@ def test_a_try_that_completed_is_not_run_again_for_a_rate_limited_llm_action(
         ("completed", True)
     ]
     assert len(server.requests) == 3 and refunds == [20]  # the try was not made again
+
+
+def test_an_expectation_named_like_a_numbered_label_keeps_its_own_verdict() -> None:
+    checks = [
+        expect.answer(contains="42"),
+        expect.answer(contains="nope", name="answer#2"),  # fails
+        expect.answer(contains="4"),  # numbered answer#2 too, before
+    ]
+    experiment = Dataset([Case("q", name="c", expect=checks)]).run(
+        {"gpt": _says("42")}, store=None, progress=False
+    )
+    verdicts = experiment.tries[0].verdicts
+    assert {k: v.passed for k, v in verdicts.items()} == {
+        "protocol": True, "answer": True, "answer#2": False, "answer#3": True,
+    }  # fmt: skip
+    assert not experiment.tries[0].passed
+
+
+def test_assert_passes_takes_one_agent_named_as_text() -> None:
+    experiment = Dataset([Case("q", name="c")]).run(
+        {"gpt": _says("42")}, store=None, progress=False
+    )
+    experiment.assert_passes(agents="gpt")  # not the agents "g", "p" and "t"
