@@ -37,6 +37,7 @@ from .theme import (
     MUTED_VAR,
     STATUS_STYLES,
     TEXT,
+    clean,
     esc,
     fmt_count,
     redact_markup,
@@ -366,6 +367,11 @@ _ESM = clickable_esm("""
 """)
 
 
+def _as_page(text: str) -> str:
+    """``text`` as a page's script reads it back from an escaped attribute."""
+    return clean(text).replace("\r\n", "\n").replace("\r", "\n")
+
+
 class MatrixWidget(ClickableHtml):
     """The front end of ``MatrixView``: ``value`` is the matrix's HTML with its buttons;
     clicks come back as ``{"filter": NAME}`` and ``{"open": {case, agent, repeat}}``."""
@@ -436,16 +442,31 @@ class MatrixView:
         self.filter = name
         self._send()
 
-    def _try(self, case: Any, agent: Any, repeat: Any) -> tuple[int, str | None] | None:
-        """The try the matrix holds at (case, agent, repeat), or None."""
+    def _try(self, case: Any, agent: Any, repeat: Any) -> tuple[str, str, int, str | None] | None:
+        """The try the matrix holds at (case, agent, repeat), as (its case, its agent,
+        repeat, run id), or None."""
         if not (isinstance(case, str) and isinstance(agent, str)):
             return None
         if isinstance(repeat, bool) or not isinstance(repeat, int):
             return None
         cell = self.matrix.cells.get((case, agent))
         if cell is None:
+            cell = self._as_sent(case, agent)
+        if cell is None:
             return None
-        return next((t for t in cell.tries if t[0] == repeat), None)
+        found = next((t for t in cell.tries if t[0] == repeat), None)
+        return None if found is None else (cell.case, cell.agent, found[0], found[1])
+
+    def _as_sent(self, case: str, agent: str) -> MatrixCell | None:
+        """The one cell whose names read ``case`` and ``agent`` once in the page: a
+        button's ``data-case`` holds its name without the characters HTML cannot carry
+        (``clean``: a control character becomes U+FFFD) and the page's parser makes
+        ``\r`` a ``\n``, so a case named so came back as another text and opened nothing."""
+        found = [
+            c for (c_case, c_agent), c in self.matrix.cells.items()
+            if (_as_page(c_case), _as_page(c_agent)) == (case, agent)
+        ]  # fmt: skip
+        return found[0] if len(found) == 1 else None
 
     def _message(self, _widget: Any, content: Any, _buffers: Any) -> None:
         if not isinstance(content, dict):
@@ -457,10 +478,9 @@ class MatrixView:
         wanted = content.get("open")
         if not isinstance(wanted, dict):
             return
-        case, agent = wanted.get("case"), wanted.get("agent")
-        found = self._try(case, agent, wanted.get("repeat"))
-        if found is not None and isinstance(case, str) and isinstance(agent, str):
-            self._on_open(case, agent, found[0], found[1])
+        found = self._try(wanted.get("case"), wanted.get("agent"), wanted.get("repeat"))
+        if found is not None:
+            self._on_open(*found)
 
     def saved_bundle(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """The static copy of the latest matrix, as an output ``(data, metadata)``."""

@@ -125,6 +125,15 @@ class Judge(Expectation):
                 model = OpenAIModel(model)
             except Exception as exc:  # no key, a bad base URL: the verdict says so
                 return Verdict.of(False, f"judge model unusable: {_short(redact(str(exc)), 120)}")
+        lock = context.judge_lock if context.judge_budget is not None else None
+        if lock is None:
+            return await self._asked(model, run, context)
+        # One judge request at a time under a budget: each checks what the last one spent
+        # (eight at once all found it unspent and passed it eightfold).
+        async with lock:
+            return await self._asked(model, run, context)
+
+    async def _asked(self, model: Any, run: Any, context: JudgeContext) -> Verdict:
         spent = _over_budget(context)
         if spent is not None:
             return Verdict.of(False, spent)

@@ -189,12 +189,25 @@ def _called(check: Callable[[str], Any], text: str) -> tuple[float, str]:
     reason = f"{what} said no"
     if isinstance(got, tuple) and len(got) == 2:
         got, reason = got[0], short(str(got[1]))
+    got = _scalar(got)
     if isinstance(got, bool) or got is None:
         return float(bool(got)), reason
     score = _number(got)
     if score is None:
         return 0.0, f"{what} returned {short(got)}, not a bool or a score"
     return min(max(score, 0.0), 1.0), f"{what} scored {score:.2f}"
+
+
+def _scalar(value: Any) -> Any:
+    """A numpy scalar as the Python one it holds (``np.isclose`` gives ``np.bool_``, which
+    is no ``bool``; ``np.int64`` is no ``int``); anything else as it is."""
+    item = getattr(value, "item", None)
+    if type(value).__module__ == "numpy" and callable(item) and getattr(value, "ndim", 1) == 0:
+        try:
+            return item()
+        except Exception:
+            return value
+    return value
 
 
 def answer(

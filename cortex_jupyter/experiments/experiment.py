@@ -127,6 +127,14 @@ class Experiment:
     ) -> None:
         """Raise ``AssertionError`` listing the failing cases and why, unless each agent's
         pass rate is at least ``min_rate`` (and each case's, when ``per_case``)."""
+        for label, value in (("min_rate", min_rate), ("per_case", per_case)):
+            if label == "per_case" and value is None:
+                continue
+            # NaN compares false with every rate: the assertion held whatever failed.
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+                raise ValueError(f"{label} is a fraction from 0 to 1; got {value!r:.40}")
+        if isinstance(agents, str):  # one agent, not its letters
+            agents = [agents]
         message = _report.failures_message(
             self.tries, min_rate=min_rate, per_case=per_case,
             agents=None if agents is None else list(agents),
@@ -198,7 +206,12 @@ class Experiment:
                     continue
                 case = cases.get(tried.case)
                 chosen = _chosen(expectations, tried.case, case)
-                run = self.open(*tried.key)
+                try:
+                    run = self.open(*tried.key)
+                except LookupError as exc:  # its run never reached the store (a kill
+                    # between the try's row and the writer), or another store was given
+                    again.error = shorten(redact(f"its run cannot be read: {exc}"), 300)
+                    continue
                 context = JudgeContext(case, judge_model, fresh.judge_spend)
                 again.verdicts = portal.call(judge, run, chosen, context)
         return fresh
@@ -271,6 +284,14 @@ class Experiment:
         would run twice; ``force=True`` takes over one marked running on another machine."""
         rows = _rows_at(store)
         stored = rows.load(given)
+        if dataset is None and stored.dataset is None:
+            # Its cases are known only by name: the tries left would ask the agent a
+            # stand-in prompt, judged on nothing, and cases with no ended try are lost.
+            raise ValueError(
+                f"experiment {stored.name} ({stored.id}): its dataset was not saved (an "
+                "expectation holds a function): give it again, Experiment.resume("
+                f"{stored.id!r}, agents={{...}}, dataset=...)"
+            )
         columns = _columns(stored, agents)
         experiment = cls._of(stored, store, dataset, columns)
         rows.take(stored.id, force=force)

@@ -63,6 +63,9 @@ class JudgeContext:
     #: The most the judge may spend over the experiment (a ``Budget``: dollars or tokens),
     #: apart from the agents' budget; None: no limit.
     judge_budget: Any = None
+    #: Held around each judge request while ``judge_budget`` is set (an ``anyio.Lock``
+    #: shared by the experiment's tries), so the budget is checked after the last spend.
+    judge_lock: Any = None
 
 
 #: Every expectation class by its ``kind`` (filled as subclasses are defined), so a saved
@@ -80,6 +83,11 @@ def from_data(data: Mapping[str, Any]) -> Expectation:
         raise ValueError(
             f"no expectation of kind {data['kind']!r:.40}; the kinds are {', '.join(sorted(KINDS))}"
         )
+    name = data.get("name")
+    if name is not None and (not isinstance(name, str) or not name.strip()):
+        # Its label keys the try's verdicts and names a column: a list or a mapping from a
+        # file stopped the whole experiment, and a number became text once stored.
+        raise ValueError(f"an expectation's name is text; got {name!r:.40}")
     return cls.from_data(data)
 
 
@@ -111,8 +119,12 @@ class Expectation:
         raise NotImplementedError
 
     async def acheck(self, run: Run, context: JudgeContext) -> Verdict:
-        """Judge ``run`` (the runner calls this; the default is ``check``)."""
-        return self.check(run)
+        """Judge ``run`` (the runner calls this; the default is ``check``, in a worker
+        thread: a user's ``check=`` or predicate that is slow or hangs would otherwise hold
+        the event loop every running try streams on, and a Stop could not end it)."""
+        import anyio.to_thread
+
+        return await anyio.to_thread.run_sync(self.check, run, abandon_on_cancel=True)
 
     def to_data(self) -> dict[str, Any]:
         raise NotImplementedError

@@ -108,10 +108,18 @@ def labelled(expectations: Sequence[Expectation]) -> list[tuple[str, Expectation
 
     out: list[tuple[str, Expectation]] = [("protocol", expect.protocol())]
     seen = {"protocol": 1}
+    taken = {"protocol"}
     for item in expectations:
         label = item.label
         seen[label] = seen.get(label, 0) + 1
-        out.append((label if seen[label] == 1 else f"{label}#{seen[label]}", item))
+        given = label if seen[label] == 1 else f"{label}#{seen[label]}"
+        # A name of the numbered form ("answer#2") given to another expectation: the
+        # later verdict took its key and a failed one vanished, the try passing.
+        while given in taken:
+            seen[label] += 1
+            given = f"{label}#{seen[label]}"
+        taken.add(given)
+        out.append((given, item))
     return out
 
 
@@ -193,6 +201,7 @@ class Plan:
     stopped: str | None = None
     _changed: anyio.Event | None = None
     _group: Any = None
+    _judge_lock: anyio.Lock | None = None
 
     def agent_for(self, case: str, column: str) -> Agent:
         """The agent of ``column``'s tries of ``case``: the column's, unless a hook says."""
@@ -211,6 +220,7 @@ class Plan:
         ``tries`` order, each as its endpoint's limiter lets it (first come, first
         served: at a concurrency of 1 they run one by one in that order)."""
         self._changed = anyio.Event()
+        self._judge_lock = anyio.Lock()
         async with anyio.create_task_group() as group:
             self._group = group
             for tried in self.tries:
@@ -257,17 +267,24 @@ class Plan:
             tokens += tokens_of(run)
             failure = watched.failure
             limited = type(failure).__name__ == "RateLimited" and not getattr(failure, "quota", 0)
-            if limited and attempt < RATE_LIMIT_TRIES:
+            # Only a run the 429 ended is made again: one that completed anyway (an llm
+            # action's request was refused, the agent answered without it) is the try's
+            # result, and running it again would run its tools again.
+            if limited and run.status != "completed" and attempt < RATE_LIMIT_TRIES:
                 self.gates.back_off(endpoint, getattr(failure, "retry_after", None), attempt)
                 continue
-            measure_try(tried, run)
             # The judge asks the experiment's judge model, else the agent's own (a model
             # that asks a server: a script is no judge).
             own = agent.model if endpoint_of(agent.model) != "script" else None
             context = JudgeContext(
-                case, self.judge_model or own, self.judge_spend, self.judge_budget
-            )
-            tried.verdicts = await judge(run, case.expect, context)
+                case, self.judge_model or own, self.judge_spend, self.judge_budget,
+                self._judge_lock,
+            )  # fmt: skip
+            verdicts = await judge(run, case.expect, context)
+            # Only now: a Stop while judging leaves the try pending (it is not stored, so a
+            # resume runs it), not "completed" with no verdict.
+            measure_try(tried, run)
+            tried.verdicts = verdicts
             said = self.stop_when(tried, watched)
             if said is not None and self.stopped is None:
                 self.stopped = said
@@ -397,6 +414,9 @@ def _take(ended: queue.SimpleQueue[Try], on_try: Callable[[Try], None], wait: fl
 
 
 def _cancelled(exc: BaseException) -> bool:
+    """Whether ``exc`` is the portal's task being cancelled. Asked in the calling thread,
+    outside any event loop (``anyio.get_cancelled_exc_class()`` raises there, which hid the
+    runner's own failure); the portal turns a cancellation inside into a cancelled future."""
     import concurrent.futures
 
-    return isinstance(exc, concurrent.futures.CancelledError | anyio.get_cancelled_exc_class())
+    return isinstance(exc, concurrent.futures.CancelledError)

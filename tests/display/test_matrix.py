@@ -10,6 +10,7 @@ import html
 import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -235,6 +236,36 @@ def test_a_click_opens_the_try_it_names_and_a_forged_one_opens_nothing() -> None
     ):
         view.widget._handle_custom_msg(content, [])
     assert opened.calls == [("spain", "local", 1, "run-spain-local-1")]  # its id from the matrix
+
+
+class _Buttons(HTMLParser):
+    """The try buttons' data as a page's script reads them (attributes unescaped)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[dict[str, Any]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        data = dict(attrs)
+        if tag == "button" and "data-repeat" in data:
+            self.found.append(data)
+
+
+@pytest.mark.parametrize("odd", ["a\x01b", "line\r\nbreak", "cr\ronly", "esc\x1b[31m"])
+def test_a_click_on_a_case_named_with_characters_html_cannot_carry_opens_it(odd: str) -> None:
+    opened = Opened()
+    view = MatrixView(opened, clock=Clock())
+    view.update(matrix(cell(odd, "gpt", 1, 1), cell("plain", "gpt", 1, 1)))
+    page = _Buttons()
+    # The page's input stream turns \r\n and \r into \n before parsing (HTML's preprocessing).
+    page.feed(view.widget.value.replace("\r\n", "\n").replace("\r", "\n"))
+    for data in page.found:
+        content = {"case": data["data-case"], "agent": data["data-agent"], "repeat": 0}
+        view.widget._handle_custom_msg({"open": content}, [])
+    assert opened.calls == [
+        (odd, "gpt", 0, f"run-{odd}-gpt-0"),
+        ("plain", "gpt", 0, "run-plain-gpt-0"),
+    ]
 
 
 def test_a_click_reads_the_latest_matrix() -> None:
