@@ -267,10 +267,14 @@ class Plan:
             tokens += tokens_of(run)
             failure = watched.failure
             limited = type(failure).__name__ == "RateLimited" and not getattr(failure, "quota", 0)
-            # Only a run the 429 ended is made again: one that completed anyway (an llm
-            # action's request was refused, the agent answered without it) is the try's
-            # result, and running it again would run its tools again.
-            if limited and run.status != "completed" and attempt < RATE_LIMIT_TRIES:
+            # Only a run the 429 ended before any of its actions started is made again:
+            # one that completed anyway (an llm action's request was refused, the agent
+            # answered without it), or whose tools already ran (a refund), is the try's
+            # result. Running it again would run those tools again.
+            again = run.status != "completed" and not any(
+                node.started is not None for node in run.actions.values()
+            )
+            if limited and again and attempt < RATE_LIMIT_TRIES:
                 self.gates.back_off(endpoint, getattr(failure, "retry_after", None), attempt)
                 continue
             # The judge asks the experiment's judge model, else the agent's own (a model

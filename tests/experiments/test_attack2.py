@@ -262,6 +262,36 @@ def test_a_try_that_completed_is_not_run_again_for_a_rate_limited_llm_action(
     assert len(server.requests) == 3 and refunds == [20]  # the try was not made again
 
 
+def test_a_try_whose_tools_ran_is_not_run_again_when_a_later_turn_is_rate_limited(
+    server: FakeOpenAIServer,
+) -> None:
+    refunds: list[int] = []
+    registry = Registry()
+
+    @registry.tool
+    def refund(amount: int) -> str:
+        """Refund an amount."""
+        refunds.append(amount)
+        return "refunded"
+
+    server.script(
+        Stream([text('<action id="r">{"name": "refund", "parameters": {"amount": 20}}</action>'),
+                finish(), usage(3, 4)]),
+        Error(429, {"error": {"message": "slow down"}}, {"Retry-After": "0"}),  # turn 2
+        Stream([text('<action id="r">{"name": "refund", "parameters": {"amount": 20}}</action>'),
+                finish(), usage(3, 4)]),
+        Stream([text('<response final="true">Refunded.</response>'), finish(), usage(3, 4)]),
+    )  # fmt: skip
+    agent = Agent(model=OpenAIModel("fake-model", max_retries=0), registry=registry)
+    experiment = Dataset([Case("Refund A7", expect=[expect.answer(contains="Refunded")])]).run(
+        {"m": agent}, store=None, progress=False
+    )
+    (tried,) = experiment.tries
+    assert refunds == [20] and len(server.requests) == 2  # the refund did not run twice
+    assert tried.status == "interrupted" and not tried.passed
+    assert "HTTP 429" in (tried.run.reason or ""), tried.run.reason
+
+
 def test_an_expectation_named_like_a_numbered_label_keeps_its_own_verdict() -> None:
     checks = [
         expect.answer(contains="42"),
