@@ -69,7 +69,14 @@ from cortex_jupyter.session.record import (
 )
 from cortex_jupyter.session.views import CellView, close_quietly, close_view
 
-__all__ = ["COMPARE_VARIABLE", "Column", "Comparison", "comparison"]
+__all__ = [
+    "COMPARE_VARIABLE",
+    "Column",
+    "Comparison",
+    "comparison",
+    "run_compare",
+    "run_compare_async",
+]
 
 #: A column's options, from the words ``experiments.columns`` gives it (``--model M``...).
 ColumnOptions = Callable[[str], CellOptions]
@@ -335,6 +342,21 @@ class Comparison(Mapping[str, Column]):
         if not answered:
             raise CortexRunError("no column answered; each column's view says why, and "
                                  "_compare holds their runs.")  # fmt: skip
+
+
+def run_compare(
+    session: Session, prompt: str, options: CellOptions, options_for: ColumnOptions | None
+) -> None:
+    """A ``%%cortex --compare`` cell, from the magic's options to its end (``_compare``
+    holds the comparison)."""
+    comparison(session, prompt, options, options_for).run()
+
+
+async def run_compare_async(
+    session: Session, prompt: str, options: CellOptions, options_for: ColumnOptions | None
+) -> None:
+    """``run_compare`` as an async cell on the kernel's loop."""
+    await comparison(session, prompt, options, options_for).run_async()
 
 
 def comparison(
