@@ -119,14 +119,15 @@ class Column:
         """Its runs' identical answers counted (``--repeat``), the commonest first."""
         return answer_groups([run.answer for run in self.runs if run.status == "completed"])
 
-    def facts(self, index: int | None = None) -> ColumnFacts:
-        """What its header says of its latest run (or of run ``index``)."""
+    def facts(self, index: int | None = None, state: Any = None) -> ColumnFacts:
+        """What its header says of its latest run (or of run ``index``); ``state`` is
+        that run's live view state, when there is one (``display.compare.facts``)."""
         if not self.runs:
             return ColumnFacts(self.name, self.model, "waiting", None, None, None, None,
                                1, self.repeats)  # fmt: skip
         at = len(self.runs) - 1 if index is None else index
         run = self.runs[at]
-        return facts(self.name, run, self.model, at + 1, self.repeats)
+        return facts(self.name, run, self.model, at + 1, self.repeats, state)
 
     def __repr__(self) -> str:
         status = "waiting" if self.run is None else self.run.status

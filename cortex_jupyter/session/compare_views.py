@@ -152,7 +152,7 @@ class CompareWidgets:
             if index in batches:
                 view.apply(batches[index])
             behind = bool(view.redraw()) or behind
-            self.box.header(index, columns[index].facts())
+            self.box.header(index, columns[index].facts(state=view.state))
         self.box.redraw_diff()
         return behind
 
@@ -168,7 +168,7 @@ class CompareWidgets:
         for index, view in enumerate(self.box.views):
             view.stream_closed()
             view.finish()  # the final frame of the column's view
-            self.box.header(index, columns[index].facts())
+            self.box.header(index, columns[index].facts(state=view.state))
         self.box.redraw_diff()
         parts, texts = [], []
         for column in columns:
@@ -177,7 +177,7 @@ class CompareWidgets:
                 continue
             state = from_run(run, model=column.model)
             shown = ChainMap(run.variables, dict(self._scopes(column)))
-            parts.append((column.facts(), static_html(state, shown, _end(run))))
+            parts.append((column.facts(state=state), static_html(state, shown, _end(run))))
             texts.append(f"== {column.name} ==\n{static_text(state, _end(run), shown)}")
         groups = self.comparison.groups if self.comparison.repeat > 1 else {}
         from cortex_jupyter.display.compare import summary_text
