@@ -33,3 +33,54 @@ def test_a_script_columns_tokens_are_those_its_plain_cell_shows(
     assert row[3] == shown.group(1) != "0"
     facts: Any = ip.user_ns["_compare"].facts()[0]
     assert f"{shown.group(1)} tokens" in header_words(facts)
+
+
+@pytest.fixture
+def widgets(ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Widget views in a plain shell: what ``display`` was given, in order."""
+    from cortex_jupyter.session import compare_views, views
+
+    shown: list[Any] = []
+
+    class Handle:
+        def update(self, data: Any, **kwargs: Any) -> None:
+            shown.append(("update", data))
+
+    def display(obj: Any, **kwargs: Any) -> Handle:
+        shown.append(obj)
+        return Handle()
+
+    monkeypatch.setattr(compare_views, "display", display)
+    monkeypatch.setattr(views, "display", display)
+    ip.run_line_magic("config", "CortexMagics.display = 'widgets'")
+    ip.run_line_magic("config", "CortexMagics.live_views = 3")
+    yield shown
+    ip.run_line_magic("cortex", "views close")
+    ip.run_line_magic("config", "CortexMagics.display = 'auto'")
+    ip.run_line_magic("config", "CortexMagics.live_views = 10")
+
+
+def closed(box: Any) -> bool:
+    return all(w.comm is None for w in (box.widget, box.row, box.bar, *box._headers)) and all(
+        view.closed for view in box.views
+    )
+
+
+def test_compare_columns_count_as_live_views_and_older_ones_let_go(
+    ip: InteractiveShell, widgets: list[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    ip.run_cell_magic("cortex", "--script --compare cortex:x,sigil:x", BODY)
+    first = ip.user_ns["_compare"].view.box
+    assert not closed(first)
+    ip.run_cell_magic("cortex", "--script --compare cortex:x,sigil:x", BODY)
+    second = ip.user_ns["_compare"].view.box
+    # Four columns live, three may be: the older comparison lets go, whole.
+    assert closed(first) and not closed(second)
+    assert ("update", {"text/plain": ""}) in widgets  # its output now leaves the static copy
+    capsys.readouterr()
+    ip.run_line_magic("cortex", "views")
+    listing = capsys.readouterr().out
+    assert "2 live view(s)" in listing and listing.count("script") == 2
+    ip.run_cell_magic("cortex", "--script", BODY)
+    ip.run_cell_magic("cortex", "--script", BODY)
+    assert closed(second)  # two columns and two plain views: the columns were the oldest

@@ -104,6 +104,7 @@ class CompareBox:
         for index, header in enumerate(self._headers):
             header.on_msg(self._keeper(index))
         self._shown = [h.value for h in self._headers]
+        self._repeats: list[ipywidgets.HTML] = []
         self._columns = [
             ipywidgets.VBox(
                 [header, view.widget],
@@ -185,13 +186,15 @@ class CompareBox:
         self._columns[index].children = (self._headers[index], view.widget)
         old.close()
 
-    def close(self) -> None:
-        """Close every widget of the box and of its views."""
-        for view in self.views:
-            view.close()
-        for widget in [*self._headers, *self._columns, self.row, self.bar, self.diff_pane,
-                       self.widget]:  # fmt: skip
+    def close(self) -> int:
+        """Close every widget of the box and of its views; returns how many."""
+        closed = sum(view.close() or 0 for view in self.views)
+        for widget in [*self._headers, *self._repeats, *self._columns, self.row, self.bar,
+                       self.diff_pane, self.widget]:  # fmt: skip
+            if widget.comm is not None:
+                closed += 1
             widget.close()
+        return closed
 
     def bundle(self) -> dict[str, Any]:
         """The box's widget reference (its ``_repr_mimebundle_``)."""

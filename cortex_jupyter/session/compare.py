@@ -231,7 +231,10 @@ class Comparison(Mapping[str, Column]):
         session, display = self._session, self.options.display
         if display == "text" or (display == "auto" and not session.live._has_widgets()):
             return CompareText(self)
-        return CompareWidgets(self, session.approvals, self._reach, self._keep)
+        cell, label = session.live.place()
+        view = CompareWidgets(self, session.approvals, self._reach, self._keep, cell, label)
+        session.live.add(view)  # a view a column, let go as a run's views are
+        return view
 
     def _keep(self, column: str) -> str:
         """A column's keep button: this comparison's column into the notebook's ``kept``."""
@@ -315,6 +318,7 @@ class Comparison(Mapping[str, Column]):
             failure = close_view(view)
         else:
             close_quietly(view)
+        self._session.live.release()  # older finished views let go, this one counted
         self._store_problem()
         if failure is not None:
             raise CortexRunError(f"the comparison failed: {failure_line(failure)}; what "
