@@ -84,3 +84,30 @@ def test_compare_columns_count_as_live_views_and_older_ones_let_go(
     ip.run_cell_magic("cortex", "--script", BODY)
     ip.run_cell_magic("cortex", "--script", BODY)
     assert closed(second)  # two columns and two plain views: the columns were the oldest
+
+
+def test_a_repeat_column_shows_its_finished_runs_answers_as_they_finish(
+    ip: InteractiveShell, widgets: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ipywidgets
+
+    sent: list[str] = []  # every widget value the front end was sent, in order
+    send = ipywidgets.Widget.send_state
+
+    def record(widget: Any, key: Any = None) -> None:
+        value = getattr(widget, "value", None)
+        if isinstance(value, str):
+            sent.append(value)
+        send(widget, key)
+
+    monkeypatch.setattr(ipywidgets.Widget, "send_state", record)
+    body = "<response>Paris.</response>"
+    line = "--script --chunk-size 2 --delay 0.02 --compare cortex:x --repeat 3"
+    ip.run_cell_magic("cortex", line, body)
+    headers = [v for v in sent if "cortex-compare-header" in v]
+    assert any("run 2 of 3" in v or "run 3 of 3" in v for v in headers)  # which one runs
+    so_far = [v for v in sent if "Answers so far" in v]
+    counts = [int(m.group(1)) for v in so_far if (m := re.search(r"\((\d) of 3 runs", v))]
+    # Shown as runs finish, not only at the end: the first while a later run streamed.
+    assert counts[0] < 3 and counts[-1] == 3 and counts == sorted(counts)
+    assert f"×{counts[0]}</span> Paris." in so_far[0] and "×3</span> Paris." in so_far[-1]

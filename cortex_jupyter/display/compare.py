@@ -150,6 +150,26 @@ def groups_html(groups: dict[str, list[tuple[int, str]]]) -> str:
     )
 
 
+def column_groups_html(counted: Sequence[tuple[int, str]], finished: int, repeats: int) -> str:
+    """Under a ``--repeat`` column's view, while it runs: how many of its runs finished
+    and their answers so far, identical ones counted ("" before any finished)."""
+    if not finished:
+        return ""
+    rows = "".join(
+        f'<div><span style="color:{MUTED_VAR}">×{count}</span> '
+        f"{esc(redact(shorten(' '.join(text.split()), GROUP_CHARS) or '(no answer)'))}</div>"
+        for count, text in counted
+    )
+    answered = sum(count for count, _ in counted)
+    other = finished - answered
+    rows += f'<div style="color:{MUTED_VAR}">×{other} no answer</div>' if other else ""
+    return redact_markup(
+        f'<div class="cortex-compare-repeats" style="font-family:{esc(FONT)};font-size:12px;'
+        f'margin:4px 0;border-top:1px solid {BORDER_VAR}"><div style="color:{MUTED_VAR}">'
+        f"Answers so far ({finished} of {repeats} runs finished)</div>{rows}</div>"
+    )
+
+
 SUMMARY_COLUMNS = ("column", "model", "status", "tokens", "cost", "first action", "answer")
 
 

@@ -158,8 +158,17 @@ class CompareWidgets:
                 view.apply(batches[index])
             behind = bool(view.redraw()) or behind
             self.box.header(index, columns[index].facts(state=view.state))
+            self._show_repeats(index, columns[index])
         self.box.redraw_diff()
         return behind
+
+    def _show_repeats(self, index: int, column: Column) -> None:
+        """Under a ``--repeat`` column's view: its finished runs' answers, counted."""
+        if self.comparison.repeat > 1:
+            from cortex_jupyter.display.compare import column_groups_html
+
+            finished = sum(run.status != "running" for run in column.runs)
+            self.box.repeats(index, column_groups_html(column.groups, finished, column.repeats))
 
     def close(self) -> None:
         if self._closed:
@@ -174,6 +183,7 @@ class CompareWidgets:
             view.stream_closed()
             view.finish()  # the final frame of the column's view
             self.box.header(index, columns[index].facts(state=view.state))
+            self._show_repeats(index, columns[index])
         self.box.redraw_diff()
         parts, texts = [], []
         for column in columns:
