@@ -246,8 +246,8 @@ def compare_arguments(magic: _Magic) -> _Magic:
         ),
         argument(
             "--compare-budget", metavar="USD",
-            help="With --compare: the most the whole cell may spend (USD or Ntok), one "
-            "spend every column and repeat draws from.",
+            help="With --compare: the most the whole cell may spend (USD or Ntok), split "
+            "evenly into each run's budget (columns × repeats shares).",
         ),
     )):  # fmt: skip
         magic = added(magic)
