@@ -5,10 +5,11 @@ traceback. Its own module so ``magic`` reads as the magics themselves."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from IPython.core.error import UsageError
-from IPython.core.magic_arguments import MagicArgumentParser
+from IPython.core.magic_arguments import MagicArgumentParser, argument
 from traitlets import Bool, Dict, Float, Int, Union
 
 from cortex_jupyter.runtime.core.cost.budget import Budget
@@ -224,3 +225,43 @@ def constrain(given: str | None, default: bool | str) -> bool | str:
     raise UsageError(
         f"%%cortex: --constrain must be {' or '.join(CONSTRAIN_FORMS)}; got {value!r}."
     )
+
+
+# ---- ``%%cortex --compare``'s options (the cell runs in ``session.compare``) -------------
+
+_Magic = TypeVar("_Magic", bound=Callable[..., Any])
+
+
+def compare_arguments(magic: _Magic) -> _Magic:
+    """``--compare``, ``--repeat`` and ``--compare-budget`` on the ``%%cortex`` magic."""
+    for added in reversed((
+        argument(
+            "--compare", metavar="A,B,C",
+            help="Run the cell by several columns at once, side by side: each a model, "
+            "dialect:model, a registered agent or a notebook Agent. _compare holds their runs.",
+        ),
+        argument(
+            "--repeat", metavar="N",
+            help="With --compare: each column runs N times; identical answers are counted.",
+        ),
+        argument(
+            "--compare-budget", metavar="USD",
+            help="With --compare: the most the whole cell may spend (USD or Ntok), split "
+            "evenly into each run's budget (columns × repeats shares).",
+        ),
+    )):  # fmt: skip
+        magic = added(magic)
+    return magic
+
+
+def compare(args: Any) -> dict[str, Any]:
+    """The ``CellOptions`` fields of ``--compare``, ``--repeat`` and ``--compare-budget``;
+    the last two only go with the first."""
+    if args.compare is None and (args.repeat or args.compare_budget) is not None:
+        alone = "--repeat N" if args.repeat is not None else "--compare-budget"
+        raise UsageError(f"%%cortex: {alone} goes with --compare a,b (its columns).")
+    return {
+        "compare": args.compare,
+        "repeat": number(args.repeat, "--repeat", int, 1, low=1),
+        "compare_budget": budget(args.compare_budget, None, "--compare-budget"),
+    }

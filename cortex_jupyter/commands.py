@@ -323,18 +323,17 @@ def close_views(session: Session) -> None:
 
 def show_views(session: Session) -> None:
     """The live views (clickable widgets): their cell, model, phase and actions."""
-    views = session.live.views
+    views = [(view.label, state) for view in session.live.views for state in view.states]
     if not views:
         print("No live view: finished runs show their static copy.")
         return
     print(
         f"{len(views)} live view(s) (the newest {session.live.keep} finished ones stay "
-        "live: CortexMagics.live_views):"
+        "live: CortexMagics.live_views; a compare cell's columns are a view each):"
     )
-    for view in views:
-        state = view.view.state
+    for label, state in views:
         actions = len(state.nodes)
-        print(f"  {view.label:<9} {state.model}  {state.phase}, {actions} action(s)")
+        print(f"  {label:<9} {state.model}  {state.phase}, {actions} action(s)")
     print("%cortex views close lets them go (each shows its static copy).")
 
 

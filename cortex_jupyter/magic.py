@@ -359,23 +359,7 @@ class CortexMagics(Magics):
         metavar="NAME",
         help="Bind the validated answer to this notebook name (the output_key rules).",
     )
-    @argument(
-        "--compare",
-        metavar="A,B,C",
-        help="Run the cell by several columns at once, side by side: each a model, "
-        "dialect:model, a registered agent or a notebook Agent. _compare holds their runs.",
-    )
-    @argument(
-        "--repeat",
-        metavar="N",
-        help="With --compare: each column runs N times; identical answers are counted.",
-    )
-    @argument(
-        "--compare-budget",
-        metavar="USD",
-        help="With --compare: the most the whole cell may spend (USD or Ntok), split evenly "
-        "into each run's budget (columns × repeats shares).",
-    )
+    @arguments.compare_arguments
     @_flag("--text", "Show the run as plain text, not widgets.")
     @_flag(
         "--overwrite",
@@ -397,10 +381,9 @@ class CortexMagics(Magics):
         """
         options = self._options(line)
         if options.compare is not None:  # side by side: its own module (session.compare)
-            from cortex_jupyter.session.compare import comparison
+            from cortex_jupyter.session.compare import run_compare
 
-            comparison(self.session, cell, options, self._columns(line)).run()
-            return
+            return run_compare(self.session, cell, options, self._columns(line))
         self.session.run_cell(cell, options)
 
     def _columns(self, line: str) -> Callable[[str], CellOptions]:
@@ -445,9 +428,6 @@ class CortexMagics(Magics):
             )
         if args.script and args.replay:
             raise UsageError("%%cortex: use --script or --replay, not both.")
-        alone = "--repeat N" if args.repeat is not None else "--compare-budget"
-        if args.compare is None and (args.repeat or args.compare_budget) is not None:
-            raise UsageError(f"%%cortex: {alone} goes with --compare a,b (its columns).")
         options = CellOptions(
             model=args.model or self.model,
             dialect=dialect,
@@ -478,9 +458,7 @@ class CortexMagics(Magics):
             output=arguments.unquote(" ".join(args.output)) if args.output else None,
             output_retries=arguments.number(args.output_retries, "--output-retries", int, 1, low=0),
             output_key=args.output_key,
-            compare=args.compare,
-            repeat=arguments.number(args.repeat, "--repeat", int, 1, low=1),
-            compare_budget=arguments.budget(args.compare_budget, None, "--compare-budget"),
+            **arguments.compare(args),
             given=frozenset(
                 name
                 for name in ("model", "dialect", "max_turns", "temperature", "max_tokens")
@@ -770,10 +748,9 @@ async def run_cell_async(shell: InteractiveShell, line: str, cell: str) -> None:
         raise UsageError("%%cortex: the extension is not loaded; run %load_ext cortex_jupyter")
     options = magics._options(line)
     if options.compare is not None:
-        from cortex_jupyter.session.compare import comparison
+        from cortex_jupyter.session.compare import run_compare_async
 
-        await comparison(magics.session, cell, options, magics._columns(line)).run_async()
-        return
+        return await run_compare_async(magics.session, cell, options, magics._columns(line))
     await magics.session.run_cell_async(cell, options)
 
 

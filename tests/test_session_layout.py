@@ -79,3 +79,12 @@ def test_loading_the_extension_leaves_what_only_some_commands_need_unimported() 
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     assert result.stdout.strip() == "[]"
+
+
+def test_the_magic_leaves_compare_options_to_their_own_modules() -> None:
+    """``--compare``'s options are declared and checked in ``arguments`` and the cell runs
+    in ``session.compare``: the magic parses and hands over, so it has room to grow."""
+    text = (PACKAGE / "magic.py").read_text()
+    for option in ('"--compare"', '"--repeat"', '"--compare-budget"', "args.repeat"):
+        assert option not in text, option
+    assert "run_compare(" in text and "run_compare_async(" in text

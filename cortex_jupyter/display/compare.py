@@ -34,7 +34,9 @@ GROUP_CHARS = 200
 class ColumnFacts:
     """What a column's header says of one run: its ``name``, model, status, tokens,
     cost (None: not known), seconds to its first action and to its answer (None: not
-    yet, or never), and which of ``repeats`` it is (``repeat`` counts from 1)."""
+    yet, or never), and which of ``repeats`` it is (``repeat`` counts from 1). ``tokens``
+    is the figure the run's own view shows (the server's completion tokens, else
+    ``estimated`` from the text written, ~4 characters a token), as in a plain cell."""
 
     name: str
     model: str
@@ -45,16 +47,28 @@ class ColumnFacts:
     answer: float | None
     repeat: int = 1
     repeats: int = 1
+    estimated: bool = False
 
 
-def facts(name: str, run: Any, model: str, repeat: int = 1, repeats: int = 1) -> ColumnFacts:
-    """``ColumnFacts`` of ``run`` (a ``Run``, running or ended)."""
+def facts(
+    name: str, run: Any, model: str, repeat: int = 1, repeats: int = 1, state: Any = None
+) -> ColumnFacts:
+    """``ColumnFacts`` of ``run`` (a ``Run``, running or ended); ``state`` is its view's
+    state when a live view has it (else it is reduced from the run's events)."""
+    from .state import from_run
+
     starts = [n.started for n in list(run.actions.values()) if n.started is not None]
     first = min(starts) - run.started if starts else None
     answered = run.ended - run.started if run.status == "completed" and run.ended else None
-    usage = run.usage
-    tokens = usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0) if usage else None
-    return ColumnFacts(name, model, run.status, tokens, run.cost, first, answered, repeat, repeats)
+    state = from_run(run, model) if state is None else state
+    return ColumnFacts(name, model, run.status, state.tokens, run.cost, first, answered,
+                       repeat, repeats, state.estimated)  # fmt: skip
+
+
+def _tokens(column: ColumnFacts) -> str:
+    if column.tokens is None:
+        return "-"
+    return f"{'~' if column.estimated else ''}{column.tokens:,}"
 
 
 def _seconds(value: float | None) -> str:
@@ -66,7 +80,7 @@ def header_words(column: ColumnFacts) -> list[str]:
     words = [column.model, column.status]
     if column.repeats > 1:
         words.append(f"run {column.repeat} of {column.repeats}")
-    words.append("- tokens" if column.tokens is None else f"{column.tokens:,} tokens")
+    words.append(f"{_tokens(column)} tokens")
     words.append("$ -" if column.cost is None else fmt_usd(column.cost))
     words.append(f"first action {_seconds(column.first_action)}")
     words.append(f"answer {_seconds(column.answer)}")
@@ -136,6 +150,26 @@ def groups_html(groups: dict[str, list[tuple[int, str]]]) -> str:
     )
 
 
+def column_groups_html(counted: Sequence[tuple[int, str]], finished: int, repeats: int) -> str:
+    """Under a ``--repeat`` column's view, while it runs: how many of its runs finished
+    and their answers so far, identical ones counted ("" before any finished)."""
+    if not finished:
+        return ""
+    rows = "".join(
+        f'<div><span style="color:{MUTED_VAR}">×{count}</span> '
+        f"{esc(redact(shorten(' '.join(text.split()), GROUP_CHARS) or '(no answer)'))}</div>"
+        for count, text in counted
+    )
+    answered = sum(count for count, _ in counted)
+    other = finished - answered
+    rows += f'<div style="color:{MUTED_VAR}">×{other} no answer</div>' if other else ""
+    return redact_markup(
+        f'<div class="cortex-compare-repeats" style="font-family:{esc(FONT)};font-size:12px;'
+        f'margin:4px 0;border-top:1px solid {BORDER_VAR}"><div style="color:{MUTED_VAR}">'
+        f"Answers so far ({finished} of {repeats} runs finished)</div>{rows}</div>"
+    )
+
+
 SUMMARY_COLUMNS = ("column", "model", "status", "tokens", "cost", "first action", "answer")
 
 
@@ -149,7 +183,7 @@ def summary_text(columns: Sequence[ColumnFacts]) -> str:
                 name,
                 column.model,
                 column.status,
-                "-" if column.tokens is None else f"{column.tokens:,}",
+                _tokens(column),
                 "-" if column.cost is None else fmt_usd(column.cost),
                 _seconds(column.first_action),
                 _seconds(column.answer),

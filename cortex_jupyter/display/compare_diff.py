@@ -13,11 +13,15 @@ names the arguments that differ) or ``only`` (one column of several has it). Arg
 are compared as canonical JSON (what is not JSON compares by its ``repr``), so a NaN,
 a list or an object the model's parameters hold never raise.
 
-**Answers.** A word-level diff (runs of whitespace kept as they were) of each column's
-answer against the first's; past ``WORD_LIMIT`` words a line-level diff, and past
-``LINE_LIMIT`` lines the answer as replaced whole (``SequenceMatcher`` is quadratic at
-worst). ``diff_html`` escapes every text (the model's text is untrusted) and
-``diff_text`` marks changes as ``[-removed-]`` and ``{+added+}``.
+**Answers.** Each answer is redacted and cut to its first ``ANSWER_CHARS`` characters
+before anything else (redaction before the cut: no part of a secret is left at it), and
+the diff says so, with each answer's whole length. Then a word-level diff (runs of
+whitespace kept as they were) of each column's answer against the first's; past
+``WORD_LIMIT`` words a line-level diff, and past ``LINE_LIMIT`` lines the answer as
+replaced whole (``SequenceMatcher`` is quadratic at worst). The cut keeps a 10 MB answer
+from costing seconds at every redraw and megabytes in the page
+(``bench/compare_diff_bench.py``). ``diff_html`` escapes every text (the model's text is
+untrusted) and ``diff_text`` marks changes as ``[-removed-]`` and ``{+added+}``.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from cortex_jupyter.runtime.core.record.order import parameters_of, top_level_in_start_order
-from cortex_jupyter.runtime.core.trust.secrets import redact, shorten
+from cortex_jupyter.runtime.core.trust.secrets import clip, redact, shorten
 
 from .theme import BORDER_VAR, FONT, MONO, MUTED_VAR, esc, redact_markup
 
@@ -47,6 +51,8 @@ __all__ = [
     "diff_text",
 ]
 
+#: The characters of each answer the diff compares and shows (the rest is cut).
+ANSWER_CHARS = 65_536
 #: Past this many words (either answer) the answers are diffed line by line.
 WORD_LIMIT = 3000
 #: Past this many lines (either answer) an answer is shown as replaced whole.
@@ -84,11 +90,15 @@ class AlignedRow:
 class AnswerDiff:
     """Column ``name``'s answer against the first column's: ``ops`` are ``(op, text)``
     with ``op`` one of ``same``, ``removed`` (in the first only), ``added`` (here only);
-    ``by`` says how it was cut: ``words``, ``lines`` or ``whole``."""
+    ``by`` says how it was cut: ``words``, ``lines`` or ``whole``. ``cut`` is how many
+    characters of each answer were compared (None: both whole); ``sizes`` are the two
+    answers' whole lengths (the first column's, this one's)."""
 
     name: str
     ops: tuple[tuple[str, str], ...]
     by: str = "words"
+    cut: int | None = None
+    sizes: tuple[int, int] = (0, 0)
 
     @property
     def equal(self) -> bool:
@@ -203,17 +213,27 @@ def _place(slots: list[list[Call | None]], index: int, last: int, call: Call) ->
 # ---- diffing answers -------------------------------------------------------------------
 
 
+def _blank(token: str) -> bool:
+    return not token.strip()
+
+
 def answer_diff(name: str, first: str, other: str) -> AnswerDiff:
     """``other`` (column ``name``'s answer) against ``first`` (see the module docstring)."""
     first, other = str(first or ""), str(other or "")
+    sizes = (len(first), len(other))
+    (first, cut_first), (other, cut_other) = clip(first, ANSWER_CHARS), clip(other, ANSWER_CHARS)
+    cut = ANSWER_CHARS if cut_first or cut_other else None
     a, b, by = _WORDS.findall(first), _WORDS.findall(other), "words"
     if max(len(a), len(b)) > WORD_LIMIT:
         a, b, by = first.splitlines(keepends=True), other.splitlines(keepends=True), "lines"
     if max(len(a), len(b)) > LINE_LIMIT:
         whole = [("removed", first), ("added", other)] if first != other else [("same", first)]
-        return AnswerDiff(name, tuple((op, t) for op, t in whole if t), "whole")
+        return AnswerDiff(name, tuple((op, t) for op, t in whole if t), "whole", cut, sizes)
     ops: list[tuple[str, str]] = []
-    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    # Whitespace (a run of it between words, a blank line) is junk: no match starts on
+    # it. Without that, thousands of equal " " tokens make SequenceMatcher cubic: two
+    # answers of 800 different words took 51 s, 3,000 words 280 s.
+    matcher = difflib.SequenceMatcher(_blank, a, b, autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
             ops.append(("same", "".join(a[i1:i2])))
@@ -222,7 +242,7 @@ def answer_diff(name: str, first: str, other: str) -> AnswerDiff:
             ops.append(("removed", "".join(a[i1:i2])))
         if j2 > j1:
             ops.append(("added", "".join(b[j1:j2])))
-    return AnswerDiff(name, tuple(ops), by)
+    return AnswerDiff(name, tuple(ops), by, cut, sizes)
 
 
 def compare_diff(columns: Sequence[tuple[str, Any, str]]) -> CompareDiff:
@@ -262,6 +282,17 @@ def _row_words(d: CompareDiff, row: AlignedRow) -> str:
 _MARKS = {"same": "=", "differs": "≠", "only": "+"}
 
 
+def cut_words(d: CompareDiff, answer: AnswerDiff) -> str:
+    """What a cut answer's diff says of the cut ("" when nothing was cut)."""
+    if answer.cut is None:
+        return ""
+    first, this = answer.sizes
+    return (
+        f"cut: only the first {answer.cut:,} characters of each answer are compared "
+        f"({d.names[0]}: {first:,} characters, {answer.name}: {this:,})"
+    )
+
+
 def diff_text(d: CompareDiff) -> str:
     """The diff as text: one line a row, then each answer's word diff."""
     lines = [f"Actions aligned ({', '.join(d.names)}):"]
@@ -274,6 +305,8 @@ def diff_text(d: CompareDiff) -> str:
                 lines.append(f"      {name}: {_args(call[1], row.keys)}")
     for answer in d.answers:
         lines.append(f"Answer of {answer.name} against {d.names[0]}:")
+        if answer.cut is not None:
+            lines.append(f"  ({cut_words(d, answer)})")
         if answer.equal:
             lines.append("  (the same)")
             continue
@@ -333,9 +366,11 @@ def diff_html(d: CompareDiff) -> str:
     answers = []
     for answer in d.answers:
         body = "(the same)" if answer.equal else _ops_html(answer)
+        cut = cut_words(d, answer)
+        said = f'<div class="cortex-diff-cut">({esc(cut)})</div>' if cut else ""
         answers.append(
             f'<div style="margin-top:6px"><div style="color:{MUTED_VAR}">Answer of '
-            f"<b>{esc(answer.name)}</b> against <b>{esc(d.names[0])}</b></div>"
+            f"<b>{esc(answer.name)}</b> against <b>{esc(d.names[0])}</b>{said}</div>"
             f'<div class="cortex-diff-answer" style="white-space:pre-wrap;'
             f'border-left:3px solid {BORDER_VAR};padding-left:6px">{body}</div></div>'
         )

@@ -5,7 +5,8 @@ a bar with the diff toggle (``display.compare_diff``).
 A column's view is the single run's own (its graph, thought, answer, approvals, Stop);
 this module only places the views and redraws the headers when their words change (a
 header is one small widget: each change is one message). A ``--repeat`` column's next
-run gets a fresh view in the same place (``replace``).
+run gets a fresh view in the same place (``replace``), and under it the answers of its
+runs that finished, counted as they finish (``repeats``).
 
 The buttons come back as messages, handled in the kernel as ``MatrixView``'s are: the
 toggle sends ``{"view": "diff"}`` or ``{"view": "columns"}``, a column header's keep
@@ -92,14 +93,16 @@ class CompareBox:
         for index, header in enumerate(self._headers):
             header.on_msg(self._keeper(index))
         self._shown = [h.value for h in self._headers]
+        #: Under each column's view: its finished ``--repeat`` runs' answers, counted.
+        self._repeats = [ipywidgets.HTML("") for _ in headers]
         self._columns = [
             ipywidgets.VBox(
-                [header, view.widget],
+                [header, view.widget, repeats],
                 layout=ipywidgets.Layout(
                     flex=f"1 1 {MIN_COLUMN}px", min_width=f"{MIN_COLUMN}px", max_width="100%"
                 ),
             )
-            for header, view in zip(self._headers, self.views, strict=True)
+            for header, view, repeats in zip(self._headers, self.views, self._repeats, strict=True)
         ]
         self.row = ipywidgets.Box(
             self._columns,
@@ -166,20 +169,29 @@ class CompareBox:
             self._shown[index] = html
             self._headers[index].value = html
 
+    def repeats(self, index: int, html: str) -> None:
+        """Show ``html`` (``column_groups_html``) under column ``index``'s view, when it
+        changed."""
+        if html != self._repeats[index].value:
+            self._repeats[index].value = html
+
     def replace(self, index: int, view: WidgetView) -> None:
         """Column ``index`` shows ``view`` from now on (its next ``--repeat`` run); the
         view it showed is closed."""
         old, self.views[index] = self.views[index], view
-        self._columns[index].children = (self._headers[index], view.widget)
+        self._columns[index].children = (self._headers[index], view.widget,
+                                         self._repeats[index])  # fmt: skip
         old.close()
 
-    def close(self) -> None:
-        """Close every widget of the box and of its views."""
-        for view in self.views:
-            view.close()
-        for widget in [*self._headers, *self._columns, self.row, self.bar, self.diff_pane,
-                       self.widget]:  # fmt: skip
+    def close(self) -> int:
+        """Close every widget of the box and of its views; returns how many."""
+        closed = sum(view.close() or 0 for view in self.views)
+        for widget in [*self._headers, *self._repeats, *self._columns, self.row, self.bar,
+                       self.diff_pane, self.widget]:  # fmt: skip
+            if widget.comm is not None:
+                closed += 1
             widget.close()
+        return closed
 
     def bundle(self) -> dict[str, Any]:
         """The box's widget reference (its ``_repr_mimebundle_``)."""

@@ -69,7 +69,14 @@ from cortex_jupyter.session.record import (
 )
 from cortex_jupyter.session.views import CellView, close_quietly, close_view
 
-__all__ = ["COMPARE_VARIABLE", "Column", "Comparison", "comparison"]
+__all__ = [
+    "COMPARE_VARIABLE",
+    "Column",
+    "Comparison",
+    "comparison",
+    "run_compare",
+    "run_compare_async",
+]
 
 #: A column's options, from the words ``experiments.columns`` gives it (``--model M``...).
 ColumnOptions = Callable[[str], CellOptions]
@@ -112,14 +119,15 @@ class Column:
         """Its runs' identical answers counted (``--repeat``), the commonest first."""
         return answer_groups([run.answer for run in self.runs if run.status == "completed"])
 
-    def facts(self, index: int | None = None) -> ColumnFacts:
-        """What its header says of its latest run (or of run ``index``)."""
+    def facts(self, index: int | None = None, state: Any = None) -> ColumnFacts:
+        """What its header says of its latest run (or of run ``index``); ``state`` is
+        that run's live view state, when there is one (``display.compare.facts``)."""
         if not self.runs:
             return ColumnFacts(self.name, self.model, "waiting", None, None, None, None,
                                1, self.repeats)  # fmt: skip
         at = len(self.runs) - 1 if index is None else index
         run = self.runs[at]
-        return facts(self.name, run, self.model, at + 1, self.repeats)
+        return facts(self.name, run, self.model, at + 1, self.repeats, state)
 
     def __repr__(self) -> str:
         status = "waiting" if self.run is None else self.run.status
@@ -223,7 +231,10 @@ class Comparison(Mapping[str, Column]):
         session, display = self._session, self.options.display
         if display == "text" or (display == "auto" and not session.live._has_widgets()):
             return CompareText(self)
-        return CompareWidgets(self, session.approvals, self._reach, self._keep)
+        cell, label = session.live.place()
+        view = CompareWidgets(self, session.approvals, self._reach, self._keep, cell, label)
+        session.live.add(view)  # a view a column, let go as a run's views are
+        return view
 
     def _keep(self, column: str) -> str:
         """A column's keep button: this comparison's column into the notebook's ``kept``."""
@@ -307,6 +318,7 @@ class Comparison(Mapping[str, Column]):
             failure = close_view(view)
         else:
             close_quietly(view)
+        self._session.live.release()  # older finished views let go, this one counted
         self._store_problem()
         if failure is not None:
             raise CortexRunError(f"the comparison failed: {failure_line(failure)}; what "
@@ -335,6 +347,21 @@ class Comparison(Mapping[str, Column]):
         if not answered:
             raise CortexRunError("no column answered; each column's view says why, and "
                                  "_compare holds their runs.")  # fmt: skip
+
+
+def run_compare(
+    session: Session, prompt: str, options: CellOptions, options_for: ColumnOptions | None
+) -> None:
+    """A ``%%cortex --compare`` cell, from the magic's options to its end (``_compare``
+    holds the comparison)."""
+    comparison(session, prompt, options, options_for).run()
+
+
+async def run_compare_async(
+    session: Session, prompt: str, options: CellOptions, options_for: ColumnOptions | None
+) -> None:
+    """``run_compare`` as an async cell on the kernel's loop."""
+    await comparison(session, prompt, options, options_for).run_async()
 
 
 def comparison(

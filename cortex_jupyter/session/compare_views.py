@@ -92,9 +92,14 @@ class CompareWidgets:
         approvals: Approvals,
         scopes: Callable[[Column], Mapping[str, Any]],
         keep: Callable[[str], str] | None = None,
+        cell: str | None = None,
+        label: str = "",
     ) -> None:
         from cortex_jupyter.display.compare_widget import CompareBox
 
+        #: Its notebook cell and label (``session.views.LiveViews`` keeps it).
+        self.cell, self.label = cell, label
+        self._metadata: dict[str, Any] | None = None
         self.comparison = comparison
         self._approvals = approvals
         self._scopes = scopes
@@ -107,7 +112,7 @@ class CompareWidgets:
             views, [c.facts() for c in columns], diff=self._diff_html, keep=keep
         )
         self._handle = display(self.box.widget, display_id=True)
-        self._closed = False
+        self._closed = self._released = False
 
     def _view(self, column: Column) -> WidgetView:
         from cortex_jupyter.display.widget import WidgetView
@@ -152,9 +157,18 @@ class CompareWidgets:
             if index in batches:
                 view.apply(batches[index])
             behind = bool(view.redraw()) or behind
-            self.box.header(index, columns[index].facts())
+            self.box.header(index, columns[index].facts(state=view.state))
+            self._show_repeats(index, columns[index])
         self.box.redraw_diff()
         return behind
+
+    def _show_repeats(self, index: int, column: Column) -> None:
+        """Under a ``--repeat`` column's view: its finished runs' answers, counted."""
+        if self.comparison.repeat > 1:
+            from cortex_jupyter.display.compare import column_groups_html
+
+            finished = sum(run.status != "running" for run in column.runs)
+            self.box.repeats(index, column_groups_html(column.groups, finished, column.repeats))
 
     def close(self) -> None:
         if self._closed:
@@ -168,7 +182,8 @@ class CompareWidgets:
         for index, view in enumerate(self.box.views):
             view.stream_closed()
             view.finish()  # the final frame of the column's view
-            self.box.header(index, columns[index].facts())
+            self.box.header(index, columns[index].facts(state=view.state))
+            self._show_repeats(index, columns[index])
         self.box.redraw_diff()
         parts, texts = [], []
         for column in columns:
@@ -177,7 +192,7 @@ class CompareWidgets:
                 continue
             state = from_run(run, model=column.model)
             shown = ChainMap(run.variables, dict(self._scopes(column)))
-            parts.append((column.facts(), static_html(state, shown, _end(run))))
+            parts.append((column.facts(state=state), static_html(state, shown, _end(run))))
             texts.append(f"== {column.name} ==\n{static_text(state, _end(run), shown)}")
         groups = self.comparison.groups if self.comparison.repeat > 1 else {}
         from cortex_jupyter.display.compare import summary_text
@@ -193,4 +208,31 @@ class CompareWidgets:
         display(copy, raw=True)
         if self._handle is not None:
             data = {**self.box.bundle(), "text/plain": ""}
-            self._handle.update(data, metadata={"cortex": self.comparison.metadata()}, raw=True)
+            self._metadata = {"cortex": self.comparison.metadata()}
+            self._handle.update(data, metadata=self._metadata, raw=True)
+
+    # ---- kept live among the notebook's views (``session.views.LiveViews``) --------
+
+    @property
+    def states(self) -> list[Any]:
+        """Each column's view state: a compare cell counts as one view a column."""
+        return [view.state for view in self.box.views]
+
+    @property
+    def finished(self) -> bool:
+        return self._closed
+
+    @property
+    def released(self) -> bool:
+        return self._released
+
+    def release(self) -> int:
+        """Let the box go as a run's view lets go: its output keeps only the record (the
+        static copy under it shows the comparison), then every widget closes."""
+        if self._released:
+            return 0
+        self._released = True
+        if self._handle is not None and self._metadata is not None:
+            self._handle.update({"text/plain": ""}, metadata=self._metadata, raw=True)
+        self._handle = None
+        return self.box.close()

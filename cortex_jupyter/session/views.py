@@ -45,6 +45,25 @@ class CellView(Protocol):
     def close(self) -> None: ...
 
 
+class LiveView(Protocol):
+    """What ``LiveViews`` needs of a widget view it keeps: a run's (``WidgetOutput``) or a
+    compare cell's (``compare_views.CompareWidgets``, one view a column)."""
+
+    #: The notebook cell it runs in, and how ``%cortex views`` names it.
+    cell: str | None
+    label: str
+
+    @property
+    def states(self) -> list[Any]:
+        """The view state of each run it shows (how many views it counts as)."""
+
+    @property
+    def finished(self) -> bool: ...
+    @property
+    def released(self) -> bool: ...
+    def release(self) -> int: ...
+
+
 class TextOutput:
     """Streams the run to stdout: IPython in a terminal, or a shell with no widget front end."""
 
@@ -239,6 +258,10 @@ class WidgetOutput:
             self._handle.update(data, metadata=self._record_meta, raw=True)
 
     @property
+    def states(self) -> list[Any]:
+        return [self.view.state]
+
+    @property
     def finished(self) -> bool:
         """Whether the run has ended and every action with it (nothing more to show)."""
         return self._closed and self.view.settled
@@ -323,12 +346,13 @@ def close_quietly(view: CellView | None) -> None:
 class LiveViews:
     """A notebook's widget views still live, oldest first: ``CortexMagics.live_views``
     of them once finished; older ones let go (each shows its static copy and closes its
-    widgets, which frees what they held)."""
+    widgets, which frees what they held). A compare cell counts as one view a column,
+    and lets go whole."""
 
     def __init__(self, shell: InteractiveShell, approvals: Approvals) -> None:
         self.shell = shell
         self.approvals = approvals
-        self.views: list[WidgetOutput] = []
+        self.views: list[LiveView] = []
 
     def open(
         self, model: str, run: Run, display: str, values: Callable[[], Mapping[str, Any]]
@@ -337,14 +361,24 @@ class LiveViews:
         when a front end renders them). ``values`` is what ``$name`` shows."""
         if display == "text" or (display == "auto" and not self._has_widgets()):
             return TextOutput(model, self.approvals, run)
+        cell, label = self.place()
+        view = WidgetOutput(model, values, self.approvals, run, cell=cell, label=label)
+        self.add(view)
+        return view
+
+    def place(self) -> tuple[str | None, str]:
+        """The cell a new view opens in and its label; the view that cell showed before
+        (it runs again) lets go."""
         cell, label = _cell_of(self.shell)
-        if cell is not None:  # the cell runs again: the view it replaces lets go
+        if cell is not None:
             for old in [v for v in self.views if v.cell == cell]:
                 self._release(old)
-        view = WidgetOutput(model, values, self.approvals, run, cell=cell, label=label)
+        return cell, label
+
+    def add(self, view: LiveView) -> None:
+        """Keep ``view`` live, the newest; older finished views beyond the limit let go."""
         self.views.append(view)
         self.release()
-        return view
 
     @property
     def keep(self) -> int:
@@ -358,25 +392,27 @@ class LiveViews:
         each shows its static copy and closes its widgets. Returns how many let go; a
         view whose actions still run stays until they end."""
         keep = self.keep if keep is None else keep
-        excess = len(self.views) - keep
+        excess = sum(len(view.states) for view in self.views) - keep
         released = 0
         for view in list(self.views):
             if excess <= 0:
                 break
             if view.released or view.finished:
-                excess -= 1
+                excess -= len(view.states)
                 released += self._release(view)
         return released
 
-    def _release(self, view: WidgetOutput) -> int:
-        """Let one view go; 1 if it did (a broken view must not keep the others)."""
+    def _release(self, view: LiveView) -> int:
+        """Let one view go; how many views it counted as, if it did (a broken view must
+        not keep the others)."""
         self.views.remove(view)
+        count = len(view.states)
         try:
             view.release()
         except Exception as exc:
             print(f"cortex: a view could not let go: {exc!r}", file=sys.stderr)
             return 0
-        return 1
+        return count
 
     def _has_widgets(self) -> bool:
         """Whether a front end that renders widgets is attached (a kernel with comms)."""

@@ -204,3 +204,47 @@ def test_a_header_escapes_the_column_name_in_its_keep_button() -> None:
     shown = CompareBox([FakeView()], [facts('"><script>x</script>')])  # type: ignore[list-item]
     assert "<script>" not in shown._headers[0].value
     shown.close()
+
+
+# ---- huge answers (gap 1): the diff compares and shows the first ANSWER_CHARS ----------
+
+KEY = "sk-test-CUTKEY0123456789abcdefghij"
+
+
+def test_a_huge_answer_is_cut_before_the_diff_and_the_view_says_where(
+    monkeypatch: Any,
+) -> None:
+    from cortex_jupyter.display.compare_diff import ANSWER_CHARS
+
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    line = "the answer goes on and on in words\n"
+    body = line * (10_000_000 // len(line))
+    # The key straddles the cut: redaction comes first, so no part of it is left.
+    at = ANSWER_CHARS - len(KEY) // 2
+    first = body[:at] + KEY + body[at:]
+    other = body.replace("on and on", "ON and on", 1)
+    d = compare_diff([("a", None, first), ("b", None, other)])
+    (answer,) = d.answers
+    assert answer.sizes == (len(first), len(other)) and answer.cut == ANSWER_CHARS
+    text, html = diff_text(d), diff_html(d)
+    assert len(html) < 4 * ANSWER_CHARS and len(text) < 4 * ANSWER_CHARS
+    marker = f"only the first {ANSWER_CHARS:,} characters of each answer are compared"
+    assert marker in text and marker in html
+    assert f"a: {len(first):,} characters" in text and f"b: {len(other):,}" in text
+    for shown in (text, html):
+        assert KEY[:8] not in shown and KEY[-8:] not in shown
+    assert "{+the answer goes ON and on" in text  # the part kept is still diffed
+
+
+def test_answers_under_the_cut_say_nothing_of_a_cut() -> None:
+    d = compare_diff([("a", None, "red fox"), ("b", None, "red dog")])
+    assert d.answers[0].cut is None
+    assert "characters of each answer" not in diff_text(d) + diff_html(d)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text("ab \n", max_size=40), st.text("ab \n", max_size=40))
+def test_an_answer_diff_gives_back_both_answers(first: str, other: str) -> None:
+    d = answer_diff("b", first, other)
+    assert "".join(t for op, t in d.ops if op != "added") == first
+    assert "".join(t for op, t in d.ops if op != "removed") == other
