@@ -478,7 +478,7 @@ class CortexMagics(Magics):
             output=arguments.unquote(" ".join(args.output)) if args.output else None,
             output_retries=arguments.number(args.output_retries, "--output-retries", int, 1, low=0),
             output_key=args.output_key,
-            compare=args.compare,
+            compare=arguments.unquote(args.compare),
             repeat=arguments.number(args.repeat, "--repeat", int, 1, low=1),
             compare_budget=arguments.budget(args.compare_budget, None, "--compare-budget"),
             given=frozenset(

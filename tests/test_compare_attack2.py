@@ -3,7 +3,13 @@ answers, a careless line or a page can do to the diff, the columns and ``keep``.
 
 from __future__ import annotations
 
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
 from cortex_jupyter.display.compare_diff import answer_diff, compare_diff, diff_text
+from tests.models.fake_openai_server import FakeOpenAIServer
+from tests.test_magic_compare import answering, compare
+from tests.test_magic_compare import servers as servers  # the fixture
 
 
 def test_answers_that_share_only_their_spaces_are_replaced_whole_not_word_by_word() -> None:
@@ -23,3 +29,15 @@ def test_a_long_answer_with_one_word_changed_still_shows_only_that_word() -> Non
     words[350] = "CHANGED the"
     d = answer_diff("b", first, " ".join(words))
     assert [op for op in d.ops if op[0] != "same"] == [("removed", "w350"), ("added", "CHANGED")]
+
+
+@pytest.mark.parametrize("quote", ['"', "'"])
+def test_a_quoted_list_of_columns_names_the_columns_not_the_quotes(
+    ip: InteractiveShell, servers: list[FakeOpenAIServer], quote: str
+) -> None:
+    # The shell habit --compare "a, b": IPython's option parser keeps the quotes, which
+    # made columns '"ma' and 'mb"', models no server knows.
+    answering(servers, "Paris.", "Lyon.")
+    result = compare(ip, f"--compare {quote}ma, mb{quote}")
+    assert list(result) == ["ma", "mb"]
+    assert (result["ma"].answer, result["mb"].answer) == ("Paris.", "Lyon.")
