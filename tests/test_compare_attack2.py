@@ -3,7 +3,10 @@ answers, a careless line or a page can do to the diff, the columns and ``keep``.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from cortex_jupyter.display.compare_diff import answer_diff, compare_diff, diff_text
@@ -41,3 +44,26 @@ def test_a_quoted_list_of_columns_names_the_columns_not_the_quotes(
     result = compare(ip, f"--compare {quote}ma, mb{quote}")
     assert list(result) == ["ma", "mb"]
     assert (result["ma"].answer, result["mb"].answer) == ("Paris.", "Lyon.")
+
+
+def test_keeping_the_same_run_twice_adds_no_second_case(
+    ip: InteractiveShell, servers: list[FakeOpenAIServer], tmp_path: Path
+) -> None:
+    # A double click on the keep button, or the line run again, made a second, identical
+    # case "(2)" of the same run: an experiment then counted that run twice.
+    answering(servers, "Paris.", "Lyon.")
+    result = compare(ip, "--compare ma,mb")
+    path = tmp_path / "cases.yaml"
+    ip.run_line_magic("cortex", f"keep ma --to {path}")
+    ip.run_line_magic("cortex", "keep ma --to cases")
+    kept = path.read_text(encoding="utf-8")
+    for to in (str(path), "cases"):
+        with pytest.raises(UsageError, match="already"):
+            ip.run_line_magic("cortex", f"keep ma --to {to}")
+    assert path.read_text(encoding="utf-8") == kept
+    assert len(ip.user_ns["cases"]) == 1
+    # Another column's run, with the same prompt, is a case of its own.
+    ip.run_line_magic("cortex", "keep mb --to cases")
+    assert [c.metadata["run"] for c in ip.user_ns["cases"]] == [
+        result["ma"].run.id, result["mb"].run.id
+    ]  # fmt: skip
