@@ -10,6 +10,7 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from cortex_jupyter.display.compare_diff import answer_diff, compare_diff, diff_text
+from tests.conftest import SECRET
 from tests.models.fake_openai_server import FakeOpenAIServer
 from tests.test_magic_compare import answering, compare
 from tests.test_magic_compare import servers as servers  # the fixture
@@ -67,3 +68,22 @@ def test_keeping_the_same_run_twice_adds_no_second_case(
     assert [c.metadata["run"] for c in ip.user_ns["cases"]] == [
         result["ma"].run.id, result["mb"].run.id
     ]  # fmt: skip
+
+
+def test_the_comparisons_repr_never_shows_a_column_named_like_a_secret(
+    ip: InteractiveShell, servers: list[FakeOpenAIServer]
+) -> None:
+    # `_compare` evaluated in a cell is its repr, in the output the notebook saves; the
+    # cell's metadata and static copy were redacted already.
+    from cortex_jupyter.session import session_for
+
+    b = servers[1]
+    session_for(ip).endpoints[SECRET] = (b.url, SECRET)
+    answering(servers, "Paris.", "Lyon.")
+    try:
+        result = compare(ip, f"--compare ma,{SECRET}")
+    finally:
+        session_for(ip).endpoints.pop(SECRET, None)
+    assert result[SECRET].answer == "Lyon."
+    assert SECRET not in repr(result) and "ma: completed" in repr(result)
+    assert SECRET not in repr(result[SECRET]) and SECRET not in repr(list(result.values()))
