@@ -87,3 +87,17 @@ def test_the_comparisons_repr_never_shows_a_column_named_like_a_secret(
     assert result[SECRET].answer == "Lyon."
     assert SECRET not in repr(result) and "ma: completed" in repr(result)
     assert SECRET not in repr(result[SECRET]) and SECRET not in repr(list(result.values()))
+
+
+def test_hooks_for_a_column_that_is_not_there_are_refused() -> None:
+    # hooks={"A": ...} for column "a" ran the column without its hooks, and said nothing.
+    from cortex_jupyter import Agent
+    from cortex_jupyter.models import ScriptModel
+    from cortex_jupyter.runtime import RunHooks
+
+    seen: list[object] = []
+    agent = Agent(model=ScriptModel("<response>x</response>", delay=0))
+    with pytest.raises(ValueError, match="hooks name no column: A; the columns are a"):
+        Agent.compare("q", {"a": agent}, hooks={"A": RunHooks(on_event=seen.append)})
+    runs = Agent.compare("q", {"a": agent}, hooks={"a": RunHooks(on_event=seen.append)})
+    assert runs["a"].answer == "x" and seen
