@@ -261,7 +261,7 @@ def compare(args: Any) -> dict[str, Any]:
         alone = "--repeat N" if args.repeat is not None else "--compare-budget"
         raise UsageError(f"%%cortex: {alone} goes with --compare a,b (its columns).")
     return {
-        "compare": args.compare,
+        "compare": unquote(args.compare) if args.compare is not None else None,
         "repeat": number(args.repeat, "--repeat", int, 1, low=1),
         "compare_budget": budget(args.compare_budget, None, "--compare-budget"),
     }

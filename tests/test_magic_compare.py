@@ -197,11 +197,11 @@ def test_repeat_needs_compare(ip: InteractiveShell) -> None:
         ip.run_cell_magic("cortex", "--repeat 2 --script", "<response>x</response>")
 
 
-def test_output_keys_never_bind_over_notebook_names(ip: InteractiveShell) -> None:
+def test_output_keys_never_bind_over_notebook_names(ip: InteractiveShell, tools: None) -> None:
     ip.user_ns["total"] = "mine"
     previous = ip.user_ns.get("_cortex")
     script = (
-        '<action id="t" type="python">{"code": "1 + 1", "output_key": "total"}</action>\n'
+        '<action id="t">{"name": "compare_mark", "output_key": "total"}</action>\n'
         "<response>done</response>"
     )
     result = compare(ip, "--compare x,y --script --delay 0", script)
@@ -209,6 +209,8 @@ def test_output_keys_never_bind_over_notebook_names(ip: InteractiveShell) -> Non
     assert "fresh_total" not in ip.user_ns
     for name in ("x", "y"):
         assert result[name].run.status == "completed"
+        assert result[name].run.actions["t"].status == "done"  # the action ran and bound
+        assert result[name].run.variables["total"] == "marked"  # on its own run only
     assert ip.user_ns.get("_cortex") is previous  # _cortex stays the last ordinary run
 
 

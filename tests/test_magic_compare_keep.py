@@ -65,10 +65,13 @@ def test_keep_adds_the_columns_run_as_a_case_to_a_notebook_dataset(
     assert case.metadata["run"] == compared["ma"].run.id
     assert case.metadata["column"] == "ma" and case.metadata["model"] == "ma"
     assert "kept column ma as case" in capsys.readouterr().out
-    # Kept again: a new dataset replaces the name, the duplicate name gets a suffix.
+    # Kept into a dataset that has a case of that name (another run's): a new dataset
+    # replaces the name, the duplicate name gets a suffix.
+    other = Dataset([Case(PROMPT, name=case.name)], name="cases")
+    ip.user_ns["cases"] = other
     ip.run_line_magic("cortex", "keep ma --to cases")
     second = ip.user_ns["cases"]
-    assert len(first) == 1 and len(second) == 2  # the first object is unchanged
+    assert len(other) == 1 and len(second) == 2  # the dataset it held is unchanged
     assert second.names == [case.name, f"{case.name} (2)"]
 
 
@@ -122,11 +125,12 @@ def test_keep_before_any_compare_cell_is_one_line(ip: InteractiveShell) -> None:
 def test_the_keep_button_adds_its_own_comparisons_column_to_kept(
     ip: InteractiveShell, compared: Any
 ) -> None:
-    said = compared._keep("ma")  # what the column's keep button calls
-    assert said.startswith("kept column ma") and len(ip.user_ns["kept"]) == 1
     # A later comparison does not change what an older cell's button keeps.
     ip.user_ns["_compare"] = None
-    compared._keep("ma")
-    assert [c.metadata["run"] for c in ip.user_ns["kept"]] == [compared["ma"].run.id] * 2
+    said = compared._keep("ma")  # what the column's keep button calls
+    assert said.startswith("kept column ma") and len(ip.user_ns["kept"]) == 1
+    assert [c.metadata["run"] for c in ip.user_ns["kept"]] == [compared["ma"].run.id]
+    # A second press (a double click) keeps nothing more, and says so.
+    assert "already" in compared._keep("ma") and len(ip.user_ns["kept"]) == 1
     # A failed column's button says why in the column, and keeps nothing.
-    assert "cannot be kept" in compared._keep("mb") and len(ip.user_ns["kept"]) == 2
+    assert "cannot be kept" in compared._keep("mb") and len(ip.user_ns["kept"]) == 1

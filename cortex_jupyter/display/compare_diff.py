@@ -18,8 +18,13 @@ before anything else (redaction before the cut: no part of a secret is left at i
 the diff says so, with each answer's whole length. Then a word-level diff (runs of
 whitespace kept as they were) of each column's answer against the first's; past
 ``WORD_LIMIT`` words a line-level diff, and past ``LINE_LIMIT`` lines the answer as
-replaced whole (``SequenceMatcher`` is quadratic at worst). The cut keeps a 10 MB answer
-from costing seconds at every redraw and megabytes in the page
+replaced whole (``SequenceMatcher`` is quadratic at worst). No match starts on
+whitespace, and the matcher keeps its ``autojunk`` rule: a token more common than 1 % of
+a long answer ("the", a digit) never anchors a match, only extends one. Anchoring on
+every lone space, or on every "yes" of a repetitive answer, made the diff cubic (400
+words: seconds; 1,500: minutes, at every frame of the live diff); the price is that a
+long, repetitive answer may show a moved block as removed and added. The cut keeps a
+10 MB answer from costing seconds at every redraw and megabytes in the page
 (``bench/compare_diff_bench.py``). ``diff_html`` escapes every text (the model's text is
 untrusted) and ``diff_text`` marks changes as ``[-removed-]`` and ``{+added+}``.
 """
@@ -230,10 +235,8 @@ def answer_diff(name: str, first: str, other: str) -> AnswerDiff:
         whole = [("removed", first), ("added", other)] if first != other else [("same", first)]
         return AnswerDiff(name, tuple((op, t) for op, t in whole if t), "whole", cut, sizes)
     ops: list[tuple[str, str]] = []
-    # Whitespace (a run of it between words, a blank line) is junk: no match starts on
-    # it. Without that, thousands of equal " " tokens make SequenceMatcher cubic: two
-    # answers of 800 different words took 51 s, 3,000 words 280 s.
-    matcher = difflib.SequenceMatcher(_blank, a, b, autojunk=False)
+    # Whitespace is junk and popular tokens only extend a match (see the docstring).
+    matcher = difflib.SequenceMatcher(_blank, a, b)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
             ops.append(("same", "".join(a[i1:i2])))

@@ -131,7 +131,8 @@ class Column:
 
     def __repr__(self) -> str:
         status = "waiting" if self.run is None else self.run.status
-        return f"<column {self.name!r}: {self.model}, {len(self.runs)} run(s), {status}>"
+        # Shown in a cell's output and saved with the notebook: a name may be a key.
+        return redact(f"<column {self.name!r}: {self.model}, {len(self.runs)} run(s), {status}>")
 
 
 class Comparison(Mapping[str, Column]):
@@ -167,7 +168,7 @@ class Comparison(Mapping[str, Column]):
         shown = ", ".join(
             f"{c.name}: {c.run.status if c.run else 'waiting'}" for c in self.values()
         )
-        return f"<comparison {self.id}: {shown}>"
+        return redact(f"<comparison {self.id}: {shown}>")  # as Column's
 
     @property
     def groups(self) -> dict[str, list[tuple[int, str]]]:

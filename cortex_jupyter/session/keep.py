@@ -10,7 +10,8 @@ top-level actions the run took and the answer it gave. ``DATASET`` is
   appended, and saved whole (``Dataset.save`` writes a new file and renames it over the
   old one, so a reader never sees half of it).
 
-A case name the dataset already has gets a suffix (``" (2)"``). A column's keep button
+A case name the dataset already has gets a suffix (``" (2)"``); a run the dataset
+already holds (its case's ``metadata["run"]``) is not added again. A column's keep button
 (``display.compare_widget``) keeps into the notebook name ``kept`` (``BUTTON_DATASET``).
 What cannot be kept (no comparison yet, an unknown column, a run that did not answer, a
 file that is not a dataset) is a ``KeepRefused`` of one line. Its own module: the session's
@@ -76,6 +77,10 @@ def keep_column(namespace: MutableMapping[str, Any], comparison: Any, column: st
     kept = _Kept(run.id, comparison.prompt, run.answer, run.actions, run.variables,
                  {"script": script})  # fmt: skip
     dataset, where, save = _destination(namespace, to)
+    twin = next((c for c in dataset.cases if c.metadata.get("run") == run.id), None)
+    if twin is not None:  # a double click, or the line run again: one case a run
+        raise KeepRefused(f"column {column}'s run {run.id} is already case {twin.name!r} "
+                          f"in {where}; nothing was added")  # fmt: skip
     case = case_from_run(kept, set(dataset.names))  # type: ignore[arg-type]
     model = getattr(comparison[column], "model", None)
     extra = {"compare": getattr(comparison, "id", None), "column": column, "model": model}

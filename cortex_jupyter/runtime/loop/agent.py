@@ -381,6 +381,10 @@ class Agent:
         A column that fails is that column's run ``failed`` (its ``reason`` says why);
         the others go on. Cancelling it cancels every column."""
         columns = compare_columns(agents)
+        stray = sorted(str(name) for name in hooks or {} if name not in columns)
+        if stray:  # a typo would run that column without its hooks, silently
+            raise ValueError(f"hooks name no column: {', '.join(stray)}; the columns are "
+                             f"{', '.join(map(str, columns))}")  # fmt: skip
         runs = {name: Run() for name in columns}
 
         async def one(name: str, agent: Agent) -> None:
