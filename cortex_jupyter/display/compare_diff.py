@@ -18,12 +18,12 @@ before anything else (redaction before the cut: no part of a secret is left at i
 the diff says so, with each answer's whole length. Then a word-level diff (runs of
 whitespace kept as they were) of each column's answer against the first's; past
 ``WORD_LIMIT`` words a line-level diff, and past ``LINE_LIMIT`` lines the answer as
-replaced whole (``SequenceMatcher`` is quadratic at worst). No match starts on
-whitespace, and the matcher keeps its ``autojunk`` rule: a token more common than 1 % of
-a long answer ("the", a digit) never anchors a match, only extends one. Anchoring on
-every lone space, or on every "yes" of a repetitive answer, made the diff cubic (400
-words: seconds; 1,500: minutes, at every frame of the live diff); the price is that a
-long, repetitive answer may show a moved block as removed and added. The cut keeps a
+replaced whole (``SequenceMatcher`` is quadratic at worst). The matcher keeps its
+``autojunk`` rule: in an answer of 200 tokens or more, a token more common than 1 % of it
+(a space, "the") never anchors a match, only extends one. Anchoring on every lone space,
+or on every "the" of a repetitive answer, made the diff cubic (400 words: seconds;
+1,500: minutes, at every frame of the live diff); the price is that a long, repetitive
+answer may show a moved block as removed and added. The cut keeps a
 10 MB answer from costing seconds at every redraw and megabytes in the page
 (``bench/compare_diff_bench.py``). ``diff_html`` escapes every text (the model's text is
 untrusted) and ``diff_text`` marks changes as ``[-removed-]`` and ``{+added+}``.
@@ -218,10 +218,6 @@ def _place(slots: list[list[Call | None]], index: int, last: int, call: Call) ->
 # ---- diffing answers -------------------------------------------------------------------
 
 
-def _blank(token: str) -> bool:
-    return not token.strip()
-
-
 def answer_diff(name: str, first: str, other: str) -> AnswerDiff:
     """``other`` (column ``name``'s answer) against ``first`` (see the module docstring)."""
     first, other = str(first or ""), str(other or "")
@@ -235,8 +231,7 @@ def answer_diff(name: str, first: str, other: str) -> AnswerDiff:
         whole = [("removed", first), ("added", other)] if first != other else [("same", first)]
         return AnswerDiff(name, tuple((op, t) for op, t in whole if t), "whole", cut, sizes)
     ops: list[tuple[str, str]] = []
-    # Whitespace is junk and popular tokens only extend a match (see the docstring).
-    matcher = difflib.SequenceMatcher(_blank, a, b)
+    matcher = difflib.SequenceMatcher(None, a, b)  # autojunk: see the docstring
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
             ops.append(("same", "".join(a[i1:i2])))
