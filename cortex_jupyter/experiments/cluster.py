@@ -384,6 +384,11 @@ class _Job:
     # ---- the answer ---------------------------------------------------------------------
 
     def _finish(self, answer: dict[str, Any]) -> Run:
+        if answer["kind"] == "again":  # its first attempt's worker died (see _remote_try)
+            raise WorkerLost(
+                self.label, answer["first"],
+                f"the cluster started the try again on {answer['worker']}; not run there",
+            )  # fmt: skip
         self._same_attempt(answer)
         if answer["kind"] == "cancelled":
             raise WorkerLost(self.label, self.worker, "the try was cancelled on the cluster")
@@ -482,6 +487,12 @@ def _remote_try(blob: bytes, key: str, topic: str, run_id: str) -> bytes:
         "worker": str(getattr(worker, "address", "?")),
         "pid": os.getpid(),
     }
+    first = _first_attempt(worker, key, f"{here['worker']} (pid {here['pid']})")
+    if first is not None:
+        # The cluster ran the task again after the worker of its first attempt died. Its
+        # tools ran there already (a refund), and the notebook may never have heard of
+        # that attempt (its last events die with the worker): say so, run nothing.
+        return pickle.dumps({**here, "kind": "again", "first": first, "clock": _clock()})
     shipped, builtins, prompt, namespace = loads(blob)
     agent = _arrived(shipped, builtins)
     run = Run(id=run_id)
@@ -518,6 +529,23 @@ def _remote_try(blob: bytes, key: str, topic: str, run_id: str) -> bytes:
     answer["values"] = _values(run)
     answer["clock"] = _clock()
     return pickle.dumps(answer)
+
+
+def _first_attempt(worker: Any, key: str, here: str) -> str | None:
+    """None when this is the try's first attempt on the cluster, else the worker that ran
+    the first. The scheduler keeps a mark per try, set before the try runs (a round trip,
+    not the batched events, so a worker killed at once still leaves it)."""
+    if worker is None:
+        return None
+    from distributed import get_client
+
+    client = get_client()
+    mark = ["cortex-try-started", key]
+    first = client.get_metadata(mark, default=None)
+    if first is not None:
+        return str(first)
+    client.set_metadata(mark, here)
+    return None
 
 
 def _clock() -> float:

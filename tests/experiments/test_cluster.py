@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -58,10 +59,23 @@ async def hold(folder: str) -> str:
     return "never"
 
 
+async def die_once(folder: str) -> str:
+    """Kills its own worker the first time, at once (the events it sent may die with it);
+    run again, says so in ``folder/again`` and holds, as a long tool would."""
+    died = Path(folder, "died")
+    if not died.exists():
+        died.write_text(str(os.getpid()))
+        os.kill(os.getpid(), signal.SIGKILL)
+    Path(folder, "again").write_text(str(os.getpid()))
+    await anyio.sleep(3600)
+    return "never"
+
+
 def tools() -> Registry:
     registry = Registry(builtins=False)
     registry.register(where)
     registry.register(hold)
+    registry.register(die_once)
     return registry
 
 
@@ -231,6 +245,46 @@ async def test_a_worker_killed_mid_try_gives_a_clear_error(
     assert message.startswith("the worker tcp://127.0.0.1:")
     assert "running case-1 / gpt #1 died before it finished" in message
     assert "\n" not in message
+
+
+async def test_a_try_whose_worker_died_is_never_run_again_by_the_cluster(
+    runner: ClusterRunner, client: Client, tmp_path: Path
+) -> None:
+    # The cluster runs a task again when its worker dies. The tools of the first attempt
+    # ran (a refund): the second must not run them again, and the notebook must hear of
+    # it even when none of the first attempt's events reached it (the worker killed at
+    # once): it used to wait for the second attempt's tool, for ever.
+    agent = agent_calling("die_once", folder=str(tmp_path))
+    with anyio.fail_after(120), pytest.raises(WorkerLost) as lost:
+        await runner.run_try(agent, "die", {}, None, label="case-2 / gpt #1")
+    message = str(lost.value)
+    assert message.startswith("the worker tcp://127.0.0.1:")
+    assert f"(pid {(tmp_path / 'died').read_text()})" in message  # the worker that died
+    assert "running case-2 / gpt #1 died before it finished" in message
+    assert "started the try again on tcp://127.0.0.1:" in message
+    await wait_for(lambda: not try_tasks(client), "the cluster to forget the try")
+    assert not (tmp_path / "again").exists()  # the second attempt ran no tool
+
+
+def test_the_same_try_sent_twice_runs_its_tools_once(client: Client, tmp_path: Path) -> None:
+    # What the cluster does after a worker died (the task again, under the same try),
+    # made on purpose: the second attempt answers "again" and runs nothing.
+    from cortex_jupyter.experiments.cluster import TOPIC, _pack, _remote_try
+
+    blob = _pack(agent_calling("where", folder=str(tmp_path), tag="t"), "where?", {})
+    answers = [
+        pickle.loads(
+            client.submit(_remote_try, blob, "cortex-try-same", TOPIC, "r1", pure=False).result()
+        )
+        for _ in range(2)
+    ]
+    assert [a["kind"] for a in answers] == ["ok", "again"]
+    assert answers[1]["first"] == f"{answers[0]['worker']} (pid {answers[0]['pid']})"
+    assert "lines" not in answers[1] and len(list(tmp_path.glob("*.pid"))) == 1
+    (tmp_path / "t.pid").unlink()
+    # another try (another key) is a first attempt of its own
+    other = client.submit(_remote_try, blob, "cortex-try-other", TOPIC, "r2", pure=False)
+    assert pickle.loads(other.result())["kind"] == "ok"
 
 
 def test_a_bad_executor_is_refused_in_one_line() -> None:
