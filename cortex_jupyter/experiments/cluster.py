@@ -541,10 +541,10 @@ def _first_attempt(worker: Any, key: str, here: str) -> str | None:
 
     client = get_client()
     mark = ["cortex-try-started", key]
-    first = client.get_metadata(mark, default=None)
+    first = client.get_metadata(mark, default=None)  # type: ignore[no-untyped-call]
     if first is not None:
         return str(first)
-    client.set_metadata(mark, here)
+    client.set_metadata(mark, here)  # type: ignore[no-untyped-call]
     return None
 
 
