@@ -230,9 +230,13 @@ def test_assert_passes_refuses_a_threshold_that_is_no_fraction(rule: dict[str, A
         experiment.assert_passes(**rule)
 
 
-def test_a_try_that_completed_is_not_run_again_for_a_rate_limited_llm_action(
-    server: FakeOpenAIServer,
-) -> None:
+REFUND = '<action id="r">{"name": "refund", "parameters": {"amount": 20}}</action>'
+SLOW_DOWN = Error(429, {"error": {"message": "slow down"}}, {"Retry-After": "0"})
+
+
+def refund_a7(server: FakeOpenAIServer, *replies: Any, llm: bool = False) -> tuple[Any, list[int]]:
+    """The experiment of one try ("Refund A7") of an agent with a ``refund`` tool (and an
+    ``llm`` action, ``summary``), on ``server`` scripted with ``replies``; the refunds made."""
     refunds: list[int] = []
     registry = Registry()
 
@@ -242,19 +246,26 @@ def test_a_try_that_completed_is_not_run_again_for_a_rate_limited_llm_action(
         refunds.append(amount)
         return "refunded"
 
-    registry.register(lambda prompt: prompt, name="summary", type="llm")
-    server.script(
-        Stream([text(
-            '<action id="r">{"name": "refund", "parameters": {"amount": 20}}</action>'
-            '<action type="llm" id="s">{"name": "summary", "parameters": {"prompt": "sum up"}}'
-            "</action>"
-        ), finish(), usage(3, 4)]),
-        Error(429, {"error": {"message": "slow down"}}, {"Retry-After": "0"}),  # the llm action
-        Stream([text('<response final="true">Refunded.</response>'), finish(), usage(3, 4)]),
-    )  # fmt: skip
+    if llm:
+        registry.register(lambda prompt: prompt, name="summary", type="llm")
+    server.script(*replies)
     agent = Agent(model=OpenAIModel("fake-model", max_retries=0), registry=registry)
     experiment = Dataset([Case("Refund A7", expect=[expect.answer(contains="Refunded")])]).run(
         {"m": agent}, store=None, progress=False
+    )
+    return experiment, refunds
+
+
+def test_a_try_that_completed_is_not_run_again_for_a_rate_limited_llm_action(
+    server: FakeOpenAIServer,
+) -> None:
+    summary = '<action type="llm" id="s">{"name": "summary", "parameters": {"prompt": "sum up"}}'
+    experiment, refunds = refund_a7(
+        server,
+        Stream([text(REFUND + summary + "</action>"), finish(), usage(3, 4)]),
+        SLOW_DOWN,  # the llm action
+        Stream([text('<response final="true">Refunded.</response>'), finish(), usage(3, 4)]),
+        llm=True,
     )
     assert [(t.status, t.verdicts["answer"].passed) for t in experiment.tries] == [
         ("completed", True)
@@ -265,26 +276,12 @@ def test_a_try_that_completed_is_not_run_again_for_a_rate_limited_llm_action(
 def test_a_try_whose_tools_ran_is_not_run_again_when_a_later_turn_is_rate_limited(
     server: FakeOpenAIServer,
 ) -> None:
-    refunds: list[int] = []
-    registry = Registry()
-
-    @registry.tool
-    def refund(amount: int) -> str:
-        """Refund an amount."""
-        refunds.append(amount)
-        return "refunded"
-
-    server.script(
-        Stream([text('<action id="r">{"name": "refund", "parameters": {"amount": 20}}</action>'),
-                finish(), usage(3, 4)]),
-        Error(429, {"error": {"message": "slow down"}}, {"Retry-After": "0"}),  # turn 2
-        Stream([text('<action id="r">{"name": "refund", "parameters": {"amount": 20}}</action>'),
-                finish(), usage(3, 4)]),
+    experiment, refunds = refund_a7(
+        server,
+        Stream([text(REFUND), finish(), usage(3, 4)]),
+        SLOW_DOWN,  # turn 2
+        Stream([text(REFUND), finish(), usage(3, 4)]),
         Stream([text('<response final="true">Refunded.</response>'), finish(), usage(3, 4)]),
-    )  # fmt: skip
-    agent = Agent(model=OpenAIModel("fake-model", max_retries=0), registry=registry)
-    experiment = Dataset([Case("Refund A7", expect=[expect.answer(contains="Refunded")])]).run(
-        {"m": agent}, store=None, progress=False
     )
     (tried,) = experiment.tries
     assert refunds == [20] and len(server.requests) == 2  # the refund did not run twice
