@@ -27,6 +27,11 @@ __all__ = ["Judge", "read_reply"]
 
 #: The most characters of the prompt and of the answer the judge is sent.
 MAX_SENT = 20_000
+#: A judge's reply is a short JSON object: its request caps it at this many tokens (a small
+#: local model left alone ran 6,500 tokens to the end of its window), and no more than
+#: ``MAX_READ`` characters of it are read (a server that ignores the cap).
+JUDGE_MAX_TOKENS = 512
+MAX_READ = 20_000
 _SYSTEM = (
     "You grade an AI assistant's answer by a rubric. Reply with one JSON object and "
     'nothing else: {"pass": true or false, "score": a number from 0 to 1, '
@@ -203,18 +208,22 @@ class Judge(Expectation):
 
 async def _ask(model: Any, messages: list[Message]) -> tuple[str, Usage | None]:
     """The judge's reply text and the usage its server reported."""
-    chunks = model.stream(messages)
+    chunks = model.stream(messages, max_tokens=JUDGE_MAX_TOKENS)
     pieces: list[str] = []
+    read = 0
     usage: Usage | None = None
     try:
         async for chunk in chunks:
             if isinstance(chunk, TextChunk):
                 pieces.append(chunk.text)
+                read += len(chunk.text)
+                if read >= MAX_READ:
+                    break  # what the JSON object was going to say, it has said by now
             elif isinstance(chunk, Usage):
                 usage = chunk
     finally:
         await close_stream(chunks)
-    return "".join(pieces), usage
+    return "".join(pieces)[:MAX_READ], usage
 
 
 def _over_budget(context: JudgeContext) -> str | None:

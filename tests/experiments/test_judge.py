@@ -109,6 +109,22 @@ async def test_a_real_sdk_judge_gets_the_redacted_answer_and_its_usage_is_counte
 
 
 @pytest.mark.anyio
+async def test_a_judge_reply_is_capped_and_read_no_further_than_its_limit(
+    server: FakeOpenAIServer,
+) -> None:
+    # A small local model left alone writes to the end of its window; a server may also
+    # ignore the cap: the request asks for a short reply, and no more than 20,000
+    # characters of what comes are read.
+    rambling = "and so on " * 50_000  # 500,000 characters, no verdict in them
+    server.script(Stream([role(), *texts(rambling, 2_000), finish()]))
+    model = OpenAIModel("judge", api_key="test-key", base_url=server.url, max_retries=0)
+    verdict = await expect.judge("x", model=model).acheck(Answered("a"), JudgeContext())
+    assert server.requests[0].json["max_tokens"] == 512
+    assert not verdict.passed and verdict.reason.startswith("judge reply unreadable: and so on")
+    assert len(verdict.reason) < 1_000
+
+
+@pytest.mark.anyio
 async def test_a_judge_server_error_is_a_failed_verdict(server: FakeOpenAIServer) -> None:
     model = OpenAIModel("judge", api_key="test-key", base_url=server.url, max_retries=0)
     verdict = await expect.judge("x", model=model).acheck(Answered("a"), JudgeContext())
