@@ -75,8 +75,9 @@ def run(ip: InteractiveShell, line: str, body: str) -> Any:
     return ip.run_cell_magic("cortex", line, body)
 
 
+@pytest.mark.usefixtures("tools")
 def test_script_cell_runs_actions_binds_variables_and_leaves_the_run(
-    ip: InteractiveShell, tools: None, capsys: pytest.CaptureFixture[str]
+    ip: InteractiveShell, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run(
         ip,
@@ -95,9 +96,8 @@ def test_script_cell_runs_actions_binds_variables_and_leaves_the_run(
     assert "magic_add (s) -> 5" in out
 
 
-def test_braces_are_never_interpreted_and_dollar_names_pass_objects(
-    ip: InteractiveShell, tools: None
-) -> None:
+@pytest.mark.usefixtures("tools")
+def test_braces_are_never_interpreted_and_dollar_names_pass_objects(ip: InteractiveShell) -> None:
     frame = object()
     ip.user_ns["frame"] = frame
     default_registry.get("tool", "magic_same").func.frame = frame  # type: ignore[union-attr]
@@ -112,7 +112,8 @@ def test_braces_are_never_interpreted_and_dollar_names_pass_objects(
     assert ip.user_ns["is_same"] is True
 
 
-def test_multi_turn_script_feeds_results_back(ip: InteractiveShell, tools: None) -> None:
+@pytest.mark.usefixtures("tools")
+def test_multi_turn_script_feeds_results_back(ip: InteractiveShell) -> None:
     run(
         ip,
         "--script --delay 0",
@@ -123,8 +124,9 @@ def test_multi_turn_script_feeds_results_back(ip: InteractiveShell, tools: None)
     assert (record.status, record.turns, record.response) == ("completed", 2, "Two.")
 
 
+@pytest.mark.usefixtures("tools")
 def test_the_answer_is_the_final_reply_with_names_filled_whole_in_python_and_text(
-    ip: InteractiveShell, tools: None, capsys: pytest.CaptureFixture[str]
+    ip: InteractiveShell, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Issue 18 items 1, 2 and 7g, issue 19 item 13, through a real cell.
     essay = " ".join(f"word{i}" for i in range(120))
@@ -198,8 +200,9 @@ def test_a_failed_action_ends_the_cell_with_one_line_not_an_exception(
     assert ip.user_ns["_cortex"].actions["x"].status == "failed"
 
 
+@pytest.mark.usefixtures("tools")
 def test_a_refused_variable_name_is_explained_and_kept_on_the_run(
-    ip: InteractiveShell, tools: None, capsys: pytest.CaptureFixture[str]
+    ip: InteractiveShell, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run(
         ip,
@@ -244,8 +247,9 @@ def test_no_api_key_is_one_clear_line(
     assert len(lines) == 1 and lines[0].startswith("cortex: ")
 
 
+@pytest.mark.usefixtures("tools")
 def test_a_real_endpoint_streams_through_the_openai_sdk(
-    ip: InteractiveShell, server: FakeOpenAIServer, tools: None
+    ip: InteractiveShell, server: FakeOpenAIServer
 ) -> None:
     reply = '<action id="a">{"name": "magic_add", "parameters": {"a": 4, "b": 5}}</action>'
     server.script(
@@ -260,8 +264,9 @@ def test_a_real_endpoint_streams_through_the_openai_sdk(
     assert user[-1]["content"] == "What is 4 + 5? Pasted code: {x: 1}"
 
 
+@pytest.mark.usefixtures("tools")
 def test_a_dropped_stream_fails_the_cell_briefly_keeps_everything_and_can_continue(
-    ip: InteractiveShell, server: FakeOpenAIServer, tools: None, tmp_path: Path
+    ip: InteractiveShell, server: FakeOpenAIServer, tmp_path: Path
 ) -> None:
     partial = (
         '<action id="a">{"name": "magic_add", "parameters": {"a": 1, "b": 2}, '
@@ -323,7 +328,8 @@ SLOW = (
 )
 
 
-def test_stop_cancels_quickly_keeps_the_kernel_usable(ip: InteractiveShell, tools: None) -> None:
+@pytest.mark.usefixtures("tools")
+def test_stop_cancels_quickly_keeps_the_kernel_usable(ip: InteractiveShell) -> None:
     press_stop_once_slow_runs()
     started = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
@@ -361,6 +367,7 @@ def _replaced(handler: Any) -> Iterator[None]:
         signal.signal(signal.SIGINT, found)
 
 
+@pytest.mark.usefixtures("tools")
 @pytest.mark.parametrize(
     "left_behind",
     [
@@ -370,7 +377,7 @@ def _replaced(handler: Any) -> Iterator[None]:
     ],
 )
 def test_stop_cancels_the_run_whatever_handler_a_library_left_on_sigint(
-    ip: InteractiveShell, tools: None, left_behind: Any
+    ip: InteractiveShell, left_behind: Any
 ) -> None:
     with contextmanager(left_behind)():
         found = signal.getsignal(signal.SIGINT)
@@ -382,8 +389,9 @@ def test_stop_cancels_the_run_whatever_handler_a_library_left_on_sigint(
         assert signal.getsignal(signal.SIGINT) is found
 
 
+@pytest.mark.usefixtures("tools")
 def test_line_commands(
-    ip: InteractiveShell, tools: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    ip: InteractiveShell, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     ip.run_line_magic("cortex", "tools --text")
     out = capsys.readouterr().out
@@ -419,8 +427,9 @@ def test_line_commands(
         ip.run_line_magic("cortex", "dance")
 
 
+@pytest.mark.usefixtures("tools")
 def test_without_a_kernel_the_cell_waits_for_fire_and_forget_actions(
-    ip: InteractiveShell, tools: None, capsys: pytest.CaptureFixture[str]
+    ip: InteractiveShell, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Text printed after its cell ended would land in a later cell: in a terminal the
     cell waits (in a kernel it does not: tests/kernel/test_background.py)."""
@@ -482,7 +491,8 @@ def test_a_cortex_cell_run_from_an_async_tool_still_runs(ip: InteractiveShell) -
     assert answers == ["nested"]
 
 
-def test_the_timeline_is_a_picture(ip: InteractiveShell, tools: None) -> None:
+@pytest.mark.usefixtures("tools")
+def test_the_timeline_is_a_picture(ip: InteractiveShell) -> None:
     run(
         ip,
         "--script --delay 0",
@@ -497,8 +507,9 @@ def test_the_session_is_one_per_shell(ip: InteractiveShell) -> None:
     assert session_for(ip) is session_for(ip)
 
 
+@pytest.mark.usefixtures("tools")
 def test_save_expands_variables_and_replay_streams_the_transcript_again(
-    ip: InteractiveShell, tools: None, tmp_path: Path
+    ip: InteractiveShell, tmp_path: Path
 ) -> None:
     body = (
         '<action id="a">{"name": "magic_add", "parameters": {"a": 2, "b": 2}}</action>\n'

@@ -77,6 +77,7 @@ def test_anything_else_is_a_usage_error(ip: InteractiveShell, line: str) -> None
         ip.run_line_magic("cortex", line)
 
 
+@pytest.mark.usefixtures("listen")
 @pytest.mark.parametrize(
     "endpoint",
     [
@@ -90,7 +91,6 @@ def test_the_exporter_endpoint_is_shown_without_its_credentials(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
     endpoint: str,
-    listen: Callable[..., Listener],
 ) -> None:
     """An endpoint set as OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (a name that does not look
     like a credential's) may carry a password or a key in its URL: `%cortex trace` names

@@ -111,7 +111,7 @@ def test_dollar_name_in_the_answer_keeps_the_object(typed: InteractiveShell) -> 
 
 
 def test_a_name_the_model_may_not_see_is_a_field_error_and_no_secret_leaks(
-    ip: InteractiveShell, server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
+    ip: InteractiveShell, server: FakeOpenAIServer
 ) -> None:
     """With a real model, ``$name`` in the answer reaches only what the model may reach:
     the hidden variable is refused for that field, and the retry request says why

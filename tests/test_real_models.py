@@ -93,10 +93,10 @@ def test_a_reply_cut_at_max_tokens_ends_truncated_and_continue_goes_on(
     assert ip.user_ns["_cortex"].status == "completed"
 
 
+@pytest.mark.usefixtures("tools")
 def test_a_tool_that_calls_sys_exit_fails_alone_with_one_line(
     ip: InteractiveShell,
     server: FakeOpenAIServer,
-    tools: dict[str, list[Any]],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     # Any CLI wrapper built on argparse or click raises SystemExit on bad arguments.
@@ -163,8 +163,9 @@ def test_an_agent_action_runs_the_nested_agent_on_the_real_model(
         assert ip.user_ns["listing"] == "/tmp holds a.txt"
 
 
+@pytest.mark.usefixtures("server")
 def test_an_unexpected_failure_still_closes_the_view_with_one_line(
-    ip: InteractiveShell, server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
+    ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def broken(self: Any, *args: Any, **kwargs: Any) -> Any:
         raise RuntimeError(f"a bug of ours holding {SECRET}")
@@ -180,8 +181,9 @@ def test_an_unexpected_failure_still_closes_the_view_with_one_line(
     assert ip.user_ns["_cortex"].status == "failed"
 
 
+@pytest.mark.usefixtures("tools")
 def test_the_results_sent_back_are_json_the_model_can_read(
-    ip: InteractiveShell, server: FakeOpenAIServer, tools: dict[str, list[Any]]
+    ip: InteractiveShell, server: FakeOpenAIServer
 ) -> None:
     answer(
         server,

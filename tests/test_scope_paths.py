@@ -206,6 +206,7 @@ def test_an_attack_path_in_a_typed_answer_is_a_field_error_naming_the_step(
     cell.nowhere(run)
 
 
+@pytest.mark.usefixtures("seen")
 @pytest.mark.parametrize(
     ("path", "expected"),
     [
@@ -227,7 +228,6 @@ def test_an_attack_path_in_a_typed_answer_is_a_field_error_naming_the_step(
 def test_the_data_inside_what_was_exposed_stays_reachable(
     notebook: InteractiveShell,
     server: FakeOpenAIServer,
-    seen: list[Any],
     path: str,
     expected: str,
 ) -> None:

@@ -348,7 +348,8 @@ def typed_view(clock: Clock) -> WidgetView:  # noqa: F811 (test_widget's fixture
     return view
 
 
-def test_the_live_view_draws_the_object_filling_in(clock: Clock, recorder: Recorder) -> None:  # noqa: F811
+@pytest.mark.usefixtures("recorder")
+def test_the_live_view_draws_the_object_filling_in(clock: Clock) -> None:  # noqa: F811
     view = typed_view(clock)
     seen: list[str] = []
     answer = "Here it is:\n```json\n" + json.dumps(WEATHER) + "\n```"

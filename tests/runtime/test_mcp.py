@@ -548,7 +548,8 @@ def test_a_server_that_hangs_at_start_times_out_and_is_killed(fresh: McpManager)
     wait_until(lambda: not processes(tag), "the hung process to be killed")
 
 
-def test_a_failed_server_does_not_stop_the_others(demo: McpManager, fresh: McpManager) -> None:
+@pytest.mark.usefixtures("demo")
+def test_a_failed_server_does_not_stop_the_others(fresh: McpManager) -> None:
     fresh.add("good", demo_command())
     with pytest.raises(McpServerError):
         fresh.add("bad", ["cortex-no-such-command"])
