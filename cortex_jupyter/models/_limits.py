@@ -24,7 +24,9 @@ __all__ = ["Refused", "known_reply_limit", "learn", "refused_cap"]
 _LIMITS: dict[tuple[str, str], int] = {}
 
 # The refusal: a reply cap named, said to be too large.
-_TOO_LARGE = re.compile(r"max_(?:completion_)?tokens\W[^.]*\btoo large\b", re.IGNORECASE)
+# (At most 200 characters apart: unbounded, every "max_tokens" in a long body scanned to
+# its end, quadratic in the body's length.)
+_TOO_LARGE = re.compile(r"max_(?:completion_)?tokens\W[^.]{0,200}?\btoo large\b", re.IGNORECASE)
 # OpenAI: "This model supports at most 16384 completion tokens".
 _AT_MOST = re.compile(r"\bat most (\d+) completion tokens\b", re.IGNORECASE)
 # vLLM: "maximum context length is 4096 tokens and your request has 2778 input tokens".

@@ -30,8 +30,14 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"(?i)\bbearer\s+[^\s\"',;}]+"), "Bearer " + REDACTED),
     # OpenAI-style keys, whole or masked: sk-..., sk-proj-..., rk-..., sess-...
     (re.compile(r"\b(?:sk|rk|pk|sess)-[\w\-*.…]{2,}[\w*]"), REDACTED),
-    # A masked token with visible ends: abc1****wxyz, abc1...wxyz, abc1…wxyz
-    (re.compile(r"[\w\-]+(?:\*{2,}|\.{3,}|…)[\w\-*.…]*[\w\-]"), REDACTED),
+    # A masked token with visible ends: abc1****wxyz, abc1...wxyz, abc1…wxyz. Matched from
+    # the start of a word only, and without backtracking into a run (atomic, possessive):
+    # tried at every character, a long run of word characters, dots or stars in a server's
+    # error body took quadratic time (100,000 characters: minutes of CPU, the kernel frozen).
+    (
+        re.compile(r"(?<![\w\-])[\w\-]++(?>\*{2,}|\.{3,}|…)(?:[*.…]*+[\w\-]++)++"),
+        REDACTED,
+    ),
 )
 
 

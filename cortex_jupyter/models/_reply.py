@@ -1,12 +1,12 @@
 """An OpenAI-compatible server's streamed chunks -> ``ModelChunk`` values. Pure: no I/O.
 
 Servers that call themselves OpenAI-compatible each stream a little differently (see
-NOTES.md, "Real servers' SSE"). Everything here reads fields defensively - ``getattr`` or
-``Mapping.get``, with defaults - because the SDK builds chunks without validating them:
-extra fields (``reasoning``, ``channel``, ``error``...) arrive as they were sent, and
-fields OpenAI always sends may be missing. (It does coerce a known field of the wrong
-JSON type where it can: a count of ``"12"`` arrives as 12.) What each server does, and
-where it is read:
+NOTES.md, "Real servers' SSE"). Everything here reads fields defensively - ``Mapping.get`` or
+``getattr``, with defaults - because chunks arrive as the JSON the server sent (the client
+builds no SDK model from them): any field may be missing or of another JSON type. The
+prompt and completion counts are read from an integer, a float with no fraction
+(``12.0``) or a string of digits (``"12"``), as the SDK's validation read them; a cached
+count only from an integer. What each server does, and where it is read:
 
 - reasoning in ``reasoning_content`` (DeepSeek, Z.ai, older vLLM), ``reasoning`` (newer
   vLLM, Ollama, Groq, OpenRouter), ``thinking``, ``reasoning_details`` (OpenRouter, a list
@@ -74,6 +74,8 @@ _THINKING_PARTS = frozenset({"thinking", "reasoning"})
 _MAX_DEPTH = 8
 # The longest model name a reply keeps (real ones are tens of characters).
 _MAX_MODEL_NAME = 256
+# The longest count read from a string of digits (a token count has at most a dozen).
+_MAX_DIGITS = 20
 # The characters that matter when watching JSON text for the end of an object.
 _JSON_SPECIAL = re.compile(r'["\\{}]')
 
@@ -426,8 +428,23 @@ def _whole_number(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _count(value: object) -> int | None:
+    """A token count: an integer, or one sent as ``12.0`` or ``"12"`` (servers built on
+    JavaScript, proxies that re-encode numbers), as the SDK's validation read them; None
+    for anything else, ``true`` included."""
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    if isinstance(value, str):
+        text = value.strip()
+        digits = text[1:] if text.startswith("-") else text
+        if digits.isascii() and digits.isdigit() and len(digits) <= _MAX_DIGITS:
+            return int(text)
+        return None
+    return _whole_number(value)
+
+
 def _tokens(usage: object, name: str) -> int:
-    count = _whole_number(_field(usage, name))
+    count = _count(_field(usage, name))
     return count if count is not None and count > 0 else 0  # a count is never negative
 
 

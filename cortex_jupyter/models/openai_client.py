@@ -279,6 +279,10 @@ class OpenAIModel:
         except json.JSONDecodeError as err:
             what = f"an event is not JSON: {self._said(err.doc[:80])!r}"
             raise UnexpectedReply(self.model, self.endpoint, what) from None
+        except UnicodeDecodeError as err:  # the SDK decodes each line as UTF-8, strictly
+            near = err.object[max(0, err.start - 40) : err.end + 40]
+            what = f"an event is not UTF-8 text: {self._said(near.decode(errors='replace'))!r}"
+            raise UnexpectedReply(self.model, self.endpoint, what) from None
 
     async def _open(
         self,
@@ -452,16 +456,22 @@ class _Client(openai.AsyncOpenAI):
             options.stream_mode = "events"
         return options
 
-    def _process_response_data(self, *, data: object, cast_to: Any, response: Any) -> Any:
+    def _process_response_data(
+        self, *, data: object, cast_to: Any, response: Any, **more: Any
+    ) -> Any:
         """A streamed chunk as the JSON the server sent, not an SDK model.
 
         ``ReplyAssembler`` reads fields from mappings as well as objects, and building the
         SDK's ``ChatCompletionChunk`` (``construct_type`` walking its type hints) cost
         about two thirds of the CPU a short reply takes here: with eight replies at once
-        that, not the network, set an experiment's pace."""
+        that, not the network, set an experiment's pace.
+
+        The method is the SDK's own (private): were it renamed, chunks would arrive as SDK
+        models again, which ``ReplyAssembler`` reads as well (only slower); ``**more``
+        takes any keyword a later SDK adds, so that cannot break every stream."""
         if cast_to is ChatCompletionChunk:
             return data
-        return super()._process_response_data(data=data, cast_to=cast_to, response=response)
+        return super()._process_response_data(data=data, cast_to=cast_to, response=response, **more)
 
 
 async def _close_stream(response: openai.AsyncStream[Any]) -> None:

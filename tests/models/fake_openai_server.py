@@ -166,9 +166,10 @@ def _usage(prompt: int, completion: int) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class Raw:
-    """Bytes of the event stream sent exactly as written (a frame, a comment, blank lines)."""
+    """Bytes of the event stream sent exactly as written (a frame, a comment, blank lines);
+    ``bytes`` for what is no UTF-8."""
 
-    text: str
+    text: str | bytes
 
 
 def event(name: str, data: dict[str, Any] | str) -> Raw:
@@ -418,8 +419,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send("data: [DONE]\n\n")
         self.wfile.write(b"0\r\n\r\n")
 
-    def _send(self, text: str) -> None:
-        data = text.encode()
+    def _send(self, text: str | bytes) -> None:
+        data = text if isinstance(text, bytes) else text.encode()
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
 
     def _wait_for_gate(self, gate: threading.Event) -> None:
