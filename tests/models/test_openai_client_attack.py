@@ -119,14 +119,12 @@ def _best_of(rounds: int, work: Callable[[], object]) -> float:
 
 @pytest.mark.parametrize("shape", HOSTILE)
 def test_redacting_a_servers_text_costs_linear_time(shape: Callable[[int], str]) -> None:
-    # Eight times the text costs about eight times the time, not 64: a ratio of the
-    # fastest of five runs each, which a busy machine disturbs least (no wall-clock limit).
-    small, big = shape(2_000), shape(16_000)
-    ratio = _best_of(5, lambda: redact(big, KEY)) / _best_of(5, lambda: redact(small, KEY))
-    assert ratio < 24
+    # A million characters: linear work takes well under a second; the old pattern's
+    # quadratic work took 1m45s at 100,000 and would take hours here, past the test
+    # timeout (no wall-clock threshold in the test itself).
+    text = shape(1_000_000)
+    assert len(redact(text, KEY)) == len(text)
 
 
 def test_reading_a_refused_cap_costs_linear_time() -> None:
-    small, big = "max_tokens " * 400, "max_tokens " * 3_200
-    slow = _best_of(5, lambda: refused_cap(big, 100))
-    assert slow / _best_of(5, lambda: refused_cap(small, 100)) < 24
+    assert refused_cap("max_tokens " * 30_000, 100) is None
