@@ -18,6 +18,7 @@ from typing import Any
 from cortex_jupyter.runtime.core.cost.prices import fmt_usd
 from cortex_jupyter.runtime.core.trust.secrets import redact, shorten
 
+from .state import from_run
 from .theme import BORDER_VAR, FONT, MUTED_VAR, esc, redact_markup
 
 #: The narrowest a column gets before the columns wrap (CSS pixels).
@@ -55,8 +56,6 @@ def facts(
 ) -> ColumnFacts:
     """``ColumnFacts`` of ``run`` (a ``Run``, running or ended); ``state`` is its view's
     state when a live view has it (else it is reduced from the run's events)."""
-    from .state import from_run
-
     starts = [n.started for n in list(run.actions.values()) if n.started is not None]
     first = min(starts) - run.started if starts else None
     answered = run.ended - run.started if run.status == "completed" and run.ended else None
