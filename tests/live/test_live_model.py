@@ -41,13 +41,27 @@ def post(server: local.Server, path: str, body: dict[str, Any]) -> Any:
         return json.load(reply)
 
 
-def counts(server: local.Server) -> tuple[int, int, int]:
-    """The server's own totals since it started (``/metrics``): prompt tokens (evaluated and
-    taken from its cache), the part taken from its cache, and generated tokens."""
+def metrics(server: local.Server) -> dict[str, str]:
     with urllib.request.urlopen(root(server) + "/metrics", timeout=10) as reply:
-        figures = dict(
+        return dict(
             line.split()[:2] for line in reply.read().decode().splitlines() if line[:1] != "#"
         )
+
+
+def counts(server: local.Server) -> tuple[int, int, int]:
+    """The server's own totals since it started (``/metrics``): prompt tokens (evaluated and
+    taken from its cache), the part taken from its cache, and generated tokens. Read once
+    the server is idle: a reply an earlier test stopped reading (a turn ended at its
+    marker) goes on being generated until the server sees the closed connection, and its
+    tokens would count in this test's figures."""
+    for _ in range(600):
+        figures = metrics(server)
+        busy = ("llamacpp:requests_processing", "llamacpp:requests_deferred")
+        if all(float(figures.get(name, 0)) == 0 for name in busy):
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the live server stayed busy with an earlier request for a minute")
     evaluated, cached, predicted = (
         int(float(figures[f"llamacpp:{name}"]))
         for name in ("prompt_tokens_total", "prompt_tokens_cached_total", "tokens_predicted_total")
