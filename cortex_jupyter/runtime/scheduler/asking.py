@@ -22,6 +22,8 @@ import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import anyio
+
 from cortex_jupyter.runtime.core.cost.budget import Spend, budget_cut, charge, reply_cap, with_cap
 from cortex_jupyter.runtime.core.errors import BudgetReached
 from cortex_jupyter.runtime.core.events import AnyEvent
@@ -29,6 +31,10 @@ from cortex_jupyter.runtime.core.model.chunks import StreamingModel, text_client
 from cortex_jupyter.runtime.core.model.client import Message, complete
 
 __all__ = ["ask"]
+
+#: How often, and how long apart, a refused request looks again while others hold the budget.
+_WAIT = 0.01
+_WAITS = 3_000
 
 
 async def ask(
@@ -48,6 +54,14 @@ async def ask(
     )
     cap = reply_cap(max_tokens if isinstance(max_tokens, int) else None, request)
     hold = spend.reserve_text(model, repr(messages), cap)
+    # Refused while other requests hold part of the budget (the turn that wrote this
+    # action is still streaming, holding its worst case): those holds settle to what
+    # was really used, so wait for them, as long as they are in flight, and ask again.
+    waited = 0
+    while isinstance(hold, str) and (spend.held_tokens or spend.held_usd) and waited < _WAITS:
+        await anyio.sleep(_WAIT)
+        waited += 1
+        hold = spend.reserve_text(model, repr(messages), cap)
     if isinstance(hold, str):
         raise BudgetReached(hold)
     fields = with_cap(request, hold.cap if hold.cap is not None else cap)
